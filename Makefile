@@ -1,0 +1,66 @@
+# sluice — the usual targets.
+#   make          build build/sluice, build/libsluice.so/.a, the Python extension
+#   make demo     set up, build, make the demo dataset, run the main job on it
+#   make test     set up, build, run every test (C, Python, sanitizers, fuzz corpora)
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PYTHON ?= python3
+CMAKE_FLAGS ?=
+DEMO_DATA ?= $(BUILD)/demo-data
+
+.PHONY: all setup setup-build demo test test-c test-python test-asan test-tsan fuzz clean
+
+all: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_FLAGS)
+
+setup:
+	@tools/setup.sh
+
+setup-build:
+	@tools/setup.sh --build
+
+$(DEMO_DATA)/.done: tools/make_demo_data.py
+	$(PYTHON) tools/make_demo_data.py $(DEMO_DATA) --images 2000 --classes 10
+	@touch $@
+
+demo: setup
+	$(MAKE) all
+	$(MAKE) $(DEMO_DATA)/.done
+	$(BUILD)/sluice bench $(DEMO_DATA) --preset train --batch 64 --budget 256M --epochs 2
+	$(BUILD)/sluice bench $(DEMO_DATA) --preset val --batch 64 --budget 128M --epochs 1
+
+test: setup
+	$(MAKE) all
+	$(MAKE) test-c test-python test-asan test-tsan
+	@echo "make test: all suites passed"
+
+test-c: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python: all
+	PYTHONPATH=$(CURDIR)/python SLUICE_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -m pytest -q tests/python
+
+test-asan:
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSL_SANITIZE=address,undefined -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+test-tsan:
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSL_SANITIZE=thread -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-tsan -j $(JOBS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan -E fuzz_replay
+
+# libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
+FUZZ_SECONDS ?= 30
+fuzz:
+	CC=clang cmake -S . -B $(BUILD)-fuzz -DSL_WITH_FUZZ=ON -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-fuzz -j $(JOBS)
+	for f in $(BUILD)-fuzz/fuzz_*; do case $$f in *_replay) continue;; esac; \
+	  c=tests/fuzz/corpus/$$(basename $$f | sed 's/^fuzz_//'); mkdir -p $$c tests/fuzz/artifacts; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=tests/fuzz/artifacts/ $$c || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz python/sluice/*.so

@@ -1,0 +1,291 @@
+/*
+ * sluice — a budgeted, deterministic data loader for deep-learning training.
+ *
+ * The one public header of libsluice. Everything here is stable API; all
+ * other headers are private.
+ *
+ * Conventions
+ *  - Errors are negative SL_E* return values; sl_strerror() names them.
+ *    There is no global error state. A loader that hit a fatal error is
+ *    poisoned: later calls return SL_ESTATE.
+ *  - Every byte the library holds is counted against the loader's budget
+ *    (cfg.budget). When the budget is full, workers wait; nothing grows.
+ *  - Handles are opaque. Buffers handed to the caller (batch fields) belong
+ *    to the loader and stay valid until the batch is released.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SL_API __attribute__((visibility("default")))
+#else
+#define SL_API
+#endif
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_STRING "0.1.0"
+#define SL_VERSION_NUMBER (SL_VERSION_MAJOR * 10000 + SL_VERSION_MINOR * 100 + SL_VERSION_PATCH)
+
+/* Runtime version, e.g. "0.1.0 (jpeg 62, png)": the library actually loaded. */
+SL_API const char *sl_version(void);
+SL_API unsigned sl_version_number(void);
+
+/* ---- errors ------------------------------------------------------------ */
+enum {
+    SL_OK = 0,
+    SL_EINVAL = -1,       /* invalid argument or configuration */
+    SL_ENOMEM = -2,       /* the system refused memory */
+    SL_EBUDGET = -3,      /* the budget cannot hold this, now or ever */
+    SL_ENOENT = -4,       /* no such file or folder */
+    SL_EIO = -5,          /* read failed */
+    SL_EEMPTY = -6,       /* dataset holds no sample (or less than a batch with drop_last) */
+    SL_EPARSE = -7,       /* manifest syntax error */
+    SL_EFORMAT = -8,      /* file is not in a supported format */
+    SL_ECORRUPT = -9,     /* decoder rejected the data (corrupt or truncated) */
+    SL_ELIMIT = -10,      /* sample exceeds a configured limit (pixels, bytes) */
+    SL_EUNSUPPORTED = -11,/* format variant or feature not built in */
+    SL_EHELD = -12,       /* the consumer holds every batch slot */
+    SL_ESAMPLE = -13,     /* on_error=raise: a sample failed (see sl_loader_errors) */
+    SL_EEND = -14,        /* end of epoch (not a failure) */
+    SL_ESTATE = -15,      /* wrong state: poisoned handle, mismatched saved state */
+    SL_EOVERFLOW = -16,   /* size arithmetic would overflow */
+    SL_ESYS = -17         /* a system call failed (thread creation, ...) */
+};
+
+/* Static string naming code (never NULL). */
+SL_API const char *sl_strerror(int code);
+
+/* ---- configuration ----------------------------------------------------- */
+enum { SL_PRESET_TRAIN = 0, SL_PRESET_VAL = 1 };
+enum { SL_ON_ERROR_SKIP = 0, SL_ON_ERROR_RAISE = 1 };
+
+/* cfg.flags */
+#define SL_FLAG_CHECKSUM   (1u << 0) /* hash every delivered sample (sl_batch_checksum) */
+#define SL_FLAG_EXIF       (1u << 1) /* apply EXIF orientation (default: ignored, as Pillow) */
+#define SL_FLAG_KEEP_ALPHA (1u << 2) /* 4 output channels, RGBA (alpha 255 where none) */
+
+typedef struct sl_config {
+    const char *source;   /* image folder (ImageFolder layout) or manifest .csv/.jsonl */
+    uint32_t batch_size;  /* samples per batch (256) */
+    uint32_t size;        /* output height = width in pixels (224) */
+    int preset;           /* SL_PRESET_TRAIN or SL_PRESET_VAL (train) */
+    int shuffle;          /* new seeded permutation each epoch (1) */
+    uint64_t seed;        /* seeds permutation and augmentation (0) */
+    int drop_last;        /* drop uneven rank tail and last short batch (0) */
+    uint32_t rank;        /* this process's rank (0) */
+    uint32_t world_size;  /* number of ranks (1) */
+    uint32_t workers;     /* decode threads; 0 = CPUs in the affinity mask */
+    uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4 */
+    uint32_t min_slots;   /* refuse a budget that holds fewer slots (1) */
+    uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
+    int on_error;         /* SL_ON_ERROR_SKIP or SL_ON_ERROR_RAISE (skip) */
+    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26) */
+    uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB) */
+    uint32_t flags;       /* SL_FLAG_* */
+    uint32_t max_error_records; /* error records kept (1000); later ones only counted */
+} sl_config;
+
+/* Fill cfg with the defaults above (source NULL). */
+SL_API void sl_config_init(sl_config *cfg);
+
+/* ---- memory categories (stats) ----------------------------------------- */
+enum {
+    SL_MEM_INDEX = 0,   /* dataset index, sample order */
+    SL_MEM_BATCHES,     /* batch slots */
+    SL_MEM_SCRATCH,     /* per-worker read and pixel buffers */
+    SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
+    SL_MEM_OTHER,       /* error records, bookkeeping */
+    SL_MEM__COUNT
+};
+SL_API const char *sl_mem_category_name(int category);
+
+/* ---- loader ------------------------------------------------------------ */
+typedef struct sl_loader sl_loader;
+typedef struct sl_batch sl_batch;
+
+/*
+ * Index the source, size the pipeline against the budget, start the
+ * workers. On success *out owns the loader (sl_loader_destroy). On failure
+ * returns a negative code and, if errbuf is not NULL, a sentence saying
+ * why (for SL_EBUDGET it states the minimum budget). Workers are running
+ * when this returns.
+ */
+SL_API int sl_loader_create(const sl_config *cfg, sl_loader **out, char *errbuf, size_t errlen);
+
+/* Stop workers and free everything. Batches not yet released become invalid. */
+SL_API void sl_loader_destroy(sl_loader *ld);
+
+/*
+ * Next batch in sampler order, blocking until it is ready. Returns 0 and
+ * sets *out (the caller holds the batch until sl_loader_release), or:
+ *   SL_EEND    the epoch is over; the next call starts epoch+1.
+ *   SL_EHELD   the consumer holds every slot: release one first.
+ *   SL_ESAMPLE on_error=raise and a sample of this batch failed; the batch
+ *              is dropped and the next call goes on with the one after.
+ *   SL_ESTATE  the loader is poisoned.
+ */
+SL_API int sl_loader_next(sl_loader *ld, sl_batch **out);
+
+/* Give a batch back to the pool. NULL is ignored. */
+SL_API void sl_loader_release(sl_loader *ld, sl_batch *b);
+
+/* Restart iteration at the start of epoch. Batches held stay valid. */
+SL_API int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch);
+
+/* Nominal batches per epoch for this rank, and samples per epoch for this rank. */
+SL_API uint64_t sl_loader_len(const sl_loader *ld);
+SL_API uint64_t sl_loader_num_samples(const sl_loader *ld);
+/* Samples in the whole dataset, and number of classes (0 for manifests without classes). */
+SL_API uint64_t sl_loader_dataset_size(const sl_loader *ld);
+
+/* Path of dataset sample index (valid while the loader lives), or NULL. */
+SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf, size_t len);
+
+/*
+ * The one region all batch slots are carved from (for pinning it with
+ * cudaHostRegister and the like). Fixed for the loader's lifetime.
+ */
+SL_API int sl_loader_slot_region(const sl_loader *ld, void **base, size_t *len);
+
+/* ---- batches ----------------------------------------------------------- */
+enum { SL_DTYPE_UINT8 = 1, SL_DTYPE_INT64 = 2, SL_DTYPE_FLOAT32 = 3 };
+
+typedef struct sl_field {
+    const char *name;    /* "image", "label", "index" */
+    void *data;          /* inside the batch slot; valid until release */
+    int dtype;           /* SL_DTYPE_* */
+    int ndim;
+    int64_t shape[4];
+    int64_t strides[4];  /* in bytes, C order */
+    uint64_t nbytes;
+} sl_field;
+
+/* Fields: 0 "image" uint8 [n, C, size, size] (CHW, RGB), 1 "label" int64 [n],
+ * 2 "index" int64 [n] (dataset sample index). */
+SL_API int sl_batch_num_fields(const sl_batch *b);
+SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out);
+SL_API int sl_batch_find(const sl_batch *b, const char *name, sl_field *out);
+SL_API uint32_t sl_batch_len(const sl_batch *b);       /* samples in this batch */
+SL_API uint64_t sl_batch_epoch(const sl_batch *b);
+SL_API uint64_t sl_batch_index(const sl_batch *b);     /* batch number within the epoch */
+/* Hash of this batch's samples (bytes and labels, in order) when
+ * SL_FLAG_CHECKSUM is set; 0 otherwise. */
+SL_API uint64_t sl_batch_checksum(const sl_batch *b);
+
+/* ---- stats ------------------------------------------------------------- */
+typedef struct sl_stats {
+    uint64_t samples;          /* delivered to the consumer */
+    uint64_t batches;          /* delivered to the consumer */
+    uint64_t errors;           /* samples that failed (all epochs) */
+    uint64_t epoch;            /* epoch of the next batch */
+    double seconds;            /* since the first sl_loader_next */
+    double samples_per_s;
+    double consumer_wait_s;    /* time sl_loader_next spent waiting */
+    double worker_busy_s;      /* summed over workers: reading and decoding */
+    double worker_idle_s;      /* summed over workers: waiting for a free slot */
+    double budget_wait_s;      /* summed over workers: waiting for budget */
+    uint32_t workers;
+    uint32_t slots;            /* batch slots carved */
+    uint32_t slots_held;       /* held by the consumer now */
+    uint32_t slots_ready;      /* decoded, waiting for the consumer */
+    uint64_t budget_bytes;
+    uint64_t accounted_bytes;  /* now */
+    uint64_t peak_accounted_bytes;
+    uint64_t fixed_bytes;      /* reserved at create (index, slots, worker baselines) */
+    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
+    uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
+    uint64_t cache_hits, cache_misses; /* sample cache (none yet: 0) */
+    double index_seconds;      /* time to index the source */
+} sl_stats;
+
+SL_API int sl_loader_stats(const sl_loader *ld, sl_stats *out);
+
+/* ---- error records ----------------------------------------------------- */
+typedef struct sl_error_record {
+    uint64_t index;      /* dataset sample index */
+    uint64_t epoch;
+    int code;            /* SL_E* */
+    char reason[116];    /* NUL-terminated */
+} sl_error_record;
+
+/* Copy up to max records starting at record first; returns the number
+ * copied. Total recorded: sl_stats.errors (records beyond
+ * cfg.max_error_records are counted, not kept). */
+SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max);
+
+/* ---- iteration state (resume) ------------------------------------------ */
+typedef struct sl_state {
+    uint64_t version;     /* SL_STATE_VERSION */
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t batch;       /* next batch to deliver within epoch */
+    uint64_t tail;        /* end of the unused part of the rank's order (refills) */
+    uint64_t dataset_size;
+    uint32_t rank, world_size, batch_size, flags; /* flags: 1 shuffle, 2 drop_last */
+} sl_state;
+#define SL_STATE_VERSION 1
+
+/* The state after the last delivered batch. */
+SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out);
+/* Resume from a state taken from a loader over the same dataset and
+ * configuration (SL_ESTATE otherwise). Held batches stay valid. */
+SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st);
+
+/* ---- single images (no loader) ----------------------------------------- */
+enum { SL_FORMAT_UNKNOWN = 0, SL_FORMAT_JPEG = 1, SL_FORMAT_PNG = 2 };
+
+typedef struct sl_image_info {
+    uint32_t width, height;
+    uint32_t channels;     /* in the file: 1 gray, 2 gray+alpha, 3, 4 (RGBA or CMYK) */
+    int format;            /* SL_FORMAT_* */
+    int progressive;       /* JPEG progressive / PNG interlaced */
+    int orientation;       /* EXIF orientation 1..8 (1 when absent) */
+    int bit_depth;
+} sl_image_info;
+
+/* Read the header only. SL_EFORMAT for neither JPEG nor PNG. */
+SL_API int sl_image_probe(const void *data, size_t len, sl_image_info *info);
+
+enum { SL_TRANSFORM_NONE = -1 }; /* opts.preset: full decode, HWC */
+
+typedef struct sl_decode_opts {
+    int preset;            /* SL_PRESET_TRAIN, SL_PRESET_VAL or SL_TRANSFORM_NONE */
+    uint32_t size;         /* output side for presets */
+    uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
+    uint64_t max_pixels, max_bytes;
+    uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
+} sl_decode_opts;
+
+SL_API void sl_decode_opts_init(sl_decode_opts *o);
+
+/* Bytes sl_image_decode writes: C*size*size for presets, C*W*H for NONE
+ * (after EXIF rotation if asked). */
+SL_API int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o,
+                                uint32_t *width, uint32_t *height, uint32_t *channels);
+
+/* Decode into out (out_len from sl_image_output_size): presets write CHW,
+ * NONE writes HWC. Uses the library's decode path bit-for-bit. */
+SL_API int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o,
+                           void *out, size_t out_len, char *errbuf, size_t errlen);
+
+/* The crop the train preset takes for this sample: box in source pixels
+ * (x, y, w, h) and flip. For testing and inspection. */
+SL_API int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, uint64_t epoch,
+                               uint64_t index, uint32_t box[4], int *flip);
+
+/* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
+SL_API int sl_parse_size(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

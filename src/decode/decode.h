@@ -1,0 +1,98 @@
+/*
+ * Decoders: bytes in, rows of RGB(A)8 pixels out, pushed to a row sink.
+ *
+ * The flow for one sample (worker.c):
+ *   sl__probe()            header only: format by content, size, channels
+ *   limits checked         max pixels / bytes, before anything is allocated
+ *   plan (ops/)            which window of the image is needed, and the
+ *                          output size it will be resized to
+ *   sl__decode_mem()       bytes the decode will need, reserved from budget
+ *   sl__decode()           decodes only that window, at the smallest
+ *                          resolution that keeps the resize a downscale
+ *                          (JPEG DCT scaling), pushing rows to the sink
+ * Every allocation a decoder makes comes from the sample's quota, which
+ * was reserved from the budget before decoding began.
+ */
+#ifndef SL_DECODE_H
+#define SL_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+/* A per-sample allocation allowance (single-threaded). Allocations past
+ * cap fail. Memory comes from malloc; the cap was counted in the budget by
+ * the caller, so the accounting holds. */
+typedef struct sl__quota {
+    uint64_t cap;
+    uint64_t used;
+    uint64_t peak;
+} sl__quota;
+void *sl__quota_alloc(sl__quota *q, size_t n);
+void *sl__quota_calloc(sl__quota *q, size_t count, size_t size);
+void *sl__quota_realloc(sl__quota *q, void *p, size_t n);
+void sl__quota_free(sl__quota *q, void *p);
+
+/* Identify by content (not by name) and read the header. */
+int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
+
+/* What the caller wants decoded. */
+typedef struct sl__decode_req {
+    uint32_t x, y, w, h;     /* window in full-resolution pixels */
+    uint32_t out_w, out_h;   /* size the window will be resized to; the
+                                decoder may shrink (DCT scaling) while the
+                                scaled window stays >= this. 0: full res */
+    uint32_t channels;       /* 3 (RGB) or 4 (RGBA) */
+} sl__decode_req;
+
+/* What the decoder delivers: rows [0, h) of a region of the image as
+ * decoded at scale num/8 (of a decoded image full_w x full_h), the region
+ * starting at (x, y) of the decoded image and covering the scaled window. */
+typedef struct sl__region {
+    uint32_t scale_num;      /* decoded = ceil(source * scale_num / 8) */
+    uint32_t full_w, full_h; /* decoded image */
+    uint32_t x, y, w, h;     /* delivered region, decoded coordinates */
+    uint32_t channels;
+} sl__region;
+
+typedef struct sl__row_sink {
+    /* Called once, before any row, with the region the decoder will push. */
+    int (*begin)(struct sl__row_sink *s, const sl__region *r);
+    /* n rows starting at region row y; each row w*channels bytes. */
+    int (*rows)(struct sl__row_sink *s, const uint8_t *const *rows, uint32_t y, uint32_t n);
+    void *ctx;
+} sl__row_sink;
+
+/* Upper bound of bytes sl__decode allocates from its quota for this
+ * request (decoder-internal memory included). */
+uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req);
+
+/* Reusable per-thread decoder state (libjpeg objects and the like). */
+typedef struct sl__decoder sl__decoder;
+sl__decoder *sl__decoder_new(void);
+void sl__decoder_free(sl__decoder *d);
+
+/* Decode the request. Returns 0, or SL_ECORRUPT / SL_EUNSUPPORTED /
+ * SL_ELIMIT / SL_EBUDGET (quota) / a sink's error, with a reason. */
+int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
+               const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
+               size_t rlen);
+
+/* Per format (decode.c dispatches). */
+int sl__jpeg_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
+uint64_t sl__jpeg_mem(const sl_image_info *info, const sl__decode_req *req);
+int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
+                    const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
+                    size_t rlen);
+int sl__png_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
+uint64_t sl__png_mem(const sl_image_info *info, const sl__decode_req *req);
+/* PNG decodes full resolution (scale_num 8), only the window's rows and
+ * columns reaching the sink, stopping after the window's last row where
+ * the file is not interlaced. */
+int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
+                   const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
+                   size_t rlen);
+int sl__png_available(void); /* 0 when built without libspng */
+
+#endif
