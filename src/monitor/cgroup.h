@@ -1,0 +1,58 @@
+/*
+ * Memory cgroup readers (v2 memory.max/current/events/pressure, v1
+ * memory.limit_in_bytes/usage_in_bytes/failcnt/oom_control/stat). The
+ * parsers take text and the readers take a folder, so tests point them at
+ * sample files. Private.
+ */
+#ifndef SL_MONITOR_CGROUP_H
+#define SL_MONITOR_CGROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "monitor/psi.h"
+
+/* v1 writes "no limit" as a page-rounded 2^63-1; anything from 2^60 on is no limit. */
+#define SL_CGROUP_NO_LIMIT ((uint64_t)1 << 60)
+
+typedef struct sl__cgroup {
+    int version;          /* 1 or 2 */
+    char dir[512];        /* the folder read */
+    int has_limit;        /* a limit is set somewhere on the path */
+    uint64_t limit;       /* smallest limit on the path (v2) or hierarchical limit (v1) */
+    uint64_t current;     /* memory.current, memory.usage_in_bytes */
+    uint64_t events_high, events_max, events_oom, events_oom_kill; /* v2 memory.events */
+    uint64_t failcnt;     /* v1 memory.failcnt */
+    int has_oom_kill;     /* events_oom_kill is known (v2, or v1 oom_control on kernels >= 4.13) */
+    int has_pressure;     /* memory.pressure was readable */
+    sl__psi pressure;
+} sl__cgroup;
+
+/* "max" -> no limit; a number -> its value. 0 or SL_EPARSE. */
+int sl__cgroup_parse_limit(const char *text, int *has_limit, uint64_t *limit);
+
+/* Parse "key value" lines (memory.events, memory.stat, oom_control): the
+ * value of key, or SL_ENOENT when absent. */
+int sl__cgroup_parse_kv(const char *text, size_t len, const char *key, uint64_t *val);
+
+/* Parse /proc/PID/cgroup: the v1 memory controller's path and the v2
+ * path. Returns a mask: 1 when v1 was found, 2 when v2 was found. */
+int sl__cgroup_paths_parse(const char *text, size_t len, char *v1, size_t v1len, char *v2, size_t v2len);
+
+/* Parse /proc/PID/mountinfo: mount point and mount root of the v1 memory
+ * hierarchy and of cgroup2. Returns the same mask as above. */
+int sl__cgroup_mounts_parse(const char *text, size_t len, char *v1mnt, char *v1root, char *v2mnt,
+                            char *v2root, size_t cap);
+
+/* Read the cgroup folder dir. For v2, parents up to and excluding stop (the
+ * mount point; NULL: dir only) are read for a smaller memory.max. 0, or
+ * SL_ENOENT when the folder lacks the controller's files. */
+int sl__cgroup_read_v2(const char *dir, const char *stop, sl__cgroup *out);
+int sl__cgroup_read_v1(const char *dir, sl__cgroup *out);
+
+/* Find and read the memory cgroup of process pid (0: self) through
+ * procroot ("/proc"). v2 is used when its hierarchy has the memory
+ * controller, else v1. 0, or SL_ENOENT when none is found. */
+int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out);
+
+#endif

@@ -1,0 +1,147 @@
+/* Minimal JSON writer and path reader. See json.h. */
+#include "monitor/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.h"
+
+void sl__json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct cur {
+    const char *s, *e;
+    int depth;
+} cur;
+
+static void ws(cur *c) {
+    while (c->s < c->e && (*c->s == ' ' || *c->s == '\t' || *c->s == '\n' || *c->s == '\r')) c->s++;
+}
+
+/* Skip a string at c->s ('"' expected); sets [*b, *be) to its raw body. */
+static int str(cur *c, const char **b, const char **be) {
+    if (c->s >= c->e || *c->s != '"') return SL_EPARSE;
+    c->s++;
+    *b = c->s;
+    while (c->s < c->e && *c->s != '"') c->s += (*c->s == '\\') ? 2 : 1;
+    if (c->s >= c->e) return SL_EPARSE;
+    *be = c->s++;
+    return 0;
+}
+
+static int skip(cur *c);
+
+static int skip_container(cur *c, char open, char close) {
+    if (++c->depth > 64) return SL_EPARSE;
+    c->s++; /* open */
+    ws(c);
+    if (c->s < c->e && *c->s == close) {
+        c->s++;
+        c->depth--;
+        return 0;
+    }
+    for (;;) {
+        ws(c);
+        if (open == '{') {
+            const char *b, *be;
+            if (str(c, &b, &be)) return SL_EPARSE;
+            ws(c);
+            if (c->s >= c->e || *c->s != ':') return SL_EPARSE;
+            c->s++;
+        }
+        if (skip(c)) return SL_EPARSE;
+        ws(c);
+        if (c->s >= c->e) return SL_EPARSE;
+        if (*c->s == ',') {
+            c->s++;
+            continue;
+        }
+        if (*c->s != close) return SL_EPARSE;
+        c->s++;
+        c->depth--;
+        return 0;
+    }
+}
+
+/* Skip one value. */
+static int skip(cur *c) {
+    ws(c);
+    if (c->s >= c->e) return SL_EPARSE;
+    const char *b, *be;
+    switch (*c->s) {
+    case '{': return skip_container(c, '{', '}');
+    case '[': return skip_container(c, '[', ']');
+    case '"': return str(c, &b, &be);
+    default:
+        b = c->s;
+        while (c->s < c->e && strchr("0123456789+-.eEtruefalsn", *c->s)) c->s++;
+        return c->s > b ? 0 : SL_EPARSE;
+    }
+}
+
+int sl__json_number(const char *s, size_t len, const char *path, double *out) {
+    cur c = {s, s + len, 0};
+    while (*path) {
+        const char *dot = strchr(path, '.');
+        size_t kl = dot ? (size_t)(dot - path) : strlen(path);
+        ws(&c);
+        if (c.s >= c.e) return SL_EPARSE;
+        int found = 0;
+        if (*c.s == '{') {
+            c.s++;
+            for (;;) {
+                ws(&c);
+                if (c.s < c.e && *c.s == '}') break;
+                const char *b, *be;
+                if (str(&c, &b, &be)) return SL_EPARSE;
+                ws(&c);
+                if (c.s >= c.e || *c.s != ':') return SL_EPARSE;
+                c.s++;
+                if ((size_t)(be - b) == kl && !memcmp(b, path, kl)) {
+                    found = 1;
+                    break;
+                }
+                if (skip(&c)) return SL_EPARSE;
+                ws(&c);
+                if (c.s < c.e && *c.s == ',') c.s++;
+                else break;
+            }
+        } else if (*c.s == '[') {
+            char *end;
+            long want = strtol(path, &end, 10);
+            if (end != path + kl || want < 0) return SL_ENOENT;
+            c.s++;
+            for (long i = 0;; i++) {
+                ws(&c);
+                if (c.s < c.e && *c.s == ']') break;
+                if (i == want) {
+                    found = 1;
+                    break;
+                }
+                if (skip(&c)) return SL_EPARSE;
+                ws(&c);
+                if (c.s < c.e && *c.s == ',') c.s++;
+                else break;
+            }
+        }
+        if (!found) return SL_ENOENT;
+        path += kl + (dot ? 1 : 0);
+    }
+    ws(&c);
+    if (c.s >= c.e || !strchr("0123456789-", *c.s)) return SL_ENOENT; /* null, string, object */
+    char num[64];
+    size_t n = 0;
+    while (c.s < c.e && n < sizeof num - 1 && strchr("0123456789+-.eE", *c.s)) num[n++] = *c.s++;
+    num[n] = 0;
+    char *end;
+    *out = strtod(num, &end);
+    return end == num ? SL_EPARSE : 0;
+}
