@@ -1,0 +1,448 @@
+/*
+ * The source layer's front: picks folder or manifest, owns the chunk
+ * arrays every index is made of, looks samples up, opens and reads them.
+ * See source.h for the contract and source_impl.h for the layout.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/util.h"
+#include "source_impl.h"
+
+/* ---- chunk arrays ------------------------------------------------------ */
+
+int sl__nomem_code(const sl__budget *b, uint64_t want) {
+    uint64_t used = atomic_load(&((sl__budget *)b)->used), need;
+    if (sl__add(used, sl__alloc_cost(want), &need) || need > b->limit) return SL_EBUDGET;
+    return SL_ENOMEM;
+}
+
+/* Make room for need elements of size sz in *p (capacity *cap), doubling.
+ * On failure *p is untouched and still owned by the caller. */
+static int grow(sl__budget *b, void **p, uint64_t *cap, uint64_t need, size_t sz, uint64_t first) {
+    if (need <= *cap) return 0;
+    uint64_t nc = *cap ? *cap : first, bytes;
+    while (nc < need) {
+        if (sl__mul(nc, 2, &nc)) return SL_EOVERFLOW;
+    }
+    if (sl__mul(nc, sz, &bytes) || bytes > SIZE_MAX / 2) return SL_EOVERFLOW;
+    void *q = sl__realloc(b, *p, (size_t)bytes, SL_MEM_INDEX);
+    if (!q) return sl__nomem_code(b, bytes);
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+int sl__chunk_put(sl__budget *b, sl__chunk *c, const char *p, size_t n, uint64_t *off) {
+    uint64_t need;
+    if (sl__add(c->arena_len, n, &need)) return SL_EOVERFLOW;
+    int rc = grow(b, (void **)&c->arena, &c->arena_cap, need, 1, 1024);
+    if (rc) return rc;
+    if (n) memcpy(c->arena + c->arena_len, p, n);
+    *off = c->arena_len;
+    c->arena_len = need;
+    return 0;
+}
+
+int sl__chunk_add_rec(sl__budget *b, sl__chunk *c, uint64_t off, uint32_t len, uint32_t dir) {
+    int rc = grow(b, (void **)&c->recs, &c->rec_cap, c->nrec + 1, sizeof(sl__rec), 64);
+    if (rc) return rc;
+    c->recs[c->nrec++] = (sl__rec){off, len, dir};
+    return 0;
+}
+
+int sl__chunk_add_dir(sl__budget *b, sl__chunk *c, uint64_t off, uint32_t len, uint32_t parent) {
+    if (c->ndir >= SL__DIR_NONE) return SL_EOVERFLOW;
+    int rc = grow(b, (void **)&c->dirs, &c->dir_cap, c->ndir + 1, sizeof(sl__rec), 4);
+    if (rc) return rc;
+    c->dirs[c->ndir++] = (sl__rec){off, len, parent};
+    return 0;
+}
+
+int sl__chunk_add_label(sl__budget *b, sl__chunk *c, int64_t label) {
+    int rc = grow(b, (void **)&c->labels, &c->label_cap, c->nrec + 1, sizeof(int64_t), 64);
+    if (rc) return rc;
+    c->labels[c->nrec] = label; /* added before its record: index nrec */
+    return 0;
+}
+
+/* Shrink *p to n elements when more than an eighth (and a page) is slack.
+ * Failing to shrink is harmless: the larger block stays. */
+static void shrink(sl__budget *b, void **p, uint64_t *cap, uint64_t n, size_t sz) {
+    if (!*p || *cap - n <= *cap / 8 || (*cap - n) * sz < 4096) return;
+    if (n == 0) {
+        sl__free(b, *p);
+        *p = NULL;
+        *cap = 0;
+        return;
+    }
+    void *q = sl__realloc(b, *p, (size_t)(n * sz), SL_MEM_INDEX);
+    if (q) {
+        *p = q;
+        *cap = n;
+    }
+}
+
+int sl__chunk_shrink(sl__budget *b, sl__chunk *c) {
+    shrink(b, (void **)&c->arena, &c->arena_cap, c->arena_len, 1);
+    shrink(b, (void **)&c->recs, &c->rec_cap, c->nrec, sizeof(sl__rec));
+    shrink(b, (void **)&c->dirs, &c->dir_cap, c->ndir, sizeof(sl__rec));
+    if (c->labels) shrink(b, (void **)&c->labels, &c->label_cap, c->nrec, sizeof(int64_t));
+    return 0;
+}
+
+void sl__chunk_free(sl__budget *b, sl__chunk *c) {
+    sl__free(b, c->arena);
+    sl__free(b, c->recs);
+    sl__free(b, c->dirs);
+    sl__free(b, c->labels);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- sorting ----------------------------------------------------------- */
+
+/* Introsort (quicksort, median of three, insertion sort below 16, heapsort
+ * when the depth passes 2 log n): in place, no allocation, and no
+ * quadratic case a hostile folder could force. */
+typedef struct rec_cmp {
+    const char *arena;
+    int by_dir;
+} rec_cmp;
+
+static inline int rec_less(const rec_cmp *k, const sl__rec *a, const sl__rec *b) {
+    if (k->by_dir && a->dir != b->dir) return a->dir < b->dir;
+    uint32_t n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(k->arena + a->off, k->arena + b->off, n);
+    if (c) return c < 0;
+    return a->len < b->len;
+}
+
+static inline void rec_swap(sl__rec *a, sl__rec *b) {
+    sl__rec t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void sift_down(const rec_cmp *k, sl__rec *r, uint64_t i, uint64_t n) {
+    for (;;) {
+        uint64_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && rec_less(k, &r[c], &r[c + 1])) c++;
+        if (!rec_less(k, &r[i], &r[c])) return;
+        rec_swap(&r[i], &r[c]);
+        i = c;
+    }
+}
+
+static void heap_sort(const rec_cmp *k, sl__rec *r, uint64_t n) {
+    for (uint64_t i = n / 2; i-- > 0;) sift_down(k, r, i, n);
+    for (uint64_t e = n; e-- > 1;) {
+        rec_swap(&r[0], &r[e]);
+        sift_down(k, r, 0, e);
+    }
+}
+
+static void insertion_sort(const rec_cmp *k, sl__rec *r, uint64_t n) {
+    for (uint64_t i = 1; i < n; i++) {
+        sl__rec t = r[i];
+        uint64_t j = i;
+        while (j > 0 && rec_less(k, &t, &r[j - 1])) {
+            r[j] = r[j - 1];
+            j--;
+        }
+        r[j] = t;
+    }
+}
+
+static void intro_sort(const rec_cmp *k, sl__rec *r, uint64_t n, int depth) {
+    while (n > 16) {
+        if (depth-- == 0) {
+            heap_sort(k, r, n);
+            return;
+        }
+        /* Median of three to r[0], then Hoare partition around it. */
+        uint64_t m = n / 2;
+        if (rec_less(k, &r[m], &r[0])) rec_swap(&r[m], &r[0]);
+        if (rec_less(k, &r[n - 1], &r[0])) rec_swap(&r[n - 1], &r[0]);
+        if (rec_less(k, &r[n - 1], &r[m])) rec_swap(&r[n - 1], &r[m]);
+        rec_swap(&r[0], &r[m]); /* pivot (the median) at 0 */
+        uint64_t i = 0, j = n;
+        for (;;) {
+            do i++; while (i < n && rec_less(k, &r[i], &r[0]));
+            do j--; while (rec_less(k, &r[0], &r[j]));
+            if (i >= j) break;
+            rec_swap(&r[i], &r[j]);
+        }
+        rec_swap(&r[0], &r[j]);
+        /* Recurse into the smaller side, loop on the larger. */
+        if (j < n - j - 1) {
+            intro_sort(k, r, j, depth);
+            r += j + 1;
+            n -= j + 1;
+        } else {
+            intro_sort(k, r + j + 1, n - j - 1, depth);
+            n = j;
+        }
+    }
+    insertion_sort(k, r, n);
+}
+
+void sl__recs_sort(sl__rec *r, uint64_t n, const char *arena, int by_dir) {
+    rec_cmp k = {arena, by_dir};
+    int depth = 0;
+    for (uint64_t m = n; m > 1; m >>= 1) depth += 2;
+    intro_sort(&k, r, n, depth);
+}
+
+/* ---- open / close ------------------------------------------------------ */
+
+static int has_suffix_ci(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+/* Keep path (without trailing slashes, "/" stays) as the display base. */
+static int set_base(sl__source *s, const char *path, size_t n, char *err, size_t errlen) {
+    while (n > 1 && path[n - 1] == '/') n--;
+    s->base = sl__alloc(s->b, n + 1, SL_MEM_INDEX);
+    if (!s->base) {
+        int rc = sl__nomem_code(s->b, n + 1);
+        sl__msg(err, errlen, "%s: no memory for the index (%s)", path, sl_strerror(rc));
+        return rc;
+    }
+    memcpy(s->base, path, n);
+    s->base[n] = 0;
+    s->base_len = n;
+    s->basefd = open(n ? s->base : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (s->basefd < 0) {
+        int e = errno;
+        sl__msg(err, errlen, "%s: cannot open folder: %s", n ? s->base : ".", strerror(e));
+        return e == ENOENT ? SL_ENOENT : SL_EIO;
+    }
+    return 0;
+}
+
+int sl__source_open(sl__budget *b, const char *path, uint32_t threads, sl__source **out, char *err,
+                    size_t errlen) {
+    *out = NULL;
+    if (!path || !*path) {
+        sl__msg(err, errlen, "no dataset path given");
+        return SL_EINVAL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        sl__msg(err, errlen, "%s: %s", path, e == ENOENT ? "no such file or folder" : strerror(e));
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+    }
+    int kind;
+    if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
+    else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".csv")) kind = SL__KIND_CSV;
+    else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".jsonl")) kind = SL__KIND_JSONL;
+    else {
+        sl__msg(err, errlen, "%s: neither a folder nor a .csv/.jsonl manifest", path);
+        return SL_EINVAL;
+    }
+
+    sl__source *s = sl__calloc(b, 1, sizeof *s, SL_MEM_INDEX);
+    if (!s) {
+        int rc = sl__nomem_code(b, sizeof *s);
+        sl__msg(err, errlen, "%s: no memory for the index (%s)", path, sl_strerror(rc));
+        return rc;
+    }
+    s->b = b;
+    s->kind = kind;
+    s->basefd = -1;
+    int rc;
+    if (kind == SL__KIND_FOLDER) {
+        /* The make_imagenet_like.py layout: DIR/train holds the classes. */
+        char sub[PATH_MAX];
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        int w = snprintf(sub, sizeof sub, "%.*s/train", (int)n, path);
+        struct stat ts;
+        const char *root = path;
+        size_t root_len = strlen(path);
+        if (w > 0 && (size_t)w < sizeof sub && stat(sub, &ts) == 0 && S_ISDIR(ts.st_mode)) {
+            root = sub;
+            root_len = (size_t)w;
+        }
+        rc = set_base(s, root, root_len, err, errlen);
+        if (!rc) rc = sl__folder_index(s, s->base, threads, err, errlen);
+    } else {
+        const char *slash = strrchr(path, '/');
+        size_t n = slash ? (size_t)(slash - path) : 0;
+        if (slash && n == 0) n = 1; /* "/m.csv": base "/" */
+        rc = set_base(s, path, n, err, errlen);
+        if (!rc) rc = sl__manifest_index(s, path, kind, err, errlen);
+    }
+    if (rc) {
+        sl__source_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void sl__source_close(sl__source *s) {
+    if (!s) return;
+    sl__budget *b = s->b;
+    if (s->chunks) {
+        for (uint32_t i = 0; i < s->nchunks; i++) sl__chunk_free(b, &s->chunks[i]);
+        sl__free(b, s->chunks);
+    }
+    if (s->basefd >= 0) close(s->basefd);
+    sl__free(b, s->base);
+    sl__free(b, s);
+}
+
+/* ---- lookup ------------------------------------------------------------ */
+
+uint64_t sl__source_count(const sl__source *s) { return s->count; }
+uint32_t sl__source_num_classes(const sl__source *s) { return s->num_classes; }
+
+/* The chunk holding sample i < count: the last chunk whose first <= i
+ * (empty chunks share their first with the next one, so the last of equal
+ * firsts is the one holding i). */
+static const sl__chunk *find_chunk(const sl__source *s, uint64_t i) {
+    uint32_t lo = 0, hi = s->nchunks; /* answer in [lo, hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (s->chunks[mid].first <= i) lo = mid;
+        else hi = mid;
+    }
+    return &s->chunks[lo];
+}
+
+int64_t sl__source_label(const sl__source *s, uint64_t i) {
+    if (i >= s->count) return SL_EINVAL;
+    const sl__chunk *c = find_chunk(s, i);
+    return c->labels ? c->labels[i - c->first] : c->label;
+}
+
+/* Path of sample i relative to the base (or absolute) into buf: its length,
+ * or SL_EOVERFLOW. *absolute says which. */
+static int rel_path(const sl__source *s, uint64_t i, char *buf, size_t len, int *absolute) {
+    const sl__chunk *c = find_chunk(s, i);
+    const sl__rec *r = &c->recs[i - c->first];
+    size_t n = 0;
+    *absolute = r->dir == SL__DIR_NONE;
+    if (!*absolute) {
+        const sl__rec *d = &c->dirs[r->dir];
+        if (d->len) {
+            if ((size_t)d->len + 1 >= len) return SL_EOVERFLOW;
+            memcpy(buf, c->arena + d->off, d->len);
+            buf[d->len] = '/';
+            n = d->len + 1;
+        }
+    }
+    if (r->len >= len - n) return SL_EOVERFLOW;
+    memcpy(buf + n, c->arena + r->off, r->len);
+    n += r->len;
+    buf[n] = 0;
+    return (int)n;
+}
+
+int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len) {
+    if (i >= s->count) return SL_EINVAL;
+    if (!buf || len == 0 || len > INT_MAX) return SL_EOVERFLOW;
+    size_t pre = 0;
+    int absolute = 0;
+    const sl__chunk *c = find_chunk(s, i);
+    if (c->recs[i - c->first].dir != SL__DIR_NONE && s->base_len) {
+        int sep = s->base[s->base_len - 1] != '/';
+        if (s->base_len + sep >= len) return SL_EOVERFLOW;
+        memcpy(buf, s->base, s->base_len);
+        pre = s->base_len;
+        if (sep) buf[pre++] = '/';
+    }
+    int n = rel_path(s, i, buf + pre, len - pre, &absolute);
+    return n < 0 ? n : (int)pre + n;
+}
+
+/* ---- samples ----------------------------------------------------------- */
+
+static const char *errno_reason(int e, char *tmp, size_t n) {
+    switch (e) {
+    case ENOENT: return "no such file";
+    case EACCES: return "permission denied";
+    case EISDIR: return "is a directory";
+    case ENOTDIR: return "a path component is not a directory";
+    case ENAMETOOLONG: return "path too long";
+    case ELOOP: return "too many symbolic links";
+    default: return strerror_r(e, tmp, n);
+    }
+}
+
+int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
+                           size_t rlen) {
+    f->fd = -1;
+    f->offset = f->size = 0;
+    if (i >= s->count) {
+        sl__msg(reason, rlen, "sample %llu out of range", (unsigned long long)i);
+        return SL_EINVAL;
+    }
+    char path[PATH_MAX], tmp[64];
+    int absolute;
+    if (rel_path(s, i, path, sizeof path, &absolute) < 0) {
+        sl__msg(reason, rlen, "path too long");
+        return SL_EIO;
+    }
+    /* O_NONBLOCK: a FIFO named x.jpg must not hang a worker in open();
+     * it has no effect on reads of regular files. */
+    int fd = openat(absolute ? AT_FDCWD : s->basefd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        sl__msg(reason, rlen, "stat failed: %s", errno_reason(e, tmp, sizeof tmp));
+        return SL_EIO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        sl__msg(reason, rlen, "not a regular file (%s)",
+                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        return SL_EIO;
+    }
+    f->fd = fd;
+    f->size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen) {
+    char *p = buf, tmp[64];
+    uint64_t got = 0;
+    while (got < f->size) {
+        uint64_t want = f->size - got;
+        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30;
+        ssize_t r = pread(f->fd, p + got, (size_t)want, (off_t)(f->offset + got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            sl__msg(reason, rlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
+                    (unsigned long long)f->size, errno_reason(errno, tmp, sizeof tmp));
+            return SL_EIO;
+        }
+        if (r == 0) {
+            sl__msg(reason, rlen, "file shrank while reading (%llu of %llu bytes)", (unsigned long long)got,
+                    (unsigned long long)f->size);
+            return SL_EIO;
+        }
+        got += (uint64_t)r;
+    }
+    return 0;
+}
+
+void sl__sample_close(sl__sample_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+}

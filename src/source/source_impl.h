@@ -1,0 +1,84 @@
+/*
+ * Source internals shared by source.c (dispatch, lookup, sample I/O),
+ * folder.c (ImageFolder indexing) and manifest.c (CSV/JSONL). Private to
+ * src/source/.
+ *
+ * Layout of an index: a source is a list of chunks (one per class for a
+ * folder, one for a manifest). A chunk owns one byte arena holding every
+ * name it knows (file names, directory paths) and two arrays of 16-byte
+ * records pointing into it, so a million samples cost a handful of
+ * allocations, not a million. All of it is counted under SL_MEM_INDEX.
+ */
+#ifndef SL_SOURCE_IMPL_H
+#define SL_SOURCE_IMPL_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "source.h"
+
+/* A name in a chunk's arena: bytes [off, off+len). For a sample, dir is the
+ * index of its directory in the chunk's dirs (SL__DIR_NONE: the name is an
+ * absolute path used as is). For a directory, dir is scratch for sorting. */
+typedef struct sl__rec {
+    uint64_t off;
+    uint32_t len;
+    uint32_t dir;
+} sl__rec;
+_Static_assert(sizeof(sl__rec) == 16, "sl__rec is 16 bytes");
+
+#define SL__DIR_NONE UINT32_MAX
+
+/* Growable arrays in one chunk. Invariant once indexed: recs are in sample
+ * order; dirs[recs[k].dir] is the folder path (relative to the source's
+ * base) of sample k; labels (manifests only, else NULL) has nrec entries. */
+typedef struct sl__chunk {
+    char *arena;
+    uint64_t arena_len, arena_cap;
+    sl__rec *recs;
+    uint64_t nrec, rec_cap;
+    sl__rec *dirs;
+    uint64_t ndir, dir_cap;
+    int64_t *labels;
+    uint64_t label_cap;
+    int64_t label; /* folder: the class index of every sample here */
+    uint64_t first; /* global index of recs[0] */
+} sl__chunk;
+
+enum { SL__KIND_FOLDER = 1, SL__KIND_CSV = 2, SL__KIND_JSONL = 3 };
+
+struct sl__source {
+    sl__budget *b;
+    int kind;
+    int basefd;        /* O_PATH descriptor of base: samples open relative to it */
+    char *base;        /* display prefix of every relative path ("" = cwd) */
+    size_t base_len;
+    sl__chunk *chunks; /* nchunks, in sample order; folder: index = label */
+    uint32_t nchunks;
+    uint32_t num_classes;
+    uint64_t count;
+};
+
+/* Appends; each returns 0 or SL_EBUDGET/SL_ENOMEM (chunk unchanged). */
+int sl__chunk_put(sl__budget *b, sl__chunk *c, const char *p, size_t n, uint64_t *off);
+int sl__chunk_add_rec(sl__budget *b, sl__chunk *c, uint64_t off, uint32_t len, uint32_t dir);
+int sl__chunk_add_dir(sl__budget *b, sl__chunk *c, uint64_t off, uint32_t len, uint32_t parent);
+int sl__chunk_add_label(sl__budget *b, sl__chunk *c, int64_t label);
+/* Give back the slack of grown arrays (copies only when it is worth it). */
+int sl__chunk_shrink(sl__budget *b, sl__chunk *c);
+void sl__chunk_free(sl__budget *b, sl__chunk *c);
+
+/* Sort n records by (dir if by_dir, then name bytes, shorter first on a
+ * tie): byte order, as Python sorts str for UTF-8 names. In place, no
+ * allocation, O(n log n) worst case. */
+void sl__recs_sort(sl__rec *r, uint64_t n, const char *arena, int by_dir);
+
+/* SL_EBUDGET if want bytes more would pass the budget, else SL_ENOMEM. */
+int sl__nomem_code(const sl__budget *b, uint64_t want);
+
+/* Index a folder / parse a manifest into s (s->b set, base not yet). On
+ * failure s holds whatever was built; sl__source_close frees it. */
+int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *err, size_t errlen);
+int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, size_t errlen);
+
+#endif
