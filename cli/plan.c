@@ -1,0 +1,475 @@
+/*
+ * sluice plan DATA [--preset train|val] [--size N] [--batch N] [--budget SIZE]
+ *                  [--sample N] [--seed S] [--json] [--no-python]
+ *
+ * Size a pipeline before starting it. plan indexes DATA with the loader
+ * itself, decodes an evenly spaced sample of it on one core with the
+ * library's own decode path, measures what a loader reserves (from three
+ * probe loaders: the base, one more slot, one more worker) and what a
+ * PyTorch DataLoader worker costs, then prints, over workers x prefetch,
+ * the memory each would take, the throughput to expect, which rows fit the
+ * budget, and the configuration sluice itself chooses for that budget.
+ */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/mem.h"
+#include "core/util.h"
+#include "monitor/json.h"
+#include "sluice.h"
+
+/* The per-worker base when python3 + torch cannot be run to measure it,
+ * marked "constant (not measured)" wherever it is printed: the USS of a
+ * forked torch 2.13 (CPU) DataLoader worker after its first batch, measured
+ * on the development machine (USS 15.3 MB, PSS 93 MB), rounded up. */
+#define SL_PLAN_WORKER_BASE_DEFAULT ((uint64_t)16 << 20)
+
+typedef struct plan_opts {
+    const char *data;
+    int preset;
+    uint32_t size, batch, sample;
+    uint64_t budget, seed;
+    int json, python;
+} plan_opts;
+
+typedef struct measure {
+    uint64_t dataset;          /* samples in the dataset */
+    uint32_t sampled, failed;  /* decoded, and failed (error records) */
+    double enc_mean, full_mean, out_mean;
+    uint64_t enc_max, full_max, out_max;
+    double cpu_s;              /* one-core decode + transform time, summed */
+    double index_s;
+} measure;
+
+typedef struct model {
+    uint64_t base, slot, scratch; /* fixed(w, p) = base + p*slot + w*scratch */
+} model;
+
+typedef struct worker_base {
+    uint64_t bytes, pss, uss;
+    int measured;
+    char how[160];
+} worker_base;
+
+static void usage(FILE *f) {
+    fputs("usage: sluice plan DATA [--preset train|val] [--size 224] [--batch 256] [--budget 512M]\n"
+          "                        [--sample 200] [--seed S] [--json] [--no-python]\n"
+          "  decodes --sample files spread evenly over DATA on one core, then predicts memory\n"
+          "  and throughput over workers x prefetch for sluice and a PyTorch DataLoader\n"
+          "  --no-python  do not run python3 to measure a DataLoader worker's base memory\n",
+          f);
+}
+
+static int cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return 1;
+}
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A probe loader's fixed reservation. */
+static int probe_fixed(const plan_opts *o, uint32_t workers, uint32_t prefetch, uint64_t budget, sl_stats *st,
+                       uint64_t *dataset, char *err, size_t errlen) {
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = o->data;
+    cfg.batch_size = o->batch;
+    cfg.size = o->size;
+    cfg.preset = o->preset;
+    cfg.workers = workers;
+    cfg.prefetch = prefetch;
+    cfg.budget = budget;
+    cfg.seed = o->seed;
+    sl_loader *ld;
+    int rc = sl_loader_create(&cfg, &ld, err, errlen);
+    if (rc) return rc;
+    rc = sl_loader_stats(ld, st);
+    if (dataset) *dataset = sl_loader_dataset_size(ld);
+    sl_loader_destroy(ld);
+    return rc;
+}
+
+/* Read a whole file into *buf (grown from b). */
+static int read_file(sl__budget *b, const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return errno == ENOENT ? SL_ENOENT : SL_EIO;
+    int rc = 0;
+    *len = 0;
+    for (;;) {
+        if (*len == *cap) {
+            size_t nc = *cap ? *cap * 2 : (size_t)1 << 20;
+            if (nc > max + 1) nc = max + 1;
+            if (nc <= *cap) {
+                rc = SL_ELIMIT;
+                break;
+            }
+            unsigned char *p = sl__realloc(b, *buf, nc, SL_MEM_SCRATCH);
+            if (!p) {
+                rc = SL_EBUDGET;
+                break;
+            }
+            *buf = p;
+            *cap = nc;
+        }
+        size_t r = fread(*buf + *len, 1, *cap - *len, f);
+        *len += r;
+        if (r == 0) {
+            if (ferror(f)) rc = SL_EIO;
+            break;
+        }
+    }
+    fclose(f);
+    if (!rc && *len > max) rc = SL_ELIMIT;
+    return rc;
+}
+
+/* Decode o->sample files spread evenly over the dataset, one at a time on
+ * this thread. Paths come from a loader over the dataset (workers 1). */
+static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errlen) {
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = o->data;
+    cfg.batch_size = 1;
+    cfg.size = o->size;
+    cfg.preset = o->preset;
+    cfg.workers = 1;
+    cfg.prefetch = 1;
+    cfg.budget = (uint64_t)1 << 40;
+    sl_loader *ld;
+    int rc = sl_loader_create(&cfg, &ld, err, errlen);
+    if (rc) return rc;
+    sl_stats st;
+    if (sl_loader_stats(ld, &st) == 0) m->index_s = st.index_seconds;
+    m->dataset = sl_loader_dataset_size(ld);
+    uint64_t n = o->sample < m->dataset ? o->sample : m->dataset;
+    sl__budget b;
+    if ((rc = sl__budget_init(&b, (uint64_t)1 << 30)) != 0) {
+        sl_loader_destroy(ld);
+        return rc;
+    }
+    unsigned char *file = NULL, *out = NULL;
+    size_t fcap = 0, ocap = 0;
+    double enc = 0, full = 0, outb = 0;
+    sl_decode_opts d;
+    sl_decode_opts_init(&d);
+    d.preset = o->preset;
+    d.size = o->size;
+    d.seed = o->seed;
+    d.max_pixels = cfg.max_pixels;
+    d.max_bytes = cfg.max_bytes;
+    for (uint64_t k = 0; k < n && rc == 0; k++) {
+        uint64_t idx = k * m->dataset / n; /* evenly spaced through the index */
+        char path[4096];
+        if (!sl_loader_sample_path(ld, idx, path, sizeof path)) {
+            m->failed++;
+            continue;
+        }
+        size_t len;
+        int frc = read_file(&b, path, cfg.max_bytes, &file, &fcap, &len);
+        if (frc == SL_EBUDGET) rc = frc;
+        sl_image_info info;
+        uint32_t w, h, c;
+        if (frc || sl_image_probe(file, len, &info) || sl_image_output_size(file, len, &d, &w, &h, &c)) {
+            m->failed++;
+            continue;
+        }
+        uint64_t osz = (uint64_t)w * h * c, fsz;
+        if (sl__mul((uint64_t)info.width * info.height, info.channels == 4 ? 4 : 3, &fsz)) fsz = UINT64_MAX;
+        if (osz > ocap) {
+            sl__free(&b, out);
+            out = sl__alloc(&b, (size_t)osz, SL_MEM_SCRATCH);
+            ocap = out ? (size_t)osz : 0;
+            if (!out) {
+                rc = SL_EBUDGET;
+                break;
+            }
+        }
+        d.index = idx;
+        double t0 = thread_cpu_s();
+        int drc = sl_image_decode(file, len, &d, out, (size_t)osz, NULL, 0);
+        double dt = thread_cpu_s() - t0;
+        if (drc) {
+            m->failed++;
+            continue;
+        }
+        m->cpu_s += dt;
+        m->sampled++;
+        enc += (double)len;
+        full += (double)fsz;
+        outb += (double)osz;
+        m->enc_max = SL_MAX(m->enc_max, (uint64_t)len);
+        m->full_max = SL_MAX(m->full_max, fsz);
+        m->out_max = SL_MAX(m->out_max, osz);
+    }
+    sl__free(&b, file);
+    sl__free(&b, out);
+    sl__budget_fini(&b);
+    sl_loader_destroy(ld);
+    if (rc) {
+        sl__msg(err, errlen, "sampling stopped: %s", sl_strerror(rc));
+        return rc;
+    }
+    if (!m->sampled) {
+        sl__msg(err, errlen, "none of the %llu sampled files decoded", (unsigned long long)n);
+        return SL_EEMPTY;
+    }
+    m->enc_mean = enc / m->sampled;
+    m->full_mean = full / m->sampled;
+    m->out_mean = outb / m->sampled;
+    return 0;
+}
+
+/* Base memory of one PyTorch DataLoader worker: a forked worker of a
+ * python3 that imported torch, measured from its smaps_rollup after its
+ * first batch. USS is what each added worker costs (its shared pages are
+ * the parent's); PSS is reported alongside. */
+static const char *const worker_probe_py =
+    "import json, torch\n"
+    "from torch.utils.data import DataLoader, Dataset\n"
+    "class D(Dataset):\n"
+    "    def __len__(self): return 64\n"
+    "    def __getitem__(self, i): return i\n"
+    "def rollup(pid):\n"
+    "    r = {}\n"
+    "    for l in open('/proc/%d/smaps_rollup' % pid):\n"
+    "        p = l.split()\n"
+    "        if len(p) >= 2 and p[0].endswith(':') and p[1].isdigit(): r[p[0][:-1]] = int(p[1]) * 1024\n"
+    "    return r\n"
+    "it = iter(DataLoader(D(), batch_size=4, num_workers=1, prefetch_factor=1))\n"
+    "next(it)\n"
+    "r = rollup(it._workers[0].pid)\n"
+    "print(json.dumps({'pss': r['Pss'], 'uss': r['Private_Clean'] + r['Private_Dirty'], 'torch': torch.__version__}))\n";
+
+static void measure_worker_base(int python, worker_base *wb) {
+    memset(wb, 0, sizeof *wb);
+    wb->bytes = SL_PLAN_WORKER_BASE_DEFAULT;
+    snprintf(wb->how, sizeof wb->how, "constant (not measured): 16 MiB, USS of a torch 2.13 worker on the dev machine");
+    if (!python) return;
+    char path[] = "/tmp/sluice-plan-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(path);
+        return;
+    }
+    fputs(worker_probe_py, f);
+    fclose(f);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "timeout 120 python3 %s 2>/dev/null", path);
+    FILE *p = popen(cmd, "r");
+    char line[512] = "";
+    if (p) {
+        if (!fgets(line, sizeof line, p)) line[0] = 0;
+        pclose(p);
+    }
+    unlink(path);
+    double pss, uss;
+    if (sl__json_number(line, strlen(line), "pss", &pss) || sl__json_number(line, strlen(line), "uss", &uss)) return;
+    wb->pss = (uint64_t)pss;
+    wb->uss = (uint64_t)uss;
+    wb->bytes = wb->uss;
+    wb->measured = 1;
+    snprintf(wb->how, sizeof wb->how, "measured: USS of a forked python3+torch DataLoader worker after its first batch");
+}
+
+int sl_cli_plan(int argc, char **argv) {
+    plan_opts o = {NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            o.json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-python")) {
+            o.python = 0;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (o.data) {
+                fprintf(stderr, "sluice plan: one dataset, not %s too\n", a);
+                return 2;
+            }
+            o.data = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "sluice plan: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        int bad = *end != 0 || v[0] == '-';
+        if (!strcmp(a, "--preset")) {
+            if (!strcmp(v, "train")) o.preset = SL_PRESET_TRAIN;
+            else if (!strcmp(v, "val")) o.preset = SL_PRESET_VAL;
+            else bad = 1;
+        } else if (!strcmp(a, "--size")) {
+            bad |= n < 1 || n > 65535;
+            o.size = (uint32_t)n;
+        } else if (!strcmp(a, "--batch")) {
+            bad |= n < 1 || n > 1u << 20;
+            o.batch = (uint32_t)n;
+        } else if (!strcmp(a, "--sample")) {
+            bad |= n < 1 || n > 1u << 24;
+            o.sample = (uint32_t)n;
+        } else if (!strcmp(a, "--seed")) {
+            o.seed = n;
+        } else if (!strcmp(a, "--budget")) {
+            bad = sl_parse_size(v, &o.budget) != 0 || o.budget == 0;
+        } else {
+            fprintf(stderr, "sluice plan: unknown flag %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "sluice plan: bad value for %s: %s\n", a, v);
+            return 2;
+        }
+    }
+    if (!o.data) {
+        usage(stderr);
+        return 2;
+    }
+    char err[512] = "";
+    measure m = {0};
+    int rc = measure_sample(&o, &m, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sluice plan: %s: %s\n", o.data, err[0] ? err : sl_strerror(rc));
+        return 1;
+    }
+    /* The loader's reservation model, from three probes with room to spare. */
+    const uint64_t roomy = (uint64_t)1 << 44;
+    sl_stats s11, s12, s21;
+    if ((rc = probe_fixed(&o, 1, 1, roomy, &s11, NULL, err, sizeof err)) ||
+        (rc = probe_fixed(&o, 1, 2, roomy, &s12, NULL, err, sizeof err)) ||
+        (rc = probe_fixed(&o, 2, 1, roomy, &s21, NULL, err, sizeof err))) {
+        fprintf(stderr, "sluice plan: probe loader: %s\n", err[0] ? err : sl_strerror(rc));
+        return 1;
+    }
+    model md;
+    md.slot = s12.fixed_bytes > s11.fixed_bytes ? s12.fixed_bytes - s11.fixed_bytes : 0;
+    md.scratch = s21.fixed_bytes > s11.fixed_bytes ? s21.fixed_bytes - s11.fixed_bytes : 0;
+    md.base = s11.fixed_bytes - SL_MIN(s11.fixed_bytes, md.slot + md.scratch);
+    /* What sluice itself picks for this budget (workers and slots auto). */
+    sl_stats pick;
+    char pick_err[512] = "";
+    int pick_rc = probe_fixed(&o, 0, 0, o.budget, &pick, NULL, pick_err, sizeof pick_err);
+    worker_base wb;
+    measure_worker_base(o.python, &wb);
+
+    int ncores = cores();
+    double per_core = m.cpu_s > 0 ? m.sampled / m.cpu_s : 0;
+    uint64_t sample_bytes = m.out_max; /* presets give every sample the same output size */
+    uint32_t wl[16];
+    int nw = 0;
+    int wmax = SL_MAX(8, 2 * ncores);
+    for (int w = 1; w <= wmax && nw < 15; w *= 2) wl[nw++] = (uint32_t)w;
+    if ((ncores & (ncores - 1)) && ncores <= wmax) wl[nw++] = (uint32_t)ncores;
+    for (int i = 1; i < nw; i++) /* keep the list sorted */
+        for (int j = i; j > 0 && wl[j] < wl[j - 1]; j--) {
+            uint32_t x = wl[j];
+            wl[j] = wl[j - 1];
+            wl[j - 1] = x;
+        }
+    const uint32_t pl[] = {1, 2, 4};
+    char a[24], b[24], c[24], d[24];
+    typedef unsigned long long ull;
+    if (o.json) {
+        printf("{\"dataset\":");
+        sl__json_str(stdout, o.data);
+        printf(",\"dataset_samples\":%llu,\"sampled\":%u,\"failed\":%u,\"preset\":\"%s\",\"size\":%u,\"batch\":%u,"
+               "\"budget_bytes\":%llu,\"cores\":%d,\"index_seconds\":%.3f,",
+               (ull)m.dataset, m.sampled, m.failed, o.preset == SL_PRESET_VAL ? "val" : "train", o.size, o.batch,
+               (ull)o.budget, ncores, m.index_s);
+        printf("\"encoded_bytes_mean\":%.0f,\"encoded_bytes_max\":%llu,\"decoded_bytes_mean\":%.0f,"
+               "\"decoded_bytes_max\":%llu,\"sample_bytes\":%llu,\"decode_s_per_sample\":%.6f,\"one_core_samples_per_s\":%.1f,",
+               m.enc_mean, (ull)m.enc_max, m.full_mean, (ull)m.full_max, (ull)sample_bytes,
+               m.cpu_s / m.sampled, per_core);
+        printf("\"sluice_model\":{\"base_bytes\":%llu,\"slot_bytes\":%llu,\"scratch_per_worker_bytes\":%llu},",
+               (ull)md.base, (ull)md.slot, (ull)md.scratch);
+        printf("\"worker_base\":{\"bytes\":%llu,\"measured\":%s,\"pss_bytes\":%llu,\"uss_bytes\":%llu,\"how\":",
+               (ull)wb.bytes, wb.measured ? "true" : "false", (ull)wb.pss, (ull)wb.uss);
+        sl__json_str(stdout, wb.how);
+        printf("},\"rows\":[");
+    } else {
+        printf("sluice plan  %s  (%llu samples, %u sampled evenly, %u failed)\n", o.data, (ull)m.dataset, m.sampled,
+               m.failed);
+        printf("preset %s %u, batch %u, budget %s, %d cores\n", o.preset == SL_PRESET_VAL ? "val" : "train", o.size,
+               o.batch, sl__fmt_bytes(o.budget, a, sizeof a), ncores);
+        printf("per sample: encoded %s (max %s), decoded %s (max %s), in the batch %s\n",
+               sl__fmt_bytes((uint64_t)m.enc_mean, a, sizeof a), sl__fmt_bytes(m.enc_max, b, sizeof b),
+               sl__fmt_bytes((uint64_t)m.full_mean, c, sizeof c), sl__fmt_bytes(m.full_max, d, sizeof d),
+               sl__fmt_bytes(sample_bytes, a, sizeof a));
+        printf("decode + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled, per_core);
+        printf("sluice reserves: %s base (index, bookkeeping) + %s per batch slot + %s per worker\n",
+               sl__fmt_bytes(md.base, a, sizeof a), sl__fmt_bytes(md.slot, b, sizeof b), sl__fmt_bytes(md.scratch, c, sizeof c));
+        printf("DataLoader worker base: %s (%s)\n", sl__fmt_bytes(wb.bytes, a, sizeof a), wb.how);
+        printf("\n%7s %8s %14s %5s %16s %5s %12s\n", "workers", "prefetch", "sluice", "fits", "DataLoader", "fits",
+               "samples/s");
+    }
+    int first = 1;
+    for (int i = 0; i < nw; i++) {
+        for (size_t j = 0; j < sizeof pl / sizeof pl[0]; j++) {
+            uint32_t w = wl[i], p = pl[j];
+            /* sluice: p batch slots shared by all workers; DataLoader: p
+             * batches per worker, plus each worker's process base. */
+            double sl_bytes = (double)md.base + (double)p * md.slot + (double)w * md.scratch;
+            double dl_bytes = (double)w * p * o.batch * (double)sample_bytes + (double)w * wb.bytes;
+            double rate = SL_MIN((int)w, ncores) * per_core;
+            int sl_fits = sl_bytes <= (double)o.budget, dl_fits = dl_bytes <= (double)o.budget;
+            if (o.json) {
+                printf("%s{\"workers\":%u,\"prefetch\":%u,\"sluice_bytes\":%.0f,\"sluice_fits\":%s,\"dataloader_bytes\":%.0f,"
+                       "\"dataloader_fits\":%s,\"samples_per_s\":%.1f}",
+                       first ? "" : ",", w, p, sl_bytes, sl_fits ? "true" : "false", dl_bytes,
+                       dl_fits ? "true" : "false", rate);
+            } else {
+                printf("%7u %8u %14s %5s %16s %5s %12.0f\n", w, p, sl__fmt_bytes((uint64_t)sl_bytes, a, sizeof a),
+                       sl_fits ? "yes" : "no", sl__fmt_bytes((uint64_t)dl_bytes, b, sizeof b), dl_fits ? "yes" : "no",
+                       rate);
+            }
+            first = 0;
+        }
+    }
+    if (o.json) {
+        printf("],\"choice\":");
+        if (pick_rc == 0) {
+            double pred = (double)md.base + (double)pick.slots * md.slot + (double)pick.workers * md.scratch;
+            printf("{\"workers\":%u,\"slots\":%u,\"fixed_bytes\":%llu,\"model_bytes\":%.0f,\"samples_per_s\":%.1f}",
+                   pick.workers, pick.slots, (ull)pick.fixed_bytes, pred,
+                   SL_MIN((int)pick.workers, ncores) * per_core);
+        } else {
+            printf("{\"error\":");
+            sl__json_str(stdout, pick_err[0] ? pick_err : sl_strerror(pick_rc));
+            printf("}");
+        }
+        printf("}\n");
+    } else if (pick_rc == 0) {
+        printf("\nsluice would choose: %u workers, %u batch slots, reserving %s of the %s budget (%.0f samples/s)\n",
+               pick.workers, pick.slots, sl__fmt_bytes(pick.fixed_bytes, a, sizeof a),
+               sl__fmt_bytes(o.budget, b, sizeof b), SL_MIN((int)pick.workers, ncores) * per_core);
+    } else {
+        printf("\nsluice refuses this budget: %s\n", pick_err[0] ? pick_err : sl_strerror(pick_rc));
+    }
+    return 0;
+}
