@@ -1,0 +1,1226 @@
+/*
+ * sluice._sluice — the CPython extension, written against the public C API
+ * (include/sluice.h) only.
+ *
+ * Objects and ownership
+ *   _Loader  owns one sl_loader. It is destroyed when the object dies, or on
+ *            close() — but never while a Batch still holds a slot or while a
+ *            thread is inside a GIL-released call: close() then only marks it
+ *            closing and the last of those destroys it (maybe_destroy).
+ *   _Batch   owns one sl_batch (a slot) and a strong reference to its
+ *            _Loader. Its death gives the slot back (sl_loader_release).
+ *   Field    a zero-copy view of one field of a batch; holds a strong
+ *            reference to its _Batch. Buffers exported through the buffer
+ *            protocol hold the Field (view->obj); DLPack capsules and the
+ *            tensors made from them hold it through the managed tensor's
+ *            manager context. So the slot returns to the pool exactly when
+ *            the last view of it dies.
+ *
+ * Threads: every field of _Loader is read and written with the GIL held.
+ * The GIL is released around sl_loader_create/next/set_epoch/set_state/
+ * destroy and sl_image_decode; while released, `busy` is set so that no
+ * other thread can destroy the loader or enter it concurrently.
+ *
+ * The exception types are created once at module initialisation and never
+ * change afterwards; they are the only file-level objects.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice.h"
+
+/* ---- DLPack (https://dmlc.github.io/dlpack), ABI version 1.0 ----------- */
+typedef struct { int32_t device_type, device_id; } DLDevice;
+typedef struct { uint8_t code, bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+enum { kDLCPU = 1 };
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2 };
+
+/* ---- exceptions --------------------------------------------------------- */
+/* Set once in PyInit__sluice, read-only afterwards. */
+static PyObject *BudgetError;    /* SL_EBUDGET: ValueError and MemoryError */
+static PyObject *DecodeError;    /* format/corrupt/limit/unsupported: ValueError */
+static PyObject *SampleError;    /* SL_ESAMPLE: RuntimeError */
+static PyObject *SlotsHeldError; /* SL_EHELD: RuntimeError */
+
+static const char *code_name(int code) {
+    switch (code) {
+    case SL_OK: return "SL_OK";
+    case SL_EINVAL: return "SL_EINVAL";
+    case SL_ENOMEM: return "SL_ENOMEM";
+    case SL_EBUDGET: return "SL_EBUDGET";
+    case SL_ENOENT: return "SL_ENOENT";
+    case SL_EIO: return "SL_EIO";
+    case SL_EEMPTY: return "SL_EEMPTY";
+    case SL_EPARSE: return "SL_EPARSE";
+    case SL_EFORMAT: return "SL_EFORMAT";
+    case SL_ECORRUPT: return "SL_ECORRUPT";
+    case SL_ELIMIT: return "SL_ELIMIT";
+    case SL_EUNSUPPORTED: return "SL_EUNSUPPORTED";
+    case SL_EHELD: return "SL_EHELD";
+    case SL_ESAMPLE: return "SL_ESAMPLE";
+    case SL_EEND: return "SL_EEND";
+    case SL_ESTATE: return "SL_ESTATE";
+    case SL_EOVERFLOW: return "SL_EOVERFLOW";
+    case SL_ESYS: return "SL_ESYS";
+    default: return "SL_E?";
+    }
+}
+
+static PyObject *exc_type(int code) {
+    switch (code) {
+    case SL_EINVAL: case SL_EEMPTY: case SL_EPARSE: return PyExc_ValueError;
+    case SL_ENOMEM: return PyExc_MemoryError;
+    case SL_EBUDGET: return BudgetError;
+    case SL_ENOENT: return PyExc_FileNotFoundError;
+    case SL_EIO: case SL_ESYS: return PyExc_OSError;
+    case SL_EFORMAT: case SL_ECORRUPT: case SL_ELIMIT: case SL_EUNSUPPORTED: return DecodeError;
+    case SL_EHELD: return SlotsHeldError;
+    case SL_ESAMPLE: return SampleError;
+    case SL_EOVERFLOW: return PyExc_OverflowError;
+    default: return PyExc_RuntimeError; /* SL_ESTATE and unknown codes */
+    }
+}
+
+/* Raise type with message "what: detail (SL_EXXX: strerror)" and attributes
+ * code (int) and code_name. detail may be NULL or empty. Returns NULL. */
+static PyObject *raise_as(PyObject *type, int code, const char *what, const char *detail) {
+    PyObject *msg;
+    if (detail && detail[0])
+        msg = PyUnicode_FromFormat("%s: %s (%s: %s)", what, detail, code_name(code), sl_strerror(code));
+    else
+        msg = PyUnicode_FromFormat("%s (%s: %s)", what, code_name(code), sl_strerror(code));
+    if (!msg) return NULL;
+    PyObject *exc = PyObject_CallOneArg(type, msg);
+    Py_DECREF(msg);
+    if (!exc) return NULL;
+    PyObject *c = PyLong_FromLong(code);
+    PyObject *n = PyUnicode_FromString(code_name(code));
+    if (!c || !n || PyObject_SetAttrString(exc, "code", c) < 0 ||
+        PyObject_SetAttrString(exc, "code_name", n) < 0) {
+        Py_XDECREF(c);
+        Py_XDECREF(n);
+        Py_DECREF(exc);
+        return NULL;
+    }
+    Py_DECREF(c);
+    Py_DECREF(n);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *raise_code(int code, const char *what, const char *detail) {
+    return raise_as(exc_type(code), code, what, detail);
+}
+
+/* ---- small converters ---------------------------------------------------- */
+static int conv_u64(PyObject *o, void *out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected an int, got %.100s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return 0;
+    *(uint64_t *)out = v;
+    return 1;
+}
+
+static int conv_u32(PyObject *o, void *out) {
+    uint64_t v;
+    if (!conv_u64(o, &v)) return 0;
+    if (v > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%llu does not fit in 32 bits", (unsigned long long)v);
+        return 0;
+    }
+    *(uint32_t *)out = (uint32_t)v;
+    return 1;
+}
+
+/* Add key = value (a new reference, stolen) to d. -1 if value is NULL or
+ * the insert failed. */
+static int dict_put(PyObject *d, const char *key, PyObject *value) {
+    if (!value) return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+#define PUT_U64(d, k, v) dict_put((d), (k), PyLong_FromUnsignedLongLong((unsigned long long)(v)))
+#define PUT_F(d, k, v) dict_put((d), (k), PyFloat_FromDouble((double)(v)))
+#define PUT_S(d, k, v) dict_put((d), (k), PyUnicode_FromString(v))
+
+/* ---- _Loader ------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    sl_loader *ld;     /* NULL before create and after destroy */
+    PyObject *source;  /* bytes: cfg.source, kept for the loader's life */
+    Py_ssize_t held;   /* _Batch objects alive (slots held by Python) */
+    int busy;          /* a thread is inside a GIL-released call on ld */
+    int closing;       /* close() asked: destroy once held == 0 and !busy */
+    uint64_t max_error_records;
+} LoaderObject;
+
+typedef struct {
+    PyObject_HEAD
+    LoaderObject *loader; /* strong: keeps ld alive while the slot is held */
+    sl_batch *b;          /* owned: released in dealloc */
+    uint32_t len;
+    uint64_t epoch, index, checksum;
+} BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    BatchObject *batch;  /* strong: the slot this view points into */
+    sl_field f;          /* copied; f.data points into the slot */
+    Py_ssize_t shape[4], strides[4];
+    char name[16];
+} FieldObject;
+
+static PyTypeObject LoaderType, BatchType, FieldType;
+
+/* Destroy the loader if close() was asked and nothing uses it any more. */
+static void maybe_destroy(LoaderObject *self) {
+    if (!self->ld || !self->closing || self->held > 0 || self->busy) return;
+    sl_loader *ld = self->ld;
+    self->ld = NULL;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    sl_loader_destroy(ld);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+}
+
+/* 0 if the loader can be entered now, else -1 with an exception set. */
+static int loader_enter_check(LoaderObject *self) {
+    if (!self->ld || self->closing) {
+        PyErr_SetString(PyExc_ValueError, "the loader is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the loader is in use by another thread (one consumer thread per loader)");
+        return -1;
+    }
+    return 0;
+}
+
+static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
+                             "drop_last", "rank", "world_size", "workers", "prefetch",
+                             "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
+                             "flags", "max_error_records", NULL};
+    sl_config cfg;
+    sl_config_init(&cfg);
+    PyObject *source = NULL;
+    int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
+        on_error = cfg.on_error;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&", kwlist, PyUnicode_FSConverter, &source,
+            conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
+            &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
+            &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
+            &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
+            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records))
+        return -1;
+    if (self->ld || self->source) {
+        Py_DECREF(source);
+        PyErr_SetString(PyExc_RuntimeError, "_Loader.__init__ called twice");
+        return -1;
+    }
+    self->source = source; /* owned; cfg.source points into it */
+    cfg.source = PyBytes_AS_STRING(source);
+    cfg.preset = preset;
+    cfg.shuffle = shuffle;
+    cfg.drop_last = drop_last;
+    cfg.on_error = on_error;
+    self->max_error_records = cfg.max_error_records;
+
+    char err[512] = "";
+    sl_loader *ld = NULL;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_loader_create(&cfg, &ld, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0) {
+        raise_code(rc, "cannot create the loader", err);
+        return -1;
+    }
+    self->ld = ld;
+    return 0;
+}
+
+static void Loader_dealloc(LoaderObject *self) {
+    /* No _Batch is alive (each holds a reference), and no thread is inside. */
+    self->closing = 1;
+    self->held = 0;
+    self->busy = 0;
+    maybe_destroy(self);
+    Py_CLEAR(self->source);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Loader_close(LoaderObject *self, PyObject *unused) {
+    self->closing = 1;
+    maybe_destroy(self);
+    Py_RETURN_NONE;
+}
+
+/* Raise SampleError for the batch sl_loader_next just dropped, with the
+ * newest error record's index, path, reason. */
+static PyObject *raise_sample_error(LoaderObject *self) {
+    sl_stats st;
+    sl_error_record rec;
+    char buf[4096];
+    const char *path = NULL;
+    int have = 0;
+    if (sl_loader_stats(self->ld, &st) == 0 && st.errors > 0) {
+        uint64_t kept = st.errors < self->max_error_records ? st.errors : self->max_error_records;
+        if (kept > 0 && sl_loader_errors(self->ld, (size_t)(kept - 1), &rec, 1) == 1) {
+            have = 1;
+            path = sl_loader_sample_path(self->ld, rec.index, buf, sizeof buf);
+        }
+    }
+    if (!have)
+        return raise_code(SL_ESAMPLE,
+                          "a sample of this batch failed; the batch was dropped and the next "
+                          "iteration goes on with the one after (see errors())",
+                          NULL);
+    char what[4600];
+    snprintf(what, sizeof what,
+             "sample %llu (%s) failed in epoch %llu: %s [%s]; the batch was dropped and the next "
+             "iteration goes on with the one after",
+             (unsigned long long)rec.index, path ? path : "?", (unsigned long long)rec.epoch,
+             rec.reason, code_name(rec.code));
+    raise_code(SL_ESAMPLE, what, NULL);
+    /* Attach the record to the exception instance. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value) {
+        PyObject *o;
+        if ((o = PyLong_FromUnsignedLongLong(rec.index))) {
+            PyObject_SetAttrString(value, "index", o);
+            Py_DECREF(o);
+        }
+        if ((o = path ? PyUnicode_DecodeFSDefault(path) : Py_NewRef(Py_None))) {
+            PyObject_SetAttrString(value, "path", o);
+            Py_DECREF(o);
+        }
+        if ((o = PyUnicode_DecodeUTF8(rec.reason, (Py_ssize_t)strnlen(rec.reason, sizeof rec.reason),
+                                      "replace"))) {
+            PyObject_SetAttrString(value, "reason", o);
+            Py_DECREF(o);
+        }
+        if ((o = PyUnicode_FromString(code_name(rec.code)))) {
+            PyObject_SetAttrString(value, "sample_code", o);
+            Py_DECREF(o);
+        }
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* next() -> _Batch, or None at the end of the epoch. */
+static PyObject *Loader_next(LoaderObject *self, PyObject *unused) {
+    if (loader_enter_check(self) < 0) return NULL;
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) return NULL;
+    bo->loader = NULL;
+    bo->b = NULL;
+    sl_batch *b = NULL;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_loader_next(self->ld, &b);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0) {
+        Py_DECREF(bo);
+        PyObject *res = NULL;
+        if (rc == SL_EEND) {
+            res = Py_NewRef(Py_None);
+        } else if (rc == SL_EHELD) {
+            sl_stats st;
+            char what[256];
+            unsigned slots = sl_loader_stats(self->ld, &st) == 0 ? st.slots : 0;
+            snprintf(what, sizeof what,
+                     "all %u batch slots are held by views of earlier batches; drop references "
+                     "to them (del batch, or the arrays/tensors made from its fields) or raise "
+                     "prefetch/budget",
+                     slots);
+            raise_code(rc, what, NULL);
+        } else if (rc == SL_ESAMPLE) {
+            raise_sample_error(self);
+        } else {
+            raise_code(rc, "cannot get the next batch", NULL);
+        }
+        maybe_destroy(self);
+        return res;
+    }
+    bo->b = b;
+    bo->loader = (LoaderObject *)Py_NewRef((PyObject *)self);
+    bo->len = sl_batch_len(b);
+    bo->epoch = sl_batch_epoch(b);
+    bo->index = sl_batch_index(b);
+    bo->checksum = sl_batch_checksum(b);
+    self->held++;
+    return (PyObject *)bo;
+}
+
+static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg) {
+    uint64_t epoch;
+    if (!conv_u64(arg, &epoch)) return NULL;
+    if (loader_enter_check(self) < 0) return NULL;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_loader_set_epoch(self->ld, epoch);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0) return raise_code(rc, "set_epoch failed", NULL);
+    Py_RETURN_NONE;
+}
+
+static int loader_open_check(LoaderObject *self) {
+    if (!self->ld || self->closing) {
+        PyErr_SetString(PyExc_ValueError, "the loader is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Loader_len(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(sl_loader_len(self->ld));
+}
+
+static PyObject *Loader_num_samples(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(sl_loader_num_samples(self->ld));
+}
+
+static PyObject *Loader_dataset_size(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(sl_loader_dataset_size(self->ld));
+}
+
+static PyObject *Loader_sample_path(LoaderObject *self, PyObject *arg) {
+    uint64_t index;
+    if (!conv_u64(arg, &index)) return NULL;
+    if (loader_open_check(self) < 0) return NULL;
+    char buf[4096];
+    const char *p = sl_loader_sample_path(self->ld, index, buf, sizeof buf);
+    if (!p) Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(p);
+}
+
+static PyObject *Loader_slot_region(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    void *base = NULL;
+    size_t len = 0;
+    int rc = sl_loader_slot_region(self->ld, &base, &len);
+    if (rc < 0) return raise_code(rc, "slot_region failed", NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)base, (unsigned long long)len);
+}
+
+static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    sl_stats st;
+    int rc = sl_loader_stats(self->ld, &st);
+    if (rc < 0) return raise_code(rc, "stats failed", NULL);
+    PyObject *d = PyDict_New(), *mem = PyDict_New(), *peak = PyDict_New();
+    if (!d || !mem || !peak) goto fail;
+    for (int c = 0; c < SL_MEM__COUNT; c++) {
+        if (PUT_U64(mem, sl_mem_category_name(c), st.mem[c]) < 0 ||
+            PUT_U64(peak, sl_mem_category_name(c), st.mem_peak[c]) < 0)
+            goto fail;
+    }
+    if (PUT_U64(d, "samples", st.samples) < 0 || PUT_U64(d, "batches", st.batches) < 0 ||
+        PUT_U64(d, "errors", st.errors) < 0 || PUT_U64(d, "epoch", st.epoch) < 0 ||
+        PUT_F(d, "seconds", st.seconds) < 0 || PUT_F(d, "samples_per_s", st.samples_per_s) < 0 ||
+        PUT_F(d, "consumer_wait_s", st.consumer_wait_s) < 0 ||
+        PUT_F(d, "consumer_wait_fraction", st.seconds > 0 ? st.consumer_wait_s / st.seconds : 0.0) < 0 ||
+        PUT_F(d, "worker_busy_s", st.worker_busy_s) < 0 ||
+        PUT_F(d, "worker_idle_s", st.worker_idle_s) < 0 ||
+        PUT_F(d, "budget_wait_s", st.budget_wait_s) < 0 || PUT_U64(d, "workers", st.workers) < 0 ||
+        PUT_U64(d, "slots", st.slots) < 0 || PUT_U64(d, "slots_held", st.slots_held) < 0 ||
+        PUT_U64(d, "slots_ready", st.slots_ready) < 0 ||
+        PUT_U64(d, "budget_bytes", st.budget_bytes) < 0 ||
+        PUT_U64(d, "accounted_bytes", st.accounted_bytes) < 0 ||
+        PUT_U64(d, "peak_accounted_bytes", st.peak_accounted_bytes) < 0 ||
+        PUT_F(d, "budget_used_fraction",
+              st.budget_bytes ? (double)st.accounted_bytes / (double)st.budget_bytes : 0.0) < 0 ||
+        PUT_U64(d, "fixed_bytes", st.fixed_bytes) < 0 ||
+        dict_put(d, "memory", Py_NewRef(mem)) < 0 ||
+        dict_put(d, "memory_peak", Py_NewRef(peak)) < 0 ||
+        PUT_U64(d, "cache_hits", st.cache_hits) < 0 ||
+        PUT_U64(d, "cache_misses", st.cache_misses) < 0 ||
+        PUT_F(d, "index_seconds", st.index_seconds) < 0 ||
+        PUT_U64(d, "dataset_size", sl_loader_dataset_size(self->ld)) < 0 ||
+        PUT_U64(d, "samples_per_epoch", sl_loader_num_samples(self->ld)) < 0 ||
+        PUT_U64(d, "batches_per_epoch", sl_loader_len(self->ld)) < 0 ||
+        PUT_U64(d, "batches_alive_in_python", (uint64_t)self->held) < 0)
+        goto fail;
+    Py_DECREF(mem);
+    Py_DECREF(peak);
+    return d;
+fail:
+    Py_XDECREF(d);
+    Py_XDECREF(mem);
+    Py_XDECREF(peak);
+    return NULL;
+}
+
+/* errors(first=0, max=-1) -> list of dicts. */
+static PyObject *Loader_errors(LoaderObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"first", "max", NULL};
+    Py_ssize_t first = 0, max = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nn", kwlist, &first, &max)) return NULL;
+    if (first < 0) {
+        PyErr_SetString(PyExc_ValueError, "errors(): first must be >= 0");
+        return NULL;
+    }
+    if (loader_open_check(self) < 0) return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list) return NULL;
+    sl_error_record recs[64];
+    size_t at = (size_t)first;
+    char buf[4096];
+    for (;;) {
+        size_t want = 64;
+        if (max >= 0) {
+            size_t left = (size_t)max - (size_t)PyList_GET_SIZE(list);
+            if (left == 0) break;
+            if (left < want) want = left;
+        }
+        size_t n = sl_loader_errors(self->ld, at, recs, want);
+        for (size_t i = 0; i < n; i++) {
+            const sl_error_record *r = &recs[i];
+            const char *p = sl_loader_sample_path(self->ld, r->index, buf, sizeof buf);
+            PyObject *d = PyDict_New();
+            if (!d) goto fail;
+            if (PUT_U64(d, "index", r->index) < 0 || PUT_U64(d, "epoch", r->epoch) < 0 ||
+                dict_put(d, "path", p ? PyUnicode_DecodeFSDefault(p) : Py_NewRef(Py_None)) < 0 ||
+                dict_put(d, "code", PyLong_FromLong(r->code)) < 0 ||
+                PUT_S(d, "code_name", code_name(r->code)) < 0 ||
+                dict_put(d, "reason",
+                         PyUnicode_DecodeUTF8(r->reason, (Py_ssize_t)strnlen(r->reason, sizeof r->reason),
+                                              "replace")) < 0 ||
+                PyList_Append(list, d) < 0) {
+                Py_DECREF(d);
+                goto fail;
+            }
+            Py_DECREF(d);
+        }
+        at += n;
+        if (n < want) break;
+    }
+    return list;
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *Loader_get_state(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    sl_state s;
+    int rc = sl_loader_get_state(self->ld, &s);
+    if (rc < 0) return raise_code(rc, "state_dict failed", NULL);
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    if (PUT_U64(d, "version", s.version) < 0 || PUT_U64(d, "seed", s.seed) < 0 ||
+        PUT_U64(d, "epoch", s.epoch) < 0 || PUT_U64(d, "batch", s.batch) < 0 ||
+        PUT_U64(d, "tail", s.tail) < 0 || PUT_U64(d, "dataset_size", s.dataset_size) < 0 ||
+        PUT_U64(d, "rank", s.rank) < 0 || PUT_U64(d, "world_size", s.world_size) < 0 ||
+        PUT_U64(d, "batch_size", s.batch_size) < 0 || PUT_U64(d, "flags", s.flags) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static int state_get(PyObject *d, const char *key, int bits32, void *out) {
+    PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
+    if (!v) {
+        PyErr_Format(PyExc_ValueError, "load_state_dict: missing key '%s'", key);
+        return -1;
+    }
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "load_state_dict: '%s' must be an int, got %.100s", key,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (!(bits32 ? conv_u32(v, out) : conv_u64(v, out))) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "load_state_dict: '%s' is out of range", key);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Loader_set_state(LoaderObject *self, PyObject *d) {
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "load_state_dict expects a dict, got %.100s", Py_TYPE(d)->tp_name);
+        return NULL;
+    }
+    sl_state s;
+    memset(&s, 0, sizeof s);
+    if (state_get(d, "version", 0, &s.version) < 0 || state_get(d, "seed", 0, &s.seed) < 0 ||
+        state_get(d, "epoch", 0, &s.epoch) < 0 || state_get(d, "batch", 0, &s.batch) < 0 ||
+        state_get(d, "tail", 0, &s.tail) < 0 || state_get(d, "dataset_size", 0, &s.dataset_size) < 0 ||
+        state_get(d, "rank", 1, &s.rank) < 0 || state_get(d, "world_size", 1, &s.world_size) < 0 ||
+        state_get(d, "batch_size", 1, &s.batch_size) < 0 || state_get(d, "flags", 1, &s.flags) < 0)
+        return NULL;
+    if (loader_enter_check(self) < 0) return NULL;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_loader_set_state(self->ld, &s);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc == SL_ESTATE)
+        return raise_as(PyExc_ValueError, rc,
+                        "load_state_dict: the state was saved by a loader over another dataset or "
+                        "configuration (seed, batch_size, rank/world_size, shuffle, drop_last must "
+                        "match) or has another version",
+                        NULL);
+    if (rc < 0) return raise_code(rc, "load_state_dict failed", NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_get_closed(LoaderObject *self, void *unused) {
+    return PyBool_FromLong(!self->ld || self->closing);
+}
+
+static PyObject *Loader_get_held(LoaderObject *self, void *unused) {
+    return PyLong_FromSsize_t(self->held);
+}
+
+static PyMethodDef Loader_methods[] = {
+    {"next", (PyCFunction)Loader_next, METH_NOARGS,
+     "next() -> _Batch, or None at the end of the epoch (the next call starts the next one)."},
+    {"close", (PyCFunction)Loader_close, METH_NOARGS,
+     "Stop the workers and free the loader once no batch is held any more."},
+    {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O, "Restart iteration at the start of epoch."},
+    {"len", (PyCFunction)Loader_len, METH_NOARGS, "Batches per epoch for this rank."},
+    {"num_samples", (PyCFunction)Loader_num_samples, METH_NOARGS, "Samples per epoch for this rank."},
+    {"dataset_size", (PyCFunction)Loader_dataset_size, METH_NOARGS, "Samples in the dataset."},
+    {"sample_path", (PyCFunction)Loader_sample_path, METH_O, "Path of dataset sample i, or None."},
+    {"slot_region", (PyCFunction)Loader_slot_region, METH_NOARGS,
+     "(address, length) of the one region every batch slot is carved from."},
+    {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "Counters, timings and memory as a dict."},
+    {"errors", (PyCFunction)(void (*)(void))Loader_errors, METH_VARARGS | METH_KEYWORDS,
+     "errors(first=0, max=-1) -> list of error-record dicts."},
+    {"get_state", (PyCFunction)Loader_get_state, METH_NOARGS, "Iteration state as a dict of ints."},
+    {"set_state", (PyCFunction)Loader_set_state, METH_O, "Resume from get_state()'s dict."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Loader_getset[] = {
+    {"closed", (getter)Loader_get_closed, NULL, "True once close() was called.", NULL},
+    {"held", (getter)Loader_get_held, NULL, "Batches alive in Python.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice._Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)Loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Low-level loader: one sl_loader. Use sluice.Loader.",
+    .tp_methods = Loader_methods,
+    .tp_getset = Loader_getset,
+    .tp_init = (initproc)Loader_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- _Batch -------------------------------------------------------------- */
+static void Batch_dealloc(BatchObject *self) {
+    LoaderObject *lo = self->loader;
+    if (lo) {
+        /* lo->ld is alive: destruction waits for held == 0. */
+        if (self->b && lo->ld) sl_loader_release(lo->ld, self->b);
+        lo->held--;
+        maybe_destroy(lo);
+        self->loader = NULL;
+        Py_DECREF(lo);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *field_new(BatchObject *batch, const sl_field *f) {
+    if (f->ndim < 0 || f->ndim > 4) {
+        PyErr_Format(PyExc_RuntimeError, "field '%s' has %d dimensions (at most 4 supported)",
+                     f->name ? f->name : "?", f->ndim);
+        return NULL;
+    }
+    FieldObject *fo = PyObject_New(FieldObject, &FieldType);
+    if (!fo) return NULL;
+    fo->batch = (BatchObject *)Py_NewRef((PyObject *)batch);
+    fo->f = *f;
+    snprintf(fo->name, sizeof fo->name, "%s", f->name ? f->name : "");
+    fo->f.name = fo->name;
+    for (int i = 0; i < 4; i++) {
+        fo->shape[i] = i < f->ndim ? (Py_ssize_t)f->shape[i] : 0;
+        fo->strides[i] = i < f->ndim ? (Py_ssize_t)f->strides[i] : 0;
+    }
+    return (PyObject *)fo;
+}
+
+/* fields() -> dict name -> Field (views of this batch's slot). */
+static PyObject *Batch_fields(BatchObject *self, PyObject *unused) {
+    int n = sl_batch_num_fields(self->b);
+    if (n < 0) return raise_code(n, "cannot read the batch's fields", NULL);
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int i = 0; i < n; i++) {
+        sl_field f;
+        int rc = sl_batch_field(self->b, i, &f);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return raise_code(rc, "cannot read a batch field", NULL);
+        }
+        PyObject *fo = field_new(self, &f);
+        if (!fo || PyDict_SetItemString(d, f.name ? f.name : "", fo) < 0) {
+            Py_XDECREF(fo);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(fo);
+    }
+    return d;
+}
+
+static PyObject *Batch_get_len(BatchObject *self, void *u) { return PyLong_FromUnsignedLong(self->len); }
+static PyObject *Batch_get_epoch(BatchObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->epoch); }
+static PyObject *Batch_get_index(BatchObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->index); }
+static PyObject *Batch_get_checksum(BatchObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->checksum); }
+
+static PyMethodDef Batch_methods[] = {
+    {"fields", (PyCFunction)Batch_fields, METH_NOARGS, "dict name -> Field (zero-copy views)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Batch_getset[] = {
+    {"size", (getter)Batch_get_len, NULL, "Samples in this batch.", NULL},
+    {"epoch", (getter)Batch_get_epoch, NULL, "Epoch of this batch.", NULL},
+    {"index", (getter)Batch_get_index, NULL, "Batch number within the epoch.", NULL},
+    {"checksum", (getter)Batch_get_checksum, NULL, "Hash of the samples (checksum=True), else 0.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice._Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)Batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch slot held by Python; released when the last view dies.",
+    .tp_methods = Batch_methods,
+    .tp_getset = Batch_getset,
+};
+
+/* ---- Field: buffer protocol and DLPack ------------------------------------ */
+static void Field_dealloc(FieldObject *self) {
+    Py_CLEAR(self->batch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static const char *field_format(int dtype, Py_ssize_t *itemsize) {
+    switch (dtype) {
+    case SL_DTYPE_UINT8: *itemsize = 1; return "B";
+    case SL_DTYPE_INT64: *itemsize = 8; return "q";
+    case SL_DTYPE_FLOAT32: *itemsize = 4; return "f";
+    default: *itemsize = 0; return NULL;
+    }
+}
+
+static int field_is_c_contiguous(const FieldObject *self, Py_ssize_t itemsize) {
+    Py_ssize_t expect = itemsize;
+    for (int i = self->f.ndim - 1; i >= 0; i--) {
+        if (self->shape[i] > 1 && self->strides[i] != expect) return 0;
+        expect *= self->shape[i];
+    }
+    return 1;
+}
+
+/* Writable views: the batch belongs to the consumer until it is released,
+ * so in-place work on it (normalising, say) is allowed. */
+static int Field_getbuffer(FieldObject *self, Py_buffer *view, int flags) {
+    Py_ssize_t itemsize;
+    const char *fmt = field_format(self->f.dtype, &itemsize);
+    if (!fmt) {
+        PyErr_Format(PyExc_BufferError, "field '%s' has an unknown dtype %d", self->name, self->f.dtype);
+        return -1;
+    }
+    int contiguous = field_is_c_contiguous(self, itemsize);
+    if (!(flags & PyBUF_STRIDES) && !contiguous) {
+        PyErr_SetString(PyExc_BufferError, "field is not C-contiguous: ask for a strided buffer");
+        return -1;
+    }
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->f.ndim > 1) {
+        PyErr_SetString(PyExc_BufferError, "field is C-ordered, not Fortran-ordered");
+        return -1;
+    }
+    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !contiguous) {
+        PyErr_SetString(PyExc_BufferError, "field is not C-contiguous");
+        return -1;
+    }
+    view->buf = self->f.data;
+    view->obj = Py_NewRef((PyObject *)self);
+    view->len = (Py_ssize_t)self->f.nbytes;
+    view->readonly = 0;
+    view->itemsize = itemsize;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+    view->ndim = self->f.ndim;
+    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? self->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs Field_as_buffer = {(getbufferproc)Field_getbuffer, NULL};
+
+/* Everything one exported DLPack tensor needs; freed by its deleter. */
+typedef struct {
+    union {
+        DLManagedTensor classic;
+        DLManagedTensorVersioned versioned;
+    } u;               /* first: the deleter gets a pointer to it */
+    int64_t shape[4], strides[4];
+    PyObject *owner;   /* the Field: keeps the slot alive */
+} dl_holder;
+
+static void dl_holder_free(dl_holder *h) {
+    if (!h) return;
+    if (!Py_IsInitialized()) return; /* interpreter gone: leak rather than crash */
+    /* Consumers may call the deleter from any thread, without the GIL. */
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(h->owner);
+    PyMem_RawFree(h);
+    PyGILState_Release(g);
+}
+
+static void dl_deleter_classic(DLManagedTensor *m) { dl_holder_free((dl_holder *)(void *)m); }
+static void dl_deleter_versioned(DLManagedTensorVersioned *m) { dl_holder_free((dl_holder *)(void *)m); }
+
+static void capsule_dtor_classic(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "used_dltensor")) return; /* a consumer owns it */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+    else PyErr_WriteUnraisable(cap);
+    PyErr_Restore(t, v, tb);
+}
+
+static void capsule_dtor_versioned(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "used_dltensor_versioned")) return;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (m && m->deleter) m->deleter(m);
+    else PyErr_WriteUnraisable(cap);
+    PyErr_Restore(t, v, tb);
+}
+
+static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwlist, &stream, &max_version, &dl_device,
+                                     &copy))
+        return NULL;
+    if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
+        if (PyErr_Occurred()) return NULL;
+        PyErr_SetString(PyExc_BufferError, "__dlpack__: a CPU tensor takes stream=None");
+        return NULL;
+    }
+    if (dl_device != Py_None) {
+        int type = 0, id = 0;
+        if (!PyArg_ParseTuple(dl_device, "ii", &type, &id)) return NULL;
+        if (type != kDLCPU || id != 0) {
+            PyErr_SetString(PyExc_BufferError, "__dlpack__: sluice fields live on the CPU (device (1, 0))");
+            return NULL;
+        }
+    }
+    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+        PyErr_SetString(PyExc_BufferError,
+                        "__dlpack__: sluice fields are zero-copy views; copy=True is not supported");
+        return NULL;
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        long major = 0, minor = 0;
+        if (!PyArg_ParseTuple(max_version, "ll", &major, &minor)) return NULL;
+        versioned = major >= 1;
+    }
+    uint8_t code, bits;
+    switch (self->f.dtype) {
+    case SL_DTYPE_UINT8: code = kDLUInt; bits = 8; break;
+    case SL_DTYPE_INT64: code = kDLInt; bits = 64; break;
+    case SL_DTYPE_FLOAT32: code = kDLFloat; bits = 32; break;
+    default:
+        PyErr_Format(PyExc_BufferError, "field '%s' has an unknown dtype %d", self->name, self->f.dtype);
+        return NULL;
+    }
+    dl_holder *h = PyMem_RawCalloc(1, sizeof *h);
+    if (!h) return PyErr_NoMemory();
+    int64_t itemsize = bits / 8;
+    for (int i = 0; i < self->f.ndim; i++) {
+        h->shape[i] = self->f.shape[i];
+        h->strides[i] = self->f.strides[i] / itemsize;
+    }
+    DLTensor *t = versioned ? &h->u.versioned.dl_tensor : &h->u.classic.dl_tensor;
+    t->data = self->f.data;
+    t->device.device_type = kDLCPU;
+    t->device.device_id = 0;
+    t->ndim = self->f.ndim;
+    t->dtype.code = code;
+    t->dtype.bits = bits;
+    t->dtype.lanes = 1;
+    t->shape = h->shape;
+    t->strides = h->strides;
+    t->byte_offset = 0;
+    h->owner = Py_NewRef((PyObject *)self);
+    PyObject *cap;
+    if (versioned) {
+        h->u.versioned.version.major = 1;
+        h->u.versioned.version.minor = 0;
+        h->u.versioned.manager_ctx = h;
+        h->u.versioned.deleter = dl_deleter_versioned;
+        h->u.versioned.flags = 0;
+        cap = PyCapsule_New(&h->u.versioned, "dltensor_versioned", capsule_dtor_versioned);
+    } else {
+        h->u.classic.manager_ctx = h;
+        h->u.classic.deleter = dl_deleter_classic;
+        cap = PyCapsule_New(&h->u.classic, "dltensor", capsule_dtor_classic);
+    }
+    if (!cap) {
+        Py_DECREF(h->owner);
+        PyMem_RawFree(h);
+        return NULL;
+    }
+    return cap;
+}
+
+static PyObject *Field_dlpack_device(FieldObject *self, PyObject *unused) {
+    return Py_BuildValue("(ii)", kDLCPU, 0);
+}
+
+static PyObject *Field_get_shape(FieldObject *self, void *u) {
+    PyObject *t = PyTuple_New(self->f.ndim);
+    if (!t) return NULL;
+    for (int i = 0; i < self->f.ndim; i++) {
+        PyObject *v = PyLong_FromSsize_t(self->shape[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *Field_get_strides(FieldObject *self, void *u) {
+    PyObject *t = PyTuple_New(self->f.ndim);
+    if (!t) return NULL;
+    for (int i = 0; i < self->f.ndim; i++) {
+        PyObject *v = PyLong_FromSsize_t(self->strides[i]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *Field_get_dtype(FieldObject *self, void *u) {
+    switch (self->f.dtype) {
+    case SL_DTYPE_UINT8: return PyUnicode_FromString("uint8");
+    case SL_DTYPE_INT64: return PyUnicode_FromString("int64");
+    case SL_DTYPE_FLOAT32: return PyUnicode_FromString("float32");
+    default: return PyUnicode_FromString("unknown");
+    }
+}
+
+static PyObject *Field_get_name(FieldObject *self, void *u) { return PyUnicode_FromString(self->name); }
+static PyObject *Field_get_nbytes(FieldObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->f.nbytes); }
+static PyObject *Field_get_ndim(FieldObject *self, void *u) { return PyLong_FromLong(self->f.ndim); }
+static PyObject *Field_get_ptr(FieldObject *self, void *u) {
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->f.data);
+}
+static PyObject *Field_get_batch(FieldObject *self, void *u) { return Py_NewRef((PyObject *)self->batch); }
+
+static Py_ssize_t Field_length(FieldObject *self) { return self->f.ndim > 0 ? self->shape[0] : 0; }
+
+static PyObject *Field_repr(FieldObject *self) {
+    PyObject *shape = Field_get_shape(self, NULL);
+    PyObject *dtype = Field_get_dtype(self, NULL);
+    PyObject *r = NULL;
+    if (shape && dtype)
+        r = PyUnicode_FromFormat("<sluice.Field '%s' %U shape=%R>", self->name, dtype, shape);
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    return r;
+}
+
+static PyMethodDef Field_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))Field_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> capsule."},
+    {"__dlpack_device__", (PyCFunction)Field_dlpack_device, METH_NOARGS, "(kDLCPU, 0)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Field_getset[] = {
+    {"name", (getter)Field_get_name, NULL, "Field name.", NULL},
+    {"shape", (getter)Field_get_shape, NULL, "Shape tuple.", NULL},
+    {"strides", (getter)Field_get_strides, NULL, "Strides in bytes.", NULL},
+    {"dtype", (getter)Field_get_dtype, NULL, "'uint8', 'int64' or 'float32'.", NULL},
+    {"ndim", (getter)Field_get_ndim, NULL, "Number of dimensions.", NULL},
+    {"nbytes", (getter)Field_get_nbytes, NULL, "Bytes spanned.", NULL},
+    {"ptr", (getter)Field_get_ptr, NULL, "Address of the first element (inside the slot).", NULL},
+    {"batch", (getter)Field_get_batch, NULL, "The _Batch this field views.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods Field_as_sequence = {.sq_length = (lenfunc)Field_length};
+
+static PyTypeObject FieldType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice.Field",
+    .tp_basicsize = sizeof(FieldObject),
+    .tp_dealloc = (destructor)Field_dealloc,
+    .tp_repr = (reprfunc)Field_repr,
+    .tp_as_sequence = &Field_as_sequence,
+    .tp_as_buffer = &Field_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy view of one field of a batch slot (buffer protocol and DLPack).",
+    .tp_methods = Field_methods,
+    .tp_getset = Field_getset,
+};
+
+/* ---- module functions ----------------------------------------------------- */
+static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(sl_version()); }
+
+static PyObject *mod_strerror(PyObject *m, PyObject *arg) {
+    int code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromString(sl_strerror(code));
+}
+
+static PyObject *mod_code_name(PyObject *m, PyObject *arg) {
+    int code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+    return PyUnicode_FromString(code_name(code));
+}
+
+static PyObject *mod_mem_categories(PyObject *m, PyObject *unused) {
+    PyObject *l = PyList_New(SL_MEM__COUNT);
+    if (!l) return NULL;
+    for (int c = 0; c < SL_MEM__COUNT; c++) {
+        PyObject *s = PyUnicode_FromString(sl_mem_category_name(c));
+        if (!s) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, c, s);
+    }
+    return l;
+}
+
+static PyObject *mod_parse_size(PyObject *m, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "parse_size expects a str like '512M', got %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *s = PyUnicode_AsUTF8(arg);
+    if (!s) return NULL;
+    uint64_t v;
+    int rc = sl_parse_size(s, &v);
+    if (rc < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "cannot parse size %R: expected a number with an optional K, M, G or T suffix "
+                     "(powers of 1024), e.g. '512M'",
+                     arg);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *mod_probe_image(PyObject *m, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    sl_image_info info;
+    int rc = sl_image_probe(buf.buf, (size_t)buf.len, &info);
+    PyBuffer_Release(&buf);
+    if (rc < 0) return raise_code(rc, "cannot probe the image", NULL);
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    const char *fmt = info.format == SL_FORMAT_JPEG ? "jpeg" : info.format == SL_FORMAT_PNG ? "png" : "unknown";
+    if (PUT_U64(d, "width", info.width) < 0 || PUT_U64(d, "height", info.height) < 0 ||
+        PUT_U64(d, "channels", info.channels) < 0 || PUT_S(d, "format", fmt) < 0 ||
+        dict_put(d, "progressive", PyBool_FromLong(info.progressive)) < 0 ||
+        dict_put(d, "orientation", PyLong_FromLong(info.orientation)) < 0 ||
+        dict_put(d, "bit_depth", PyLong_FromLong(info.bit_depth)) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* _decode_image(data, preset, size, seed, epoch, index, flags, max_pixels,
+ * max_bytes) -> (bytearray, shape). preset -1: full image, HWC; else CHW.
+ * max_pixels / max_bytes None: the library defaults. */
+static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"data", "preset", "size", "seed", "epoch", "index", "flags",
+                             "max_pixels", "max_bytes", NULL};
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    Py_buffer buf;
+    int preset = SL_TRANSFORM_NONE;
+    PyObject *max_pixels = Py_None, *max_bytes = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iO&O&O&O&O&OO", kwlist, &buf, &preset, conv_u32,
+                                     &o.size, conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64,
+                                     &o.index, conv_u32, &o.flags, &max_pixels, &max_bytes))
+        return NULL;
+    o.preset = preset;
+    if ((max_pixels != Py_None && !conv_u64(max_pixels, &o.max_pixels)) ||
+        (max_bytes != Py_None && !conv_u64(max_bytes, &o.max_bytes))) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    uint32_t w = 0, h = 0, c = 0;
+    int rc = sl_image_output_size(buf.buf, (size_t)buf.len, &o, &w, &h, &c);
+    if (rc < 0) {
+        PyBuffer_Release(&buf);
+        return raise_code(rc, "cannot decode the image", NULL);
+    }
+    uint64_t n = (uint64_t)w * h; /* both < 2^32: fits */
+    if (n > (uint64_t)PY_SSIZE_T_MAX / (c ? c : 1)) {
+        PyBuffer_Release(&buf);
+        return raise_code(SL_EOVERFLOW, "cannot decode the image", "output too large");
+    }
+    n *= c;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    char err[256] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_image_decode(buf.buf, (size_t)buf.len, &o, PyByteArray_AS_STRING(out), (size_t)n, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc < 0) {
+        Py_DECREF(out);
+        return raise_code(rc, "cannot decode the image", err);
+    }
+    if (preset == SL_TRANSFORM_NONE)
+        return Py_BuildValue("(N(III))", out, h, w, c);
+    return Py_BuildValue("(N(III))", out, c, h, w);
+}
+
+static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"width", "height", "seed", "epoch", "index", NULL};
+    uint32_t w, h;
+    uint64_t seed = 0, epoch = 0, index = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&", kwlist, conv_u32, &w, conv_u32, &h,
+                                     conv_u64, &seed, conv_u64, &epoch, conv_u64, &index))
+        return NULL;
+    uint32_t box[4];
+    int flip = 0;
+    int rc = sl_image_train_crop(w, h, seed, epoch, index, box, &flip);
+    if (rc < 0) return raise_code(rc, "train_crop failed", NULL);
+    return Py_BuildValue("(IIIIN)", box[0], box[1], box[2], box[3], PyBool_FromLong(flip));
+}
+
+static PyMethodDef module_methods[] = {
+    {"version", mod_version, METH_NOARGS, "sl_version(): the library actually loaded."},
+    {"strerror", mod_strerror, METH_O, "sl_strerror(code)."},
+    {"code_name", mod_code_name, METH_O, "'SL_EXXX' for a code."},
+    {"mem_categories", mod_mem_categories, METH_NOARGS, "Memory category names, by index."},
+    {"parse_size", mod_parse_size, METH_O, "sl_parse_size('512M') -> int."},
+    {"probe_image", mod_probe_image, METH_O, "probe_image(bytes) -> dict (header only)."},
+    {"_decode_image", (PyCFunction)(void (*)(void))mod_decode_image, METH_VARARGS | METH_KEYWORDS,
+     "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes) -> (bytearray, shape)"},
+    {"train_crop", (PyCFunction)(void (*)(void))mod_train_crop, METH_VARARGS | METH_KEYWORDS,
+     "train_crop(width, height, seed=0, epoch=0, index=0) -> (x, y, w, h, flip)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_sluice", "CPython binding of libsluice (include/sluice.h).", -1,
+    module_methods, NULL, NULL, NULL, NULL};
+
+static int add_int(PyObject *m, const char *name, long v) { return PyModule_AddIntConstant(m, name, v); }
+
+PyMODINIT_FUNC PyInit__sluice(void) {
+    if (PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 || PyType_Ready(&FieldType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    PyObject *bases = NULL;
+    if (!BudgetError) {
+        bases = PyTuple_Pack(2, PyExc_ValueError, PyExc_MemoryError);
+        if (!bases) goto fail;
+        BudgetError = PyErr_NewExceptionWithDoc(
+            "sluice.BudgetError",
+            "The memory budget cannot hold this (SL_EBUDGET); the message states the minimum. "
+            "A ValueError (a bad budget argument) and a MemoryError.",
+            bases, NULL);
+        Py_CLEAR(bases);
+        DecodeError = PyErr_NewExceptionWithDoc(
+            "sluice.DecodeError", "An image could not be decoded: not JPEG/PNG, corrupt, over a limit, unsupported.",
+            PyExc_ValueError, NULL);
+        SampleError = PyErr_NewExceptionWithDoc(
+            "sluice.SampleError", "on_error='raise': a sample failed and its batch was dropped.",
+            PyExc_RuntimeError, NULL);
+        SlotsHeldError = PyErr_NewExceptionWithDoc(
+            "sluice.SlotsHeldError", "The consumer holds every batch slot (SL_EHELD).", PyExc_RuntimeError, NULL);
+        if (!BudgetError || !DecodeError || !SampleError || !SlotsHeldError) goto fail;
+    }
+    if (PyModule_AddObjectRef(m, "_Loader", (PyObject *)&LoaderType) < 0 ||
+        PyModule_AddObjectRef(m, "_Batch", (PyObject *)&BatchType) < 0 ||
+        PyModule_AddObjectRef(m, "Field", (PyObject *)&FieldType) < 0 ||
+        PyModule_AddObjectRef(m, "BudgetError", BudgetError) < 0 ||
+        PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0 ||
+        PyModule_AddObjectRef(m, "SampleError", SampleError) < 0 ||
+        PyModule_AddObjectRef(m, "SlotsHeldError", SlotsHeldError) < 0)
+        goto fail;
+    if (add_int(m, "PRESET_TRAIN", SL_PRESET_TRAIN) < 0 || add_int(m, "PRESET_VAL", SL_PRESET_VAL) < 0 ||
+        add_int(m, "TRANSFORM_NONE", SL_TRANSFORM_NONE) < 0 ||
+        add_int(m, "ON_ERROR_SKIP", SL_ON_ERROR_SKIP) < 0 || add_int(m, "ON_ERROR_RAISE", SL_ON_ERROR_RAISE) < 0 ||
+        add_int(m, "FLAG_CHECKSUM", SL_FLAG_CHECKSUM) < 0 || add_int(m, "FLAG_EXIF", SL_FLAG_EXIF) < 0 ||
+        add_int(m, "FLAG_KEEP_ALPHA", SL_FLAG_KEEP_ALPHA) < 0 ||
+        add_int(m, "STATE_VERSION", SL_STATE_VERSION) < 0 ||
+        PyModule_AddStringConstant(m, "HEADER_VERSION", SL_VERSION_STRING) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_XDECREF(bases);
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,407 @@
+"""sluice.torch: batches delivered as PyTorch tensors on the GPU.
+
+    from sluice.torch import Loader, memory_report
+    loader = Loader("/data/train", batch_size=256, budget="2G", device="cuda",
+                    dtype=torch.float16, channels_last=True)
+    for images, labels in loader:     # images: [N, 3, 224, 224] float16 on cuda, normalized
+        ...
+
+How a batch travels (CUDA):
+  * The loader's slot region (sl_loader_slot_region: every batch slot lives in
+    it, and it is already counted in the budget) is registered once as pinned
+    memory with cudaHostRegister, so host-to-device copies are true DMA.
+  * For each batch the uint8 image and the labels are copied with
+    non_blocking=True on a side stream; the uint8 -> dtype conversion and the
+    mean/std normalization (one fused addcmul, channels_last on request) run
+    on that stream too, and an event marks the batch ready.
+  * One batch is staged ahead: while you compute on batch k, batch k+1 is
+    copied and converted.
+  * Your (current) stream waits on the ready event; the tensors are
+    record_stream()-ed on it, so the caching allocator never hands their
+    memory to the side stream while your kernels still use it.
+  * The slot goes back to the pool once its copy has finished (event query,
+    or synchronize when every slot would otherwise be held).
+Without CUDA the same loader yields CPU tensors, and warns once.
+"""
+import os
+import warnings
+
+import torch
+
+import sluice
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.uint8)
+_CUDA_HOST_REGISTER_PORTABLE = 1
+_GIB = float(1 << 30)
+
+
+def _warn_no_cuda(device):
+    # The warnings module's default filter shows this once per call site.
+    warnings.warn(f"sluice.torch: CUDA is not available; device={device!r} falls back to CPU "
+                  "tensors (no pinning, conversion on the CPU)", RuntimeWarning, stacklevel=3)
+
+
+def _cudart():
+    """The CUDA runtime: torch's binding, else libcudart loaded at run time."""
+    try:
+        return torch.cuda.cudart()
+    except Exception:  # older torch without the binding
+        import ctypes
+        import ctypes.util
+
+        for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0",
+                     ctypes.util.find_library("cudart")):
+            if not name:
+                continue
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError:
+                continue
+            lib.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+            lib.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+            return lib
+        raise RuntimeError("sluice.torch: cannot find the CUDA runtime (libcudart) to pin memory")
+
+
+def _cuda_ok(err):
+    return int(getattr(err, "value", err)) == 0
+
+
+class Loader:
+    """A :class:`sluice.Loader` that yields ``(images, labels)`` tensors.
+
+    Arguments: those of :class:`sluice.Loader`, plus
+      device         "cuda" (the current CUDA device), "cuda:N" or "cpu"
+      dtype          torch.float16 (default), torch.bfloat16, torch.float32 or torch.uint8
+      mean, std      per-channel, on the 0..1 scale (ImageNet by default): float
+                     outputs are (x / 255 - mean) / std. mean=None and std=None:
+                     x / 255. Not used for uint8 outputs.
+      channels_last  images in torch.channels_last memory format
+
+    ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
+    device. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
+    ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
+    counts the batches you have received (the one staged ahead is not lost).
+    """
+
+    def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
+                 std=IMAGENET_STD, channels_last=False, **kwargs):
+        self._base = None
+        self._pinned = None
+        self._carry = None
+        self._inflight = []  # (copy-done event, cpu batch) in issue order
+        if dtype not in _DTYPES:
+            raise TypeError(f"dtype must be one of {[str(d) for d in _DTYPES]}, got {dtype!r}")
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device: {e}") from None
+        if dev.type not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda', 'cuda:N' or 'cpu', got {device!r}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            _warn_no_cuda(device)
+            dev = torch.device("cpu")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        channels = 4 if kwargs.get("keep_alpha") else 3
+        if (mean is None) != (std is None):
+            raise ValueError("mean and std go together: give both or neither")
+        if mean is None:
+            mean, std = (0.0,) * channels, (1.0,) * channels
+        mean = self._per_channel("mean", mean, channels)
+        std = self._per_channel("std", std, channels)
+        if any(s <= 0 for s in std):
+            raise ValueError(f"std must be > 0 in every channel, got {std}")
+        self._device = dev
+        self._dtype = dtype
+        self._channels_last = bool(channels_last)
+        self.loader = sluice.Loader(source, **kwargs)
+        # out = x * scale + bias == (x / 255 - mean) / std, in float32 opmath
+        self._scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32).view(1, -1, 1, 1)
+        self._bias = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32).view(1, -1, 1, 1)
+        self._max_inflight = max(1, self.loader.stats()["slots"] - 1)
+        if dev.type == "cuda":
+            try:
+                self._setup_cuda()
+            except BaseException:
+                self.close()
+                raise
+
+    @staticmethod
+    def _per_channel(name, v, channels):
+        try:
+            v = tuple(float(x) for x in v)
+        except TypeError:
+            raise TypeError(f"{name} must be a sequence of {channels} numbers, got {v!r}") from None
+        if len(v) == 1:
+            v = v * channels
+        if len(v) != channels:
+            raise ValueError(f"{name} must have {channels} values (one per channel), got {len(v)}")
+        return v
+
+    def _setup_cuda(self):
+        dev = self._device
+        with torch.cuda.device(dev):
+            self._stream = torch.cuda.Stream(dev)
+            self._scale = self._scale.to(dev)
+            self._bias = self._bias.to(dev)
+            base, length = self.loader.slot_region()
+            err = _cudart().cudaHostRegister(base, length, _CUDA_HOST_REGISTER_PORTABLE)
+            if _cuda_ok(err):
+                self._base = base
+                self._pinned = length
+            else:
+                self._pinned = 0
+                warnings.warn(f"sluice.torch: cudaHostRegister of the {length}-byte slot region "
+                              f"failed ({err}); copies will not overlap compute", RuntimeWarning,
+                              stacklevel=3)
+
+    # -- iteration --
+    def __iter__(self):
+        """(images, labels) for the rest of the current epoch."""
+        if self._device.type == "cuda":
+            return self._iter_cuda()
+        return self._iter_cpu()
+
+    def _iter_cpu(self):
+        for batch in self.loader:
+            img = torch.from_dlpack(batch["image"])
+            labels = torch.from_dlpack(batch["label"]).clone()  # tiny; lets the slot go
+            if self._dtype == torch.uint8:
+                # zero-copy: the tensor holds the slot until you drop it
+                images = img.contiguous(memory_format=torch.channels_last) if self._channels_last else img
+            else:
+                images = torch.empty(img.shape, dtype=self._dtype, memory_format=(
+                    torch.channels_last if self._channels_last else torch.contiguous_format))
+                torch.addcmul(self._bias, img, self._scale, out=images)
+            del batch, img
+            self._state = None
+            yield images, labels
+            del images, labels
+
+    def _iter_cuda(self):
+        pending, self._carry = self._carry, None
+        try:
+            while True:
+                self._reap(self._max_inflight - 1)
+                batch = self.loader.next_batch()
+                if batch is None:
+                    break
+                staged = self._stage(batch)
+                del batch
+                out = self._deliver(pending) if pending is not None else None
+                pending = staged  # staged ahead while the caller works on out
+                del staged
+                if out is not None:
+                    yield out
+                    del out
+            if pending is not None:
+                out, pending = self._deliver(pending), None
+                yield out
+                del out
+            self._state = None  # epoch over: the loader's own state is exact
+        finally:
+            # A loop left early keeps its staged batch for the next loop, so
+            # no batch is lost and state_dict() stays exact.
+            if pending is not None:
+                self._carry = pending
+
+    def _stage(self, batch):
+        """Issue copy + conversion of a CPU batch on the side stream."""
+        img = torch.from_dlpack(batch["image"])
+        lab = torch.from_dlpack(batch["label"])
+        state = self.loader.state_dict()  # the state once this batch is delivered
+        dev = self._device
+        with torch.cuda.stream(self._stream):
+            img_d = img.to(dev, non_blocking=True)
+            lab_d = lab.to(dev, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self._stream)
+            if self._dtype == torch.uint8:
+                out = img_d.contiguous(memory_format=torch.channels_last) if self._channels_last else img_d
+            else:
+                out = torch.empty(img_d.shape, dtype=self._dtype, device=dev, memory_format=(
+                    torch.channels_last if self._channels_last else torch.contiguous_format))
+                torch.addcmul(self._bias, img_d, self._scale, out=out)
+            ready = torch.cuda.Event()
+            ready.record(self._stream)
+        # The CPU views (and so the slot) live until the copy is done.
+        self._inflight.append((copied, batch))
+        return out, lab_d, ready, state
+
+    def _deliver(self, staged):
+        out, lab_d, ready, state = staged
+        cur = torch.cuda.current_stream(self._device)
+        cur.wait_event(ready)
+        out.record_stream(cur)
+        lab_d.record_stream(cur)
+        self._state = state
+        self._reap(self._max_inflight)
+        return out, lab_d
+
+    def _reap(self, keep):
+        """Release CPU batches whose copies finished; wait for the oldest
+        while more than `keep` are held."""
+        while self._inflight:
+            copied, _ = self._inflight[0]
+            if len(self._inflight) > keep:
+                copied.synchronize()
+            elif not copied.query():
+                break
+            self._inflight.pop(0)
+
+    # -- the rest, as sluice.Loader --
+    _state = None
+
+    def __len__(self):
+        return len(self.loader)
+
+    def set_epoch(self, epoch):
+        self._drop_staged()
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self):
+        """State after the last batch you received."""
+        if self._state is not None:
+            return dict(self._state)
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self._drop_staged()
+        self.loader.load_state_dict(state)
+
+    def _drop_staged(self):
+        self._carry = None
+        self._state = None
+
+    def stats(self):
+        s = self.loader.stats()
+        s["device"] = str(self._device)
+        s["pinned_bytes"] = self._pinned or 0
+        return s
+
+    def errors(self, *args, **kwargs):
+        return self.loader.errors(*args, **kwargs)
+
+    def close(self):
+        """Wait for copies in flight, unpin the slot region, close the loader."""
+        self._carry = None
+        if self._inflight:
+            for copied, _ in self._inflight:
+                copied.synchronize()
+            self._inflight.clear()
+        if self._base is not None:
+            base, self._base = self._base, None
+            try:
+                _cudart().cudaHostUnregister(base)
+            except Exception:
+                pass
+        if getattr(self, "loader", None) is not None:
+            self.loader.close()
+
+    @property
+    def closed(self):
+        return self.loader.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---- memory report -----------------------------------------------------------
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _kv_kib(text, key):
+    for line in (text or "").splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _cgroup_memory():
+    """(limit, usage) in bytes of this process's memory cgroup; None where unknown
+    or unlimited."""
+    rel = "/"
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and (parts[0] == "0" or "memory" in parts[1].split(",")):
+            rel = parts[2] or "/"
+            if parts[0] == "0":
+                break
+    # cgroup v2: the process's own folder, else the namespace root
+    for d in (os.path.join("/sys/fs/cgroup", rel.lstrip("/")), "/sys/fs/cgroup"):
+        mx = _read(os.path.join(d, "memory.max"))
+        if mx is not None:
+            cur = _read(os.path.join(d, "memory.current"))
+            limit = None if mx.strip() == "max" else int(mx)
+            return limit, int(cur) if cur and cur.strip().isdigit() else None
+    # cgroup v1
+    for d in (os.path.join("/sys/fs/cgroup/memory", rel.lstrip("/")), "/sys/fs/cgroup/memory"):
+        lim = _read(os.path.join(d, "memory.limit_in_bytes"))
+        if lim is not None:
+            use = _read(os.path.join(d, "memory.usage_in_bytes"))
+            limit = int(lim)
+            if limit >= (1 << 60):  # "unlimited" is a page-rounded LONG_MAX
+                limit = None
+            return limit, int(use) if use and use.strip().isdigit() else None
+    return None, None
+
+
+def memory_report():
+    """Memory now, as a flat dict for training logs (values in GiB):
+
+    memory/rss_gb, memory/peak_rss_gb          this process (VmRSS, VmHWM)
+    memory/system_available_gb, memory/system_total_gb   MemAvailable, MemTotal
+    memory/cgroup_limit_gb, memory/cgroup_usage_gb      when in a limited cgroup
+    memory/gpuN_allocated_gb, _reserved_gb, _fragmentation_gb (reserved -
+    allocated), _peak_allocated_gb, _peak_reserved_gb   each GPU this process uses
+    """
+    r = {}
+    status = _read("/proc/self/status")
+    rss, hwm = _kv_kib(status, "VmRSS"), _kv_kib(status, "VmHWM")
+    if rss is not None:
+        r["memory/rss_gb"] = rss / _GIB
+    if hwm is not None:
+        r["memory/peak_rss_gb"] = hwm / _GIB
+    meminfo = _read("/proc/meminfo")
+    avail, total = _kv_kib(meminfo, "MemAvailable"), _kv_kib(meminfo, "MemTotal")
+    if avail is not None:
+        r["memory/system_available_gb"] = avail / _GIB
+    if total is not None:
+        r["memory/system_total_gb"] = total / _GIB
+    limit, usage = _cgroup_memory()
+    if limit is not None:
+        r["memory/cgroup_limit_gb"] = limit / _GIB
+        if usage is not None:
+            r["memory/cgroup_usage_gb"] = usage / _GIB
+    # Only GPUs this process has touched: never create a CUDA context here.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i in range(torch.cuda.device_count()):
+            alloc = torch.cuda.memory_allocated(i)
+            reserved = torch.cuda.memory_reserved(i)
+            if reserved == 0 and alloc == 0:
+                continue
+            r[f"memory/gpu{i}_allocated_gb"] = alloc / _GIB
+            r[f"memory/gpu{i}_reserved_gb"] = reserved / _GIB
+            r[f"memory/gpu{i}_fragmentation_gb"] = (reserved - alloc) / _GIB
+            r[f"memory/gpu{i}_peak_allocated_gb"] = torch.cuda.max_memory_allocated(i) / _GIB
+            r[f"memory/gpu{i}_peak_reserved_gb"] = torch.cuda.max_memory_reserved(i) / _GIB
+    return r
