@@ -136,7 +136,8 @@ int sl__json_number(const char *s, size_t len, const char *path, double *out) {
         path += kl + (dot ? 1 : 0);
     }
     ws(&c);
-    if (c.s >= c.e || !strchr("0123456789-", *c.s)) return SL_ENOENT; /* null, string, object */
+    if (c.s >= c.e) return SL_EPARSE;
+    if (!strchr("0123456789-", *c.s)) return SL_ENOENT; /* null, string, object */
     char num[64];
     size_t n = 0;
     while (c.s < c.e && n < sizeof num - 1 && strchr("0123456789+-.eE", *c.s)) num[n++] = *c.s++;
