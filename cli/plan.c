@@ -10,7 +10,9 @@
  * the memory each would take, the throughput to expect, which rows fit the
  * budget, and the configuration sluice itself chooses for that budget.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
+#endif
 #include <errno.h>
 #include <math.h>
 #include <sched.h>

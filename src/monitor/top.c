@@ -1,5 +1,7 @@
 /* `sluice top` snapshots. See top.h. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* qsort_r */
+#endif
 #include "monitor/top.h"
 
 #include <stdlib.h>

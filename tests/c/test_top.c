@@ -1,7 +1,9 @@
 /* Tests of `sluice top`'s readers: procfs, cgroup v1/v2, PSI, kernel log,
  * NVML absent, JSON paths, and a fork tree of known private and shared
  * memory measured within 5%. Fixtures: tests/fixtures/top. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
