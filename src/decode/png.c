@@ -230,9 +230,11 @@ static void png_free(void *ptr) {
 
 /* Map a libspng error to an SL_E* code with a reason. */
 static int png_err(int e, const char *what, const sl__quota *q, char *reason, size_t rlen) {
-    if (e == SPNG_EMEM && sl__png_tls.refused) {
-        sl__msg(reason, rlen, "PNG %s: decoder needed more than its reserved %llu bytes", what,
-                (unsigned long long)q->cap);
+    /* A refusal by the quota surfaces as SPNG_EMEM, or as the error of
+     * whatever could not start without that memory (SPNG_EZLIB_INIT). */
+    if (sl__png_tls.refused) {
+        sl__msg(reason, rlen, "PNG %s: decoder needed more than its reserved %llu bytes (%s)", what,
+                (unsigned long long)q->cap, spng_strerror(e));
         return SL_EBUDGET;
     }
     if (e == SPNG_EMEM) {
