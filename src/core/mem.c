@@ -279,3 +279,25 @@ const char *sl__fmt_bytes(uint64_t n, char *buf, size_t len) {
     else snprintf(buf, len, "%.1f %s", v, u[i]);
     return buf;
 }
+
+size_t sl__map_cost(size_t n) {
+    size_t ps = page_size();
+    if (n > SIZE_MAX - ps) return SIZE_MAX;
+    return (n + ps - 1) / ps * ps;
+}
+
+void sl__budget_recat(sl__budget *b, uint64_t n, int from, int to) {
+    atomic_fetch_sub(&b->cat[from], n);
+    note_peak(&b->cat_peak[to], atomic_fetch_add(&b->cat[to], n) + n);
+}
+
+void *sl__map_prepaid(size_t n) {
+    if (injected_failure()) return NULL;
+    size_t cost = sl__map_cost(n);
+    void *m = mmap(NULL, cost, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+void sl__unmap_prepaid(void *p, size_t n) {
+    if (p) munmap(p, sl__map_cost(n));
+}

@@ -74,6 +74,15 @@ void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);
 char *sl__strdup(sl__budget *b, const char *s, int cat);
+/* Page-rounded size of a mapping of n bytes. */
+size_t sl__map_cost(size_t n);
+/* Move n counted bytes from one category to another. */
+void sl__budget_recat(sl__budget *b, uint64_t n, int from, int to);
+/* A private anonymous mapping of n bytes whose cost (sl__map_cost(n)) the
+ * caller has already counted with sl__budget_try/wait: for buffers that
+ * grow under the wait protocol. */
+void *sl__map_prepaid(size_t n);
+void sl__unmap_prepaid(void *p, size_t n);
 
 /* Tests: make the allocation after the next n succeed fail (n < 0: off).
  * Process-wide; tests run each in its own process. */

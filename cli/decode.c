@@ -1,0 +1,136 @@
+/*
+ * sluice decode FILE [-o OUT.ppm] [--preset none|train|val] [--size 224]
+ *   [--seed S --epoch E --index I] [--exif] [--max-pixels N]
+ *
+ * Decodes one image exactly as the loader would and writes it as a binary
+ * PPM (RGB), or prints its header with --info. For looking at what the
+ * model sees, and for checking a suspicious file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sluice.h"
+
+static int read_all(const char *path, unsigned char **data, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *b = malloc(cap);
+    while (b) {
+        size_t r = fread(b + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        unsigned char *nb = realloc(b, cap *= 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+        } else b = nb;
+    }
+    fclose(f);
+    if (!b) return -1;
+    *data = b;
+    *len = n;
+    return 0;
+}
+
+int sl_cli_decode(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    int info_only = 0;
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--info")) info_only = 1;
+        else if (!strcmp(a, "--exif")) o.flags |= SL_FLAG_EXIF;
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--preset") || !strcmp(a, "--size") || !strcmp(a, "--seed") ||
+                  !strcmp(a, "--epoch") || !strcmp(a, "--index") || !strcmp(a, "--max-pixels")) && v) {
+            i++;
+            if (!strcmp(a, "-o")) out = v;
+            else if (!strcmp(a, "--preset")) {
+                if (!strcmp(v, "none")) o.preset = SL_TRANSFORM_NONE;
+                else if (!strcmp(v, "train")) o.preset = SL_PRESET_TRAIN;
+                else if (!strcmp(v, "val")) o.preset = SL_PRESET_VAL;
+                else {
+                    fprintf(stderr, "sluice decode: --preset is none, train or val\n");
+                    return 2;
+                }
+            } else {
+                char *end;
+                errno = 0;
+                unsigned long long x = strtoull(v, &end, 10);
+                if (errno || *end || end == v) {
+                    fprintf(stderr, "sluice decode: %s takes a number, not '%s'\n", a, v);
+                    return 2;
+                }
+                if (!strcmp(a, "--size")) o.size = (uint32_t)x;
+                else if (!strcmp(a, "--seed")) o.seed = x;
+                else if (!strcmp(a, "--epoch")) o.epoch = x;
+                else if (!strcmp(a, "--index")) o.index = x;
+                else o.max_pixels = x;
+            }
+        } else if (a[0] != '-' && !in) in = a;
+        else {
+            fprintf(stderr, "usage: sluice decode FILE [-o OUT.ppm] [--info] [--preset none|train|val] [--size N]\n"
+                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n");
+            return 2;
+        }
+    }
+    if (!in) {
+        fprintf(stderr, "sluice decode: no FILE\n");
+        return 2;
+    }
+    unsigned char *data;
+    size_t len;
+    if (read_all(in, &data, &len)) {
+        fprintf(stderr, "sluice decode: cannot read %s: %s\n", in, strerror(errno));
+        return 1;
+    }
+    sl_image_info info;
+    int rc = sl_image_probe(data, len, &info);
+    if (rc) {
+        fprintf(stderr, "sluice decode: %s: %s\n", in, sl_strerror(rc));
+        free(data);
+        return 1;
+    }
+    if (info_only || !out) {
+        printf("%s: %s %ux%u, %u channels, %d-bit%s, orientation %d\n", in,
+               info.format == SL_FORMAT_JPEG ? "JPEG" : "PNG", info.width, info.height, info.channels, info.bit_depth,
+               info.progressive ? (info.format == SL_FORMAT_JPEG ? ", progressive" : ", interlaced") : "",
+               info.orientation);
+        if (!out) {
+            free(data);
+            return 0;
+        }
+    }
+    uint32_t w, h, c;
+    char err[256] = "";
+    rc = sl_image_output_size(data, len, &o, &w, &h, &c);
+    unsigned char *px = rc ? NULL : malloc((size_t)w * h * c);
+    if (!rc && !px) rc = SL_ENOMEM;
+    if (!rc) rc = sl_image_decode(data, len, &o, px, (size_t)w * h * c, err, sizeof err);
+    free(data);
+    if (rc) {
+        fprintf(stderr, "sluice decode: %s: %s%s%s\n", in, sl_strerror(rc), err[0] ? ": " : "", err);
+        free(px);
+        return 1;
+    }
+    FILE *f = fopen(out, "wb");
+    if (!f) {
+        fprintf(stderr, "sluice decode: cannot write %s: %s\n", out, strerror(errno));
+        free(px);
+        return 1;
+    }
+    fprintf(f, "P6\n%u %u\n255\n", w, h);
+    for (uint64_t i = 0; i < (uint64_t)w * h; i++) {
+        unsigned char rgb[3];
+        for (int k = 0; k < 3; k++)
+            rgb[k] = o.preset == SL_TRANSFORM_NONE ? px[i * c + k] : px[(uint64_t)k * w * h + i];
+        fwrite(rgb, 1, 3, f);
+    }
+    fclose(f);
+    free(px);
+    return 0;
+}
