@@ -321,8 +321,9 @@ int sl_cli_plan(int argc, char **argv) {
         i++;
         char *end;
         unsigned long long n = strtoull(v, &end, 10);
-        int bad = *end != 0 || v[0] == '-';
+        int bad = *end != 0 || v[0] == '-'; /* for the numeric flags */
         if (!strcmp(a, "--preset")) {
+            bad = 0;
             if (!strcmp(v, "train")) o.preset = SL_PRESET_TRAIN;
             else if (!strcmp(v, "val")) o.preset = SL_PRESET_VAL;
             else bad = 1;
