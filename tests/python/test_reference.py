@@ -304,11 +304,11 @@ def test_train_output_matches_pillow_crop_resize_flip(jpegs, name):
         assert got.shape == (3, 224, 224)
         ref = _pil_train(data, (x, y, w, h), flip, 224)
         mads.append(np.abs(got.astype(np.float64) - ref).mean())
-    # crop-in-decode shrinks in the DCT domain where the crop will be
-    # reduced 2x or more, so JPEG output differs a little from a
-    # full-resolution resize; flips and boxes must be exact, which a wrong
-    # box or a missing flip would blow far past these bounds.
-    assert max(mads) <= 3.0 and np.mean(mads) <= 2.0, [round(m, 3) for m in mads]
+    # Crop-in-decode may shrink in the DCT domain where the crop is reduced
+    # 2x or more, so JPEG output may differ a little from a full-resolution
+    # resize (measured: mean 0.01, worst 0.12 at the time of writing); a
+    # wrong box or a missing flip gives tens of levels.
+    assert max(mads) <= 2.0 and np.mean(mads) <= 1.0, [round(m, 3) for m in mads]
 
 
 @pytest.mark.parametrize("name", ["rgb8", "rgb8_interlaced", "palette8_trns"])
