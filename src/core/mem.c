@@ -165,12 +165,10 @@ size_t sl__alloc_cost(size_t n) {
     return t; /* malloc: counted at usable size, at least this */
 }
 
-void *sl__alloc(sl__budget *b, size_t n, int cat) {
-    size_t cost = sl__alloc_cost(n);
-    if (cost == SIZE_MAX) return NULL;
-    if (injected_failure()) return NULL;
+/* Allocate a block of cost bytes (sl__alloc_cost of the request), already counted under
+ * cat. On failure the cost is given back and NULL returned. */
+static void *alloc_counted(sl__budget *b, size_t cost, int cat) {
     if (cost >= SL_MMAP_MIN) {
-        if (sl__budget_try(b, cost, cat)) return NULL;
         void *m = mmap(NULL, cost, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
             sl__budget_release(b, cost, cat);
@@ -180,9 +178,8 @@ void *sl__alloc(sl__budget *b, size_t n, int cat) {
         *h = (hdr){SL_MAGIC_MMAP, (uint32_t)cat, cost, cost, 0};
         return (char *)m + SL_HDR;
     }
-    /* Count the request first so the budget is never passed, then settle
+    /* The request was counted first so the budget is never passed; settle
      * the difference to the usable size malloc really gave. */
-    if (sl__budget_try(b, cost, cat)) return NULL;
     hdr *h = malloc(cost);
     if (!h) {
         sl__budget_release(b, cost, cat);
@@ -196,6 +193,14 @@ void *sl__alloc(sl__budget *b, size_t n, int cat) {
     return h + 1;
 }
 
+void *sl__alloc(sl__budget *b, size_t n, int cat) {
+    size_t cost = sl__alloc_cost(n);
+    if (cost == SIZE_MAX) return NULL;
+    if (injected_failure()) return NULL;
+    if (sl__budget_try(b, cost, cat)) return NULL;
+    return alloc_counted(b, cost, cat);
+}
+
 void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err) {
     size_t cost = sl__alloc_cost(n);
     if (cost == SIZE_MAX) {
@@ -207,23 +212,16 @@ void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err) {
         *err = rc;
         return NULL;
     }
-    sl__budget_release(b, cost, cat);
-    /* Between release and alloc another thread could take the room; retry
-     * through the queue until it holds. */
-    for (;;) {
-        void *p = sl__alloc(b, n, cat);
-        if (p) return p;
-        rc = sl__budget_wait(b, cost, cat);
-        if (rc) {
-            *err = rc;
-            return NULL;
-        }
+    /* Counted: from here only the system can refuse (no retry: a refusal
+     * by the system is SL_ENOMEM, not a reason to wait again). */
+    if (injected_failure()) {
         sl__budget_release(b, cost, cat);
-        if (atomic_load(&fail_countdown) == 0) {
-            *err = SL_ENOMEM;
-            return NULL;
-        }
+        *err = SL_ENOMEM;
+        return NULL;
     }
+    void *p = alloc_counted(b, cost, cat);
+    if (!p) *err = SL_ENOMEM;
+    return p;
 }
 
 void *sl__calloc(sl__budget *b, size_t count, size_t size, int cat) {
