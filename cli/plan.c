@@ -396,7 +396,7 @@ int sl_cli_plan(int argc, char **argv) {
             wl[j - 1] = x;
         }
     const uint32_t pl[] = {1, 2, 4};
-    char a[24], b[24], c[24], d[24];
+    char a[24], b[24], c[24], d[24], e[24]; /* one buffer per value of a printf */
     typedef unsigned long long ull;
     if (o.json) {
         printf("{\"dataset\":");
@@ -423,7 +423,7 @@ int sl_cli_plan(int argc, char **argv) {
         printf("per sample: encoded %s (max %s), decoded %s (max %s), in the batch %s\n",
                sl__fmt_bytes((uint64_t)m.enc_mean, a, sizeof a), sl__fmt_bytes(m.enc_max, b, sizeof b),
                sl__fmt_bytes((uint64_t)m.full_mean, c, sizeof c), sl__fmt_bytes(m.full_max, d, sizeof d),
-               sl__fmt_bytes(sample_bytes, a, sizeof a));
+               sl__fmt_bytes(sample_bytes, e, sizeof e));
         printf("decode + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled, per_core);
         printf("sluice reserves: %s base (index, bookkeeping) + %s per batch slot + %s per worker\n",
                sl__fmt_bytes(md.base, a, sizeof a), sl__fmt_bytes(md.slot, b, sizeof b), sl__fmt_bytes(md.scratch, c, sizeof c));
