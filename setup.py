@@ -82,7 +82,7 @@ def _extension():
     include_dirs = ["include", "src"] + jpeg[0]
     library_dirs = list(jpeg[1])
     libraries = list(jpeg[2])
-    macros = []
+    macros = [("_GNU_SOURCE", "1")]  # as CMake: CPU_COUNT, pthread_setname_np, ...
     if spng:
         include_dirs += spng[0]
         library_dirs += spng[1]

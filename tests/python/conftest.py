@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if os.path.join(ROOT, "python") not in sys.path:
+try:  # an installed sluice (pip install .) or PYTHONPATH=python (make test-python)
+    import sluice  # noqa: F401
+except ImportError:
     sys.path.insert(0, os.path.join(ROOT, "python"))
 
 CLASSES = ["ant", "bee", "cat", "dog"]  # label = position in sorted order

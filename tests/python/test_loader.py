@@ -242,7 +242,7 @@ def test_dlpack_and_numpy_agree(dataset):
 
 def test_dlpack_tensor_keeps_the_slot(dataset):
     torch = pytest.importorskip("torch")
-    with make(dataset, prefetch=2) as ld:
+    with make(dataset, prefetch=3) as ld:
         it = iter(ld)
         b = next(it)
         t = torch.from_dlpack(b["image"])
