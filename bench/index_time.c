@@ -5,7 +5,8 @@
  *                                       files img_N.JPEG under DIR/train
  *   index_time time PATH [THREADS]      index PATH through the library, print
  *                                       one JSON line: samples, classes,
- *                                       seconds, index bytes (final, peak)
+ *                                       seconds (wall; CPU user and system,
+ *                                       all threads), index bytes (final, peak)
  *   index_time list PATH [THREADS]      print "label<TAB>path" per sample
  */
 #define _GNU_SOURCE
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,9 +59,14 @@ int main(int argc, char **argv) {
     sl__budget_init(&b, (uint64_t)8 << 30);
     sl__source *s;
     char err[512];
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
     uint64_t t0 = sl__now_ns();
     int rc = sl__source_open(&b, argv[2], threads, &s, err, sizeof err);
     double sec = (double)(sl__now_ns() - t0) / 1e9;
+    getrusage(RUSAGE_SELF, &r1);
+#define TV(t) ((double)(t).tv_sec + (double)(t).tv_usec / 1e6)
+    double user = TV(r1.ru_utime) - TV(r0.ru_utime), sys = TV(r1.ru_stime) - TV(r0.ru_stime);
     if (rc) {
         fprintf(stderr, "index_time: %s (%s)\n", err, sl_strerror(rc));
         return 1;
@@ -72,8 +79,8 @@ int main(int argc, char **argv) {
         }
     } else {
         printf("{\"samples\": %llu, \"classes\": %u, \"threads\": %u, \"seconds\": %.4f, "
-               "\"index_bytes\": %llu, \"index_peak_bytes\": %llu}\n",
-               (unsigned long long)sl__source_count(s), sl__source_num_classes(s), threads, sec,
+               "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"index_bytes\": %llu, \"index_peak_bytes\": %llu}\n",
+               (unsigned long long)sl__source_count(s), sl__source_num_classes(s), threads, sec, user, sys,
                (unsigned long long)atomic_load(&b.cat[SL_MEM_INDEX]),
                (unsigned long long)atomic_load(&b.cat_peak[SL_MEM_INDEX]));
     }
