@@ -44,6 +44,8 @@ typedef struct sl__decode_req {
                                 decoder may shrink (DCT scaling) while the
                                 scaled window stays >= this. 0: full res */
     uint32_t channels;       /* 3 (RGB) or 4 (RGBA) */
+    uint32_t px_bytes;       /* 4: rows may carry RGBX for channels 3 (a
+                                padding byte the sink ignores); 0: channels */
 } sl__decode_req;
 
 /* What the decoder delivers: rows [0, h) of a region of the image as
@@ -54,6 +56,7 @@ typedef struct sl__region {
     uint32_t full_w, full_h; /* decoded image */
     uint32_t x, y, w, h;     /* delivered region, decoded coordinates */
     uint32_t channels;
+    uint32_t pixel_bytes;    /* bytes per pixel in pushed rows (0: channels) */
 } sl__region;
 
 typedef struct sl__row_sink {

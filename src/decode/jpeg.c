@@ -264,7 +264,8 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
     }
     int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
     if (cmyk) ci->out_color_space = JCS_CMYK;
-    else ci->out_color_space = req->channels == 4 ? JCS_EXT_RGBA : JCS_RGB;
+    else if (req->channels == 4) ci->out_color_space = JCS_EXT_RGBA;
+    else ci->out_color_space = req->px_bytes == 4 ? JCS_EXT_RGBX : JCS_RGB; /* RGBX: 4-lane resize */
     ci->dct_method = JDCT_ISLOW;
     unsigned m = choose_scale(req);
     ci->scale_num = m;
@@ -294,7 +295,8 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         rc = SL_EBUDGET;
         goto out;
     }
-    sl__region region = {m, ow, oh, xoff, ry0, cw, ry1 - ry0, req->channels};
+    uint32_t pb = cmyk ? req->channels : comps; /* CMYK rows are converted in place */
+    sl__region region = {m, ow, oh, xoff, ry0, cw, ry1 - ry0, req->channels, pb};
     if ((rc = sink->begin(sink, &region))) {
         sl__msg(reason, rlen, "resize setup failed");
         goto out;

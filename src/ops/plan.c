@@ -89,7 +89,7 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
     uint64_t img, mem = 0;
     if (sl__mul((uint64_t)W * H, p->channels, &img)) return SL_EOVERFLOW;
 
-    sl__decode_req full = {0, 0, info->width, info->height, 0, 0, p->channels};
+    sl__decode_req full = {0, 0, info->width, info->height, 0, 0, p->channels, 0};
     if (p->preset == SL_TRANSFORM_NONE) {
         p->out_w = W, p->out_h = H;
         p->req = full;
@@ -111,7 +111,7 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
         uint32_t x = p->box[0], y = p->box[1], w = p->box[2], h = p->box[3];
         p->ax = (sl__axis_spec){x, (double)x + w, x, (double)x + w, S, 0, S};
         p->ay = (sl__axis_spec){y, (double)y + h, y, (double)y + h, S, 0, S};
-        p->req = (sl__decode_req){x, y, w, h, S, S, p->channels};
+        p->req = (sl__decode_req){x, y, w, h, S, S, p->channels, 4};
     } else if (p->preset == SL_PRESET_VAL) {
         uint32_t short_t = (uint32_t)((uint64_t)S * 256 / 224), rw, rh;
         if (W <= H) {
@@ -132,7 +132,7 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
         val_window(W, rw, cx, S, &x0, &x1);
         val_window(H, rh, cy, S, &y0, &y1);
         uint32_t ow = (uint32_t)ceil((double)(x1 - x0) * rw / W), oh = (uint32_t)ceil((double)(y1 - y0) * rh / H);
-        p->req = (sl__decode_req){x0, y0, x1 - x0, y1 - y0, ow ? ow : 1, oh ? oh : 1, p->channels};
+        p->req = (sl__decode_req){x0, y0, x1 - x0, y1 - y0, ow ? ow : 1, oh ? oh : 1, p->channels, 4};
         p->ax.lo = x0, p->ax.hi = x1, p->ay.lo = y0, p->ay.hi = y1;
         if (x0 == 0 && x1 == W) p->ax.hi = W;
         if (y0 == 0 && y1 == H) p->ay.hi = H;
@@ -144,6 +144,7 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
         /* whole image decoded, oriented, then resized from memory */
         p->req = full;
         p->req.out_w = p->req.out_h = 0;
+        p->req.px_bytes = 0;
         mem = sl__decode_mem(info, &full) + 2 * img + sl__resampler_mem(&p->ax, &p->ay, H + 2, p->channels);
     } else {
         mem = sl__decode_mem(info, &p->req) + sl__resampler_mem(&p->ax, &p->ay, p->req.h + 2, p->channels);
@@ -229,7 +230,7 @@ int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info
         uint32_t LW = p->orient >= 5 ? info->height : info->width, LH = p->orient >= 5 ? info->width : info->height;
         sl__resampler rs;
         sl__resampler_init(&rs, &p->ax, &p->ay, LW, LH, p->flip, q);
-        sl__region reg = {8, LW, LH, 0, 0, LW, LH, C};
+        sl__region reg = {8, LW, LH, 0, 0, LW, LH, C, C};
         rc = rs.sink.begin(&rs.sink, &reg);
         uint64_t line = (uint64_t)LW * C;
         for (uint32_t y = 0; rc == 0 && y < LH; y++) {

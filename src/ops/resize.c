@@ -106,6 +106,9 @@ static int rs_begin(sl__row_sink *sink, const sl__region *r) {
     double sc = r->scale_num / 8.0;
     int rc;
     rs->C = r->channels;
+    rs->pb = r->pixel_bytes ? r->pixel_bytes : r->channels;
+    rs->in_w = r->w;
+    if (rs->pb < rs->C || rs->pb > 4) return SL_EINVAL;
     if ((rc = axis_build(&rs->x, &rs->spec_x, sc, r->full_w, r->x, r->w, rs->q))) return rc;
     if ((rc = axis_build(&rs->y, &rs->spec_y, sc, r->full_h, r->y, r->h, rs->q))) return rc;
     rs->row_lo = rs->y.min[0];
@@ -117,84 +120,104 @@ static int rs_begin(sl__row_sink *sink, const sl__region *r) {
     uint64_t line = (uint64_t)rs->x.n * rs->C, n;
     if (sl__mul(line, rs->row_hi - rs->row_lo, &n)) return SL_EOVERFLOW;
     rs->tmp = sl__quota_alloc(rs->q, n);
-    rs->acc = sl__quota_alloc(rs->q, line * sizeof(int32_t));
+    rs->acc = sl__quota_alloc(rs->q, (uint64_t)rs->x.n * sizeof(int32_t));
     if (!rs->tmp || !rs->acc) return SL_EBUDGET;
     rs->rows_done = 0;
     return 0;
 }
 
-/* Horizontal pass of one region row into tmp. */
-static void hpass(const sl__resampler *rs, const uint8_t *in, uint8_t *out) {
-    const uint32_t C = rs->C, ks = rs->x.ksize;
+/* Hot loops get an AVX2 build beside the baseline one, chosen at load
+ * time (the arithmetic, and so the result, is identical). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(SL_NO_CLONES)
+#define SL_HOT __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define SL_HOT __attribute__((optimize("O3")))
+#else
+#define SL_HOT
+#endif
+
+
+
+/* Horizontal pass of one region row into row r of each channel plane of
+ * tmp (planes of rows x n_x). Flipping happens here: output i lands at
+ * column n_x-1-i, so the vertical pass runs over contiguous memory. */
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint8_t v4u8 __attribute__((vector_size(4)));
+
+SL_HOT static void hpass(const sl__resampler *rs, const uint8_t *in, uint8_t *tmp, uint64_t plane) {
+    const uint32_t C = rs->C, ks = rs->x.ksize, W = rs->x.n, pb = rs->pb;
     const int32_t half = 1 << (PRECISION_BITS - 1);
-    for (uint32_t i = 0; i < rs->x.n; i++) {
-        const int32_t *k = rs->x.k + (uint64_t)i * ks;
-        const uint8_t *p = in + (uint64_t)rs->x.min[i] * C;
-        uint32_t cnt = rs->x.cnt[i];
-        if (C == 3) {
-            int32_t s0 = half, s1 = half, s2 = half;
-            for (uint32_t t = 0; t < cnt; t++, p += 3) {
-                s0 += p[0] * k[t];
-                s1 += p[1] * k[t];
-                s2 += p[2] * k[t];
-            }
-            out[0] = clip8(s0);
-            out[1] = clip8(s1);
-            out[2] = clip8(s2);
-            out += 3;
-        } else {
-            int32_t s0 = half, s1 = half, s2 = half, s3 = half;
+    if (pb == 4) {
+        /* RGBX or RGBA: one 4-lane multiply-add per tap */
+        for (uint32_t i = 0; i < W; i++) {
+            const int32_t *k = rs->x.k + (uint64_t)i * ks;
+            const uint8_t *p = in + (uint64_t)rs->x.min[i] * 4;
+            const uint32_t cnt = rs->x.cnt[i];
+            const uint32_t xo = rs->flip ? W - 1 - i : i;
+            v4i acc = {half, half, half, half};
             for (uint32_t t = 0; t < cnt; t++, p += 4) {
-                s0 += p[0] * k[t];
-                s1 += p[1] * k[t];
-                s2 += p[2] * k[t];
-                s3 += p[3] * k[t];
+                v4u8 b;
+                memcpy(&b, p, 4);
+                acc += __builtin_convertvector(b, v4i) * k[t];
             }
-            out[0] = clip8(s0);
-            out[1] = clip8(s1);
-            out[2] = clip8(s2);
-            out[3] = clip8(s3);
-            out += 4;
+            for (uint32_t c = 0; c < C; c++) tmp[c * plane + xo] = clip8(acc[c]);
         }
+        return;
+    }
+    for (uint32_t i = 0; i < W; i++) {
+        const int32_t *k = rs->x.k + (uint64_t)i * ks;
+        const uint8_t *p = in + (uint64_t)rs->x.min[i] * pb;
+        const uint32_t cnt = rs->x.cnt[i];
+        const uint32_t xo = rs->flip ? W - 1 - i : i;
+        int32_t s0 = half, s1 = half, s2 = half;
+        for (uint32_t t = 0; t < cnt; t++, p += 3) {
+            s0 += p[0] * k[t];
+            s1 += p[1] * k[t];
+            s2 += p[2] * k[t];
+        }
+        tmp[xo] = clip8(s0);
+        tmp[plane + xo] = clip8(s1);
+        tmp[2 * plane + xo] = clip8(s2);
     }
 }
 
 static int rs_rows(sl__row_sink *sink, const uint8_t *const *rows, uint32_t y, uint32_t n) {
     sl__resampler *rs = sink->ctx;
-    uint64_t line = (uint64_t)rs->x.n * rs->C;
+    uint64_t plane = (uint64_t)rs->x.n * (rs->row_hi - rs->row_lo);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ry = y + i;
         if (ry < rs->row_lo || ry >= rs->row_hi) continue;
-        hpass(rs, rows[i], rs->tmp + (uint64_t)(ry - rs->row_lo) * line);
+        hpass(rs, rows[i], rs->tmp + (uint64_t)(ry - rs->row_lo) * rs->x.n, plane);
         rs->rows_done++;
     }
     return 0;
 }
 
+/* One output row of one plane: contiguous, vectorizes. */
+SL_HOT static void vrow(const uint8_t *src, uint64_t stride, const int32_t *k, uint32_t cnt, int32_t *acc,
+                        uint8_t *out, uint32_t W) {
+    const int32_t half = 1 << (PRECISION_BITS - 1);
+    for (uint32_t x = 0; x < W; x++) acc[x] = half;
+    for (uint32_t t = 0; t < cnt; t++) {
+        const int32_t kt = k[t];
+        const uint8_t *row = src + (uint64_t)t * stride;
+        for (uint32_t x = 0; x < W; x++) acc[x] += row[x] * kt;
+    }
+    for (uint32_t x = 0; x < W; x++) {
+        int32_t v = acc[x] >> PRECISION_BITS;
+        out[x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
 int sl__resampler_finish(sl__resampler *rs, uint8_t *dst) {
     if (rs->rows_done != rs->row_hi - rs->row_lo) return SL_ECORRUPT;
     const uint32_t C = rs->C, W = rs->x.n, H = rs->y.n, ks = rs->y.ksize;
-    const uint64_t line = (uint64_t)W * C, plane = (uint64_t)W * H;
-    const int32_t half = 1 << (PRECISION_BITS - 1);
-    int32_t *acc = rs->acc;
-    for (uint32_t yy = 0; yy < H; yy++) {
-        const int32_t *k = rs->y.k + (uint64_t)yy * ks;
-        const uint8_t *src = rs->tmp + (uint64_t)(rs->y.min[yy] - rs->row_lo) * line;
-        for (uint64_t i = 0; i < line; i++) acc[i] = half;
-        for (uint32_t t = 0; t < rs->y.cnt[yy]; t++) {
-            const int32_t kt = k[t];
-            const uint8_t *row = src + (uint64_t)t * line;
-            for (uint64_t i = 0; i < line; i++) acc[i] += row[i] * kt;
-        }
-        uint8_t *o = dst + (uint64_t)yy * W;
-        if (!rs->flip) {
-            for (uint32_t x = 0; x < W; x++)
-                for (uint32_t c = 0; c < C; c++) o[c * plane + x] = clip8(acc[(uint64_t)x * C + c]);
-        } else {
-            for (uint32_t x = 0; x < W; x++)
-                for (uint32_t c = 0; c < C; c++) o[c * plane + (W - 1 - x)] = clip8(acc[(uint64_t)x * C + c]);
-        }
-    }
+    const uint64_t tplane = (uint64_t)W * (rs->row_hi - rs->row_lo), oplane = (uint64_t)W * H;
+    for (uint32_t c = 0; c < C; c++)
+        for (uint32_t yy = 0; yy < H; yy++)
+            vrow(rs->tmp + c * tplane + (uint64_t)(rs->y.min[yy] - rs->row_lo) * W, W, rs->y.k + (uint64_t)yy * ks,
+                 rs->y.cnt[yy], rs->acc, dst + c * oplane + (uint64_t)yy * W, W);
     return 0;
 }
 

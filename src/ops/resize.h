@@ -18,6 +18,8 @@ typedef struct sl__resampler {
     int flip;
     sl__quota *q;
     uint32_t C;
+    uint32_t pb;    /* bytes per pixel in pushed rows (3 or 4) */
+    uint32_t in_w;  /* region width: pixels in each pushed row */
     sl__axis x, y;
     uint32_t row_lo, row_hi, rows_done;
     uint8_t *tmp;  /* horizontal pass output, rows [row_lo, row_hi) */
