@@ -469,6 +469,19 @@ int sl__manifest_parse_jsonl(const char *t, size_t n, sl__manifest_row_fn add, v
 
 /* ---- into a source ----------------------------------------------------- */
 
+typedef struct count_ctx {
+    uint64_t rows, bytes;
+} count_ctx;
+
+static int count_row(void *arg, const char *path, size_t n, int64_t label) {
+    (void)path;
+    (void)label;
+    count_ctx *k = arg;
+    k->rows++;
+    k->bytes += n;
+    return 0;
+}
+
 typedef struct add_ctx {
     sl__source *s;
     sl__chunk *c;
@@ -527,33 +540,54 @@ int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, siz
     }
     text[size] = 0;
 
-    int rc = 0;
-    s->chunks = sl__calloc(b, 1, sizeof(sl__chunk), SL_MEM_INDEX);
-    if (!s->chunks) rc = sl__nomem_code(b, sizeof(sl__chunk));
-    else {
-        s->nchunks = 1;
-        sl__chunk *c = &s->chunks[0];
-        /* dirs[0]: the manifest's folder, the base itself (empty path). */
+    /* Two passes: the first counts rows and path bytes without allocating,
+     * so the index is sized exactly, checked against the budget once, and
+     * never grows by doubling (which would need twice its size for a
+     * moment); the second fills it. */
+    typedef int (*parse_fn)(const char *, size_t, sl__manifest_row_fn, void *, char *, size_t);
+    parse_fn parse = kind == SL__KIND_CSV ? sl__manifest_parse_csv : sl__manifest_parse_jsonl;
+    char perr[200] = "";
+    count_ctx cnt = {0, 0};
+    uint64_t need = 0, rec_bytes = 0, lab_bytes = 0;
+    int rc = parse(text, size, count_row, &cnt, perr, sizeof perr);
+    if (rc == SL_EPARSE) sl__msg(err, errlen, "%s: %s", path, perr);
+    if (!rc && (sl__mul(cnt.rows, sizeof(sl__rec), &rec_bytes) || sl__mul(cnt.rows, sizeof(int64_t), &lab_bytes) ||
+                sl__add(rec_bytes, lab_bytes, &need) || sl__add(need, cnt.bytes, &need) || need > SIZE_MAX / 2)) {
+        sl__msg(err, errlen, "%s: %llu rows: the index size overflows", path, (ull)cnt.rows);
+        rc = SL_EOVERFLOW;
+    }
+    if (!rc && cnt.rows) {
+        uint64_t used0 = atomic_load(&b->used); /* the text and what others hold */
+        s->chunks = sl__calloc(b, 1, sizeof(sl__chunk), SL_MEM_INDEX);
+        sl__chunk *c = s->chunks;
+        if (c) {
+            s->nchunks = 1;
+            c->arena = sl__alloc(b, (size_t)cnt.bytes, SL_MEM_INDEX);
+            c->recs = sl__alloc(b, (size_t)rec_bytes, SL_MEM_INDEX);
+            c->labels = sl__alloc(b, (size_t)lab_bytes, SL_MEM_INDEX);
+            c->arena_cap = cnt.bytes;
+            c->rec_cap = c->label_cap = cnt.rows;
+        }
         uint64_t off;
-        rc = sl__chunk_put(b, c, "", 0, &off);
-        if (!rc) rc = sl__chunk_add_dir(b, c, 0, 0, SL__DIR_NONE);
-        add_ctx a = {s, c};
-        char perr[200] = "";
-        if (!rc)
-            rc = kind == SL__KIND_CSV ? sl__manifest_parse_csv(text, size, add_row, &a, perr, sizeof perr)
-                                      : sl__manifest_parse_jsonl(text, size, add_row, &a, perr, sizeof perr);
-        if (rc == SL_EPARSE) sl__msg(err, errlen, "%s: %s", path, perr);
-        if (!rc) {
-            sl__chunk_shrink(b, c);
+        if (!c || !c->arena || !c->recs || !c->labels || sl__chunk_put(b, c, "", 0, &off) ||
+            sl__chunk_add_dir(b, c, 0, 0, SL__DIR_NONE)) {
+            /* dirs[0] above: the manifest's folder, the base itself. */
+            rc = sl__nomem_code(b, need);
+            sl__msg(err, errlen, "%s: the index of %llu samples needs %s; the budget is %s with %s in use%s", path,
+                    (ull)cnt.rows, sl__fmt_bytes(need, nb[0], 32), sl__fmt_bytes(b->limit, nb[1], 32),
+                    sl__fmt_bytes(used0, nb[2], 32),
+                    rc == SL_EBUDGET ? " (including the manifest text while it is parsed)" : " (the system refused)");
+        } else {
+            add_ctx a = {s, c};
+            rc = parse(text, size, add_row, &a, perr, sizeof perr);
+            if (rc || c->nrec != cnt.rows) { /* the same text twice: cannot differ */
+                sl__msg(err, errlen, "%s: the second pass disagrees with the first", path);
+                rc = rc ? rc : SL_ESTATE;
+            }
             s->count = c->nrec;
         }
     }
     sl__free(b, text);
-    if (rc && rc != SL_EPARSE) {
-        sl__msg(err, errlen, "%s: the index needs more than %s but the budget is %s (%s)", path,
-                sl__fmt_bytes(atomic_load(&b->cat_peak[SL_MEM_INDEX]), nb[0], 32),
-                sl__fmt_bytes(b->limit, nb[1], 32), sl_strerror(rc));
-    }
     if (!rc && s->count == 0) {
         sl__msg(err, errlen, "%s: the manifest lists no samples", path);
         rc = SL_EEMPTY;
