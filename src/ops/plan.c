@@ -145,9 +145,9 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
         p->req = full;
         p->req.out_w = p->req.out_h = 0;
         p->req.px_bytes = 0;
-        mem = sl__decode_mem(info, &full) + 2 * img + sl__resampler_mem(&p->ax, &p->ay, H + 2, p->channels);
+        mem = sl__decode_mem(info, &full) + 2 * img + sl__resampler_mem(&p->ax, &p->ay, W + 2, H + 2, p->channels);
     } else {
-        mem = sl__decode_mem(info, &p->req) + sl__resampler_mem(&p->ax, &p->ay, p->req.h + 2, p->channels);
+        mem = sl__decode_mem(info, &p->req) + sl__resampler_mem(&p->ax, &p->ay, p->req.w + 2, p->req.h + 2, p->channels);
     }
     p->mem = mem;
     return 0;

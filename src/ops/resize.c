@@ -101,31 +101,6 @@ static void axis_free(sl__axis *a, sl__quota *q) {
     memset(a, 0, sizeof *a);
 }
 
-static int rs_begin(sl__row_sink *sink, const sl__region *r) {
-    sl__resampler *rs = sink->ctx;
-    double sc = r->scale_num / 8.0;
-    int rc;
-    rs->C = r->channels;
-    rs->pb = r->pixel_bytes ? r->pixel_bytes : r->channels;
-    rs->in_w = r->w;
-    if (rs->pb < rs->C || rs->pb > 4) return SL_EINVAL;
-    if ((rc = axis_build(&rs->x, &rs->spec_x, sc, r->full_w, r->x, r->w, rs->q))) return rc;
-    if ((rc = axis_build(&rs->y, &rs->spec_y, sc, r->full_h, r->y, r->h, rs->q))) return rc;
-    rs->row_lo = rs->y.min[0];
-    rs->row_hi = rs->y.min[0] + rs->y.cnt[0];
-    for (uint32_t i = 1; i < rs->y.n; i++) {
-        if (rs->y.min[i] < rs->row_lo) rs->row_lo = rs->y.min[i];
-        if (rs->y.min[i] + rs->y.cnt[i] > rs->row_hi) rs->row_hi = rs->y.min[i] + rs->y.cnt[i];
-    }
-    uint64_t line = (uint64_t)rs->x.n * rs->C, n;
-    if (sl__mul(line, rs->row_hi - rs->row_lo, &n)) return SL_EOVERFLOW;
-    rs->tmp = sl__quota_alloc(rs->q, n);
-    rs->acc = sl__quota_alloc(rs->q, (uint64_t)rs->x.n * sizeof(int32_t));
-    if (!rs->tmp || !rs->acc) return SL_EBUDGET;
-    rs->rows_done = 0;
-    return 0;
-}
-
 /* Hot loops get an AVX2 build beside the baseline one, chosen at load
  * time (the arithmetic, and so the result, is identical). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
@@ -137,87 +112,113 @@ static int rs_begin(sl__row_sink *sink, const sl__region *r) {
 #define SL_HOT
 #endif
 
-
-
-/* Horizontal pass of one region row into row r of each channel plane of
- * tmp (planes of rows x n_x). Flipping happens here: output i lands at
- * column n_x-1-i, so the vertical pass runs over contiguous memory. */
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef uint8_t v4u8 __attribute__((vector_size(4)));
-
-SL_HOT static void hpass(const sl__resampler *rs, const uint8_t *in, uint8_t *tmp, uint64_t plane) {
-    const uint32_t C = rs->C, ks = rs->x.ksize, W = rs->x.n, pb = rs->pb;
-    const int32_t half = 1 << (PRECISION_BITS - 1);
-    if (pb == 4) {
-        /* RGBX or RGBA: one 4-lane multiply-add per tap */
-        for (uint32_t i = 0; i < W; i++) {
-            const int32_t *k = rs->x.k + (uint64_t)i * ks;
-            const uint8_t *p = in + (uint64_t)rs->x.min[i] * 4;
-            const uint32_t cnt = rs->x.cnt[i];
-            const uint32_t xo = rs->flip ? W - 1 - i : i;
-            v4i acc = {half, half, half, half};
-            for (uint32_t t = 0; t < cnt; t++, p += 4) {
-                v4u8 b;
-                memcpy(&b, p, 4);
-                acc += __builtin_convertvector(b, v4i) * k[t];
-            }
-            for (uint32_t c = 0; c < C; c++) tmp[c * plane + xo] = clip8(acc[c]);
-        }
-        return;
-    }
-    for (uint32_t i = 0; i < W; i++) {
-        const int32_t *k = rs->x.k + (uint64_t)i * ks;
-        const uint8_t *p = in + (uint64_t)rs->x.min[i] * pb;
-        const uint32_t cnt = rs->x.cnt[i];
-        const uint32_t xo = rs->flip ? W - 1 - i : i;
-        int32_t s0 = half, s1 = half, s2 = half;
-        for (uint32_t t = 0; t < cnt; t++, p += 3) {
-            s0 += p[0] * k[t];
-            s1 += p[1] * k[t];
-            s2 += p[2] * k[t];
-        }
-        tmp[xo] = clip8(s0);
-        tmp[plane + xo] = clip8(s1);
-        tmp[2 * plane + xo] = clip8(s2);
-    }
+static int rs_begin(sl__row_sink *sink, const sl__region *r) {
+    sl__resampler *rs = sink->ctx;
+    double sc = r->scale_num / 8.0;
+    int rc;
+    rs->C = r->channels;
+    rs->pb = r->pixel_bytes ? r->pixel_bytes : r->channels;
+    if (rs->pb < rs->C || rs->pb > 4) return SL_EINVAL;
+    if ((rc = axis_build(&rs->x, &rs->spec_x, sc, r->full_w, r->x, r->w, rs->q))) return rc;
+    if ((rc = axis_build(&rs->y, &rs->spec_y, sc, r->full_h, r->y, r->h, rs->q))) return rc;
+    /* rows and columns any tap reaches (min is non-decreasing) */
+    rs->row_lo = rs->y.min[0];
+    rs->row_hi = 0;
+    for (uint32_t i = 0; i < rs->y.n; i++) rs->row_hi = SL_MAX(rs->row_hi, rs->y.min[i] + rs->y.cnt[i]);
+    rs->col_lo = rs->x.min[0];
+    rs->col_hi = 0;
+    for (uint32_t i = 0; i < rs->x.n; i++) rs->col_hi = SL_MAX(rs->col_hi, rs->x.min[i] + rs->x.cnt[i]);
+    uint64_t R = rs->row_hi - rs->row_lo, X = rs->col_hi - rs->col_lo, n1, n2;
+    if (sl__mul(X * 4, R, &n1) || sl__mul((uint64_t)rs->x.n * rs->C, R, &n2)) return SL_EOVERFLOW;
+    rs->win = sl__quota_alloc(rs->q, n1);
+    rs->tmp = sl__quota_alloc(rs->q, n2);
+    rs->acc = sl__quota_alloc(rs->q, SL_MAX(R * 4, (uint64_t)rs->x.n) * sizeof(int32_t));
+    rs->col = sl__quota_alloc(rs->q, R * 4);
+    if (!rs->win || !rs->tmp || !rs->acc || !rs->col) return SL_EBUDGET;
+    rs->rows_done = 0;
+    return 0;
 }
 
+/* Rows arrive top to bottom; the window is kept transposed (column-major,
+ * one RGBX/RGBA word per pixel) so that the horizontal pass runs over
+ * contiguous memory like the vertical one. */
 static int rs_rows(sl__row_sink *sink, const uint8_t *const *rows, uint32_t y, uint32_t n) {
     sl__resampler *rs = sink->ctx;
-    uint64_t plane = (uint64_t)rs->x.n * (rs->row_hi - rs->row_lo);
+    const uint32_t R = rs->row_hi - rs->row_lo, pb = rs->pb;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ry = y + i;
         if (ry < rs->row_lo || ry >= rs->row_hi) continue;
-        hpass(rs, rows[i], rs->tmp + (uint64_t)(ry - rs->row_lo) * rs->x.n, plane);
+        const uint8_t *p = rows[i] + (uint64_t)rs->col_lo * pb;
+        uint32_t *w = rs->win + (ry - rs->row_lo);
+        if (pb == 4) {
+            for (uint32_t x = rs->col_lo; x < rs->col_hi; x++, p += 4, w += R) memcpy(w, p, 4);
+        } else {
+            for (uint32_t x = rs->col_lo; x < rs->col_hi; x++, p += 3, w += R) {
+                uint8_t px[4] = {p[0], p[1], p[2], 0};
+                memcpy(w, px, 4);
+            }
+        }
         rs->rows_done++;
     }
     return 0;
 }
 
-/* One output row of one plane: contiguous, vectorizes. */
-SL_HOT static void vrow(const uint8_t *src, uint64_t stride, const int32_t *k, uint32_t cnt, int32_t *acc,
-                        uint8_t *out, uint32_t W) {
+/* acc[j] = half + sum_t src_t[j] * k[t], j < n: contiguous, vectorizes. */
+SL_HOT static void taps(const uint8_t *src, uint64_t stride, const int32_t *k, uint32_t cnt, int32_t *acc,
+                        uint32_t n) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
-    for (uint32_t x = 0; x < W; x++) acc[x] = half;
+    for (uint32_t j = 0; j < n; j++) acc[j] = half;
     for (uint32_t t = 0; t < cnt; t++) {
         const int32_t kt = k[t];
         const uint8_t *row = src + (uint64_t)t * stride;
-        for (uint32_t x = 0; x < W; x++) acc[x] += row[x] * kt;
+        for (uint32_t j = 0; j < n; j++) acc[j] += row[j] * kt;
     }
-    for (uint32_t x = 0; x < W; x++) {
+}
+
+SL_HOT static void clip_row(const int32_t *acc, uint8_t *out, uint32_t n) {
+    for (uint32_t x = 0; x < n; x++) {
         int32_t v = acc[x] >> PRECISION_BITS;
         out[x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
     }
 }
 
 int sl__resampler_finish(sl__resampler *rs, uint8_t *dst) {
-    if (rs->rows_done != rs->row_hi - rs->row_lo) return SL_ECORRUPT;
-    const uint32_t C = rs->C, W = rs->x.n, H = rs->y.n, ks = rs->y.ksize;
-    const uint64_t tplane = (uint64_t)W * (rs->row_hi - rs->row_lo), oplane = (uint64_t)W * H;
+    const uint32_t R = rs->row_hi - rs->row_lo;
+    if (rs->rows_done != R) return SL_ECORRUPT;
+    const uint32_t C = rs->C, W = rs->x.n, H = rs->y.n;
+    const uint64_t tplane = (uint64_t)W * R, oplane = (uint64_t)W * H;
+    /* horizontal: one output column at a time, over the transposed window,
+     * into planar tmp (flip applied by where the column lands) */
+    for (uint32_t i = 0; i < W; i++) {
+        const uint8_t *src = (const uint8_t *)(rs->win + (uint64_t)(rs->x.min[i] - rs->col_lo) * R);
+        taps(src, (uint64_t)R * 4, rs->x.k + (uint64_t)i * rs->x.ksize, rs->x.cnt[i], rs->acc, R * 4);
+        const uint32_t xo = rs->flip ? W - 1 - i : i;
+        uint8_t *cb = rs->col;
+        clip_row(rs->acc, cb, R * 4);
+        uint8_t *o0 = rs->tmp + xo, *o1 = o0 + tplane, *o2 = o1 + tplane;
+        if (C == 3) {
+            for (uint32_t y = 0; y < R; y++, cb += 4) {
+                o0[(uint64_t)y * W] = cb[0];
+                o1[(uint64_t)y * W] = cb[1];
+                o2[(uint64_t)y * W] = cb[2];
+            }
+        } else {
+            uint8_t *o3 = o2 + tplane;
+            for (uint32_t y = 0; y < R; y++, cb += 4) {
+                o0[(uint64_t)y * W] = cb[0];
+                o1[(uint64_t)y * W] = cb[1];
+                o2[(uint64_t)y * W] = cb[2];
+                o3[(uint64_t)y * W] = cb[3];
+            }
+        }
+    }
+    /* vertical: contiguous rows of each plane, straight into the slot */
     for (uint32_t c = 0; c < C; c++)
-        for (uint32_t yy = 0; yy < H; yy++)
-            vrow(rs->tmp + c * tplane + (uint64_t)(rs->y.min[yy] - rs->row_lo) * W, W, rs->y.k + (uint64_t)yy * ks,
-                 rs->y.cnt[yy], rs->acc, dst + c * oplane + (uint64_t)yy * W, W);
+        for (uint32_t yy = 0; yy < H; yy++) {
+            taps(rs->tmp + c * tplane + (uint64_t)(rs->y.min[yy] - rs->row_lo) * W, W,
+                 rs->y.k + (uint64_t)yy * rs->y.ksize, rs->y.cnt[yy], rs->acc, W);
+            clip_row(rs->acc, dst + c * oplane + (uint64_t)yy * W, W);
+        }
     return 0;
 }
 
@@ -240,16 +241,23 @@ void sl__resampler_fini(sl__resampler *rs) {
     axis_free(&rs->y, rs->q);
     sl__quota_free(rs->q, rs->tmp);
     sl__quota_free(rs->q, rs->acc);
+    sl__quota_free(rs->q, rs->win);
+    sl__quota_free(rs->q, rs->col);
+    rs->win = NULL;
+    rs->col = NULL;
     rs->tmp = NULL;
     rs->acc = NULL;
 }
 
-uint64_t sl__resampler_mem(const sl__axis_spec *sx, const sl__axis_spec *sy, uint32_t rows, uint32_t C) {
+uint64_t sl__resampler_mem(const sl__axis_spec *sx, const sl__axis_spec *sy, uint32_t cols, uint32_t rows,
+                           uint32_t C) {
     uint64_t kx = sl__axis_ksize(sx->in0, sx->in1, sx->total), ky = sl__axis_ksize(sy->in0, sy->in1, sy->total);
     uint64_t m = 0;
     m += (uint64_t)sx->n * (kx * 4 + 8) + kx * 8 + 64;
     m += (uint64_t)sy->n * (ky * 4 + 8) + ky * 8 + 64;
     m += (uint64_t)sx->n * C * ((uint64_t)rows + 2); /* tmp */
-    m += (uint64_t)sx->n * C * 4;                    /* acc */
+    m += ((uint64_t)cols + 2) * ((uint64_t)rows + 2) * 4; /* transposed window */
+    m += SL_MAX(((uint64_t)rows + 2) * 4, (uint64_t)sx->n) * 4; /* acc */
+    m += ((uint64_t)rows + 2) * 4;                          /* col */
     return m + 8 * 32;                                /* quota headers */
 }
