@@ -267,12 +267,16 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
 }
 
 /* Commit every resolved batch in order. mu held; may drop it while
- * committing. */
-static void try_commit(sl__worker *w) {
+ * committing. Returns how many batches it committed or dropped: a commit
+ * can open work (the next epoch), so a caller about to sleep must look for
+ * work again when this is not 0. */
+static int try_commit(sl__worker *w) {
     sl_loader *ld = w->ld;
+    int done = 0;
     while (!ld->committing && !ld->stop) {
         sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
-        if (!s || s->pending || s->claimed < s->nominal) return;
+        if (!s || s->pending || s->claimed < s->nominal) return done;
+        done++;
         uint64_t gen = ld->gen;
         ld->committing = 1;
         pthread_mutex_unlock(&ld->mu);
@@ -314,6 +318,7 @@ static void try_commit(sl__worker *w) {
             pthread_cond_broadcast(&ld->cv_quiet);
         }
     }
+    return done;
 }
 
 /* ---- workers -------------------------------------------------------------- */
@@ -346,8 +351,11 @@ void sl__loader_run(sl__worker *w) {
     while (!ld->stop) {
         claim c;
         if (!claim_next(ld, &c)) {
-            try_commit(w); /* voids may have resolved a batch */
+            /* voids may have resolved a batch; its commit may have opened
+             * the next epoch (the broadcast went to no one: look again) */
+            if (try_commit(w) > 0) continue;
             if (ld->stop) break;
+            sl__worker_idle(w); /* never sleep on growth another worker may wait for */
             uint64_t t0 = sl__now_ns();
             pthread_cond_wait(&ld->cv_work, &ld->mu);
             atomic_fetch_add_explicit(&w->idle_ns, sl__now_ns() - t0, memory_order_relaxed);

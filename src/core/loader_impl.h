@@ -124,6 +124,9 @@ struct sl_loader {
 void *sl__worker_main(void *arg);
 int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id);
 void sl__worker_fini(sl__worker *w);
+/* Give back the worker's scratch growth (called by the worker itself
+ * before it waits for work). */
+void sl__worker_idle(sl__worker *w);
 /* Decode dataset sample index of epoch into dst. 0 or a code with reason. */
 int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen);
 void sl__record_error(sl_loader *ld, uint64_t index, uint64_t epoch, int code, const char *reason);

@@ -8,7 +8,9 @@
  * the sample's whole need at once, then re-reads the file if its bytes
  * were in the dropped buffer. A waiter therefore holds nothing it could
  * give back, so waits cannot deadlock; after each sample a worker gives
- * its growth back whenever someone waits. A need larger than the budget
+ * its growth back whenever someone waits, and always before it goes idle
+ * (an idle worker must not hold what a waiter needs: it may be idle exactly
+ * because the batch waits for that waiter's sample). A need larger than the budget
  * can ever give (limit - fixed) is an SL_EBUDGET error record for that
  * sample, at once.
  */
@@ -45,6 +47,8 @@ static void drop_growth(sl__worker *w) {
     sl__budget_release(b, w->grow_dec, SL_MEM_DECODER);
     w->grow_read = w->grow_dec = 0;
 }
+
+void sl__worker_idle(sl__worker *w) { drop_growth(w); }
 
 void sl__worker_fini(sl__worker *w) {
     if (!w->ld) return;
