@@ -12,6 +12,9 @@
 #ifndef SL_FIXTURE_H
 #define SL_FIXTURE_H
 
+#ifndef _GNU_SOURCE /* nftw; only effective when this header comes first */
+#define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -24,6 +27,9 @@
 #include <jpeglib.h>
 
 #include "check.h"
+
+/* Every helper may go unused in a given test file. */
+#define FX_FN static __attribute__((unused))
 
 enum { FX_GOOD = 0, FX_TRUNCATED, FX_GARBAGE, FX_EMPTY, FX__KINDS };
 
@@ -58,12 +64,12 @@ typedef struct fx_dataset {
 static char fx_roots[8][280];
 static int fx_nroots;
 
-static int fx_rm_cb(const char *p, const struct stat *st, int type, struct FTW *f) {
+FX_FN int fx_rm_cb(const char *p, const struct stat *st, int type, struct FTW *f) {
     (void)st, (void)type, (void)f;
     return remove(p);
 }
 
-static void fx_cleanup(void) {
+FX_FN void fx_cleanup(void) {
     for (int i = 0; i < fx_nroots; i++) {
         struct stat st;
         if (lstat(fx_roots[i], &st) != 0) continue;
@@ -73,7 +79,7 @@ static void fx_cleanup(void) {
 }
 
 /* Remember path for removal at exit. */
-static void fx_track(const char *path) {
+FX_FN void fx_track(const char *path) {
     if (fx_nroots == 0) atexit(fx_cleanup);
     if (fx_nroots >= 8) SL_FAIL("fixture: too many temporary paths");
     snprintf(fx_roots[fx_nroots++], sizeof fx_roots[0], "%s", path);
@@ -81,7 +87,7 @@ static void fx_track(const char *path) {
 
 /* ---- deterministic randomness --------------------------------------------- */
 
-static uint64_t fx_mix(uint64_t x) { /* splitmix64 */
+FX_FN uint64_t fx_mix(uint64_t x) { /* splitmix64 */
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -92,7 +98,7 @@ static uint64_t fx_mix(uint64_t x) { /* splitmix64 */
 
 /* An RGB image of gradients, blobs and grain (photo-like enough to make the
  * decoder and the resize do real work), or pure noise. Caller frees. */
-static uint8_t *fx_texture(uint32_t w, uint32_t h, uint64_t seed, int noise) {
+FX_FN uint8_t *fx_texture(uint32_t w, uint32_t h, uint64_t seed, int noise) {
     uint8_t *px = malloc((size_t)w * h * 3);
     CHECK(px != NULL);
     uint64_t s = fx_mix(seed);
@@ -118,7 +124,7 @@ static uint8_t *fx_texture(uint32_t w, uint32_t h, uint64_t seed, int noise) {
 }
 
 /* Compress an RGB image into memory; *out is malloc'd by libjpeg. */
-static void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsigned char **out,
+FX_FN void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsigned char **out,
                     unsigned long *len) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
@@ -142,7 +148,7 @@ static void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsi
     jpeg_destroy_compress(&c);
 }
 
-static void fx_write(const char *path, const void *p, size_t n) {
+FX_FN void fx_write(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) SL_FAIL("fixture: fopen %s: %s", path, strerror(errno));
     if (n && fwrite(p, 1, n, f) != n) SL_FAIL("fixture: write %s failed", path);
@@ -150,7 +156,7 @@ static void fx_write(const char *path, const void *p, size_t n) {
 }
 
 /* A JPEG of w x h in memory (for sl_image_decode tests). Caller frees. */
-static unsigned char *fx_jpeg_bytes(uint32_t w, uint32_t h, uint64_t seed, int noise, int quality,
+FX_FN unsigned char *fx_jpeg_bytes(uint32_t w, uint32_t h, uint64_t seed, int noise, int quality,
                                     unsigned long *len) {
     uint8_t *px = fx_texture(w, h, seed, noise);
     unsigned char *j;
@@ -161,7 +167,7 @@ static unsigned char *fx_jpeg_bytes(uint32_t w, uint32_t h, uint64_t seed, int n
 
 /* ---- the dataset ----------------------------------------------------------- */
 
-static void fx_defaults(fx_opts *o) {
+FX_FN void fx_defaults(fx_opts *o) {
     memset(o, 0, sizeof *o);
     o->images = 24;
     o->classes = 3;
@@ -173,7 +179,7 @@ static void fx_defaults(fx_opts *o) {
 
 /* Make the dataset under a fresh /tmp folder (readable by all, so a child
  * that dropped privileges can read it too). */
-static void fx_make(const fx_opts *o, fx_dataset *d) {
+FX_FN void fx_make(const fx_opts *o, fx_dataset *d) {
     memset(d, 0, sizeof *d);
     uint32_t total = o->images + o->corrupt, classes = o->classes ? o->classes : 1;
     if (total == 0 || total > FX_MAX_FILES) SL_FAIL("fixture: %u files", total);
@@ -226,8 +232,17 @@ static void fx_make(const fx_opts *o, fx_dataset *d) {
         }
         unsigned long len;
         unsigned char *j = fx_jpeg_bytes(w, h, r, o->noise, (int)(o->quality ? o->quality : 85), &len);
-        /* truncated: cut inside the entropy-coded data, past the headers */
-        size_t n = d->kind[k] == FX_TRUNCATED ? (size_t)len * 2 / 3 : (size_t)len;
+        /* truncated: cut 16 bytes into the entropy-coded data, so that any
+         * crop of any preset needs the missing part (a cut further down can
+         * legitimately decode: a train crop above it never reads there) */
+        size_t n = (size_t)len;
+        if (d->kind[k] == FX_TRUNCATED) {
+            size_t sos = 2;
+            while (sos + 4 < n && !(j[sos] == 0xFF && j[sos + 1] == 0xDA)) sos++;
+            CHECK(sos + 4 < n);
+            n = sos + 2 + ((size_t)j[sos + 2] << 8 | j[sos + 3]) + 16;
+            CHECK(n < len);
+        }
         fx_write(path, j, n);
         free(j);
     }
@@ -244,7 +259,7 @@ static void fx_make(const fx_opts *o, fx_dataset *d) {
 }
 
 /* Small dataset in one call: n good images of sides lo..hi, corrupt bad ones. */
-static void fx_simple(fx_dataset *d, uint32_t n, uint32_t corrupt, uint32_t lo, uint32_t hi) {
+FX_FN void fx_simple(fx_dataset *d, uint32_t n, uint32_t corrupt, uint32_t lo, uint32_t hi) {
     fx_opts o;
     fx_defaults(&o);
     o.images = n;
@@ -255,7 +270,7 @@ static void fx_simple(fx_dataset *d, uint32_t n, uint32_t corrupt, uint32_t lo, 
 }
 
 /* An empty temporary folder, removed at exit. */
-static void fx_empty_dir(char *out, size_t len) {
+FX_FN void fx_empty_dir(char *out, size_t len) {
     snprintf(out, len, "/tmp/sl_fixture_empty_XXXXXX");
     if (!mkdtemp(out)) SL_FAIL("fixture: mkdtemp: %s", strerror(errno));
     fx_track(out);
