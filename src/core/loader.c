@@ -439,6 +439,14 @@ static void stop_workers(sl_loader *ld, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) pthread_join(ld->workers[i].thread, NULL);
 }
 
+/* An allocation of n bytes came back NULL at create (one thread): the
+ * budget could not hold it (SL_EBUDGET) or the system refused (SL_ENOMEM). */
+static int alloc_fail_code(const sl_loader *ld, uint64_t n) {
+    uint64_t used = atomic_load(&((sl_loader *)ld)->budget.used), need;
+    if (n > SIZE_MAX || sl__add(used, sl__alloc_cost((size_t)n), &need) || need > ld->budget.limit) return SL_EBUDGET;
+    return SL_ENOMEM;
+}
+
 static void free_all(sl_loader *ld) {
     if (ld->workers)
         for (uint32_t i = 0; i < ld->nworkers; i++) sl__worker_fini(&ld->workers[i]);
@@ -488,8 +496,11 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->source_path = sl__strdup(&ld->budget, cfg->source, SL_MEM_INDEX);
     ld->cfg.source = ld->source_path;
     if (!ld->source_path) {
-        sl__msg(err, errlen, "budget of %s cannot hold the source path", sl__fmt_bytes(cfg->budget, b1, sizeof b1));
-        rc = SL_EBUDGET;
+        rc = alloc_fail_code(ld, strlen(cfg->source) + 1);
+        if (rc == SL_EBUDGET)
+            sl__msg(err, errlen, "budget of %s cannot hold the source path", sl__fmt_bytes(cfg->budget, b1, sizeof b1));
+        else
+            sl__msg(err, errlen, "out of memory copying the source path");
         goto fail;
     }
 
@@ -527,9 +538,19 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->errs = sl__calloc(&ld->budget, SL_MAX(cfg->max_error_records, 1), sizeof(sl_error_record), SL_MEM_OTHER);
     ld->workers = sl__calloc(&ld->budget, ld->nworkers, sizeof(sl__worker), SL_MEM_OTHER);
     if (!ld->seq[0] || !ld->seq[1] || (cfg->world_size > 1 && !ld->seq_tmp) || !ld->errs || !ld->workers) {
-        sl__msg(err, errlen, "budget of %s cannot hold the sample order and bookkeeping for %llu samples",
-                sl__fmt_bytes(cfg->budget, b1, sizeof b1), (unsigned long long)N);
-        rc = SL_EBUDGET;
+        /* the budget is to blame only if the smallest refused block did not fit */
+        uint64_t want = UINT64_MAX;
+        if (!ld->seq[0] || !ld->seq[1]) want = SL_MIN(want, seqb);
+        if (cfg->world_size > 1 && !ld->seq_tmp) want = SL_MIN(want, (uint64_t)SL_MAX(N, ld->sampler.total) * 4);
+        if (!ld->errs) want = SL_MIN(want, (uint64_t)SL_MAX(cfg->max_error_records, 1) * sizeof(sl_error_record));
+        if (!ld->workers) want = SL_MIN(want, (uint64_t)ld->nworkers * sizeof(sl__worker));
+        rc = alloc_fail_code(ld, want);
+        if (rc == SL_EBUDGET)
+            sl__msg(err, errlen, "budget of %s cannot hold the sample order and bookkeeping for %llu samples",
+                    sl__fmt_bytes(cfg->budget, b1, sizeof b1), (unsigned long long)N);
+        else
+            sl__msg(err, errlen, "out of memory for the sample order and bookkeeping of %llu samples",
+                    (unsigned long long)N);
         goto fail;
     }
 
@@ -574,10 +595,14 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->region = sl__alloc(&ld->budget, ld->region_len, SL_MEM_BATCHES);
     ld->slots = sl__calloc(&ld->budget, ld->nslots, sizeof(sl_batch), SL_MEM_OTHER);
     if (!ld->region || !ld->slots) {
-        sl__msg(err, errlen, "budget %s cannot hold %u batch slots of %s (prefetch): minimum working set is %s",
-                sl__fmt_bytes(cfg->budget, b1, sizeof b1), ld->nslots, sl__fmt_bytes(stride, b2, sizeof b2),
-                sl__fmt_bytes(minimum, b3, sizeof b3));
-        rc = ld->region || ld->slots ? SL_EBUDGET : (errno == ENOMEM ? SL_EBUDGET : SL_EBUDGET);
+        rc = alloc_fail_code(ld, !ld->slots ? (uint64_t)ld->nslots * sizeof(sl_batch) : ld->region_len);
+        if (rc == SL_EBUDGET)
+            sl__msg(err, errlen, "budget %s cannot hold %u batch slots of %s (prefetch): minimum working set is %s",
+                    sl__fmt_bytes(cfg->budget, b1, sizeof b1), ld->nslots, sl__fmt_bytes(stride, b2, sizeof b2),
+                    sl__fmt_bytes(minimum, b3, sizeof b3));
+        else
+            sl__msg(err, errlen, "out of memory for %u batch slots of %s", ld->nslots,
+                    sl__fmt_bytes(stride, b2, sizeof b2));
         goto fail;
     }
     for (uint32_t i = 0; i < ld->nslots; i++) {

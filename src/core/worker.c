@@ -29,11 +29,17 @@ int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
     w->rbase_cap = SL_WORKER_READ_BASE;
     int rc = sl__budget_try(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
     if (!w->dec || !w->rbase || rc) {
+        /* the budget is to blame only for a refused reservation, or a read
+         * buffer it could not hold; otherwise the system refused */
+        uint64_t used = atomic_load(&ld->budget.used);
+        int code = rc                                                                       ? SL_EBUDGET
+                   : !w->rbase && used + sl__alloc_cost(SL_WORKER_READ_BASE) > ld->budget.limit ? SL_EBUDGET
+                                                                                            : SL_ENOMEM;
         if (rc == 0) sl__budget_release(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
         sl__decoder_free(w->dec);
         sl__free(&ld->budget, w->rbase);
         memset(w, 0, sizeof *w);
-        return w->dec ? SL_EBUDGET : SL_ENOMEM;
+        return code;
     }
     return 0;
 }
