@@ -161,16 +161,22 @@ TEST(fifo_waits) {
     CHECK_EQ(atomic_load(&small.done), 0); /* not served past the head */
     CHECK_EQ(atomic_load(&big.done), 0);
     CHECK_EQ(used(&b), 800);
-    sl__budget_release(&b, 700, SL_MEM_BATCHES); /* 100 used: big fits, then small */
+    sl__budget_release(&b, 600, SL_MEM_BATCHES); /* 200 used: big fits, and then small does not */
     CHECK_EQ(pthread_join(tb, NULL), 0);
-    CHECK_EQ(pthread_join(ts, NULL), 0);
     CHECK_OK(big.rc);
+    CHECK_EQ(used(&b), 1000);
+    sleep_ms(20);
+    CHECK_EQ(atomic_load(&small.done), 0);
+    sl__budget_release(&b, 100, SL_MEM_BATCHES); /* now small */
+    CHECK_EQ(pthread_join(ts, NULL), 0);
     CHECK_OK(small.rc);
     CHECK_EQ(big.place, 0);
     CHECK_EQ(small.place, 1);
     CHECK_EQ(used(&b), 1000);
     CHECK_EQ(atomic_load(&b.peak), 1000);
-    sl__budget_release(&b, 1000, SL_MEM_SCRATCH);
+    sl__budget_release(&b, 900, SL_MEM_SCRATCH);
+    sl__budget_release(&b, 100, SL_MEM_BATCHES);
+    CHECK_EQ(used(&b), 0);
     sl__budget_fini(&b);
 }
 
