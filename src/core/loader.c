@@ -97,6 +97,7 @@ static int slot_stride(uint32_t B, uint64_t sample_bytes, uint64_t *out) {
     uint64_t s = align_up(img, SLOT_ALIGN);
     s += align_up((uint64_t)B * 8, SLOT_ALIGN) * 3; /* label, index, hash */
     s += align_up((uint64_t)B, SLOT_ALIGN) * 2;     /* ok, err */
+    s += align_up((uint64_t)B * SL_REASON_LEN, SLOT_ALIGN); /* reasons */
     if (s < img) return SL_EOVERFLOW;
     *out = s;
     return 0;
@@ -115,6 +116,8 @@ static void slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base) {
     s->ok = base;
     base += align_up(B, SLOT_ALIGN);
     s->err = base;
+    base += align_up(B, SLOT_ALIGN);
+    s->reasons = (char *)base;
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
@@ -219,7 +222,7 @@ static void move_sample(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) {
     s->ok[a] = 0;
 }
 
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch);
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer);
 
 /* Settle holes, decide n and whether the epoch ends here. Runs outside mu
  * by the one committer; tail is read and written only by it. */
@@ -228,9 +231,13 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
     uint64_t B = ld->B, k = s->batch, T = ld->tail;
     uint32_t have = 0, errors = 0;
     for (uint32_t j = 0; j < s->nominal; j++) {
-        if (k * B + j >= T) s->ok[j] = 0; /* used as a refill by an earlier batch */
+        if (k * B + j >= T) {
+            s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
+        } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
+            sl__record_error(ld, (uint64_t)s->index[j], s->epoch, -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+        }
         have += s->ok[j];
-        errors += s->err[j];
+        errors += s->err[j] != 0;
     }
     if (ld->cfg.on_error == SL_ON_ERROR_RAISE) {
         s->failed = errors > 0;
@@ -241,7 +248,7 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
         while (have < B && T > (k + 1) * B) {
             while (j < B && s->ok[j]) j++;
             uint64_t p = --T;
-            fill_position(w, s, j, order[p], s->epoch);
+            fill_position(w, s, j, order[p], s->epoch, 0);
             if (s->ok[j]) have++;
         }
     }
@@ -323,12 +330,15 @@ static int try_commit(sl__worker *w) {
 
 /* ---- workers -------------------------------------------------------------- */
 
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
+/* Decode sample into position j of s. A failure is recorded now (defer 0:
+ * the committer's refills, which are final) or kept in the slot for the
+ * commit to record if the position is still part of the batch then. */
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer) {
     sl_loader *ld = w->ld;
-    char reason[116];
+    char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
     reason[0] = 0;
     uint8_t *dst = s->image + (uint64_t)j * ld->sample_bytes;
-    int rc = sl__worker_sample(w, sample, epoch, dst, reason, sizeof reason);
+    int rc = sl__worker_sample(w, sample, epoch, dst, reason, SL_REASON_LEN);
     s->label[j] = sl__source_label(ld->src, sample);
     s->index[j] = (int64_t)sample;
     if (rc == 0) {
@@ -338,8 +348,8 @@ static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sampl
             s->hash[j] = sl__hash64(dst, ld->sample_bytes, (uint64_t)s->label[j]);
     } else {
         s->ok[j] = 0;
-        s->err[j] = 1;
-        if (rc != SL_ESTATE) sl__record_error(ld, sample, epoch, rc, reason); /* ESTATE: shutting down */
+        s->err[j] = (uint8_t)-rc; /* codes are -1 .. -17 */
+        if (!defer && rc != SL_ESTATE) sl__record_error(ld, sample, epoch, rc, reason); /* ESTATE: shutting down */
     }
 }
 
@@ -364,7 +374,7 @@ void sl__loader_run(sl__worker *w) {
         ld->active++;
         pthread_mutex_unlock(&ld->mu);
         uint64_t t0 = sl__now_ns();
-        fill_position(w, c.slot, c.pos, c.sample, c.epoch);
+        fill_position(w, c.slot, c.pos, c.sample, c.epoch, 1);
         atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&ld->mu);
         ld->active--;

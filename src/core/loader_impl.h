@@ -43,8 +43,13 @@ struct sl_batch {
     int64_t *index;
     uint64_t *hash;      /* per-sample hash (SL_FLAG_CHECKSUM) */
     uint8_t *ok;         /* per position: decoded into place */
-    uint8_t *err;        /* per position: failed by an error (not a void) */
+    uint8_t *err;        /* per position: -code of a failed decode, 0 if none */
+    char *reasons;       /* per position: SL_REASON_LEN bytes, why a claimed
+                            position failed; recorded at commit, so a position
+                            that turns out void (the committer took it as a
+                            refill, and recorded it then) is never recorded twice */
 };
+#define SL_REASON_LEN sizeof(((sl_error_record *)0)->reason)
 
 typedef struct sl__worker {
     sl_loader *ld;
