@@ -417,6 +417,8 @@ TEST(ebudget_sample_never_fits) {
     sl_loader *ld = open_loader(&c);
     sl_error_record r[4];
     size_t n = epoch_errors(ld, r, 4);
+    for (size_t i = 0; i < n; i++)
+        if (n != 1) fprintf(stderr, "record: sample %llu %s: %s\n", (unsigned long long)r[i].index, sl_strerror(r[i].code), r[i].reason);
     CHECK_EQ(n, 1);
     const sl_error_record *e = record_for(ld, r, n, "c01/huge_file.jpg");
     CHECK_EQ(e->code, SL_EBUDGET);
