@@ -55,8 +55,8 @@ static sl_loader *open_loader(const sl_config *c) {
     return ld;
 }
 
-/* Run epoch 0; return its error records, one per sample (up to max), and
- * their count (workers may have begun epoch 1: its records are left out). */
+/* Run epoch 0; return its error records (up to max; each sample at most
+ * once) and their count (workers may have begun epoch 1: left out). */
 static size_t epoch_errors(sl_loader *ld, sl_error_record *out, size_t max) {
     sl_batch *b;
     int rc;
@@ -66,11 +66,9 @@ static size_t epoch_errors(sl_loader *ld, sl_error_record *out, size_t max) {
     size_t n = sl_loader_errors(ld, 0, all, 64), k = 0;
     for (size_t i = 0; i < n && k < max; i++) {
         if (all[i].epoch != 0) continue;
-        /* one per sample: a refilled sample can be recorded twice (see
-         * distinct_errors in test_loader.c) */
-        size_t j = 0;
-        while (j < k && out[j].index != all[i].index) j++;
-        if (j == k) out[k++] = all[i];
+        for (size_t j = 0; j < k; j++)
+            if (out[j].index == all[i].index) SL_FAIL("sample %llu recorded twice", (unsigned long long)all[i].index);
+        out[k++] = all[i];
     }
     return k;
 }
