@@ -1,3 +1,4 @@
+/* ctest: tsan */
 /*
  * Every SL_E* code the public API can return, provoked for real: bad
  * configurations, missing and empty sources, bad manifests, bad samples (as
