@@ -98,8 +98,12 @@ int sl__budget_wait(sl__budget *b, uint64_t n, int cat) {
     if (atomic_load(&b->waiters) == 0 && take(b, n, cat) == 0) return 0;
     uint64_t t0 = sl__now_ns();
     int rc;
+    sl__waiter self = {NULL};
     pthread_mutex_lock(&b->mu);
-    uint64_t ticket = b->ticket_next++;
+    /* join the queue at its tail */
+    sl__waiter **pp = &b->queue;
+    while (*pp) pp = &(*pp)->next;
+    *pp = &self;
     atomic_fetch_add(&b->waiters, 1);
     for (;;) {
         if (b->closed) {
@@ -110,21 +114,17 @@ int sl__budget_wait(sl__budget *b, uint64_t n, int cat) {
             rc = SL_EBUDGET;
             break;
         }
-        if (ticket == b->ticket_serve && take(b, n, cat) == 0) {
+        if (b->queue == &self && take(b, n, cat) == 0) {
             rc = 0;
             break;
         }
         pthread_cond_wait(&b->cv, &b->mu);
     }
-    /* Our turn is over either way: let the next ticket try. A ticket that
-     * left early (closed) must not block the queue. */
-    if (ticket == b->ticket_serve) b->ticket_serve++;
-    else if (rc != 0) {
-        /* Not at the head: mark nothing; the head advances past us when we
-         * are reached. Simplest correct: we only leave early on close or on
-         * a request that can never fit, and both end the loader's use of
-         * the queue or are decided at once before queueing. */
+    /* leave the queue wherever we are in it, so an early leaver never
+     * blocks the ones behind */
+    for (pp = &b->queue; *pp != &self; pp = &(*pp)->next) {
     }
+    *pp = self.next;
     atomic_fetch_sub(&b->waiters, 1);
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);

@@ -25,6 +25,11 @@
 
 #include "sluice.h"
 
+/* A thread waiting for budget: a node on its own stack, in the queue. */
+typedef struct sl__waiter {
+    struct sl__waiter *next;
+} sl__waiter;
+
 typedef struct sl__budget {
     uint64_t limit;
     _Atomic uint64_t used;
@@ -34,10 +39,9 @@ typedef struct sl__budget {
     _Atomic uint64_t cat_peak[SL_MEM__COUNT];
     _Atomic uint64_t wait_ns;
     _Atomic int waiters;
-    pthread_mutex_t mu;     /* protects the ticket queue and closed */
+    pthread_mutex_t mu;     /* protects queue and closed */
     pthread_cond_t cv;
-    uint64_t ticket_next;   /* next ticket to hand out */
-    uint64_t ticket_serve;  /* ticket allowed to take budget now */
+    sl__waiter *queue;      /* waiters, first come first; only the head may take */
     int closed;             /* set by sl__budget_close: waits return SL_ESTATE */
 } sl__budget;
 

@@ -151,6 +151,28 @@ uint64_t sl__jpeg_mem(const sl_image_info *info, const sl__decode_req *req) {
 
 /* ---- decode --------------------------------------------------------------- */
 
+/* Is there an end-of-image marker after the first start-of-scan? Inside
+ * entropy-coded data 0xFF is always followed by 0x00 or a restart code, so
+ * FF D9 there can only be EOI. A file cut anywhere in its image data has
+ * none: it is refused whatever window is asked for, so whether a truncated
+ * file fails does not depend on the crop (Pillow refuses it too). */
+static int has_eoi(const uint8_t *d, size_t len) {
+    size_t sos = 2;
+    while (sos + 4 <= len) { /* markers up to SOS, as the probe walks them */
+        if (d[sos] != 0xFF) return 0;
+        while (sos < len && d[sos] == 0xFF) sos++;
+        if (sos >= len) return 0;
+        uint8_t m = d[sos++];
+        if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;
+        if (m == 0xDA) break;
+        if (sos + 2 > len) return 0;
+        sos += be16(d + sos);
+    }
+    for (size_t i = len; i >= sos + 2; i--)
+        if (d[i - 2] == 0xFF && d[i - 1] == 0xD9) return 1;
+    return 0;
+}
+
 struct err_mgr {
     struct jpeg_error_mgr pub;
     jmp_buf jb;
@@ -246,6 +268,10 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
             rc = SL_ECORRUPT;
         }
         goto out;
+    }
+    if (!has_eoi(data, len)) {
+        sl__msg(reason, rlen, "truncated JPEG: the data ends before its end-of-image marker");
+        return SL_ECORRUPT;
     }
     if (q->used + lj > q->cap) {
         sl__msg(reason, rlen, "JPEG decode needs %llu bytes, quota %llu", (unsigned long long)lj,

@@ -629,3 +629,24 @@ static void loader_over_hostile_folder(int preset) {
 
 TEST(loader_hostile_folder_train) { loader_over_hostile_folder(SL_PRESET_TRAIN); }
 TEST(loader_hostile_folder_val) { loader_over_hostile_folder(SL_PRESET_VAL); }
+
+/* A JPEG cut inside its image data fails whatever crop the train preset
+ * draws: the verdict must not depend on the epoch's randomness. */
+TEST(truncated_jpeg_fails_for_every_crop) {
+    buf b = corpus_file("jpg_420.jpg");
+    size_t cut = b.n * 2 / 3;
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    o.preset = SL_PRESET_TRAIN;
+    o.size = 32;
+    uint8_t out[3 * 32 * 32];
+    char why[160];
+    for (uint64_t idx = 0; idx < 64; idx++) {
+        o.index = idx;
+        int rc = sl_image_decode(b.p, cut, &o, out, sizeof out, why, sizeof why);
+        if (rc != SL_ECORRUPT) SL_FAIL("index %llu: %s (%s)", (unsigned long long)idx, sl_strerror(rc), why);
+        CHECK_STR_CONTAINS(why, "truncated");
+    }
+    CHECK_OK(sl_image_decode(b.p, b.n, &o, out, sizeof out, why, sizeof why));
+    free(b.p);
+}
