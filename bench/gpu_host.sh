@@ -20,7 +20,7 @@ NWORK=${NWORK:-$(nproc)}
 OUT=${OUT:-/tmp/sluice-bench}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 log() { echo "== $*" >&2; }
 rec() { # name, then a command printing one JSON line: keep it
   local name=$1; shift
