@@ -279,6 +279,8 @@ def main():
             "consumer_wait_s": round(s["consumer_wait_s"], 3),
             "loader_samples_per_s": round(s["samples_per_s"], 1),
             "errors": s["errors"],
+            "error_samples": [{"path": e.get("path"), "reason": e.get("reason")}
+                              for e in info["loader"].errors()[:3]],
         })
         info["loader"].close()
     print(json.dumps(result), flush=True)
