@@ -14,6 +14,8 @@
 #include "resize.h"
 
 #define PRECISION_BITS 22
+/* Largest window kept transposed; larger ones stream (see rs_begin). */
+#define SL_WINDOW_MAX ((uint64_t)4 << 20)
 
 static inline double tri(double x) {
     if (x < 0.0) x = -x;
@@ -130,11 +132,15 @@ static int rs_begin(sl__row_sink *sink, const sl__region *r) {
     for (uint32_t i = 0; i < rs->x.n; i++) rs->col_hi = SL_MAX(rs->col_hi, rs->x.min[i] + rs->x.cnt[i]);
     uint64_t R = rs->row_hi - rs->row_lo, X = rs->col_hi - rs->col_lo, n1, n2;
     if (sl__mul(X * 4, R, &n1) || sl__mul((uint64_t)rs->x.n * rs->C, R, &n2)) return SL_EOVERFLOW;
-    rs->win = sl__quota_alloc(rs->q, n1);
+    /* Small windows (all JPEG crops after DCT scaling) are kept transposed
+     * for the fast horizontal pass; large ones (a big PNG) stream row by
+     * row through the plain pass, holding only the output columns. */
+    rs->win = n1 <= SL_WINDOW_MAX ? sl__quota_alloc(rs->q, n1) : NULL;
+    rs->stream = n1 > SL_WINDOW_MAX;
     rs->tmp = sl__quota_alloc(rs->q, n2);
     rs->acc = sl__quota_alloc(rs->q, SL_MAX(R * 4, (uint64_t)rs->x.n) * sizeof(int32_t));
     rs->col = sl__quota_alloc(rs->q, R * 4);
-    if (!rs->win || !rs->tmp || !rs->acc || !rs->col) return SL_EBUDGET;
+    if ((!rs->win && !rs->stream) || !rs->tmp || !rs->acc || !rs->col) return SL_EBUDGET;
     rs->rows_done = 0;
     return 0;
 }
@@ -142,12 +148,35 @@ static int rs_begin(sl__row_sink *sink, const sl__region *r) {
 /* Rows arrive top to bottom; the window is kept transposed (column-major,
  * one RGBX/RGBA word per pixel) so that the horizontal pass runs over
  * contiguous memory like the vertical one. */
+/* The plain horizontal pass of one row into row r of the planes (stream
+ * mode): per output pixel, its taps over the interleaved row. */
+static void hpass_row(const sl__resampler *rs, const uint8_t *in, uint32_t r) {
+    const uint32_t C = rs->C, pb = rs->pb, W = rs->x.n, R = rs->row_hi - rs->row_lo;
+    const uint64_t plane = (uint64_t)W * R;
+    const int32_t half = 1 << (PRECISION_BITS - 1);
+    uint8_t *o = rs->tmp + (uint64_t)r * W;
+    for (uint32_t i = 0; i < W; i++) {
+        const int32_t *k = rs->x.k + (uint64_t)i * rs->x.ksize;
+        const uint8_t *p = in + (uint64_t)rs->x.min[i] * pb;
+        int32_t s[4] = {half, half, half, half};
+        for (uint32_t t = 0; t < rs->x.cnt[i]; t++, p += pb)
+            for (uint32_t c = 0; c < C; c++) s[c] += p[c] * k[t];
+        const uint32_t xo = rs->flip ? W - 1 - i : i;
+        for (uint32_t c = 0; c < C; c++) o[c * plane + xo] = clip8(s[c]);
+    }
+}
+
 static int rs_rows(sl__row_sink *sink, const uint8_t *const *rows, uint32_t y, uint32_t n) {
     sl__resampler *rs = sink->ctx;
     const uint32_t R = rs->row_hi - rs->row_lo, pb = rs->pb;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ry = y + i;
         if (ry < rs->row_lo || ry >= rs->row_hi) continue;
+        if (rs->stream) {
+            hpass_row(rs, rows[i], ry - rs->row_lo);
+            rs->rows_done++;
+            continue;
+        }
         const uint8_t *p = rows[i] + (uint64_t)rs->col_lo * pb;
         uint32_t *w = rs->win + (ry - rs->row_lo);
         if (pb == 4) {
@@ -215,7 +244,7 @@ int sl__resampler_finish(sl__resampler *rs, uint8_t *dst) {
     const uint64_t tplane = (uint64_t)W * R, oplane = (uint64_t)W * H;
     /* horizontal: one output column at a time, over the transposed window,
      * into planar tmp (flip applied by where the column lands) */
-    for (uint32_t i = 0; i < W; i++) {
+    for (uint32_t i = 0; i < W && !rs->stream; i++) {
         const uint8_t *src = (const uint8_t *)(rs->win + (uint64_t)(rs->x.min[i] - rs->col_lo) * R);
         taps(src, (uint64_t)R * 4, rs->x.k + (uint64_t)i * rs->x.ksize, rs->x.cnt[i], rs->acc, R * 4);
         const uint32_t xo = rs->flip ? W - 1 - i : i;
@@ -282,7 +311,7 @@ uint64_t sl__resampler_mem(const sl__axis_spec *sx, const sl__axis_spec *sy, uin
     m += (uint64_t)sx->n * (kx * 4 + 8) + kx * 8 + 64;
     m += (uint64_t)sy->n * (ky * 4 + 8) + ky * 8 + 64;
     m += (uint64_t)sx->n * C * ((uint64_t)rows + 2); /* tmp */
-    m += ((uint64_t)cols + 2) * ((uint64_t)rows + 2) * 4; /* transposed window */
+    m += SL_MIN(((uint64_t)cols + 2) * ((uint64_t)rows + 2) * 4, SL_WINDOW_MAX); /* transposed window */
     m += SL_MAX(((uint64_t)rows + 2) * 4, (uint64_t)sx->n) * 4; /* acc */
     m += ((uint64_t)rows + 2) * 4;                          /* col */
     return m + 8 * 32;                                /* quota headers */

@@ -23,6 +23,7 @@ typedef struct sl__resampler {
     sl__axis x, y;
     uint32_t row_lo, row_hi, rows_done; /* region rows the taps reach */
     uint32_t col_lo, col_hi;            /* region columns the taps reach */
+    int stream;    /* window too large to hold: horizontal pass row by row */
     uint32_t *win; /* the window, transposed: win[(x - col_lo) * rows + (y - row_lo)], RGBX */
     uint8_t *tmp;  /* horizontal pass output: C planes of rows x n_x */
     int32_t *acc;
