@@ -57,6 +57,7 @@ typedef struct model {
 
 typedef struct worker_base {
     uint64_t bytes, pss, uss;
+    uint64_t main_pss; /* the DataLoader's main process (0: not measured) */
     int measured;
     char how[160];
 } worker_base;
@@ -253,7 +254,9 @@ static const char *const worker_probe_py =
     "it = iter(DataLoader(D(), batch_size=4, num_workers=1, prefetch_factor=1))\n"
     "next(it)\n"
     "r = rollup(it._workers[0].pid)\n"
-    "print(json.dumps({'pss': r['Pss'], 'uss': r['Private_Clean'] + r['Private_Dirty'], 'torch': torch.__version__}))\n";
+    "m = rollup(__import__('os').getpid())\n"
+    "print(json.dumps({'pss': r['Pss'], 'uss': r['Private_Clean'] + r['Private_Dirty'], 'main_pss': m['Pss'],\n"
+    "                  'torch': torch.__version__}))\n";
 
 static void measure_worker_base(int python, worker_base *wb) {
     memset(wb, 0, sizeof *wb);
@@ -280,8 +283,9 @@ static void measure_worker_base(int python, worker_base *wb) {
         pclose(p);
     }
     unlink(path);
-    double pss, uss;
+    double pss, uss, main_pss;
     if (sl__json_number(line, strlen(line), "pss", &pss) || sl__json_number(line, strlen(line), "uss", &uss)) return;
+    if (sl__json_number(line, strlen(line), "main_pss", &main_pss) == 0) wb->main_pss = (uint64_t)main_pss;
     wb->pss = (uint64_t)pss;
     wb->uss = (uint64_t)uss;
     wb->bytes = wb->uss;
@@ -411,8 +415,9 @@ int sl_cli_plan(int argc, char **argv) {
                m.cpu_s / m.sampled, per_core);
         printf("\"sluice_model\":{\"base_bytes\":%llu,\"slot_bytes\":%llu,\"scratch_per_worker_bytes\":%llu},",
                (ull)md.base, (ull)md.slot, (ull)md.scratch);
-        printf("\"worker_base\":{\"bytes\":%llu,\"measured\":%s,\"pss_bytes\":%llu,\"uss_bytes\":%llu,\"how\":",
-               (ull)wb.bytes, wb.measured ? "true" : "false", (ull)wb.pss, (ull)wb.uss);
+        printf("\"worker_base\":{\"bytes\":%llu,\"measured\":%s,\"pss_bytes\":%llu,\"uss_bytes\":%llu,"
+               "\"main_process_pss_bytes\":%llu,\"how\":",
+               (ull)wb.bytes, wb.measured ? "true" : "false", (ull)wb.pss, (ull)wb.uss, (ull)wb.main_pss);
         sl__json_str(stdout, wb.how);
         printf("},\"rows\":[");
     } else {
@@ -428,6 +433,9 @@ int sl_cli_plan(int argc, char **argv) {
         printf("sluice reserves: %s base (index, bookkeeping) + %s per batch slot + %s per worker\n",
                sl__fmt_bytes(md.base, a, sizeof a), sl__fmt_bytes(md.slot, b, sizeof b), sl__fmt_bytes(md.scratch, c, sizeof c));
         printf("DataLoader worker base: %s (%s)\n", sl__fmt_bytes(wb.bytes, a, sizeof a), wb.how);
+        if (wb.main_pss)
+            printf("DataLoader main process: %s (measured: PSS of the python3+torch parent beside its worker)\n",
+                   sl__fmt_bytes(wb.main_pss, a, sizeof a));
         printf("\n%7s %8s %14s %5s %16s %5s %12s\n", "workers", "prefetch", "sluice", "fits", "DataLoader", "fits",
                "samples/s");
     }
@@ -436,9 +444,10 @@ int sl_cli_plan(int argc, char **argv) {
         for (size_t j = 0; j < sizeof pl / sizeof pl[0]; j++) {
             uint32_t w = wl[i], p = pl[j];
             /* sluice: p batch slots shared by all workers; DataLoader: p
-             * batches per worker, plus each worker's process base. */
+             * batches per worker, each worker's process base, and the main
+             * process (python3 + torch, measured with the workers). */
             double sl_bytes = (double)md.base + (double)p * md.slot + (double)w * md.scratch;
-            double dl_bytes = (double)w * p * o.batch * (double)sample_bytes + (double)w * wb.bytes;
+            double dl_bytes = (double)w * p * o.batch * (double)sample_bytes + (double)w * wb.bytes + (double)wb.main_pss;
             double rate = SL_MIN((int)w, ncores) * per_core;
             int sl_fits = sl_bytes <= (double)o.budget, dl_fits = dl_bytes <= (double)o.budget;
             if (o.json) {

@@ -185,7 +185,7 @@ SL_API uint64_t sl_batch_checksum(const sl_batch *b);
 typedef struct sl_stats {
     uint64_t samples;          /* delivered to the consumer */
     uint64_t batches;          /* delivered to the consumer */
-    uint64_t errors;           /* samples that failed (all epochs) */
+    uint64_t errors;           /* samples that failed, in delivered batches (all epochs) */
     uint64_t epoch;            /* epoch of the next batch */
     double seconds;            /* since the first sl_loader_next */
     double samples_per_s;
@@ -218,8 +218,10 @@ typedef struct sl_error_record {
 } sl_error_record;
 
 /* Copy up to max records starting at record first; returns the number
- * copied. Total recorded: sl_stats.errors (records beyond
- * cfg.max_error_records are counted, not kept). */
+ * copied. Records belong to delivered batches only (samples of batches
+ * still in flight are not reported yet), in delivery order; their number
+ * is sl_stats.errors (records beyond cfg.max_error_records are counted,
+ * not kept). */
 SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max);
 
 /* ---- iteration state (resume) ------------------------------------------ */

@@ -229,12 +229,14 @@ static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sampl
 static void commit_slot(sl__worker *w, sl_batch *s) {
     sl_loader *ld = w->ld;
     uint64_t B = ld->B, k = s->batch, T = ld->tail;
+    s->cno = ++ld->commits;
+    s->nerr = 0;
     uint32_t have = 0, errors = 0;
     for (uint32_t j = 0; j < s->nominal; j++) {
         if (k * B + j >= T) {
             s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
         } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
-            sl__record_error(ld, (uint64_t)s->index[j], s->epoch, -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+            sl__record_error(ld, s, (uint64_t)s->index[j], -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
         }
         have += s->ok[j];
         errors += s->err[j] != 0;
@@ -349,7 +351,7 @@ static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sampl
     } else {
         s->ok[j] = 0;
         s->err[j] = (uint8_t)-rc; /* codes are -1 .. -17 */
-        if (!defer && rc != SL_ESTATE) sl__record_error(ld, sample, epoch, rc, reason); /* ESTATE: shutting down */
+        if (!defer && rc != SL_ESTATE) sl__record_error(ld, s, sample, rc, reason); /* ESTATE: shutting down */
     }
 }
 
@@ -404,6 +406,11 @@ static void reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64
         s->discard = 0;
     }
     ld->ready = 0;
+    /* records of batches committed but never delivered go with them */
+    pthread_mutex_lock(&ld->errmu);
+    uint64_t seen = atomic_load(&ld->delivered_cno);
+    while (ld->nerrs_kept > 0 && ld->errs[ld->nerrs_kept - 1].cno > seen) ld->nerrs_kept--;
+    pthread_mutex_unlock(&ld->errmu);
     order_for(ld, epoch);
     ld->d_epoch = epoch;
     ld->d_batch = batch;
@@ -545,14 +552,14 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->seq[1] = sl__alloc(&ld->budget, seqb, SL_MEM_INDEX);
     if (cfg->world_size > 1)
         ld->seq_tmp = sl__alloc(&ld->budget, (size_t)SL_MAX(N, ld->sampler.total) * sizeof(uint32_t), SL_MEM_INDEX);
-    ld->errs = sl__calloc(&ld->budget, SL_MAX(cfg->max_error_records, 1), sizeof(sl_error_record), SL_MEM_OTHER);
+    ld->errs = sl__calloc(&ld->budget, SL_MAX(cfg->max_error_records, 1), sizeof(sl__error), SL_MEM_OTHER);
     ld->workers = sl__calloc(&ld->budget, ld->nworkers, sizeof(sl__worker), SL_MEM_OTHER);
     if (!ld->seq[0] || !ld->seq[1] || (cfg->world_size > 1 && !ld->seq_tmp) || !ld->errs || !ld->workers) {
         /* the budget is to blame only if the smallest refused block did not fit */
         uint64_t want = UINT64_MAX;
         if (!ld->seq[0] || !ld->seq[1]) want = SL_MIN(want, seqb);
         if (cfg->world_size > 1 && !ld->seq_tmp) want = SL_MIN(want, (uint64_t)SL_MAX(N, ld->sampler.total) * 4);
-        if (!ld->errs) want = SL_MIN(want, (uint64_t)SL_MAX(cfg->max_error_records, 1) * sizeof(sl_error_record));
+        if (!ld->errs) want = SL_MIN(want, (uint64_t)SL_MAX(cfg->max_error_records, 1) * sizeof(sl__error));
         if (!ld->workers) want = SL_MIN(want, (uint64_t)ld->nworkers * sizeof(sl__worker));
         rc = alloc_fail_code(ld, want);
         if (rc == SL_EBUDGET)
@@ -692,6 +699,9 @@ int sl_loader_next(sl_loader *ld, sl_batch **out) {
         if (s) {
             ld->r_seqno++;
             ld->ready--;
+            /* its failures become visible with it */
+            ld->nerrs_seen += s->nerr;
+            atomic_store(&ld->delivered_cno, s->cno);
             if (s->final) {
                 ld->cur_epoch = s->epoch + 1;
                 ld->cur_batch = 0;
@@ -834,9 +844,9 @@ int sl_loader_stats(const sl_loader *cld, sl_stats *o) {
     o->slots = ld->nslots;
     o->slots_held = ld->held;
     o->slots_ready = ld->ready;
+    o->errors = ld->nerrs_seen;
     pthread_mutex_unlock(&ld->mu);
     o->samples_per_s = o->seconds > 0 ? (double)o->samples / o->seconds : 0;
-    o->errors = atomic_load(&ld->nerrs);
     o->workers = ld->nworkers;
     for (uint32_t i = 0; i < ld->nworkers; i++) {
         o->worker_busy_s += (double)atomic_load(&ld->workers[i].busy_ns) / 1e9;
@@ -855,15 +865,16 @@ int sl_loader_stats(const sl_loader *cld, sl_stats *o) {
     return 0;
 }
 
-void sl__record_error(sl_loader *ld, uint64_t index, uint64_t epoch, int code, const char *reason) {
-    atomic_fetch_add(&ld->nerrs, 1);
+void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason) {
+    s->nerr++;
     pthread_mutex_lock(&ld->errmu);
     if (ld->nerrs_kept < ld->cfg.max_error_records) {
-        sl_error_record *r = &ld->errs[ld->nerrs_kept++];
-        r->index = index;
-        r->epoch = epoch;
-        r->code = code;
-        snprintf(r->reason, sizeof r->reason, "%s", reason && *reason ? reason : sl_strerror(code));
+        sl__error *e = &ld->errs[ld->nerrs_kept++];
+        e->cno = s->cno;
+        e->rec.index = index;
+        e->rec.epoch = s->epoch;
+        e->rec.code = code;
+        snprintf(e->rec.reason, sizeof e->rec.reason, "%s", reason && *reason ? reason : sl_strerror(code));
     }
     pthread_mutex_unlock(&ld->errmu);
 }
@@ -871,9 +882,10 @@ void sl__record_error(sl_loader *ld, uint64_t index, uint64_t epoch, int code, c
 size_t sl_loader_errors(const sl_loader *cld, size_t first, sl_error_record *out, size_t max) {
     if (!cld || !out) return 0;
     sl_loader *ld = (sl_loader *)cld;
+    uint64_t seen = atomic_load(&ld->delivered_cno);
     pthread_mutex_lock(&ld->errmu);
     size_t n = 0;
-    for (size_t i = first; i < ld->nerrs_kept && n < max; i++) out[n++] = ld->errs[i];
+    for (size_t i = first; i < ld->nerrs_kept && n < max && ld->errs[i].cno <= seen; i++) out[n++] = ld->errs[i].rec;
     pthread_mutex_unlock(&ld->errmu);
     return n;
 }

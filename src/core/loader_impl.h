@@ -16,6 +16,12 @@
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
+/* An error record and the commit it belongs to. */
+typedef struct sl__error {
+    sl_error_record rec;
+    uint64_t cno;
+} sl__error;
+
 /* A batch slot, carved once from the loader's region. All fields are
  * protected by ld->mu except the per-position arrays, which belong to the
  * worker that claimed the position until it decrements pending (under mu),
@@ -38,6 +44,8 @@ struct sl_batch {
     int final;           /* last batch of its epoch */
     uint64_t tail_after; /* the epoch's tail after this batch's commit */
     uint64_t checksum;
+    uint64_t cno;        /* its commit's number */
+    uint32_t nerr;       /* failures recorded at its commit */
     uint8_t *image;      /* batch_size x sample_bytes */
     int64_t *label;
     int64_t *index;
@@ -118,11 +126,15 @@ struct sl_loader {
     uint64_t samples_out, batches_out;
     uint64_t wait_ns;
 
-    /* error records (errmu) */
+    /* Error records (errmu), appended by the committer in commit order and
+     * visible once their batch is delivered, so what the consumer sees does
+     * not depend on how far the workers have run ahead. */
     pthread_mutex_t errmu;
-    sl_error_record *errs;
+    sl__error *errs;
     uint32_t nerrs_kept;
-    _Atomic uint64_t nerrs;
+    uint64_t commits;              /* committer-owned: number of the last commit */
+    _Atomic uint64_t delivered_cno;/* commit number of the last delivered batch */
+    uint64_t nerrs_seen;           /* (mu) failures in delivered batches */
 };
 
 /* worker.c */
@@ -134,7 +146,8 @@ void sl__worker_fini(sl__worker *w);
 void sl__worker_idle(sl__worker *w);
 /* Decode dataset sample index of epoch into dst. 0 or a code with reason. */
 int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen);
-void sl__record_error(sl_loader *ld, uint64_t index, uint64_t epoch, int code, const char *reason);
+/* Record a failure for batch s being committed (committer only). */
+void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
