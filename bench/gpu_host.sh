@@ -47,7 +47,7 @@ images)
   find "$DATA" -name '*.JPEG' | sort | head -1000 >"$OUT/files1000"
   rec decode_ceiling_py $PY "$SHARED/decode_ceiling.py" "$DATA" --images 1000
   rec decode_loop_c build/jpeg_loop <"$OUT/files1000"
-  for rep in 1 2; do
+  for rep in 1 2 3; do
     rec "sluice_train_w1_r$rep" build/sluice bench "$DATA" --workers 1 --batches 16 --json
     rec "sluice_train_w${NWORK}_r$rep" build/sluice bench "$DATA" --workers "$NWORK" --epochs 1 --json
   done
