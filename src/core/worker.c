@@ -160,8 +160,18 @@ int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *ds
         buf = w->rbig;
         if ((rc = sl__sample_read(&f, buf, reason, rlen))) goto out;
     }
-    sl__quota q = {SL_WORKER_DEC_BASE + w->grow_dec, 0, 0};
+    sl__quota q = {SL_WORKER_DEC_BASE + w->grow_dec, 0, 0, 0};
     rc = sl__run(w->dec, buf, (size_t)f.size, &info, &plan, &q, dst, reason, rlen);
+    if (rc == SL_EBUDGET && plan.mem < (UINT64_MAX >> 2)) {
+        /* The decoder needed more than its bound from the header (another
+         * libjpeg build can): once more with twice the room, reserved like
+         * any growth, before calling the sample bad. */
+        if ((rc = ensure(w, f.size, plan.mem * 2, &lost, reason, rlen))) goto out;
+        if (lost && f.size > w->rbase_cap && (rc = sl__sample_read(&f, w->rbig, reason, rlen))) goto out;
+        buf = f.size > w->rbase_cap ? w->rbig : w->rbase;
+        sl__quota q2 = {SL_WORKER_DEC_BASE + w->grow_dec, 0, 0, plan.mem};
+        rc = sl__run(w->dec, buf, (size_t)f.size, &info, &plan, &q2, dst, reason, rlen);
+    }
 out:
     sl__sample_close(&f);
     if (sl__budget_has_waiters(&ld->budget)) drop_growth(w);

@@ -28,6 +28,8 @@ typedef struct sl__quota {
     uint64_t cap;
     uint64_t used;
     uint64_t peak;
+    uint64_t extra; /* room beyond the plan that a decoder's own allocator
+                       (libjpeg's) may take: set for a retry */
 } sl__quota;
 void *sl__quota_alloc(sl__quota *q, size_t n);
 void *sl__quota_calloc(sl__quota *q, size_t count, size_t size);

@@ -26,7 +26,7 @@
 #include "decode.h"
 
 #define ROWS_PER_READ 16
-#define JPEG_BASE_MEM ((uint64_t)128 << 10)
+#define JPEG_BASE_MEM ((uint64_t)256 << 10)
 
 /* ---- probe ---------------------------------------------------------------- */
 
@@ -135,10 +135,13 @@ static unsigned choose_scale(const sl__decode_req *r) {
 
 static uint64_t libjpeg_mem(const sl_image_info *info) {
     uint64_t w16 = ((uint64_t)info->width + 16) & ~(uint64_t)15;
-    uint64_t mem = JPEG_BASE_MEM + (uint64_t)info->channels * w16 * 64; /* row buffers, context */
+    uint64_t mem = JPEG_BASE_MEM + (uint64_t)info->channels * w16 * 96; /* row buffers, context */
     if (info->progressive) {
+        /* whole-image coefficients: 64 x 2 bytes a block, every component
+         * counted at full resolution (4:4:4, the most), plus a quarter for
+         * iMCU padding and other libjpeg builds' pools */
         uint64_t bw = ((uint64_t)info->width + 15) / 8 + 1, bh = ((uint64_t)info->height + 15) / 8 + 1;
-        mem += (uint64_t)info->channels * bw * bh * 128; /* whole-image coefficients */
+        mem += (uint64_t)info->channels * bw * bh * 160;
     }
     return mem;
 }
@@ -185,6 +188,17 @@ struct sl__decoder {
     int created;
 };
 
+/* Does the current message read like this? The message codes differ
+ * between libjpeg builds, and in a process that already loaded another
+ * libjpeg.so.62 (Pillow's or torchvision's wheels bring their own) ours
+ * may be bound to theirs, so the text is the stable key. */
+static int is_msg(j_common_ptr c, const char *prefix) {
+    int code = c->err->msg_code;
+    if (code < 0 || code > c->err->last_jpeg_message || !c->err->jpeg_message_table) return 0;
+    const char *m = c->err->jpeg_message_table[code];
+    return m && !strncmp(m, prefix, strlen(prefix));
+}
+
 static void on_error(j_common_ptr c) {
     struct err_mgr *e = (struct err_mgr *)c->err;
     longjmp(e->jb, 1);
@@ -196,7 +210,7 @@ static void on_message(j_common_ptr c, int level) {
         /* A warning. Data ending early is an error (as Pillow and the
          * "image file is truncated" users expect); the rest (extraneous
          * bytes, bad restart markers) is tolerated as Pillow does. */
-        if (c->err->msg_code == JWRN_JPEG_EOF) e->truncated = 1;
+        if (c->err->msg_code == JWRN_JPEG_EOF || is_msg(c, "Premature end of JPEG")) e->truncated = 1;
         c->err->num_warnings++;
     }
 }
@@ -250,7 +264,7 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
                     size_t rlen) {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     uint8_t *volatile buf = NULL;
-    uint64_t lj = libjpeg_mem(info);
+    uint64_t lj = libjpeg_mem(info) + q->extra;
     volatile int counted = 0;
     volatile int rc = 0;
 
@@ -260,7 +274,8 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         char msg[JMSG_LENGTH_MAX];
         d->err.pub.format_message((j_common_ptr)ci, msg);
         int code = d->err.pub.msg_code;
-        if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY) {
+        if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY || strstr(msg, "Backing store") ||
+            strstr(msg, "Insufficient memory")) {
             sl__msg(reason, rlen, "JPEG decoder needs more memory than its bound: %s", msg);
             rc = SL_EBUDGET;
         } else {

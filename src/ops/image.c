@@ -70,8 +70,12 @@ int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o, void 
     }
     sl__decoder *d = sl__decoder_new();
     if (!d) return SL_ENOMEM;
-    sl__quota q = {p.mem, 0, 0};
+    sl__quota q = {p.mem, 0, 0, 0};
     rc = sl__run(d, data, len, &info, &p, &q, out, errbuf, errlen);
+    if (rc == SL_EBUDGET) { /* the header's bound was short for this libjpeg: once more, twice the room */
+        sl__quota q2 = {p.mem * 2, 0, 0, p.mem};
+        rc = sl__run(d, data, len, &info, &p, &q2, out, errbuf, errlen);
+    }
     sl__decoder_free(d);
     return rc;
 }

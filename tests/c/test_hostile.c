@@ -419,7 +419,7 @@ TEST(png_mem_bound_holds) {
         for (uint32_t ch = 3; ch <= 4; ch++) {
             sl__decode_req req = {info.width / 3, info.height / 4, info.width - info.width / 3,
                                   info.height / 2 ? info.height / 2 : 1, 0, 0, ch, 0};
-            sl__quota q = {sl__png_mem(&info, &req), 0, 0};
+            sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
             count_sink c = {0};
             sl__row_sink sink = {cs_begin, cs_rows, &c};
             int rc = sl__png_decode(files[i].p, files[i].n, &info, &req, &q, &sink, why, sizeof why);
@@ -456,13 +456,13 @@ TEST(png_quota_failure_injection) {
         char why[160];
         CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
         sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 4, 0};
-        sl__quota q = {sl__png_mem(&info, &req), 0, 0};
+        sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
         count_sink c = {0};
         sl__row_sink sink = {cs_begin, cs_rows, &c};
         CHECK_OK(sl__png_decode(b.p, b.n, &info, &req, &q, &sink, why, sizeof why));
         uint64_t need = q.peak;
         for (uint64_t cap = need; cap-- > 0;) {
-            sl__quota q2 = {cap, 0, 0};
+            sl__quota q2 = {cap, 0, 0, 0};
             count_sink c2 = {0};
             sl__row_sink s2 = {cs_begin, cs_rows, &c2};
             int rc = sl__png_decode(b.p, b.n, &info, &req, &q2, &s2, why, sizeof why);
