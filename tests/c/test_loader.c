@@ -259,7 +259,7 @@ static void budget_under_concurrency(long pause_us, int preset) {
     cfg.batch_size = 8;
     cfg.preset = preset;
     uint64_t minimum = min_budget(cfg);
-    cfg.budget = minimum + (640u << 10); /* room for ~2 grown read buffers: the rest wait */
+    cfg.budget = minimum + (2u << 20); /* room for about one grown sample at a time: the rest wait */
     sl_loader *ld = open_loader(&cfg);
     watcher w = {ld, 0, 0, 0, 0};
     pthread_t t;
@@ -275,6 +275,10 @@ static void budget_under_concurrency(long pause_us, int preset) {
     CHECK_LE(w.max_seen, cfg.budget);
     CHECK_LE(st.fixed_bytes, st.accounted_bytes);
     for (int c = 0; c < SL_MEM__COUNT; c++) CHECK_LE(st.mem_peak[c], cfg.budget);
+    if (st.errors) {
+        sl_error_record e;
+        if (sl_loader_errors(ld, 0, &e, 1)) fprintf(stderr, "first error: %s\n", e.reason);
+    }
     CHECK_EQ(st.errors, 0); /* every sample fit: pressure made workers wait, not fail */
     CHECK_EQ(r->ns, 2 * d->files);
     CHECK_EQ(st.samples, 2 * d->files);
