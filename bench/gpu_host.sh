@@ -8,6 +8,7 @@
 #   bench/gpu_host.sh images         issue 3: decode ceilings, sluice 1 and 16 workers, DataLoader pil/tvio
 #   bench/gpu_host.sh top            issue 5: `sluice top` on a running peer_torch.py vs smaps_rollup
 #   bench/gpu_host.sh plan           issue 5: `sluice plan` predictions beside bench and peer measurements
+#   bench/gpu_host.sh pycheck        an epoch through the Python loader beside torchvision and Pillow
 #   bench/gpu_host.sh train          issue 4: train_imagenet.py, ResNet-18/50 x synthetic/torch/sluice
 #
 # SHARED: the folder holding make_imagenet_like.py & co (default ../shared/bench).
@@ -104,6 +105,9 @@ plan)
     rec "sluice_train_w${w}_p4" build/sluice bench "$DATA" --workers $w --prefetch 4 --budget 2G --batches 40 --json
     rec "peer_pil_w${w}_p2" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline pil --workers $w --batch 256 --batches 40 --prefetch 2
   done
+  ;;
+pycheck)
+  $PY bench/pycheck.py "$DATA" | tee -a "$OUT/results.jsonl"
   ;;
 train)
   for arch in ${ARCHS:-resnet50 resnet18}; do
