@@ -246,7 +246,7 @@ int sl_cli_bench(int argc, char **argv) {
         sl_cli_json_str(o, sl_version());
         fprintf(o, "}\n");
     } else {
-        char a1[32], a2[32], a3[32], a4[32], a5[32];
+        char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32];
         printf("sluice bench: %s, preset %s %ux%u, batch %u, %u workers, %u slots\n", dataset, preset, cfg.size, cfg.size,
                cfg.batch_size, st.workers, st.slots);
         printf("  %" PRIu64 " samples in %" PRIu64 " batches, %.2f s: %.1f samples/s (index %.3f s, consumer waited %.2f s)\n",
@@ -254,7 +254,7 @@ int sl_cli_bench(int argc, char **argv) {
         printf("  memory: peak accounted %s of budget %s (fixed %s); process RSS %s before, peak %s (+%s)\n",
                sl__fmt_bytes(st.peak_accounted_bytes, a1, sizeof a1), sl__fmt_bytes(st.budget_bytes, a2, sizeof a2),
                sl__fmt_bytes(st.fixed_bytes, a5, sizeof a5), sl__fmt_bytes(rss_before, a3, sizeof a3),
-               sl__fmt_bytes(peak_rss, a4, sizeof a4), sl__fmt_bytes(peak_rss - rss_before, a2, sizeof a2));
+               sl__fmt_bytes(peak_rss, a4, sizeof a4), sl__fmt_bytes(peak_rss - rss_before, a6, sizeof a6));
         printf("  by category (peak):");
         for (int c = 0; c < SL_MEM__COUNT; c++)
             printf(" %s %s", sl_mem_category_name(c), sl__fmt_bytes(st.mem_peak[c], a1, sizeof a1));
