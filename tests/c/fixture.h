@@ -26,6 +26,8 @@
 
 #include <jpeglib.h>
 
+#include "sluice.h"
+
 #include "check.h"
 
 /* Every helper may go unused in a given test file. */
@@ -274,6 +276,34 @@ FX_FN void fx_empty_dir(char *out, size_t len) {
     snprintf(out, len, "/tmp/sl_fixture_empty_XXXXXX");
     if (!mkdtemp(out)) SL_FAIL("fixture: mkdtemp: %s", strerror(errno));
     fx_track(out);
+}
+
+/* The smallest budget sl_loader_create accepts for cfg (bisection; every
+ * refusal must be SL_EBUDGET). */
+static inline uint64_t fx_min_budget(sl_config cfg) {
+    uint64_t lo = 1, hi = (uint64_t)1 << 32; /* lo fails, hi succeeds */
+    for (;;) {
+        cfg.budget = hi;
+        sl_loader *ld = NULL;
+        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
+        sl_loader_destroy(ld);
+        if (rc == 0) break;
+        CHECK_EQ(rc, SL_EBUDGET);
+        hi *= 2;
+    }
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        cfg.budget = mid;
+        sl_loader *ld = NULL;
+        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
+        sl_loader_destroy(ld);
+        if (rc == 0) hi = mid;
+        else {
+            CHECK_EQ(rc, SL_EBUDGET);
+            lo = mid;
+        }
+    }
+    return hi;
 }
 
 #endif

@@ -363,22 +363,6 @@ TEST(sample_codes_as_records) {
 
 /* ---- SL_EBUDGET ------------------------------------------------------------------ */
 
-static uint64_t min_budget(sl_config c) {
-    uint64_t lo = 1, hi = (uint64_t)1 << 32;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        c.budget = mid;
-        sl_loader *ld = NULL;
-        int rc = sl_loader_create(&c, &ld, NULL, 0);
-        sl_loader_destroy(ld);
-        if (rc == 0) hi = mid;
-        else {
-            CHECK_EQ(rc, SL_EBUDGET);
-            lo = mid;
-        }
-    }
-    return hi;
-}
 
 TEST(ebudget_below_minimum) {
     fx_dataset *d = calloc(1, sizeof *d);
@@ -412,7 +396,7 @@ TEST(ebudget_sample_never_fits) {
     free(j);
     sl_config c;
     base_cfg(&c, d->root);
-    c.budget = min_budget(c);
+    c.budget = fx_min_budget(c);
     sl_loader *ld = open_loader(&c);
     sl_error_record r[4];
     size_t n = epoch_errors(ld, r, 4);

@@ -215,31 +215,6 @@ static void *watch(void *arg) {
 }
 
 /* Smallest budget sl_loader_create accepts for cfg (bisection). */
-static uint64_t min_budget(sl_config cfg) {
-    uint64_t lo = 1, hi = (uint64_t)1 << 32; /* lo fails, hi succeeds */
-    for (;;) {
-        cfg.budget = hi;
-        sl_loader *ld = NULL;
-        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
-        sl_loader_destroy(ld);
-        if (rc == 0) break;
-        CHECK_EQ(rc, SL_EBUDGET);
-        hi *= 2;
-    }
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        cfg.budget = mid;
-        sl_loader *ld = NULL;
-        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
-        sl_loader_destroy(ld);
-        if (rc == 0) hi = mid;
-        else {
-            CHECK_EQ(rc, SL_EBUDGET);
-            lo = mid;
-        }
-    }
-    return hi;
-}
 
 static void budget_under_concurrency(long pause_us, int preset) {
     fx_opts o;
@@ -258,7 +233,7 @@ static void budget_under_concurrency(long pause_us, int preset) {
     cfg.size = 48;
     cfg.batch_size = 8;
     cfg.preset = preset;
-    uint64_t minimum = min_budget(cfg);
+    uint64_t minimum = fx_min_budget(cfg);
     cfg.budget = minimum + (2u << 20); /* room for about one grown sample at a time: the rest wait */
     sl_loader *ld = open_loader(&cfg);
     watcher w = {ld, 0, 0, 0, 0};
@@ -908,7 +883,7 @@ TEST(memory_minimum_message) {
     cfg.workers = 2;
     cfg.size = 64;
     cfg.batch_size = 8;
-    uint64_t m = min_budget(cfg);
+    uint64_t m = fx_min_budget(cfg);
     cfg.budget = 1u << 20;
     sl_loader *ld = NULL;
     char err[512] = "";
@@ -973,7 +948,7 @@ TEST(destroy_while_busy) {
     }
     /* while workers wait for budget: tight budget, large files */
     sl_config tight = cfg;
-    tight.budget = min_budget(cfg) + (512u << 10);
+    tight.budget = fx_min_budget(cfg) + (512u << 10);
     for (int round = 0; round < 3; round++) {
         sl_loader *ld = open_loader(&tight);
         sl_batch *b;
