@@ -353,3 +353,43 @@ def test_train_large_png_streams_and_matches_pillow():
             r = r[:, :, ::-1]
         assert np.array_equal(out, r), f"index {idx}: box {(x, y, w, h)}"
     assert large > 0  # the streaming path was exercised
+
+
+@pytest.mark.parametrize("orientation", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_exif_orientation_ignored_by_default_applied_on_request(orientation):
+    """As Pillow and torchvision, EXIF orientation is ignored unless asked
+    for; with exif=True the pixels equal ImageOps.exif_transpose's."""
+    import io
+
+    from PIL import ImageOps
+
+    rng = np.random.default_rng(orientation)
+    a = np.cumsum(rng.integers(0, 8, (90, 140, 3)), axis=1).clip(0, 255).astype(np.uint8)
+    img = Image.fromarray(a)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=95, exif=exif.tobytes())
+    data = buf.getvalue()
+    assert sluice.probe_image(data)["orientation"] == orientation
+
+    pil = Image.open(io.BytesIO(data))
+    plain = np.asarray(pil.convert("RGB"))
+    out = sluice.decode_image(data)
+    assert out.shape == plain.shape
+    assert np.abs(out.astype(int) - plain.astype(int)).max() <= 1
+
+    turned = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    out = sluice.decode_image(data, exif=True)
+    assert out.shape == turned.shape
+    assert np.abs(out.astype(int) - turned.astype(int)).max() <= 1
+
+    # the train preset crops the turned image
+    h, w = turned.shape[:2]
+    x, y, cw, ch, flip = sluice.train_crop(w, h, 0, 0, 3)
+    ref = Image.fromarray(turned).crop((x, y, x + cw, y + ch)).resize((32, 32), Image.BILINEAR, reducing_gap=None)
+    r = np.asarray(ref).transpose(2, 0, 1)
+    if flip:
+        r = r[:, :, ::-1]
+    got = sluice.decode_image(data, preset="train", size=32, index=3, exif=True)
+    assert np.abs(got.astype(int) - r.astype(int)).mean() <= 1.0
