@@ -56,6 +56,7 @@ test-tsan:
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30
 fuzz:
+	@tools/setup.sh --fuzz
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DSL_WITH_FUZZ=ON -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-fuzz -j $(JOBS)
 	for f in $(BUILD)-fuzz/fuzz_*; do case $$f in *_replay) continue;; esac; \

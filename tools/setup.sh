@@ -4,9 +4,11 @@
 # no network), it says exactly what is missing and exits non-zero.
 #   tools/setup.sh            build + test needs
 #   tools/setup.sh --build    build needs only (what `make` alone requires)
+#   tools/setup.sh --fuzz     build needs + clang and libFuzzer (`make fuzz`)
 set -u
-want_test=1
+want_test=1 want_fuzz=0
 [ "${1:-}" = "--build" ] && want_test=0
+[ "${1:-}" = "--fuzz" ] && want_test=0 && want_fuzz=1
 PY=${PYTHON:-python3}
 
 missing_deb=()
@@ -22,7 +24,7 @@ need_deb cmake cmake
 need_deb pkg-config pkg-config
 need_deb libjpeg62-turbo-dev /usr/include/jpeglib.h
 need_deb libspng-dev /usr/include/spng.h
-if [ $want_test = 1 ]; then
+if [ $want_fuzz = 1 ]; then
   need_deb clang clang
   need_deb libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a
 fi
