@@ -136,23 +136,12 @@ int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *ds
     uint8_t *buf;
     sl_image_info info;
     sl__plan plan;
-    if (f.size > cfg->max_bytes) {
-        sl__msg(reason, rlen, "file is %llu bytes, over the max_bytes limit of %llu", (unsigned long long)f.size,
-                (unsigned long long)cfg->max_bytes);
-        rc = SL_ELIMIT;
-        goto out;
-    }
+    if ((rc = sl__check_bytes(f.size, cfg->max_bytes, reason, rlen))) goto out;
     if ((rc = ensure(w, f.size, SL_WORKER_DEC_BASE + w->grow_dec, &lost, reason, rlen))) goto out;
     buf = f.size > w->rbase_cap ? w->rbig : w->rbase;
     if ((rc = sl__sample_read(&f, buf, reason, rlen))) goto out;
     if ((rc = sl__probe(buf, f.size, &info, reason, rlen))) goto out;
-    uint64_t px = (uint64_t)info.width * info.height;
-    if (px > cfg->max_pixels) {
-        sl__msg(reason, rlen, "image is %ux%u = %llu pixels, over the max_pixels limit of %llu", info.width,
-                info.height, (unsigned long long)px, (unsigned long long)cfg->max_pixels);
-        rc = SL_ELIMIT;
-        goto out;
-    }
+    if ((rc = sl__check_pixels(&info, cfg->max_pixels, reason, rlen))) goto out;
     sl__plan_params pp = {cfg->preset, cfg->size, cfg->seed, epoch, index, cfg->flags};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
     if ((rc = ensure(w, f.size, plan.mem, &lost, reason, rlen))) goto out;

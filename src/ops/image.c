@@ -29,18 +29,10 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *o, sl_ima
         sl__msg(err, errlen, "unknown preset %d", o->preset);
         return SL_EINVAL;
     }
-    if (o->max_bytes && len > o->max_bytes) {
-        sl__msg(err, errlen, "file is %zu bytes, over the limit of %llu", len, (unsigned long long)o->max_bytes);
-        return SL_ELIMIT;
-    }
-    int rc = sl__probe(data, len, info, err, errlen);
-    if (rc) return rc;
-    uint64_t px = (uint64_t)info->width * info->height;
-    if (o->max_pixels && px > o->max_pixels) {
-        sl__msg(err, errlen, "image is %ux%u = %llu pixels, over the limit of %llu", info->width, info->height,
-                (unsigned long long)px, (unsigned long long)o->max_pixels);
-        return SL_ELIMIT;
-    }
+    int rc;
+    if ((rc = sl__check_bytes(len, o->max_bytes, err, errlen)) || (rc = sl__probe(data, len, info, err, errlen)) ||
+        (rc = sl__check_pixels(info, o->max_pixels, err, errlen)))
+        return rc;
     sl__plan_params pp = {o->preset, o->size, o->seed, o->epoch, o->index, o->flags};
     return sl__plan_sample(info, &pp, p, err, errlen);
 }

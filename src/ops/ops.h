@@ -64,6 +64,12 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
 int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
             const sl__plan *p, sl__quota *q, uint8_t *dst, char *reason, size_t rlen);
 
+/* The per-sample limits, checked before anything is allocated: encoded
+ * size (from fstat or the buffer's length) and pixels (from the header).
+ * 0 or SL_ELIMIT with a reason; a limit of 0 means none. */
+int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen);
+int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen);
+
 /* RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) box, torchvision's algorithm. */
 void sl__rrc_box(uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4]);
 

@@ -55,6 +55,21 @@ void sl__rrc_box(uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4]) {
     box[0] = (width - w) / 2, box[1] = (height - h) / 2, box[2] = w, box[3] = h;
 }
 
+int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen) {
+    if (!max_bytes || bytes <= max_bytes) return 0;
+    sl__msg(reason, rlen, "file is %llu bytes, over the max_bytes limit of %llu", (unsigned long long)bytes,
+            (unsigned long long)max_bytes);
+    return SL_ELIMIT;
+}
+
+int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen) {
+    uint64_t px = (uint64_t)info->width * info->height;
+    if (!max_pixels || px <= max_pixels) return 0;
+    sl__msg(reason, rlen, "image is %ux%u = %llu pixels, over the max_pixels limit of %llu", info->width,
+            info->height, (unsigned long long)px, (unsigned long long)max_pixels);
+    return SL_ELIMIT;
+}
+
 /* Python's round() of k/2: half to even. */
 static uint32_t half_round_even(uint32_t d) {
     uint32_t k = d / 2;
