@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "source/source.h"
 
 static int make_tree(const char *dir, long classes, long files) {

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/core/hash.h"
-#include "../src/core/util.h"
+#include "../src/base/hash.h"
+#include "../src/base/util.h"
 #include "cli.h"
 #include "common.h"
 #include "sluice.h"

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/mem.h"
-#include "core/util.h"
+#include "base/mem.h"
+#include "base/util.h"
 #include "monitor/json.h"
 #include "sluice.h"
 

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/mem.h"
-#include "core/util.h"
+#include "base/mem.h"
+#include "base/util.h"
 #include "monitor/svg.h"
 #include "monitor/top.h"
 #include "sluice.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "sluice.h"
 
 static int by_pid(const void *a, const void *b) {

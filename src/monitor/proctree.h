@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/mem.h"
+#include "base/mem.h"
 #include "monitor/procfs.h"
 
 typedef struct sl__proc {

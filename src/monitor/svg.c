@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "monitor/json.h"
 #include "sluice.h"
 

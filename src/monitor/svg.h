@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "core/mem.h"
+#include "base/mem.h"
 
 /*
  * Read the JSON lines of log (one sl__top_json object a line; lines that

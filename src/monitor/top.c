@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "monitor/json.h"
 #include "sluice.h"
 

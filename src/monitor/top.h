@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/mem.h"
+#include "base/mem.h"
 #include "monitor/cgroup.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"

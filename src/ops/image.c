@@ -1,7 +1,7 @@
 /* Public single-image API: the loader's decode path, one image at a time. */
 #include <string.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "ops.h"
 
 #define DEFAULT_MAX_PIXELS (1ull << 26)

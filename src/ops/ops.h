@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "../decode/decode.h"
+#include "../format/decode.h"
 #include "sluice.h"
 
 /* Deterministic per-sample randomness: depends only on (seed, epoch,

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "ops.h"
 #include "resize.h"
 

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "resize.h"
 
 #define PRECISION_BITS 22

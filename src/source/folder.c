@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "source_impl.h"
 
 #define DENTS_BUF ((size_t)32 << 10)

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "source_impl.h"
 
 /* ---- chunk arrays ------------------------------------------------------ */

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "../core/mem.h"
+#include "../base/mem.h"
 
 typedef struct sl__source sl__source;
 

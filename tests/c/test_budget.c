@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/mem.h"
+#include "base/mem.h"
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/mem.h"
+#include "base/mem.h"
 #include "fixture.h"
 #include "sluice.h"
 

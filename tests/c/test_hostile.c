@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/util.h"
-#include "decode/decode.h"
+#include "base/util.h"
+#include "format/decode.h"
 
 /* ---- files ---------------------------------------------------------------- */
 

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "core/sampler.h"
+#include "pipeline/sampler.h"
 #include "fixture.h"
 #include "sluice.h"
 

@@ -5,7 +5,7 @@
  * padding and together complete; edge sizes.
  */
 #include "check.h"
-#include "core/sampler.h"
+#include "pipeline/sampler.h"
 #include "sluice.h"
 
 typedef struct order {

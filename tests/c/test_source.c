@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "source/source.h"
 
 /* ---- fixture helpers ---------------------------------------------------- */

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/mem.h"
+#include "base/mem.h"
 #include "monitor/cgroup.h"
 #include "monitor/json.h"
 #include "monitor/nvml.h"

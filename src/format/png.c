@@ -22,7 +22,7 @@
 
 #include <string.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 
 #ifdef SL_HAVE_SPNG
 #include <spng.h>

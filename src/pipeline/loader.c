@@ -41,9 +41,9 @@
 #include <unistd.h>
 
 #include "../ops/ops.h"
-#include "hash.h"
+#include "../base/hash.h"
 #include "loader_impl.h"
-#include "util.h"
+#include "../base/util.h"
 
 #define DEFAULT_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_MAX_PIXELS (1ull << 26)

@@ -1,10 +1,11 @@
 /* Format dispatch by content, and the per-sample quota allocator. */
 #include "decode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 
 /* Quota blocks carry their size so free/realloc can settle the count. */
 typedef struct qhdr {
@@ -90,4 +91,13 @@ int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_i
     case SL_FORMAT_PNG: return sl__png_decode(data, len, info, req, q, sink, reason, rlen);
     default: sl__msg(reason, rlen, "unknown format"); return SL_EFORMAT;
     }
+}
+
+/* The runtime version names the formats this build decodes. */
+const char *sl_version(void) {
+    static char v[64];
+    if (!v[0])
+        snprintf(v, sizeof v, "%s (libjpeg %s, png %s)", SL_VERSION_STRING, "turbo",
+                 sl__png_available() ? "libspng" : "off");
+    return v;
 }

@@ -1,9 +1,8 @@
-/* Error names, version, size parsing: the small public helpers. */
+/* Error names, version number, size parsing: the small public helpers. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 
-#include "../decode/decode.h"
 #include "sluice.h"
 #include "util.h"
 
@@ -29,14 +28,6 @@ const char *sl_strerror(int code) {
     case SL_ESYS: return "system call failed";
     default: return "unknown error";
     }
-}
-
-const char *sl_version(void) {
-    static char v[64];
-    if (!v[0])
-        snprintf(v, sizeof v, "%s (libjpeg %s, png %s)", SL_VERSION_STRING, "turbo",
-                 sl__png_available() ? "libspng" : "off");
-    return v;
 }
 
 unsigned sl_version_number(void) { return SL_VERSION_NUMBER; }

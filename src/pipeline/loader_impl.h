@@ -8,9 +8,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "../decode/decode.h"
+#include "../format/decode.h"
 #include "../source/source.h"
-#include "mem.h"
+#include "../base/mem.h"
 #include "sampler.h"
 #include "sluice.h"
 

@@ -22,7 +22,7 @@
 
 #include <jpeglib.h>
 
-#include "../core/util.h"
+#include "../base/util.h"
 #include "decode.h"
 
 #define ROWS_PER_READ 16

@@ -18,7 +18,7 @@
 
 #include "../ops/ops.h"
 #include "loader_impl.h"
-#include "util.h"
+#include "../base/util.h"
 
 int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
     memset(w, 0, sizeof *w);
