@@ -79,9 +79,14 @@ def _extension():
     if jpeg[2] == ["turbojpeg"]:  # the TurboJPEG API package: the libjpeg API lives beside it
         jpeg = (jpeg[0], jpeg[1], ["jpeg"])
     spng = _find(["spng"], "spng.h", "spng", "SPNG_ROOT")
-    include_dirs = ["include", "src"] + jpeg[0]
-    library_dirs = list(jpeg[1])
-    libraries = list(jpeg[2])
+    jansson = _find(["jansson"], "jansson.h", "jansson", "JANSSON_ROOT")
+    if jansson is None:
+        sys.exit("sluice: jansson (JSON, for schemas and manifests) not found. Install its "
+                 "development package (Debian/Ubuntu: libjansson-dev, Fedora: jansson-devel, "
+                 "conda: jansson) or set JANSSON_ROOT.")
+    include_dirs = ["include", "src"] + jpeg[0] + jansson[0]
+    library_dirs = list(jpeg[1]) + jansson[1]
+    libraries = list(jpeg[2]) + jansson[2]
     macros = [("_GNU_SOURCE", "1")]  # as CMake: CPU_COUNT, pthread_setname_np, ...
     if spng:
         include_dirs += spng[0]
@@ -92,7 +97,9 @@ def _extension():
     else:
         print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
-    sources = sorted(glob.glob("src/**/*.c", recursive=True)) + ["python/sluice/_sluice.c"]
+    # the library without src/monitor/ (sluice top's readers live in the CLI)
+    sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)
+                     if not f.startswith(os.path.join("src", "monitor"))) + ["python/sluice/_sluice.c"]
     return Extension(
         "sluice._sluice",
         sources=sources,

@@ -12,6 +12,10 @@
  *    (cfg.budget). When the budget is full, workers wait; nothing grows.
  *  - Handles are opaque. Buffers handed to the caller (batch fields) belong
  *    to the loader and stay valid until the batch is released.
+ *  - Structs that may grow carry their size: a configuration records the
+ *    size its caller was built with (sl_config_init sets it), and functions
+ *    that fill a struct take the caller's size (the macros below pass
+ *    sizeof), so a caller built against an older header keeps working.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -74,6 +78,7 @@ enum { SL_ON_ERROR_SKIP = 0, SL_ON_ERROR_RAISE = 1 };
 #define SL_FLAG_KEEP_ALPHA (1u << 2) /* 4 output channels, RGBA (alpha 255 where none) */
 
 typedef struct sl_config {
+    size_t struct_size;   /* sizeof(sl_config) as the caller was built: set by sl_config_init */
     const char *source;   /* image folder (ImageFolder layout) or manifest .csv/.jsonl */
     uint32_t batch_size;  /* samples per batch (256) */
     uint32_t size;        /* output height = width in pixels (224) */
@@ -92,10 +97,15 @@ typedef struct sl_config {
     uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB) */
     uint32_t flags;       /* SL_FLAG_* */
     uint32_t max_error_records; /* error records kept (1000); later ones only counted */
+    const char *fields;   /* the schema: a JSON object of named fields (DESIGN.md,
+                             docs/fields.md); NULL: "image" + "label" (+ "index") with
+                             preset and size above */
 } sl_config;
 
-/* Fill cfg with the defaults above (source NULL). */
-SL_API void sl_config_init(sl_config *cfg);
+/* Fill cfg with the defaults above (source NULL, fields NULL) and record the
+ * caller's sizeof(sl_config). */
+SL_API void sl_config_init_sized(sl_config *cfg, size_t struct_size);
+#define sl_config_init(cfg) sl_config_init_sized((cfg), sizeof *(cfg))
 
 /* ---- memory categories (stats) ----------------------------------------- */
 enum {
@@ -157,20 +167,38 @@ SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, ch
 SL_API int sl_loader_slot_region(const sl_loader *ld, void **base, size_t *len);
 
 /* ---- batches ----------------------------------------------------------- */
-enum { SL_DTYPE_UINT8 = 1, SL_DTYPE_INT64 = 2, SL_DTYPE_FLOAT32 = 3 };
+enum {
+    SL_DTYPE_UINT8 = 1, SL_DTYPE_INT64 = 2, SL_DTYPE_FLOAT32 = 3,
+    SL_DTYPE_INT8 = 4, SL_DTYPE_INT16 = 5, SL_DTYPE_UINT16 = 6, SL_DTYPE_INT32 = 7,
+    SL_DTYPE_UINT32 = 8, SL_DTYPE_UINT64 = 9, SL_DTYPE_FLOAT16 = 10, SL_DTYPE_FLOAT64 = 11,
+    SL_DTYPE_BOOL = 12
+};
+/* Bytes per element of a dtype (0 for an unknown one) and its name ("float32"). */
+SL_API size_t sl_dtype_size(int dtype);
+SL_API const char *sl_dtype_name(int dtype);
+
+#define SL_MAX_DIMS 8
 
 typedef struct sl_field {
-    const char *name;    /* "image", "label", "index" */
+    const char *name;    /* the schema's field name; "index" (and "<f>_len") added */
     void *data;          /* inside the batch slot; valid until release */
     int dtype;           /* SL_DTYPE_* */
-    int ndim;
-    int64_t shape[4];
-    int64_t strides[4];  /* in bytes, C order */
+    int ndim;            /* 1 + the sample's dimensions */
+    int64_t shape[SL_MAX_DIMS];
+    int64_t strides[SL_MAX_DIMS];  /* in bytes, C order */
     uint64_t nbytes;
+    int kind;            /* SL_KIND_* of the field it comes from */
 } sl_field;
 
-/* Fields: 0 "image" uint8 [n, C, size, size] (CHW, RGB), 1 "label" int64 [n],
- * 2 "index" int64 [n] (dataset sample index). */
+/* Field kinds (the schema's "kind"). */
+enum {
+    SL_KIND_IMAGE = 1, SL_KIND_ARRAY = 2, SL_KIND_SEQUENCE = 3, SL_KIND_VIDEO = 4,
+    SL_KIND_LABEL = 5, SL_KIND_TARGET = 6, SL_KIND_INDEX = 7, SL_KIND_LENGTH = 8
+};
+
+/* Fields in schema order, then "<f>_len" for each field with "points", then
+ * "index" int64 [n] (dataset sample index). Without a schema: 0 "image"
+ * uint8 [n, C, size, size] (CHW, RGB), 1 "label" int64 [n], 2 "index". */
 SL_API int sl_batch_num_fields(const sl_batch *b);
 SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out);
 SL_API int sl_batch_find(const sl_batch *b, const char *name, sl_field *out);
@@ -207,7 +235,9 @@ typedef struct sl_stats {
     double index_seconds;      /* time to index the source */
 } sl_stats;
 
-SL_API int sl_loader_stats(const sl_loader *ld, sl_stats *out);
+/* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */
+SL_API int sl_loader_stats_sized(const sl_loader *ld, sl_stats *out, size_t out_size);
+#define sl_loader_stats(ld, out) sl_loader_stats_sized((ld), (out), sizeof *(out))
 
 /* ---- error records ----------------------------------------------------- */
 typedef struct sl_error_record {
@@ -242,6 +272,36 @@ SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out);
  * configuration (SL_ESTATE otherwise). Held batches stay valid. */
 SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st);
 
+/* ---- sizing a pipeline without starting it ------------------------------ */
+typedef struct sl_plan {
+    uint64_t dataset_size;     /* samples in the source */
+    uint64_t samples_per_rank; /* per epoch */
+    uint64_t batches;          /* nominal batches per epoch */
+    uint32_t workers;          /* what sl_loader_create would start for cfg */
+    uint32_t slots;            /* batch slots it would carve for cfg */
+    uint32_t num_fields;       /* outputs per batch (sl_batch_num_fields) */
+    uint64_t sample_bytes;     /* one sample's outputs, all fields */
+    uint64_t slot_bytes;       /* one batch slot, bookkeeping included */
+    uint64_t worker_bytes;     /* fixed per worker: read buffer, decoder base, stack */
+    uint64_t index_bytes;      /* index, sample orders, error records, tables */
+    uint64_t fixed_bytes;      /* index + slots * slot + workers * worker */
+    uint64_t min_budget;       /* the smallest budget create accepts for cfg */
+    double index_seconds;
+} sl_plan;
+
+/*
+ * Index cfg's source and size the pipeline exactly as sl_loader_create
+ * would, without allocating slots or starting workers: what `sluice plan`
+ * and other tools use to learn the sizing policy. Fills the first out_size
+ * bytes of *out. Errors as sl_loader_create (SL_EBUDGET is not an error
+ * here: min_budget says what is needed).
+ */
+SL_API int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, char *errbuf, size_t errlen);
+#define sl_loader_plan(cfg, out, errbuf, errlen) sl_loader_plan_sized((cfg), (out), sizeof *(out), (errbuf), (errlen))
+
+/* 64-bit hash of len bytes (the one batch checksums use). */
+SL_API uint64_t sl_hash64(const void *data, size_t len, uint64_t seed);
+
 /* ---- single images (no loader) ----------------------------------------- */
 enum { SL_FORMAT_UNKNOWN = 0, SL_FORMAT_JPEG = 1, SL_FORMAT_PNG = 2 };
 
@@ -260,6 +320,7 @@ SL_API int sl_image_probe(const void *data, size_t len, sl_image_info *info);
 enum { SL_TRANSFORM_NONE = -1 }; /* opts.preset: full decode, HWC */
 
 typedef struct sl_decode_opts {
+    size_t struct_size;    /* set by sl_decode_opts_init */
     int preset;            /* SL_PRESET_TRAIN, SL_PRESET_VAL or SL_TRANSFORM_NONE */
     uint32_t size;         /* output side for presets */
     uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
@@ -267,7 +328,8 @@ typedef struct sl_decode_opts {
     uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
 } sl_decode_opts;
 
-SL_API void sl_decode_opts_init(sl_decode_opts *o);
+SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
+#define sl_decode_opts_init(o) sl_decode_opts_init_sized((o), sizeof *(o))
 
 /* Bytes sl_image_decode writes: C*size*size for presets, C*W*H for NONE
  * (after EXIF rotation if asked). */

@@ -13,6 +13,7 @@ loader. The slot goes back to the pool when the last view of it (the fields,
 and every numpy array or tensor made from them) is gone. See docs/python.md.
 """
 import gc
+import json
 import numbers
 import os
 
@@ -113,9 +114,25 @@ def _rank_world(rank, world_size):
     return rank, world_size
 
 
+def _schema_json(fields):
+    """The schema as the JSON text the library parses (it checks the rest)."""
+    if isinstance(fields, str):
+        return fields
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError(f"fields must be a non-empty dict of named fields, got {type(fields).__name__}")
+    for name, opts in fields.items():
+        if not isinstance(name, str) or not isinstance(opts, dict):
+            raise TypeError(f"fields: each entry is name -> dict of options, got {name!r}: {type(opts).__name__}")
+    try:
+        return json.dumps(fields)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"fields: not JSON-serialisable: {e}") from None
+
+
 # ---- batches ---------------------------------------------------------------
 class Batch(dict):
-    """One batch: a dict {"image", "label", "index"} of :class:`Field` views.
+    """One batch: a dict of :class:`Field` views, one per schema field, then
+    "<f>_len" for fields with points and "index" (default: "image", "label", "index").
 
     Attributes: ``epoch``, ``index`` (batch number within the epoch), ``size``
     (samples), ``checksum`` (with ``checksum=True``, else 0). Each field keeps
@@ -157,6 +174,9 @@ class Loader:
       checksum     hash every batch (Batch.checksum)
       exif         apply EXIF orientation
       keep_alpha   4 output channels (RGBA)
+      fields       the schema: a dict of named fields (docs/fields.md), e.g.
+                   {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
+                   None: "image" + "label" with preset and size above
 
     A ``for`` loop runs over the rest of the current epoch; the next loop runs
     the next epoch. Errors: ValueError/TypeError for bad arguments,
@@ -168,7 +188,7 @@ class Loader:
     def __init__(self, source, batch_size=256, preset="train", size=224, shuffle=True, seed=0,
                  drop_last=False, budget="512M", workers=None, prefetch=None, on_error="skip",
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
-                 exif=False, keep_alpha=False, max_error_records=None):
+                 exif=False, keep_alpha=False, max_error_records=None, fields=None):
         self._ld = None
         if not isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}")
@@ -214,6 +234,9 @@ class Loader:
         kw["flags"] = ((_sluice.FLAG_CHECKSUM if _flag("checksum", checksum) else 0)
                        | (_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
                        | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0))
+        if fields is not None:
+            kw["fields"] = _schema_json(fields)
+        self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]
         self.rank, self.world_size = kw["rank"], kw["world_size"]

@@ -58,7 +58,7 @@ typedef struct DLManagedTensorVersioned {
     DLTensor dl_tensor;
 } DLManagedTensorVersioned;
 enum { kDLCPU = 1 };
-enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2 };
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 };
 
 /* ---- exceptions --------------------------------------------------------- */
 /* Set once in PyInit__sluice, read-only afterwards. */
@@ -196,8 +196,8 @@ typedef struct {
     PyObject_HEAD
     BatchObject *batch;  /* strong: the slot this view points into */
     sl_field f;          /* copied; f.data points into the slot */
-    Py_ssize_t shape[4], strides[4];
-    char name[16];
+    Py_ssize_t shape[SL_MAX_DIMS], strides[SL_MAX_DIMS];
+    char name[80];
 } FieldObject;
 
 static PyTypeObject LoaderType, BatchType, FieldType;
@@ -232,19 +232,20 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
                              "drop_last", "rank", "world_size", "workers", "prefetch",
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
-                             "flags", "max_error_records", NULL};
+                             "flags", "max_error_records", "fields", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL;
+    const char *fields = NULL;
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&z", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
-            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records))
+            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields))
         return -1;
     if (self->ld || self->source) {
         Py_DECREF(source);
@@ -257,6 +258,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     cfg.shuffle = shuffle;
     cfg.drop_last = drop_last;
     cfg.on_error = on_error;
+    cfg.fields = fields; /* copied by sl_loader_create */
     self->max_error_records = cfg.max_error_records;
 
     char err[512] = "";
@@ -675,9 +677,9 @@ static void Batch_dealloc(BatchObject *self) {
 }
 
 static PyObject *field_new(BatchObject *batch, const sl_field *f) {
-    if (f->ndim < 0 || f->ndim > 4) {
-        PyErr_Format(PyExc_RuntimeError, "field '%s' has %d dimensions (at most 4 supported)",
-                     f->name ? f->name : "?", f->ndim);
+    if (f->ndim < 0 || f->ndim > SL_MAX_DIMS) {
+        PyErr_Format(PyExc_RuntimeError, "field '%s' has %d dimensions (at most %d supported)",
+                     f->name ? f->name : "?", f->ndim, SL_MAX_DIMS);
         return NULL;
     }
     FieldObject *fo = PyObject_New(FieldObject, &FieldType);
@@ -686,7 +688,7 @@ static PyObject *field_new(BatchObject *batch, const sl_field *f) {
     fo->f = *f;
     snprintf(fo->name, sizeof fo->name, "%s", f->name ? f->name : "");
     fo->f.name = fo->name;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < SL_MAX_DIMS; i++) {
         fo->shape[i] = i < f->ndim ? (Py_ssize_t)f->shape[i] : 0;
         fo->strides[i] = i < f->ndim ? (Py_ssize_t)f->strides[i] : 0;
     }
@@ -750,13 +752,30 @@ static void Field_dealloc(FieldObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The struct-module format and DLPack type of each dtype. */
+static const struct {
+    int dtype;
+    const char *format;
+    uint8_t dl_code, bits;
+} dtypes[] = {
+    {SL_DTYPE_UINT8, "B", kDLUInt, 8},     {SL_DTYPE_INT8, "b", kDLInt, 8},
+    {SL_DTYPE_BOOL, "?", kDLBool, 8},      {SL_DTYPE_INT16, "h", kDLInt, 16},
+    {SL_DTYPE_UINT16, "H", kDLUInt, 16},   {SL_DTYPE_FLOAT16, "e", kDLFloat, 16},
+    {SL_DTYPE_INT32, "i", kDLInt, 32},     {SL_DTYPE_UINT32, "I", kDLUInt, 32},
+    {SL_DTYPE_FLOAT32, "f", kDLFloat, 32}, {SL_DTYPE_INT64, "q", kDLInt, 64},
+    {SL_DTYPE_UINT64, "Q", kDLUInt, 64},   {SL_DTYPE_FLOAT64, "d", kDLFloat, 64},
+};
+
+static int dtype_entry(int dtype) {
+    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+        if (dtypes[i].dtype == dtype) return (int)i;
+    return -1;
+}
+
 static const char *field_format(int dtype, Py_ssize_t *itemsize) {
-    switch (dtype) {
-    case SL_DTYPE_UINT8: *itemsize = 1; return "B";
-    case SL_DTYPE_INT64: *itemsize = 8; return "q";
-    case SL_DTYPE_FLOAT32: *itemsize = 4; return "f";
-    default: *itemsize = 0; return NULL;
-    }
+    int e = dtype_entry(dtype);
+    *itemsize = e < 0 ? 0 : dtypes[e].bits / 8;
+    return e < 0 ? NULL : dtypes[e].format;
 }
 
 static int field_is_c_contiguous(const FieldObject *self, Py_ssize_t itemsize) {
@@ -812,7 +831,7 @@ typedef struct {
         DLManagedTensor classic;
         DLManagedTensorVersioned versioned;
     } u;               /* first: the deleter gets a pointer to it */
-    int64_t shape[4], strides[4];
+    int64_t shape[SL_MAX_DIMS], strides[SL_MAX_DIMS];
     PyObject *owner;   /* the Field: keeps the slot alive */
 } dl_holder;
 
@@ -879,15 +898,12 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
         if (!PyArg_ParseTuple(max_version, "ll", &major, &minor)) return NULL;
         versioned = major >= 1;
     }
-    uint8_t code, bits;
-    switch (self->f.dtype) {
-    case SL_DTYPE_UINT8: code = kDLUInt; bits = 8; break;
-    case SL_DTYPE_INT64: code = kDLInt; bits = 64; break;
-    case SL_DTYPE_FLOAT32: code = kDLFloat; bits = 32; break;
-    default:
+    int e = dtype_entry(self->f.dtype);
+    if (e < 0) {
         PyErr_Format(PyExc_BufferError, "field '%s' has an unknown dtype %d", self->name, self->f.dtype);
         return NULL;
     }
+    uint8_t code = dtypes[e].dl_code, bits = dtypes[e].bits;
     dl_holder *h = PyMem_RawCalloc(1, sizeof *h);
     if (!h) return PyErr_NoMemory();
     int64_t itemsize = bits / 8;
@@ -960,14 +976,7 @@ static PyObject *Field_get_strides(FieldObject *self, void *u) {
     return t;
 }
 
-static PyObject *Field_get_dtype(FieldObject *self, void *u) {
-    switch (self->f.dtype) {
-    case SL_DTYPE_UINT8: return PyUnicode_FromString("uint8");
-    case SL_DTYPE_INT64: return PyUnicode_FromString("int64");
-    case SL_DTYPE_FLOAT32: return PyUnicode_FromString("float32");
-    default: return PyUnicode_FromString("unknown");
-    }
-}
+static PyObject *Field_get_dtype(FieldObject *self, void *u) { return PyUnicode_FromString(sl_dtype_name(self->f.dtype)); }
 
 static PyObject *Field_get_name(FieldObject *self, void *u) { return PyUnicode_FromString(self->name); }
 static PyObject *Field_get_nbytes(FieldObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->f.nbytes); }

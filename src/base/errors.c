@@ -63,3 +63,31 @@ int sl_parse_size(const char *s, uint64_t *out) {
     *out = (uint64_t)r;
     return 0;
 }
+
+size_t sl_dtype_size(int dtype) {
+    switch (dtype) {
+    case SL_DTYPE_UINT8: case SL_DTYPE_INT8: case SL_DTYPE_BOOL: return 1;
+    case SL_DTYPE_INT16: case SL_DTYPE_UINT16: case SL_DTYPE_FLOAT16: return 2;
+    case SL_DTYPE_INT32: case SL_DTYPE_UINT32: case SL_DTYPE_FLOAT32: return 4;
+    case SL_DTYPE_INT64: case SL_DTYPE_UINT64: case SL_DTYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+const char *sl_dtype_name(int dtype) {
+    switch (dtype) {
+    case SL_DTYPE_UINT8: return "uint8";
+    case SL_DTYPE_INT8: return "int8";
+    case SL_DTYPE_BOOL: return "bool";
+    case SL_DTYPE_INT16: return "int16";
+    case SL_DTYPE_UINT16: return "uint16";
+    case SL_DTYPE_FLOAT16: return "float16";
+    case SL_DTYPE_INT32: return "int32";
+    case SL_DTYPE_UINT32: return "uint32";
+    case SL_DTYPE_FLOAT32: return "float32";
+    case SL_DTYPE_INT64: return "int64";
+    case SL_DTYPE_UINT64: return "uint64";
+    case SL_DTYPE_FLOAT64: return "float64";
+    default: return "unknown";
+    }
+}

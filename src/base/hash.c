@@ -1,4 +1,5 @@
 #include "hash.h"
+#include "sluice.h"
 
 #include <string.h>
 
@@ -49,3 +50,5 @@ uint64_t sl__hash64(const void *data, size_t len, uint64_t seed) {
     h ^= h >> 32;
     return h;
 }
+
+uint64_t sl_hash64(const void *data, size_t len, uint64_t seed) { return sl__hash64(data, len, seed); }

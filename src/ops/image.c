@@ -1,4 +1,5 @@
 /* Public single-image API: the loader's decode path, one image at a time. */
+#include <stddef.h>
 #include <string.h>
 
 #include "../base/util.h"
@@ -13,23 +14,41 @@ int sl_image_probe(const void *data, size_t len, sl_image_info *info) {
     return sl__probe(data, len, info, NULL, 0);
 }
 
-void sl_decode_opts_init(sl_decode_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->preset = SL_TRANSFORM_NONE;
-    o->size = 224;
-    o->max_pixels = DEFAULT_MAX_PIXELS;
-    o->max_bytes = DEFAULT_MAX_BYTES;
+void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size) {
+    sl_decode_opts d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = SL_MIN(struct_size, sizeof d);
+    d.preset = SL_TRANSFORM_NONE;
+    d.size = 224;
+    d.max_pixels = DEFAULT_MAX_PIXELS;
+    d.max_bytes = DEFAULT_MAX_BYTES;
+    memcpy(o, &d, d.struct_size);
+}
+
+/* The caller's options over the defaults (newer fields keep defaults). */
+static int copy_opts(sl_decode_opts *dst, const sl_decode_opts *o, char *err, size_t errlen) {
+    if (o->struct_size < offsetof(sl_decode_opts, flags) + sizeof o->flags || o->struct_size > sizeof *dst) {
+        sl__msg(err, errlen, "sl_decode_opts.struct_size is %zu: initialise the options with sl_decode_opts_init",
+                o->struct_size);
+        return SL_EINVAL;
+    }
+    sl_decode_opts_init(dst);
+    memcpy(dst, o, o->struct_size);
+    dst->struct_size = sizeof *dst;
+    return 0;
 }
 
 /* Probe + limits + plan: what both public entry points need. */
-static int prepare(const void *data, size_t len, const sl_decode_opts *o, sl_image_info *info, sl__plan *p,
+static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_image_info *info, sl__plan *p,
                    char *err, size_t errlen) {
-    if (!o || (!data && len)) return SL_EINVAL;
+    if (!opts || (!data && len)) return SL_EINVAL;
+    sl_decode_opts oc, *o = &oc;
+    int rc = copy_opts(&oc, opts, err, errlen);
+    if (rc) return rc;
     if (o->preset != SL_TRANSFORM_NONE && o->preset != SL_PRESET_TRAIN && o->preset != SL_PRESET_VAL) {
         sl__msg(err, errlen, "unknown preset %d", o->preset);
         return SL_EINVAL;
     }
-    int rc;
     if ((rc = sl__check_bytes(len, o->max_bytes, err, errlen)) || (rc = sl__probe(data, len, info, err, errlen)) ||
         (rc = sl__check_pixels(info, o->max_pixels, err, errlen)))
         return rc;

@@ -8,9 +8,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../base/mem.h"
+#include "../base/scratch.h"
+#include "../fields/field.h"
 #include "../format/decode.h"
 #include "../source/source.h"
-#include "../base/mem.h"
+#include "collate.h"
 #include "sampler.h"
 #include "sluice.h"
 
@@ -22,10 +25,11 @@ typedef struct sl__error {
     uint64_t cno;
 } sl__error;
 
-/* A batch slot, carved once from the loader's region. All fields are
- * protected by ld->mu except the per-position arrays, which belong to the
- * worker that claimed the position until it decrements pending (under mu),
- * and then to the committer. */
+/* A batch slot, carved once from the loader's region (layout: collate.h).
+ * All fields are protected by ld->mu except the per-position data in the
+ * slot (outputs, hash, ok, err, reasons), which belongs to the worker that
+ * claimed the position until it decrements pending (under mu), and then to
+ * the committer. */
 struct sl_batch {
     sl_loader *ld;
     uint32_t id;
@@ -46,9 +50,7 @@ struct sl_batch {
     uint64_t checksum;
     uint64_t cno;        /* its commit's number */
     uint32_t nerr;       /* failures recorded at its commit */
-    uint8_t *image;      /* batch_size x sample_bytes */
-    int64_t *label;
-    int64_t *index;
+    uint8_t *base;       /* the slot's block: outputs, then bookkeeping */
     uint64_t *hash;      /* per-sample hash (SL_FLAG_CHECKSUM) */
     uint8_t *ok;         /* per position: decoded into place */
     uint8_t *err;        /* per position: -code of a failed decode, 0 if none */
@@ -64,24 +66,21 @@ typedef struct sl__worker {
     uint32_t id;
     pthread_t thread;
     sl__decoder *dec;
-    uint8_t *rbase;      /* baseline read buffer (fixed) */
-    size_t rbase_cap;
-    uint8_t *rbig;       /* grown read buffer (prepaid from grow_read) */
-    size_t rbig_cap;
-    uint64_t grow_read;  /* bytes counted for rbig (SL_MEM_SCRATCH) */
-    uint64_t grow_dec;   /* decoder quota beyond the baseline (SL_MEM_DECODER) */
+    sl__scratch scratch; /* read buffer and decoder room (base/scratch.h) */
     _Atomic uint64_t busy_ns, idle_ns;
 } sl__worker;
 
 struct sl_loader {
     sl_config cfg;
-    char *source_path;
-    sl__budget budget;
+    char *source_path;       /* the configuration's strings, copied */
+    char *fields_json;
+    sl__budget *budget;      /* everything the loader holds is counted here */
+    sl__budget own_budget;   /* the loader's own budget (what budget points at) */
     sl__source *src;
+    sl__schema schema;       /* the fields (fields/field.h) */
+    sl__layout layout;       /* where each output lives in a slot */
     sl__sampler sampler;
     uint32_t B;              /* batch size */
-    uint32_t C;              /* channels */
-    uint64_t sample_bytes;   /* C * size * size */
     uint64_t nbatches;       /* nominal batches per epoch */
     uint32_t nslots;
     uint32_t nworkers;
@@ -104,6 +103,7 @@ struct sl_loader {
     uint64_t gen;
     int paused;              /* reset in progress: no claims */
     int stop;
+    _Atomic int cancel;      /* set with stop: decoders give up (sl__load.cancel) */
     uint32_t started;
     int poisoned;
     /* dispatch */
@@ -144,15 +144,24 @@ void sl__worker_fini(sl__worker *w);
 /* Give back the worker's scratch growth (called by the worker itself
  * before it waits for work). */
 void sl__worker_idle(sl__worker *w);
-/* Decode dataset sample index of epoch into dst. 0 or a code with reason. */
-int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen);
+/* Load dataset sample `sample` of epoch into position j of slot s: every
+ * field through its kind, then the index and (SL_FLAG_CHECKSUM) the hash.
+ * 0, or a code with the reason in the position's reason string. */
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch);
 /* Record a failure for batch s being committed (committer only). */
 void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
+#define SL_WORKER_STACK ((size_t)2 << 20)
 
-/* loader.c, called by workers */
+/* engine.c: the slot machinery, run by workers and the consumer */
 void sl__loader_run(sl__worker *w);
+/* Restart delivery at (epoch, batch) with tail. mu held. */
+void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail);
+/* The sample order of epoch (made on first use). */
+uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch);
+/* Point slot s at its block of the region. */
+void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base);
 
 #endif

@@ -227,8 +227,36 @@ static int set_base(sl__source *s, const char *path, size_t n, char *err, size_t
     return 0;
 }
 
+/* Map column requests onto a folder's or a path,label manifest's values. */
+static int map_legacy(sl__source *s, const char *path, const sl__colreq *req, uint32_t nreq, char *err,
+                      size_t errlen) {
+    int have_file = 0, have_label = 0;
+    if (nreq > sizeof s->colmap) {
+        sl__msg(err, errlen, "%s: %u columns requested", path, nreq);
+        return SL_EINVAL;
+    }
+    for (uint32_t k = 0; k < nreq; k++) {
+        int *have = req[k].type == SL__VAL_FILE ? &have_file : req[k].type == SL__VAL_INT ? &have_label : NULL;
+        if (!have || (*have)++) {
+            sl__msg(err, errlen,
+                    "%s: a %s has one file and one label per sample; the schema asks for more (\"%s\": use a "
+                    ".jsonl manifest that names each value)",
+                    path, s->kind == SL__KIND_FOLDER ? "folder" : "path,label manifest", req[k].key);
+            return SL_EINVAL;
+        }
+        s->colmap[k] = req[k].type == SL__VAL_FILE ? SL__COL_FILE : SL__COL_LABEL;
+    }
+    s->ncols = nreq;
+    return 0;
+}
+
 int sl__source_open(sl__budget *b, const char *path, uint32_t threads, sl__source **out, char *err,
                     size_t errlen) {
+    return sl__source_open_cols(b, path, threads, NULL, 0, out, err, errlen);
+}
+
+int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
+                         sl__source **out, char *err, size_t errlen) {
     *out = NULL;
     if (!path || !*path) {
         sl__msg(err, errlen, "no dataset path given");
@@ -279,8 +307,14 @@ int sl__source_open(sl__budget *b, const char *path, uint32_t threads, sl__sourc
         size_t n = slash ? (size_t)(slash - path) : 0;
         if (slash && n == 0) n = 1; /* "/m.csv": base "/" */
         rc = set_base(s, path, n, err, errlen);
-        if (!rc) rc = sl__manifest_index(s, path, kind, err, errlen);
+        if (!rc && req && kind == SL__KIND_JSONL) {
+            s->kind = SL__KIND_TABLE;
+            rc = sl__table_index(s, path, req, nreq, err, errlen);
+        } else if (!rc) {
+            rc = sl__manifest_index(s, path, kind, err, errlen);
+        }
     }
+    if (!rc && req && s->kind != SL__KIND_TABLE) rc = map_legacy(s, path, req, nreq, err, errlen);
     if (rc) {
         sl__source_close(s);
         return rc;
@@ -296,6 +330,7 @@ void sl__source_close(sl__source *s) {
         for (uint32_t i = 0; i < s->nchunks; i++) sl__chunk_free(b, &s->chunks[i]);
         sl__free(b, s->chunks);
     }
+    sl__table_free(b, s->tab);
     if (s->basefd >= 0) close(s->basefd);
     sl__free(b, s->base);
     sl__free(b, s);
@@ -320,7 +355,7 @@ static const sl__chunk *find_chunk(const sl__source *s, uint64_t i) {
 }
 
 int64_t sl__source_label(const sl__source *s, uint64_t i) {
-    if (i >= s->count) return SL_EINVAL;
+    if (i >= s->count || s->kind == SL__KIND_TABLE) return SL_EINVAL;
     const sl__chunk *c = find_chunk(s, i);
     return c->labels ? c->labels[i - c->first] : c->label;
 }
@@ -350,6 +385,12 @@ static int rel_path(const sl__source *s, uint64_t i, char *buf, size_t len, int 
 
 int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len) {
     if (i >= s->count) return SL_EINVAL;
+    if (s->kind == SL__KIND_TABLE) { /* the first file of the row */
+        for (uint32_t c = 0; c < s->tab->ncols; c++)
+            if (s->tab->types[c] == SL__VAL_FILE || s->tab->types[c] == SL__VAL_FILES)
+                return sl__source_file_path(s, i, c, 0, buf, len);
+        return SL_EINVAL;
+    }
     if (!buf || len == 0 || len > INT_MAX) return SL_EOVERFLOW;
     size_t pre = 0;
     int absolute = 0;
@@ -379,20 +420,10 @@ static const char *errno_reason(int e, char *tmp, size_t n) {
     }
 }
 
-int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
-                           size_t rlen) {
-    f->fd = -1;
-    f->offset = f->size = 0;
-    if (i >= s->count) {
-        sl__msg(reason, rlen, "sample %llu out of range", (unsigned long long)i);
-        return SL_EINVAL;
-    }
-    char path[PATH_MAX], tmp[64];
-    int absolute;
-    if (rel_path(s, i, path, sizeof path, &absolute) < 0) {
-        sl__msg(reason, rlen, "path too long");
-        return SL_EIO;
-    }
+/* Open path (relative to the base unless absolute) as a sample file. */
+static int open_at(const sl__source *s, const char *path, int absolute, sl__sample_file *f, char *reason,
+                   size_t rlen) {
+    char tmp[64];
     /* O_NONBLOCK: a FIFO named x.jpg must not hang a worker in open();
      * it has no effect on reads of regular files. */
     int fd = openat(absolute ? AT_FDCWD : s->basefd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -417,6 +448,116 @@ int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, 
     f->fd = fd;
     f->size = (uint64_t)st.st_size;
     return 0;
+}
+
+int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
+                           size_t rlen) {
+    return sl__source_open_file(s, i, 0, 0, f, reason, rlen);
+}
+
+/* ---- values ------------------------------------------------------------ */
+
+/* The table record of a FILE or FILES element: copied out of the arena. */
+static int table_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__rec *out) {
+    const sl__table *t = s->tab;
+    const sl__rec *r = sl__table_at(t, i, col);
+    if (t->types[col] == SL__VAL_FILE && elem == 0) {
+        *out = *r;
+        return 0;
+    }
+    if (t->types[col] != SL__VAL_FILES || elem >= r->len) return SL_EINVAL;
+    memcpy(out, t->arena + r->off + (uint64_t)elem * sizeof(sl__rec), sizeof *out);
+    return 0;
+}
+
+/* Path of a file value relative to the base (or absolute) into buf: its
+ * length, or SL_EOVERFLOW / SL_EINVAL. */
+static int value_rel_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len,
+                          int *absolute) {
+    if (i >= s->count || !buf || len == 0 || len > INT_MAX) return SL_EINVAL;
+    if (s->kind != SL__KIND_TABLE) {
+        int c = s->ncols ? (col < s->ncols ? s->colmap[col] : -1) : (int)col;
+        if (c != SL__COL_FILE || elem) return SL_EINVAL;
+        return rel_path(s, i, buf, len, absolute);
+    }
+    sl__rec r;
+    if (col >= s->tab->ncols || table_file(s, i, col, elem, &r)) return SL_EINVAL;
+    if (r.len >= len) return SL_EOVERFLOW;
+    memcpy(buf, s->tab->arena + r.off, r.len);
+    buf[r.len] = 0;
+    *absolute = r.dir == SL__DIR_NONE;
+    return (int)r.len;
+}
+
+int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
+                         char *reason, size_t rlen) {
+    f->fd = -1;
+    f->offset = f->size = 0;
+    if (i >= s->count) {
+        sl__msg(reason, rlen, "sample %llu out of range", (unsigned long long)i);
+        return SL_EINVAL;
+    }
+    char path[PATH_MAX];
+    int absolute = 0, n = value_rel_path(s, i, col, elem, path, sizeof path, &absolute);
+    if (n == SL_EOVERFLOW) {
+        sl__msg(reason, rlen, "path too long");
+        return SL_EIO;
+    }
+    if (n < 0) {
+        sl__msg(reason, rlen, "column %u element %u of sample %llu is not a file", col, elem, (unsigned long long)i);
+        return SL_EINVAL;
+    }
+    return open_at(s, path, absolute, f, reason, rlen);
+}
+
+int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len) {
+    char rel[PATH_MAX];
+    int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute);
+    if (n < 0) return n;
+    size_t pre = 0;
+    if (!absolute && s->base_len) {
+        int sep = s->base[s->base_len - 1] != '/';
+        if (s->base_len + sep >= len) return SL_EOVERFLOW;
+        memcpy(buf, s->base, s->base_len);
+        pre = s->base_len;
+        if (sep) buf[pre++] = '/';
+    }
+    if ((size_t)n >= len - pre) return SL_EOVERFLOW;
+    memcpy(buf + pre, rel, (size_t)n + 1);
+    return (int)pre + n;
+}
+
+int sl__source_value(const sl__source *s, uint64_t i, uint32_t col, int *type, uint32_t *count, int64_t *ival) {
+    if (i >= s->count) return SL_EINVAL;
+    if (s->kind != SL__KIND_TABLE) {
+        int c = s->ncols ? (col < s->ncols ? s->colmap[col] : -1) : (int)col;
+        if (c == SL__COL_FILE) *type = SL__VAL_FILE, *count = 1, *ival = 0;
+        else if (c == SL__COL_LABEL) *type = SL__VAL_INT, *count = 1, *ival = sl__source_label(s, i);
+        else return SL_EINVAL;
+        return 0;
+    }
+    if (col >= s->tab->ncols) return SL_EINVAL;
+    const sl__rec *r = sl__table_at(s->tab, i, col);
+    *type = s->tab->types[col];
+    *count = *type == SL__VAL_FILES || *type == SL__VAL_NUMBERS ? r->len : 1;
+    *ival = *type == SL__VAL_INT ? (int64_t)r->off : 0;
+    return 0;
+}
+
+int sl__source_numbers(const sl__source *s, uint64_t i, uint32_t col, uint32_t first, double *out, uint32_t n) {
+    int type;
+    uint32_t count;
+    int64_t iv;
+    int rc = sl__source_value(s, i, col, &type, &count, &iv);
+    if (rc) return rc;
+    if (type == SL__VAL_INT) {
+        if (n && first == 0) out[0] = (double)iv;
+        return 1;
+    }
+    if (type != SL__VAL_NUMBERS) return SL_EINVAL;
+    const sl__rec *r = sl__table_at(s->tab, i, col);
+    if (first < count) memcpy(out, s->tab->arena + r->off + (uint64_t)first * 8, (size_t)SL_MIN(n, count - first) * 8);
+    return (int)count;
 }
 
 int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen) {

@@ -11,6 +11,14 @@
  *  - manifest: `.csv` (`path,label`, optional header line, RFC 4180
  *    quoting) or `.jsonl` (one object per line with "path" and "label");
  *    paths relative to the manifest's folder unless absolute.
+ *  - table (a schema asks for named values): `.jsonl` rows whose keys name
+ *    the values (a path, a list of paths, an integer, numbers); only the
+ *    keys the schema asks for are indexed.
+ *
+ * Values. A sample has values in columns. Opened without columns, a source
+ * has two: SL__COL_FILE (the sample's file) and SL__COL_LABEL (its integer
+ * label). Opened with column requests (sl__source_open_cols), column k
+ * answers request k.
  */
 #ifndef SL_SOURCE_H
 #define SL_SOURCE_H
@@ -34,6 +42,32 @@ int64_t sl__source_label(const sl__source *s, uint64_t i);
 /* Full path of sample i into buf: its length, or SL_EOVERFLOW. */
 int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len);
 
+/* What a column holds for each sample. */
+enum { SL__VAL_FILE = 1, SL__VAL_FILES, SL__VAL_INT, SL__VAL_NUMBERS };
+enum { SL__COL_FILE = 0, SL__COL_LABEL = 1 };
+
+/* A column request: the key (';' separates alternatives, the first present
+ * wins) and the value type wanted. */
+typedef struct sl__colreq {
+    const char *key;
+    int type;
+} sl__colreq;
+
+/* Open path as a table of the requested columns (jsonl manifests), or, for
+ * a folder or a path,label manifest, map the requests onto its file and
+ * label (at most one SL__VAL_FILE and one SL__VAL_INT request). Errors as
+ * sl__source_open; a request no source key answers is SL_EINVAL naming
+ * the key. */
+int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
+                         sl__source **out, char *err, size_t errlen);
+
+/* The value of sample i in column col: its type, and for lists how many
+ * elements (*count); for SL__VAL_INT the integer (*ival). 0 or SL_EINVAL. */
+int sl__source_value(const sl__source *s, uint64_t i, uint32_t col, int *type, uint32_t *count, int64_t *ival);
+/* Numbers [first, first+n) of an SL__VAL_NUMBERS (or INT) value into out
+ * (those that exist): how many the value has in all, or SL_EINVAL. */
+int sl__source_numbers(const sl__source *s, uint64_t i, uint32_t col, uint32_t first, double *out, uint32_t n);
+
 /* An opened sample: bytes [offset, offset+size) of fd. */
 typedef struct sl__sample_file {
     int fd;
@@ -45,6 +79,13 @@ typedef struct sl__sample_file {
  * with a reason. */
 int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
                            size_t rlen);
+/* Open element elem (0 for a single file) of the file value in column col
+ * of sample i. */
+int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
+                         char *reason, size_t rlen);
+/* Full path of that file into buf: its length, or SL_EOVERFLOW/SL_EINVAL. */
+int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len);
+
 /* Read all f->size bytes into buf: 0, or SL_EIO (short read, error). */
 int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen);
 void sl__sample_close(sl__sample_file *f);

@@ -45,7 +45,25 @@ typedef struct sl__chunk {
     uint64_t first; /* global index of recs[0] */
 } sl__chunk;
 
-enum { SL__KIND_FOLDER = 1, SL__KIND_CSV = 2, SL__KIND_JSONL = 3 };
+enum { SL__KIND_FOLDER = 1, SL__KIND_CSV = 2, SL__KIND_JSONL = 3, SL__KIND_TABLE = 4 };
+
+/* A table of values (schema sources): vals[row * ncols + col] is a record
+ * into arena, by the column's type:
+ *   FILE     bytes [off, off+len) are the path; dir 0 (relative to the
+ *            source's base) or SL__DIR_NONE (absolute)
+ *   FILES    bytes [off, off + len * 16) hold len FILE records (8-aligned)
+ *   INT      off holds the int64's bits; len 0
+ *   NUMBERS  bytes [off, off + len * 8) hold len doubles (8-aligned)
+ * Immutable once indexed; read by any number of threads without locks. */
+typedef struct sl__table {
+    char *arena;
+    uint64_t arena_len, arena_cap;
+    sl__rec *vals;
+    uint64_t nvals, val_cap;
+    uint32_t ncols;
+    int *types;       /* ncols: SL__VAL_* */
+    uint64_t nrows;
+} sl__table;
 
 struct sl__source {
     sl__budget *b;
@@ -57,6 +75,9 @@ struct sl__source {
     uint32_t nchunks;
     uint32_t num_classes;
     uint64_t count;
+    sl__table *tab;    /* SL__KIND_TABLE */
+    uint32_t ncols;    /* columns requested (0: the legacy file + label) */
+    uint8_t colmap[64];/* legacy kinds opened with requests: column -> SL__COL_* */
 };
 
 /* Appends; each returns 0 or SL_EBUDGET/SL_ENOMEM (chunk unchanged). */
@@ -80,5 +101,13 @@ int sl__nomem_code(const sl__budget *b, uint64_t want);
  * failure s holds whatever was built; sl__source_close frees it. */
 int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *err, size_t errlen);
 int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, size_t errlen);
+/* Index a .jsonl manifest's requested keys into s->tab (table.c). */
+int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint32_t nreq, char *err,
+                    size_t errlen);
+void sl__table_free(sl__budget *b, sl__table *t);
+/* The record of (row, col) and the column's type. */
+static inline const sl__rec *sl__table_at(const sl__table *t, uint64_t row, uint32_t col) {
+    return &t->vals[row * t->ncols + col];
+}
 
 #endif

@@ -1,0 +1,116 @@
+/*
+ * Fields: how one named value of a sample goes from its source value to its
+ * place in a batch slot (DESIGN.md, "Samples with fields").
+ *
+ * A schema (schema.c) is the list of fields parsed from the JSON the user
+ * gives, each of a kind. A kind (image.c, label.c, sequence.c, ...) knows
+ * its options, its output — dtype and per-sample shape, fixed at create so
+ * slot sizes are known before any sample is read — and how to load the
+ * field for one sample: source value -> format (probe, header, limits
+ * before any allocation) -> ops -> straight into the slot.
+ *
+ * Layering: fields use base/, source/, format/ and ops/; the pipeline
+ * drives them and holds no format knowledge.
+ */
+#ifndef SL_FIELD_H
+#define SL_FIELD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../base/scratch.h"
+#include "../format/decode.h"
+#include "../source/source.h"
+#include "sluice.h"
+
+#define SL__NAME_MAX 64
+#define SL_REASON_MAX 116 /* sizeof(sl_error_record.reason) */
+#define SL__MAX_FIELDS 32
+
+typedef struct sl__field sl__field;
+typedef struct sl__kind sl__kind;
+
+/* An image field's options. */
+typedef struct sl__image_spec {
+    int preset;      /* SL_PRESET_TRAIN / SL_PRESET_VAL */
+    uint32_t size;   /* output side */
+    uint32_t flags;  /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
+} sl__image_spec;
+
+struct sl__field {
+    char name[SL__NAME_MAX];
+    char key[2 * SL__NAME_MAX]; /* the source key(s) of its value, ';'-separated alternatives */
+    const sl__kind *kind;
+    int col;                    /* its column in the source (-1: none) */
+    uint64_t stream;            /* randomness stream: from crop_group, else the name */
+    /* output, per sample */
+    int dtype;                  /* SL_DTYPE_* */
+    uint32_t ndim;
+    int64_t shape[SL_MAX_DIMS - 1];
+    uint64_t sample_bytes;
+    int has_len;                /* also emits int64 "<name>_len" ... */
+    uint32_t len_count;         /* ... of len_count values a sample (1; a sequence's: its length) */
+    /* kind options */
+    sl__image_spec image;
+    uint32_t count;             /* target: numbers; sequence: elements (0: from the first sample) */
+    sl__field *of;              /* sequence: its element (owned by the schema) */
+    void *opts;                 /* kind-private options (owned by the schema, freed by kind->fini) */
+};
+
+/* One sample being loaded by one worker: what a kind's load may use. */
+typedef struct sl__load {
+    const sl__source *src;
+    sl__scratch *scratch;       /* the worker's buffers and decoder room */
+    sl__decoder *dec;           /* the worker's image decoder state */
+    const _Atomic int *cancel;  /* non-zero: give up (loader closing) */
+    uint64_t seed, epoch, index;
+    uint64_t max_bytes, max_pixels;
+    uint32_t elem;              /* element of a list value (sequences) */
+} sl__load;
+
+struct sl__kind {
+    const char *name;           /* the schema's "kind" */
+    int id;                     /* SL_KIND_* */
+    int value_type;             /* SL__VAL_* it asks the source for (0: none) */
+    /* Read the kind's options from the JSON object opts (a jansson json_t;
+     * unknown keys are an error) and set f's output. err names the field. */
+    int (*parse)(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen);
+    /* After the source is indexed: settle what the options left to the
+     * data (e.g. a sequence's length from the first sample). May be NULL. */
+    int (*resolve)(sl__field *f, const sl__source *src, char *err, size_t errlen);
+    /* Load f of sample ld->index into dst (f->sample_bytes bytes); *len is
+     * the "<name>_len" output when f->has_len. 0 or SL_E* with a reason. */
+    int (*load)(sl__load *ld, const sl__field *f, uint8_t *dst, int64_t *len, char *reason, size_t rlen);
+    /* Free f->opts. May be NULL. */
+    void (*fini)(sl__field *f);
+};
+
+/* The kinds built in: image, label, target, sequence (and array, video
+ * where built). NULL for an unknown name. */
+const sl__kind *sl__kind_find(const char *name);
+const char *sl__kind_names(void); /* "image, label, ..." for messages */
+
+extern const sl__kind sl__kind_image, sl__kind_label, sl__kind_target, sl__kind_sequence;
+
+/* The schema: fields in the order given. */
+typedef struct sl__schema {
+    sl__field fields[SL__MAX_FIELDS];
+    uint32_t nfields;
+    sl__field elems[SL__MAX_FIELDS]; /* sequence elements */
+    uint32_t nelems;
+} sl__schema;
+
+/* Parse cfg->fields (JSON), or build the default schema ("image" from the
+ * sample's file with cfg's preset and size, "label") when it is NULL.
+ * Errors: SL_EINVAL with a sentence naming the field and the option. */
+int sl__schema_parse(const sl_config *cfg, sl__schema *sc, char *err, size_t errlen);
+/* The column requests for the source, one per field that has a value;
+ * sets each field's col. Returns how many (<= SL__MAX_FIELDS). */
+uint32_t sl__schema_columns(sl__schema *sc, sl__colreq *req);
+/* Run every kind's resolve and compute sample_bytes. */
+int sl__schema_resolve(sl__schema *sc, const sl__source *src, char *err, size_t errlen);
+void sl__schema_fini(sl__schema *sc);
+/* Set f->sample_bytes from dtype and shape: 0 or SL_EOVERFLOW. */
+int sl__field_size(sl__field *f);
+
+#endif

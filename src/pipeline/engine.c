@@ -1,0 +1,451 @@
+/*
+ * The engine: a fixed pool of batch slots filled by worker threads and
+ * delivered in sampler order.
+ *
+ * A batch's life: FREE -> FILLING (a worker opened it for batch k of an
+ * epoch; workers claim its positions one sample at a time and decode
+ * straight into them) -> committed in seqno order (holes refilled, see
+ * below) -> READY -> HELD by the consumer -> FREE on release.
+ *
+ * Determinism. Batch k nominally holds positions [kB, (k+1)B) of the rank's
+ * order for the epoch. A sample that fails leaves a hole; under
+ * on_error=skip the committer, which handles batches strictly in order,
+ * refills holes from the end of the order ("the tail"), taking the last
+ * unused position each time. Positions at or past the tail were used as
+ * refills, so they count as holes where they appear. The epoch ends with
+ * the batch after which the tail leaves no further batch. Each sample is
+ * used at most once per epoch, and what a batch holds depends only on the
+ * seed, the epoch and which files fail: never on worker count or timing.
+ * A transform's randomness comes from (seed, epoch, sample index) only.
+ *
+ * Invariants (all under mu):
+ *  - slots in FILLING, READY or HELD never exceed nslots; workers wait for a
+ *    FREE slot (backpressure); the consumer holding all of them gets
+ *    SL_EHELD, never a wait.
+ *  - seqnos are dense: delivery takes r_seqno, r_seqno+1, ...; batches
+ *    dispatched past an epoch's end are discarded and their seqnos reused.
+ *  - one committer at a time (committing), in seqno order (c_seqno); only
+ *    the committer writes tail.
+ *  - a reset (set_epoch, set_state) bumps gen, waits until no claim or
+ *    commit is in flight, and frees every slot the consumer does not hold.
+ *
+ * Lock order: mu, then budget.mu (inside sl__budget_*), then errmu. A
+ * worker never waits for budget while holding mu.
+ *
+ * This file is the slot machinery (dispatch, commit, delivery, reset);
+ * loader.c creates and sizes the loader; worker.c loads one sample.
+ */
+#include <string.h>
+
+#include "../base/hash.h"
+#include "../base/util.h"
+#include "loader_impl.h"
+
+/* ---- order ----------------------------------------------------------------- */
+
+uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch) {
+    int i = (int)(epoch & 1);
+    if (!ld->seq_valid[i] || ld->seq_epoch[i] != epoch) {
+        sl__sampler_fill(&ld->sampler, epoch, ld->seq[i], ld->seq_tmp);
+        ld->seq_epoch[i] = epoch;
+        ld->seq_valid[i] = 1;
+    }
+    return ld->seq[i];
+}
+
+/* ---- slots ------------------------------------------------------------------ */
+
+void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base) {
+    const sl__layout *L = &ld->layout;
+    s->base = base;
+    s->hash = (uint64_t *)(base + L->off_hash);
+    s->ok = base + L->off_ok;
+    s->err = base + L->off_err;
+    s->reasons = (char *)(base + L->off_reasons);
+}
+
+/* The dataset index held at position j of slot s. */
+static uint64_t slot_index(const sl_loader *ld, sl_batch *s, uint32_t j) {
+    int64_t v;
+    memcpy(&v, sl__layout_at(&ld->layout, s->base, ld->layout.index_out, j), 8);
+    return (uint64_t)v;
+}
+
+/* ---- dispatch ------------------------------------------------------------- */
+
+typedef struct claim {
+    sl_batch *slot;
+    uint32_t pos;
+    uint64_t sample;
+    uint64_t epoch;
+    uint64_t gen;
+} claim;
+
+static sl_batch *slot_by_seqno(sl_loader *ld, uint64_t seqno, int state) {
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        sl_batch *s = &ld->slots[i];
+        if (s->state == state && s->seqno == seqno && !s->discard && s->gen == ld->gen) return s;
+    }
+    return NULL;
+}
+
+/* Can batch k of the dispatch epoch still hold samples given the tail? */
+static int batch_possible(const sl_loader *ld, uint64_t k) {
+    uint64_t B = ld->B;
+    if (k >= ld->nbatches) return 0;
+    if (ld->cfg.drop_last) return (k + 1) * B <= ld->tail;
+    return k * B < ld->tail;
+}
+
+/* Open the next batch of the dispatch epoch in a free slot. mu held. */
+static sl_batch *open_batch(sl_loader *ld) {
+    if (!ld->d_open || !batch_possible(ld, ld->d_batch)) return NULL;
+    sl_batch *s = NULL;
+    for (uint32_t i = 0; i < ld->nslots; i++)
+        if (ld->slots[i].state == SLOT_FREE) {
+            s = &ld->slots[i];
+            break;
+        }
+    if (!s) return NULL;
+    uint64_t k = ld->d_batch++;
+    uint64_t start = k * ld->B, per = ld->sampler.per_rank;
+    s->state = SLOT_FILLING;
+    s->gen = ld->gen;
+    s->epoch = ld->d_epoch;
+    s->batch = k;
+    s->seqno = ld->next_seqno++;
+    s->nominal = (uint32_t)SL_MIN((uint64_t)ld->B, per - start);
+    s->claimed = 0;
+    s->pending = s->nominal;
+    s->n = 0;
+    s->discard = s->failed = s->marker = s->final = 0;
+    s->checksum = 0;
+    memset(s->ok, 0, ld->B);
+    memset(s->err, 0, ld->B);
+    return s;
+}
+
+/* Find work: the lowest-seqno filling slot with unclaimed positions, else a
+ * newly opened batch. Positions at or past the tail are voids: settled
+ * here without decoding. Returns 1 with c filled, 0 if nothing to do. */
+static int claim_next(sl_loader *ld, claim *c) {
+    for (;;) {
+        if (ld->paused || ld->stop) return 0;
+        sl_batch *best = NULL;
+        for (uint32_t i = 0; i < ld->nslots; i++) {
+            sl_batch *s = &ld->slots[i];
+            if (s->state == SLOT_FILLING && !s->discard && s->gen == ld->gen && s->claimed < s->nominal &&
+                (!best || s->seqno < best->seqno))
+                best = s;
+        }
+        if (!best) best = open_batch(ld);
+        if (!best) return 0;
+        uint32_t j = best->claimed++;
+        uint64_t p = best->batch * ld->B + j;
+        if (p >= ld->tail) { /* used as a refill already */
+            best->pending--;
+            continue; /* its commit is found by the next completion or here below */
+        }
+        c->slot = best;
+        c->pos = j;
+        c->sample = ld->seq[best->epoch & 1][p]; /* valid: the dispatch epoch's order */
+        c->epoch = best->epoch;
+        c->gen = best->gen;
+        return 1;
+    }
+}
+
+/* ---- commit ------------------------------------------------------------------ */
+
+static void slot_free(sl_loader *ld, sl_batch *s) {
+    s->state = SLOT_FREE;
+    s->discard = 0;
+    pthread_cond_broadcast(&ld->cv_work);
+}
+
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer);
+
+/* Settle holes, decide n and whether the epoch ends here. Runs outside mu
+ * by the one committer; tail is read and written only by it. */
+static void commit_slot(sl__worker *w, sl_batch *s) {
+    sl_loader *ld = w->ld;
+    uint64_t B = ld->B, k = s->batch, T = ld->tail;
+    s->cno = ++ld->commits;
+    s->nerr = 0;
+    uint32_t have = 0, errors = 0;
+    for (uint32_t j = 0; j < s->nominal; j++) {
+        if (k * B + j >= T) {
+            s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
+        } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
+            sl__record_error(ld, s, slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+        }
+        have += s->ok[j];
+        errors += s->err[j] != 0;
+    }
+    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) {
+        s->failed = errors > 0;
+    } else {
+        /* refill holes from the tail, in position order */
+        uint32_t j = 0;
+        const uint32_t *order = ld->seq[s->epoch & 1]; /* made before dispatch */
+        while (have < B && T > (k + 1) * B) {
+            while (j < B && s->ok[j]) j++;
+            uint64_t p = --T;
+            fill_position(w, s, j, order[p], s->epoch, 0);
+            if (s->ok[j]) have++;
+        }
+    }
+    uint32_t n = 0;
+    if (!s->failed) {
+        /* compact: keep position order */
+        uint32_t limit = SL_MAX(s->nominal, (uint32_t)B);
+        for (uint32_t j = 0; j < limit; j++)
+            if (s->ok[j]) {
+                if (j != n) sl__layout_move(&ld->layout, s->base, j, n);
+                n++;
+            }
+    }
+    s->n = n;
+    s->final = ld->cfg.drop_last ? T < (k + 2) * B || k + 1 >= ld->nbatches : T <= (k + 1) * B || k + 1 >= ld->nbatches;
+    if (!s->failed && (n == 0 || (ld->cfg.drop_last && n < B))) s->marker = 1;
+    s->tail_after = T;
+    if ((ld->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed)
+        s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
+    pthread_mutex_lock(&ld->mu);
+    ld->tail = T;
+    pthread_mutex_unlock(&ld->mu);
+}
+
+/* Commit every resolved batch in order. mu held; may drop it while
+ * committing. Returns how many batches it committed or dropped: a commit
+ * can open work (the next epoch), so a caller about to sleep must look for
+ * work again when this is not 0. */
+static int try_commit(sl__worker *w) {
+    sl_loader *ld = w->ld;
+    int done = 0;
+    while (!ld->committing && !ld->stop) {
+        sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
+        if (!s || s->pending || s->claimed < s->nominal) return done;
+        done++;
+        uint64_t gen = ld->gen;
+        ld->committing = 1;
+        pthread_mutex_unlock(&ld->mu);
+        commit_slot(w, s);
+        pthread_mutex_lock(&ld->mu);
+        ld->committing = 0;
+        pthread_cond_broadcast(&ld->cv_quiet);
+        if (gen != ld->gen) { /* a reset came in meanwhile: stale */
+            if (s->state == SLOT_FILLING) slot_free(ld, s);
+            continue;
+        }
+        s->state = SLOT_READY;
+        ld->ready++;
+        ld->c_seqno++;
+        pthread_cond_broadcast(&ld->cv_ready);
+        if (s->final) {
+            /* Epoch over: drop batches opened past it, start the next. */
+            for (uint32_t i = 0; i < ld->nslots; i++) {
+                sl_batch *o = &ld->slots[i];
+                if (o->state == SLOT_FILLING && o->gen == ld->gen && o->epoch == s->epoch) {
+                    o->discard = 1;
+                    o->pending -= o->nominal - o->claimed;
+                    o->claimed = o->nominal;
+                    if (o->pending == 0) slot_free(ld, o);
+                }
+            }
+            ld->next_seqno = s->seqno + 1;
+            ld->d_epoch = s->epoch + 1;
+            ld->d_batch = 0;
+            ld->d_open = 0;
+            ld->committing = 1; /* hold off other commits and resets while the order is made */
+            pthread_mutex_unlock(&ld->mu);
+            sl__order_for(ld, s->epoch + 1);
+            pthread_mutex_lock(&ld->mu);
+            ld->committing = 0;
+            ld->tail = ld->sampler.per_rank;
+            ld->d_open = 1;
+            pthread_cond_broadcast(&ld->cv_work);
+            pthread_cond_broadcast(&ld->cv_quiet);
+        }
+    }
+    return done;
+}
+
+/* ---- workers -------------------------------------------------------------- */
+
+/* Load sample into position j of s. A failure is recorded now (defer 0:
+ * the committer's refills, which are final) or kept in the slot for the
+ * commit to record if the position is still part of the batch then. */
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer) {
+    sl_loader *ld = w->ld;
+    int rc = sl__worker_fill(w, s, j, sample, epoch);
+    s->ok[j] = rc == 0;
+    s->err[j] = (uint8_t)-rc; /* codes are -1 .. -17 */
+    if (rc && !defer && rc != SL_ESTATE) /* ESTATE: shutting down */
+        sl__record_error(ld, s, sample, rc, s->reasons + (size_t)j * SL_REASON_LEN);
+}
+
+void sl__loader_run(sl__worker *w) {
+    sl_loader *ld = w->ld;
+    pthread_mutex_lock(&ld->mu);
+    ld->started++;
+    pthread_cond_broadcast(&ld->cv_ready);
+    while (!ld->stop) {
+        claim c;
+        if (!claim_next(ld, &c)) {
+            /* voids may have resolved a batch; its commit may have opened
+             * the next epoch (the broadcast went to no one: look again) */
+            if (try_commit(w) > 0) continue;
+            if (ld->stop) break;
+            sl__worker_idle(w); /* never sleep on growth another worker may wait for */
+            uint64_t t0 = sl__now_ns();
+            pthread_cond_wait(&ld->cv_work, &ld->mu);
+            atomic_fetch_add_explicit(&w->idle_ns, sl__now_ns() - t0, memory_order_relaxed);
+            continue;
+        }
+        ld->active++;
+        pthread_mutex_unlock(&ld->mu);
+        uint64_t t0 = sl__now_ns();
+        fill_position(w, c.slot, c.pos, c.sample, c.epoch, 1);
+        atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+        pthread_mutex_lock(&ld->mu);
+        ld->active--;
+        sl_batch *s = c.slot;
+        s->pending--;
+        if (s->gen != ld->gen || s->discard) {
+            if (s->pending == 0 && s->state == SLOT_FILLING) slot_free(ld, s);
+            pthread_cond_broadcast(&ld->cv_quiet);
+            continue;
+        }
+        try_commit(w);
+        if (ld->active == 0) pthread_cond_broadcast(&ld->cv_quiet);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+/* ---- reset ------------------------------------------------------------------ */
+
+void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail) {
+    ld->paused = 1;
+    ld->gen++;
+    while (ld->active > 0 || ld->committing) pthread_cond_wait(&ld->cv_quiet, &ld->mu);
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        sl_batch *s = &ld->slots[i];
+        if (s->state == SLOT_FILLING || s->state == SLOT_READY) s->state = SLOT_FREE;
+        s->discard = 0;
+    }
+    ld->ready = 0;
+    /* records of batches committed but never delivered go with them */
+    pthread_mutex_lock(&ld->errmu);
+    uint64_t seen = atomic_load(&ld->delivered_cno);
+    while (ld->nerrs_kept > 0 && ld->errs[ld->nerrs_kept - 1].cno > seen) ld->nerrs_kept--;
+    pthread_mutex_unlock(&ld->errmu);
+    sl__order_for(ld, epoch);
+    ld->d_epoch = epoch;
+    ld->d_batch = batch;
+    ld->tail = tail;
+    ld->d_open = 1;
+    ld->next_seqno = ld->c_seqno = ld->r_seqno = 0;
+    ld->cur_epoch = epoch;
+    ld->cur_batch = batch;
+    ld->cur_tail = tail;
+    ld->pending_end = 0;
+    ld->paused = 0;
+    pthread_cond_broadcast(&ld->cv_work);
+}
+
+/* ---- public: iteration ------------------------------------------------------ */
+
+int sl_loader_next(sl_loader *ld, sl_batch **out) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    pthread_mutex_lock(&ld->mu);
+    if (ld->poisoned) {
+        pthread_mutex_unlock(&ld->mu);
+        return SL_ESTATE;
+    }
+    uint64_t t0 = sl__now_ns();
+    if (!ld->t_first_ns) ld->t_first_ns = t0;
+    int rc;
+    for (;;) {
+        if (ld->pending_end) {
+            ld->pending_end = 0;
+            rc = SL_EEND;
+            break;
+        }
+        sl_batch *s = slot_by_seqno(ld, ld->r_seqno, SLOT_READY);
+        if (s) {
+            ld->r_seqno++;
+            ld->ready--;
+            /* its failures become visible with it */
+            ld->nerrs_seen += s->nerr;
+            atomic_store(&ld->delivered_cno, s->cno);
+            if (s->final) {
+                ld->cur_epoch = s->epoch + 1;
+                ld->cur_batch = 0;
+                ld->cur_tail = ld->sampler.per_rank;
+            } else {
+                ld->cur_epoch = s->epoch;
+                ld->cur_batch = s->batch + 1;
+                ld->cur_tail = s->tail_after;
+            }
+            if (s->marker || s->failed) {
+                int failed = s->failed;
+                slot_free(ld, s);
+                if (failed) {
+                    if (s->final) ld->pending_end = 1;
+                    rc = SL_ESAMPLE;
+                    break;
+                }
+                if (s->final) {
+                    rc = SL_EEND;
+                    break;
+                }
+                continue;
+            }
+            s->state = SLOT_HELD;
+            ld->held++;
+            if (s->final) ld->pending_end = 1;
+            ld->samples_out += s->n;
+            ld->batches_out++;
+            *out = s;
+            rc = 0;
+            break;
+        }
+        if (ld->held >= ld->nslots) {
+            rc = SL_EHELD;
+            break;
+        }
+        pthread_cond_wait(&ld->cv_ready, &ld->mu);
+    }
+    ld->wait_ns += sl__now_ns() - t0;
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+void sl_loader_release(sl_loader *ld, sl_batch *b) {
+    if (!ld || !b) return;
+    pthread_mutex_lock(&ld->mu);
+    if (b->ld == ld && b->state == SLOT_HELD) {
+        ld->held--;
+        slot_free(ld, b);
+        pthread_cond_broadcast(&ld->cv_ready);
+    }
+    pthread_mutex_unlock(&ld->mu);
+}
+
+int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
+    if (!ld) return SL_EINVAL;
+    pthread_mutex_lock(&ld->mu);
+    if (ld->poisoned) {
+        pthread_mutex_unlock(&ld->mu);
+        return SL_ESTATE;
+    }
+    if (ld->cur_epoch == epoch && ld->cur_batch == 0) {
+        ld->pending_end = 0; /* already there (the usual loop) */
+    } else {
+        sl__reset_pipeline(ld, epoch, 0, ld->sampler.per_rank);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return 0;
+}
