@@ -2,13 +2,15 @@
  * sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]
  *   [--budget 512M] [--workers N|auto] [--prefetch N] [--epochs N | --batches N]
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
- *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]
+ *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif]
+ *   [--fields FILE.json] [--json]
  *
  * Runs the pipeline flat out, throws batches away, reports throughput and
  * memory. Memory is measured, not estimated: the process's RSS before the
  * loader is created and its peak RSS (VmHWM) at the end, beside the
  * budget's own accounting. The checksum hashes every delivered batch's
- * bytes and labels, in order, so determinism can be checked from outside.
+ * outputs, in order, so determinism can be checked from outside. Uses the
+ * public API only.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,11 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/base/hash.h"
-#include "../src/base/util.h"
 #include "cli.h"
 #include "common.h"
 #include "sluice.h"
+
+#define FIELDS_MAX ((size_t)1 << 20) /* a schema file larger than this is a mistake */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -29,10 +31,28 @@ static void usage(FILE *f) {
             "                    [--budget 512M] [--workers N|auto] [--prefetch N]\n"
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
-            "                    [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]\n"
+            "                    [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
+            "                    [--fields FILE.json] [--json]\n"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
-            "manifest .csv/.jsonl (path,label). Sizes take K, M, G suffixes (1024).\n");
+            "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
+            "field's value). --fields: the schema, a JSON object of named fields\n"
+            "(docs/fields.md). Sizes take K, M, G suffixes (1024).\n");
 }
+
+typedef struct bench_opts {
+    sl_config cfg;
+    const char *dataset;
+    char *fields;          /* the --fields file's text (owned) */
+    uint64_t epochs, max_batches;
+    int json;
+} bench_opts;
+
+typedef struct bench_run {
+    uint64_t checksum, batches, samples, epochs_done, failed_batches;
+    uint64_t rss_before, peak_rss;
+    double seconds;
+    int exit_code;
+} bench_run;
 
 static int parse_u64(const char *s, uint64_t *v) {
     char *end;
@@ -43,228 +63,245 @@ static int parse_u64(const char *s, uint64_t *v) {
     return 0;
 }
 
-static double now_s(void) { return (double)sl__now_ns() / 1e9; }
-
-int sl_cli_bench(int argc, char **argv) {
-    sl_config cfg;
-    sl_config_init(&cfg);
-    cfg.flags |= SL_FLAG_CHECKSUM;
-    int json = 0;
-    uint64_t epochs = 0, max_batches = 0, v;
-    const char *dataset = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VAL()                                                              \
-    do {                                                                        \
-        if (!val) {                                                             \
-            fprintf(stderr, "sluice bench: %s needs a value\n", a);             \
-            return 2;                                                           \
-        }                                                                       \
-        i++;                                                                    \
-    } while (0)
-#define NUM(dst, lo, hi)                                                                  \
-    do {                                                                                  \
-        NEED_VAL();                                                                       \
-        if (parse_u64(val, &v) || v < (lo) || v > (hi)) {                                 \
-            fprintf(stderr, "sluice bench: %s takes a whole number from %llu to %llu, not '%s'\n", a, \
-                    (unsigned long long)(lo), (unsigned long long)(hi), val);             \
-            return 2;                                                                     \
-        }                                                                                 \
-        dst = v;                                                                          \
-    } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--preset")) {
-            NEED_VAL();
-            if (!strcmp(val, "train")) cfg.preset = SL_PRESET_TRAIN;
-            else if (!strcmp(val, "val")) cfg.preset = SL_PRESET_VAL;
-            else {
-                fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
-                return 2;
-            }
-        } else if (!strcmp(a, "--size")) {
-            NUM(cfg.size, 1, 16384);
-        } else if (!strcmp(a, "--batch")) {
-            NUM(cfg.batch_size, 1, 1u << 20);
-        } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
-            NEED_VAL();
-            uint64_t sz;
-            if (sl_parse_size(val, &sz) || sz == 0) {
-                fprintf(stderr, "sluice bench: %s takes a size such as 512M or 2G, not '%s'\n", a, val);
-                return 2;
-            }
-            if (!strcmp(a, "--budget")) cfg.budget = sz;
-            else cfg.max_bytes = sz;
-        } else if (!strcmp(a, "--workers")) {
-            NEED_VAL();
-            if (!strcmp(val, "auto")) cfg.workers = 0;
-            else if (parse_u64(val, &v) || v < 1 || v > 1024) {
-                fprintf(stderr, "sluice bench: --workers takes 1..1024 or auto, not '%s'\n", val);
-                return 2;
-            } else cfg.workers = (uint32_t)v;
-        } else if (!strcmp(a, "--prefetch")) {
-            NUM(cfg.prefetch, 1, 1024);
-        } else if (!strcmp(a, "--epochs")) {
-            NUM(epochs, 1, 1000000);
-        } else if (!strcmp(a, "--batches")) {
-            NUM(max_batches, 1, UINT64_MAX / 2);
-        } else if (!strcmp(a, "--seed")) {
-            NUM(cfg.seed, 0, UINT64_MAX);
-        } else if (!strcmp(a, "--rank")) {
-            NUM(cfg.rank, 0, 1u << 20);
-        } else if (!strcmp(a, "--world-size")) {
-            NUM(cfg.world_size, 1, 1u << 20);
-        } else if (!strcmp(a, "--max-pixels")) {
-            NUM(cfg.max_pixels, 1, UINT64_MAX);
-        } else if (!strcmp(a, "--no-shuffle")) {
-            cfg.shuffle = 0;
-        } else if (!strcmp(a, "--drop-last")) {
-            cfg.drop_last = 1;
-        } else if (!strcmp(a, "--exif")) {
-            cfg.flags |= SL_FLAG_EXIF;
-        } else if (!strcmp(a, "--on-error")) {
-            NEED_VAL();
-            if (!strcmp(val, "skip")) cfg.on_error = SL_ON_ERROR_SKIP;
-            else if (!strcmp(val, "raise")) cfg.on_error = SL_ON_ERROR_RAISE;
-            else {
-                fprintf(stderr, "sluice bench: --on-error is skip or raise, not '%s'\n", val);
-                return 2;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "sluice bench: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!dataset) {
-            dataset = a;
-        } else {
-            fprintf(stderr, "sluice bench: one DATASET only ('%s' and '%s')\n", dataset, a);
+/* One option that takes a value; 0, or 2 (usage error, printed). */
+static int option_value(bench_opts *o, const char *a, const char *val) {
+    sl_config *cfg = &o->cfg;
+    uint64_t v = 0;
+    struct { const char *name; uint64_t lo, hi; } nums[] = {
+        {"--size", 1, 16384}, {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
+        {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
+        {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}};
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+        if (strcmp(a, nums[i].name)) continue;
+        if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
+            fprintf(stderr, "sluice bench: %s takes a whole number from %llu to %llu, not '%s'\n", a,
+                    (unsigned long long)nums[i].lo, (unsigned long long)nums[i].hi, val);
             return 2;
         }
-#undef NUM
-#undef NEED_VAL
+        if (i == 0) cfg->size = (uint32_t)v;
+        else if (i == 1) cfg->batch_size = (uint32_t)v;
+        else if (i == 2) cfg->prefetch = (uint32_t)v;
+        else if (i == 3) o->epochs = v;
+        else if (i == 4) o->max_batches = v;
+        else if (i == 5) cfg->seed = v;
+        else if (i == 6) cfg->rank = (uint32_t)v;
+        else if (i == 7) cfg->world_size = (uint32_t)v;
+        else cfg->max_pixels = v;
+        return 0;
     }
-    if (!dataset) {
+    if (!strcmp(a, "--preset")) {
+        if (!strcmp(val, "train") || !strcmp(val, "val")) {
+            cfg->preset = val[0] == 't' ? SL_PRESET_TRAIN : SL_PRESET_VAL;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
+    } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
+        if (sl_parse_size(val, &v) == 0 && v > 0) {
+            *(a[2] == 'b' ? &cfg->budget : &cfg->max_bytes) = v;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: %s takes a size such as 512M or 2G, not '%s'\n", a, val);
+    } else if (!strcmp(a, "--workers")) {
+        if (!strcmp(val, "auto") || (parse_u64(val, &v) == 0 && v >= 1 && v <= 1024)) {
+            cfg->workers = val[0] == 'a' ? 0 : (uint32_t)v;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --workers takes 1..1024 or auto, not '%s'\n", val);
+    } else if (!strcmp(a, "--on-error")) {
+        if (!strcmp(val, "skip") || !strcmp(val, "raise")) {
+            cfg->on_error = val[0] == 's' ? SL_ON_ERROR_SKIP : SL_ON_ERROR_RAISE;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --on-error is skip or raise, not '%s'\n", val);
+    } else if (!strcmp(a, "--fields")) {
+        free(o->fields);
+        if ((o->fields = sl_cli_read_text(val, FIELDS_MAX))) return 0;
+        fprintf(stderr, "sluice bench: --fields %s: %s\n", val,
+                errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
+    } else {
+        fprintf(stderr, "sluice bench: unknown option %s\n", a);
+        usage(stderr);
+    }
+    return 2;
+}
+
+/* Parse argv into o: 0, 1 (--help printed: exit 0) or 2 (usage error). */
+static int parse_args(bench_opts *o, int argc, char **argv) {
+    sl_config_init(&o->cfg);
+    o->cfg.flags |= SL_FLAG_CHECKSUM;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "--no-shuffle")) {
+            o->cfg.shuffle = 0;
+        } else if (!strcmp(a, "--drop-last")) {
+            o->cfg.drop_last = 1;
+        } else if (!strcmp(a, "--exif")) {
+            o->cfg.flags |= SL_FLAG_EXIF;
+        } else if (a[0] == '-') {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "sluice bench: %s is unknown or needs a value\n", a);
+                usage(stderr);
+                return 2;
+            }
+            if (option_value(o, a, argv[++i])) return 2;
+        } else if (!o->dataset) {
+            o->dataset = a;
+        } else {
+            fprintf(stderr, "sluice bench: one DATASET only ('%s' and '%s')\n", o->dataset, a);
+            return 2;
+        }
+    }
+    if (!o->dataset) {
         usage(stderr);
         return 2;
     }
-    if (epochs && max_batches) {
+    if (o->epochs && o->max_batches) {
         fprintf(stderr, "sluice bench: give --epochs or --batches, not both\n");
         return 2;
     }
-    if (!epochs && !max_batches) epochs = 1;
-    cfg.source = dataset;
+    if (!o->epochs && !o->max_batches) o->epochs = 1;
+    o->cfg.source = o->dataset;
+    o->cfg.fields = o->fields;
+    return 0;
+}
 
-    uint64_t rss_before = sl_cli_rss_bytes();
-    char err[512] = "";
-    sl_loader *ld;
-    int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
-        return 1;
-    }
+/* Take batches until the epochs or batches asked for are done. */
+static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
     int tty = isatty(2); /* one-line progress on a terminal */
-    uint64_t checksum = 0, batches = 0, samples = 0, epochs_done = 0, failed_batches = 0;
-    double t0 = now_s(), last = t0;
-    int exit_code = 0;
+    double t0 = sl_cli_now_s(), last = t0;
     for (;;) {
         sl_batch *b;
-        rc = sl_loader_next(ld, &b);
+        int rc = sl_loader_next(ld, &b);
         if (rc == 0) {
-            uint64_t pair[2] = {checksum, sl_batch_checksum(b)};
-            checksum = sl__hash64(pair, sizeof pair, 0x5175696365ull);
-            samples += sl_batch_len(b);
-            batches++;
+            uint64_t pair[2] = {r->checksum, sl_batch_checksum(b)};
+            r->checksum = sl_hash64(pair, sizeof pair, 0x5175696365ull);
+            r->samples += sl_batch_len(b);
+            r->batches++;
             sl_loader_release(ld, b);
-            if (max_batches && batches >= max_batches) break;
+            if (o->max_batches && r->batches >= o->max_batches) break;
         } else if (rc == SL_EEND) {
-            if (epochs && ++epochs_done >= epochs) break;
+            if (o->epochs && ++r->epochs_done >= o->epochs) break;
         } else if (rc == SL_ESAMPLE) {
-            failed_batches++;
-            if (json == 0) fprintf(stderr, "sluice bench: a batch was dropped (on_error=raise)\n");
+            r->failed_batches++;
+            if (!o->json) fprintf(stderr, "sluice bench: a batch was dropped (on_error=raise)\n");
         } else {
             fprintf(stderr, "sluice bench: %s\n", sl_strerror(rc));
-            exit_code = 1;
+            r->exit_code = 1;
             break;
         }
-        if (tty) {
-            double t = now_s();
-            if (t - last > 0.25) {
-                sl_stats st;
-                sl_loader_stats(ld, &st);
-                char a1[32], a2[32];
-                fprintf(stderr, "\r\033[K[sluice bench] %" PRIu64 " samples  %.0f/s  memory %s / %s  errors %" PRIu64,
-                        samples, samples / (t - t0), sl__fmt_bytes(st.accounted_bytes, a1, sizeof a1),
-                        sl__fmt_bytes(st.budget_bytes, a2, sizeof a2), st.errors);
-                last = t;
-            }
+        double t = sl_cli_now_s();
+        if (tty && t - last > 0.25) {
+            sl_stats st;
+            sl_loader_stats(ld, &st);
+            char a1[32], a2[32];
+            fprintf(stderr, "\r\033[K[sluice bench] %" PRIu64 " samples  %.0f/s  memory %s / %s  errors %" PRIu64,
+                    r->samples, r->samples / (t - t0), sl_format_size(st.accounted_bytes, a1, sizeof a1),
+                    sl_format_size(st.budget_bytes, a2, sizeof a2), st.errors);
+            last = t;
         }
     }
-    double secs = now_s() - t0;
+    r->seconds = sl_cli_now_s() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
-    sl_stats st;
-    sl_loader_stats(ld, &st);
-    uint64_t peak_rss = sl_cli_peak_rss_bytes();
+}
+
+static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
+    FILE *f = stdout;
     sl_error_record recs[5];
     size_t nrec = sl_loader_errors(ld, 0, recs, 5);
     char path[4096];
-    const char *preset = cfg.preset == SL_PRESET_TRAIN ? "train" : "val";
-    if (json) {
-        FILE *o = stdout;
-        fprintf(o, "{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"seconds\": %.3f, \"samples_per_s\": %.1f", samples,
-                batches, secs, secs > 0 ? samples / secs : 0.0);
-        fprintf(o, ", \"workers\": %u, \"slots\": %u, \"budget_bytes\": %" PRIu64 ", \"peak_accounted_bytes\": %" PRIu64,
-                st.workers, st.slots, st.budget_bytes, st.peak_accounted_bytes);
-        fprintf(o, ", \"fixed_bytes\": %" PRIu64 ", \"peak_rss_bytes\": %" PRIu64 ", \"rss_before_bytes\": %" PRIu64
-                   ", \"rss_growth_bytes\": %" PRId64,
-                st.fixed_bytes, peak_rss, rss_before, (int64_t)(peak_rss - rss_before));
-        fprintf(o, ", \"errors\": %" PRIu64 ", \"error_samples\": [", st.errors);
-        for (size_t i = 0; i < nrec; i++) {
-            const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
-            fprintf(o, "%s{\"path\": ", i ? ", " : "");
-            sl_cli_json_str(o, p ? p : "?");
-            fprintf(o, ", \"reason\": ");
-            sl_cli_json_str(o, recs[i].reason);
-            fprintf(o, ", \"code\": ");
-            sl_cli_json_str(o, sl_strerror(recs[i].code));
-            fprintf(o, "}");
-        }
-        fprintf(o, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, checksum, failed_batches);
-        fprintf(o, ", \"preset\": \"%s\", \"size\": %u, \"batch\": %u, \"seed\": %" PRIu64 ", \"epochs\": %" PRIu64, preset,
-                cfg.size, cfg.batch_size, cfg.seed, epochs_done);
-        fprintf(o, ", \"dataset_samples\": %" PRIu64 ", \"index_seconds\": %.3f, \"consumer_wait_s\": %.3f",
-                sl_loader_dataset_size(ld), st.index_seconds, st.consumer_wait_s);
-        fprintf(o, ", \"worker_busy_s\": %.3f, \"worker_idle_s\": %.3f, \"budget_wait_s\": %.3f", st.worker_busy_s,
-                st.worker_idle_s, st.budget_wait_s);
-        fprintf(o, ", \"mem_peak_bytes\": {");
-        for (int c = 0; c < SL_MEM__COUNT; c++)
-            fprintf(o, "%s\"%s\": %" PRIu64, c ? ", " : "", sl_mem_category_name(c), st.mem_peak[c]);
-        fprintf(o, "}, \"version\": ");
-        sl_cli_json_str(o, sl_version());
-        fprintf(o, "}\n");
-    } else {
-        char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32];
-        printf("sluice bench: %s, preset %s %ux%u, batch %u, %u workers, %u slots\n", dataset, preset, cfg.size, cfg.size,
-               cfg.batch_size, st.workers, st.slots);
-        printf("  %" PRIu64 " samples in %" PRIu64 " batches, %.2f s: %.1f samples/s (index %.3f s, consumer waited %.2f s)\n",
-               samples, batches, secs, secs > 0 ? samples / secs : 0.0, st.index_seconds, st.consumer_wait_s);
-        printf("  memory: peak accounted %s of budget %s (fixed %s); process RSS %s before, peak %s (+%s)\n",
-               sl__fmt_bytes(st.peak_accounted_bytes, a1, sizeof a1), sl__fmt_bytes(st.budget_bytes, a2, sizeof a2),
-               sl__fmt_bytes(st.fixed_bytes, a5, sizeof a5), sl__fmt_bytes(rss_before, a3, sizeof a3),
-               sl__fmt_bytes(peak_rss, a4, sizeof a4), sl__fmt_bytes(peak_rss - rss_before, a6, sizeof a6));
-        printf("  by category (peak):");
-        for (int c = 0; c < SL_MEM__COUNT; c++)
-            printf(" %s %s", sl_mem_category_name(c), sl__fmt_bytes(st.mem_peak[c], a1, sizeof a1));
-        printf("\n  errors: %" PRIu64 "%s\n", st.errors, st.errors ? " (first below)" : "");
-        for (size_t i = 0; i < nrec; i++) {
-            const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
-            printf("    %s: %s\n", p ? p : "?", recs[i].reason);
-        }
-        printf("  checksum %016" PRIx64 "\n", checksum);
+    fprintf(f, "{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"seconds\": %.3f, \"samples_per_s\": %.1f",
+            r->samples, r->batches, r->seconds, r->seconds > 0 ? r->samples / r->seconds : 0.0);
+    fprintf(f, ", \"workers\": %u, \"slots\": %u, \"budget_bytes\": %" PRIu64 ", \"peak_accounted_bytes\": %" PRIu64,
+            st->workers, st->slots, st->budget_bytes, st->peak_accounted_bytes);
+    fprintf(f, ", \"fixed_bytes\": %" PRIu64 ", \"peak_rss_bytes\": %" PRIu64 ", \"rss_before_bytes\": %" PRIu64
+               ", \"rss_growth_bytes\": %" PRId64,
+            st->fixed_bytes, r->peak_rss, r->rss_before, (int64_t)(r->peak_rss - r->rss_before));
+    fprintf(f, ", \"errors\": %" PRIu64 ", \"error_samples\": [", st->errors);
+    for (size_t i = 0; i < nrec; i++) {
+        const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
+        fprintf(f, "%s{\"path\": ", i ? ", " : "");
+        sl_cli_json_str(f, p ? p : "?");
+        fprintf(f, ", \"reason\": ");
+        sl_cli_json_str(f, recs[i].reason);
+        fprintf(f, ", \"code\": ");
+        sl_cli_json_str(f, sl_strerror(recs[i].code));
+        fprintf(f, "}");
     }
+    fprintf(f, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, r->checksum, r->failed_batches);
+    fprintf(f, ", \"preset\": \"%s\", \"size\": %u, \"batch\": %u, \"seed\": %" PRIu64 ", \"epochs\": %" PRIu64,
+            o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", o->cfg.size, o->cfg.batch_size, o->cfg.seed,
+            r->epochs_done);
+    fprintf(f, ", \"dataset_samples\": %" PRIu64 ", \"index_seconds\": %.3f, \"consumer_wait_s\": %.3f",
+            sl_loader_dataset_size(ld), st->index_seconds, st->consumer_wait_s);
+    fprintf(f, ", \"worker_busy_s\": %.3f, \"worker_idle_s\": %.3f, \"budget_wait_s\": %.3f", st->worker_busy_s,
+            st->worker_idle_s, st->budget_wait_s);
+    fprintf(f, ", \"mem_peak_bytes\": {");
+    for (int c = 0; c < SL_MEM__COUNT; c++)
+        fprintf(f, "%s\"%s\": %" PRIu64, c ? ", " : "", sl_mem_category_name(c), st->mem_peak[c]);
+    fprintf(f, "}, \"version\": ");
+    sl_cli_json_str(f, sl_version());
+    fprintf(f, "}\n");
+}
+
+static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
+    char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32], path[4096];
+    sl_error_record recs[5];
+    size_t nrec = sl_loader_errors(ld, 0, recs, 5);
+    if (o->fields)
+        printf("sluice bench: %s, fields from the schema, batch %u, %u workers, %u slots\n", o->dataset,
+               o->cfg.batch_size, st->workers, st->slots);
+    else
+        printf("sluice bench: %s, preset %s %ux%u, batch %u, %u workers, %u slots\n", o->dataset,
+               o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", o->cfg.size, o->cfg.size, o->cfg.batch_size,
+               st->workers, st->slots);
+    printf("  %" PRIu64 " samples in %" PRIu64 " batches, %.2f s: %.1f samples/s (index %.3f s, consumer waited %.2f s)\n",
+           r->samples, r->batches, r->seconds, r->seconds > 0 ? r->samples / r->seconds : 0.0, st->index_seconds,
+           st->consumer_wait_s);
+    printf("  memory: peak accounted %s of budget %s (fixed %s); process RSS %s before, peak %s (+%s)\n",
+           sl_format_size(st->peak_accounted_bytes, a1, sizeof a1), sl_format_size(st->budget_bytes, a2, sizeof a2),
+           sl_format_size(st->fixed_bytes, a5, sizeof a5), sl_format_size(r->rss_before, a3, sizeof a3),
+           sl_format_size(r->peak_rss, a4, sizeof a4), sl_format_size(r->peak_rss - r->rss_before, a6, sizeof a6));
+    printf("  by category (peak):");
+    for (int c = 0; c < SL_MEM__COUNT; c++) printf(" %s %s", sl_mem_category_name(c), sl_format_size(st->mem_peak[c], a1, sizeof a1));
+    printf("\n  errors: %" PRIu64 "%s\n", st->errors, st->errors ? " (first below)" : "");
+    for (size_t i = 0; i < nrec; i++) {
+        const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
+        printf("    %s: %s\n", p ? p : "?", recs[i].reason);
+    }
+    printf("  checksum %016" PRIx64 "\n", r->checksum);
+}
+
+int sl_cli_bench(int argc, char **argv) {
+    bench_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_args(&o, argc, argv);
+    if (rc) {
+        free(o.fields);
+        return rc == 1 ? 0 : rc;
+    }
+    bench_run r;
+    memset(&r, 0, sizeof r);
+    r.rss_before = sl_cli_rss_bytes();
+    char err[512] = "";
+    sl_loader *ld;
+    rc = sl_loader_create(&o.cfg, &ld, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
+        free(o.fields);
+        return 1;
+    }
+    run(&o, ld, &r);
+    sl_stats st;
+    sl_loader_stats(ld, &st);
+    r.peak_rss = sl_cli_peak_rss_bytes();
+    if (o.json) report_json(&o, ld, &r, &st);
+    else report_text(&o, ld, &r, &st);
     sl_loader_destroy(ld);
-    return exit_code;
+    free(o.fields);
+    return r.exit_code;
 }

@@ -1,6 +1,12 @@
 #include "common.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 void sl_cli_json_str(FILE *f, const char *s) {
     fputc('"', f);
@@ -37,3 +43,42 @@ static uint64_t status_kb(const char *key) {
 
 uint64_t sl_cli_rss_bytes(void) { return status_kb("VmRSS"); }
 uint64_t sl_cli_peak_rss_bytes(void) { return status_kb("VmHWM"); }
+
+double sl_cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+char *sl_cli_read_text(const char *path, size_t max) {
+    /* O_NONBLOCK: a FIFO must not hang us; only regular files are read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return NULL;
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        errno = EFBIG;
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf || got != n) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}

@@ -2,6 +2,7 @@
 #ifndef SL_CLI_COMMON_H
 #define SL_CLI_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -10,5 +11,10 @@ void sl_cli_json_str(FILE *f, const char *s);
 /* VmRSS / VmHWM of this process from /proc/self/status (0 if unknown). */
 uint64_t sl_cli_rss_bytes(void);
 uint64_t sl_cli_peak_rss_bytes(void);
+/* Monotonic seconds. */
+double sl_cli_now_s(void);
+/* Read a whole small file (at most max bytes) into a NUL-terminated
+ * malloc'd string; NULL with errno set (EFBIG when larger). */
+char *sl_cli_read_text(const char *path, size_t max);
 
 #endif

@@ -2,13 +2,15 @@
  * sluice plan DATA [--preset train|val] [--size N] [--batch N] [--budget SIZE]
  *                  [--sample N] [--seed S] [--json] [--no-python]
  *
- * Size a pipeline before starting it. plan indexes DATA with the loader
- * itself, decodes an evenly spaced sample of it on one core with the
- * library's own decode path, measures what a loader reserves (from three
- * probe loaders: the base, one more slot, one more worker) and what a
- * PyTorch DataLoader worker costs, then prints, over workers x prefetch,
- * the memory each would take, the throughput to expect, which rows fit the
- * budget, and the configuration sluice itself chooses for that budget.
+ * Size a pipeline before starting it. plan asks the library how it would
+ * size the pipeline (sl_loader_plan: index, slots, worker baselines — the
+ * same steps create runs), measures one core's decode rate on an evenly
+ * spaced sample of the dataset (images: the library's own decode path, one
+ * file at a time; a --fields schema: a one-worker loader over that many
+ * samples) and what a PyTorch DataLoader worker costs, then prints, over
+ * workers x prefetch, the memory each would take, the throughput to expect,
+ * which rows fit the budget, and the configuration sluice itself chooses.
+ * Public API only.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -23,10 +25,12 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "base/mem.h"
-#include "base/util.h"
+#include "common.h"
 #include "monitor/json.h"
 #include "sluice.h"
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* The per-worker base when python3 + torch cannot be run to measure it,
  * marked "constant (not measured)" wherever it is printed: the USS of a
@@ -36,6 +40,7 @@
 
 typedef struct plan_opts {
     const char *data;
+    char *fields;              /* --fields file's text (owned) */
     int preset;
     uint32_t size, batch, sample;
     uint64_t budget, seed;
@@ -64,9 +69,10 @@ typedef struct worker_base {
 
 static void usage(FILE *f) {
     fputs("usage: sluice plan DATA [--preset train|val] [--size 224] [--batch 256] [--budget 512M]\n"
-          "                        [--sample 200] [--seed S] [--json] [--no-python]\n"
+          "                        [--sample 200] [--seed S] [--fields FILE.json] [--json] [--no-python]\n"
           "  decodes --sample files spread evenly over DATA on one core, then predicts memory\n"
           "  and throughput over workers x prefetch for sluice and a PyTorch DataLoader\n"
+          "  --fields     a schema of named fields (docs/fields.md): size schema samples\n"
           "  --no-python  do not run python3 to measure a DataLoader worker's base memory\n",
           f);
 }
@@ -83,12 +89,14 @@ static double thread_cpu_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* A probe loader's fixed reservation. */
-static int probe_fixed(const plan_opts *o, uint32_t workers, uint32_t prefetch, uint64_t budget, sl_stats *st,
-                       uint64_t *dataset, char *err, size_t errlen) {
+/* The library's sizing of this pipeline for (workers, prefetch, budget);
+ * 0 = its automatic choice. */
+static int plan_for(const plan_opts *o, uint32_t workers, uint32_t prefetch, uint64_t budget, sl_plan *p, char *err,
+                    size_t errlen) {
     sl_config cfg;
     sl_config_init(&cfg);
     cfg.source = o->data;
+    cfg.fields = o->fields;
     cfg.batch_size = o->batch;
     cfg.size = o->size;
     cfg.preset = o->preset;
@@ -96,17 +104,11 @@ static int probe_fixed(const plan_opts *o, uint32_t workers, uint32_t prefetch, 
     cfg.prefetch = prefetch;
     cfg.budget = budget;
     cfg.seed = o->seed;
-    sl_loader *ld;
-    int rc = sl_loader_create(&cfg, &ld, err, errlen);
-    if (rc) return rc;
-    rc = sl_loader_stats(ld, st);
-    if (dataset) *dataset = sl_loader_dataset_size(ld);
-    sl_loader_destroy(ld);
-    return rc;
+    return sl_loader_plan(&cfg, p, err, errlen);
 }
 
-/* Read a whole file into *buf (grown from b). */
-static int read_file(sl__budget *b, const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
+/* Read a whole file of at most max bytes into *buf (grown with realloc). */
+static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return errno == ENOENT ? SL_ENOENT : SL_EIO;
     int rc = 0;
@@ -119,9 +121,9 @@ static int read_file(sl__budget *b, const char *path, uint64_t max, unsigned cha
                 rc = SL_ELIMIT;
                 break;
             }
-            unsigned char *p = sl__realloc(b, *buf, nc, SL_MEM_SCRATCH);
+            unsigned char *p = realloc(*buf, nc);
             if (!p) {
-                rc = SL_EBUDGET;
+                rc = SL_ENOMEM;
                 break;
             }
             *buf = p;
@@ -139,9 +141,51 @@ static int read_file(sl__budget *b, const char *path, uint64_t max, unsigned cha
     return rc;
 }
 
+/* A schema's samples: a one-worker loader over o->sample samples (batch
+ * 1, shuffled, so spread over the dataset); the worker's busy time is one
+ * core's cost of them. */
+static int measure_schema(const plan_opts *o, measure *m, char *err, size_t errlen) {
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = o->data;
+    cfg.fields = o->fields;
+    cfg.batch_size = 1;
+    cfg.workers = 1;
+    cfg.prefetch = 2;
+    cfg.seed = o->seed;
+    cfg.budget = (uint64_t)1 << 40;
+    sl_loader *ld;
+    int rc = sl_loader_create(&cfg, &ld, err, errlen);
+    if (rc) return rc;
+    m->dataset = sl_loader_dataset_size(ld);
+    uint64_t n = MIN((uint64_t)o->sample, m->dataset);
+    for (uint64_t k = 0; k < n; k++) {
+        sl_batch *b;
+        if ((rc = sl_loader_next(ld, &b))) break;
+        sl_loader_release(ld, b);
+    }
+    sl_stats st;
+    sl_loader_stats(ld, &st);
+    sl_loader_destroy(ld);
+    if (rc && rc != SL_EEND) {
+        snprintf(err, errlen, "sampling stopped: %s", sl_strerror(rc));
+        return rc;
+    }
+    m->index_s = st.index_seconds;
+    m->sampled = (uint32_t)st.samples;
+    m->failed = (uint32_t)st.errors;
+    m->cpu_s = st.worker_busy_s;
+    if (!m->sampled) {
+        snprintf(err, errlen, "none of the %llu sampled samples loaded", (unsigned long long)n);
+        return SL_EEMPTY;
+    }
+    return 0;
+}
+
 /* Decode o->sample files spread evenly over the dataset, one at a time on
  * this thread. Paths come from a loader over the dataset (workers 1). */
 static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errlen) {
+    if (o->fields) return measure_schema(o, m, err, errlen);
     sl_config cfg;
     sl_config_init(&cfg);
     cfg.source = o->data;
@@ -158,11 +202,6 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     if (sl_loader_stats(ld, &st) == 0) m->index_s = st.index_seconds;
     m->dataset = sl_loader_dataset_size(ld);
     uint64_t n = o->sample < m->dataset ? o->sample : m->dataset;
-    sl__budget b;
-    if ((rc = sl__budget_init(&b, (uint64_t)1 << 30)) != 0) {
-        sl_loader_destroy(ld);
-        return rc;
-    }
     unsigned char *file = NULL, *out = NULL;
     size_t fcap = 0, ocap = 0;
     double enc = 0, full = 0, outb = 0;
@@ -181,8 +220,8 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
             continue;
         }
         size_t len;
-        int frc = read_file(&b, path, cfg.max_bytes, &file, &fcap, &len);
-        if (frc == SL_EBUDGET) rc = frc;
+        int frc = read_file(path, cfg.max_bytes, &file, &fcap, &len);
+        if (frc == SL_ENOMEM) rc = frc;
         sl_image_info info;
         uint32_t w, h, c;
         if (frc || sl_image_probe(file, len, &info) || sl_image_output_size(file, len, &d, &w, &h, &c)) {
@@ -190,13 +229,14 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
             continue;
         }
         uint64_t osz = (uint64_t)w * h * c, fsz;
-        if (sl__mul((uint64_t)info.width * info.height, info.channels == 4 ? 4 : 3, &fsz)) fsz = UINT64_MAX;
+        if (__builtin_mul_overflow((uint64_t)info.width * info.height, info.channels == 4 ? 4 : 3, &fsz))
+            fsz = UINT64_MAX;
         if (osz > ocap) {
-            sl__free(&b, out);
-            out = sl__alloc(&b, (size_t)osz, SL_MEM_SCRATCH);
+            free(out);
+            out = osz < SIZE_MAX ? malloc((size_t)osz) : NULL;
             ocap = out ? (size_t)osz : 0;
             if (!out) {
-                rc = SL_EBUDGET;
+                rc = SL_ENOMEM;
                 break;
             }
         }
@@ -213,20 +253,19 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
         enc += (double)len;
         full += (double)fsz;
         outb += (double)osz;
-        m->enc_max = SL_MAX(m->enc_max, (uint64_t)len);
-        m->full_max = SL_MAX(m->full_max, fsz);
-        m->out_max = SL_MAX(m->out_max, osz);
+        m->enc_max = MAX(m->enc_max, (uint64_t)len);
+        m->full_max = MAX(m->full_max, fsz);
+        m->out_max = MAX(m->out_max, osz);
     }
-    sl__free(&b, file);
-    sl__free(&b, out);
-    sl__budget_fini(&b);
+    free(file);
+    free(out);
     sl_loader_destroy(ld);
     if (rc) {
-        sl__msg(err, errlen, "sampling stopped: %s", sl_strerror(rc));
+        snprintf(err, errlen, "sampling stopped: %s", sl_strerror(rc));
         return rc;
     }
     if (!m->sampled) {
-        sl__msg(err, errlen, "none of the %llu sampled files decoded", (unsigned long long)n);
+        snprintf(err, errlen, "none of the %llu sampled files decoded", (unsigned long long)n);
         return SL_EEMPTY;
     }
     m->enc_mean = enc / m->sampled;
@@ -294,7 +333,7 @@ static void measure_worker_base(int python, worker_base *wb) {
 }
 
 int sl_cli_plan(int argc, char **argv) {
-    plan_opts o = {NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1};
+    plan_opts o = {NULL, NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -344,6 +383,9 @@ int sl_cli_plan(int argc, char **argv) {
             o.seed = n;
         } else if (!strcmp(a, "--budget")) {
             bad = sl_parse_size(v, &o.budget) != 0 || o.budget == 0;
+        } else if (!strcmp(a, "--fields")) {
+            free(o.fields);
+            bad = !(o.fields = sl_cli_read_text(v, (size_t)1 << 20));
         } else {
             fprintf(stderr, "sluice plan: unknown flag %s\n", a);
             usage(stderr);
@@ -363,34 +405,36 @@ int sl_cli_plan(int argc, char **argv) {
     int rc = measure_sample(&o, &m, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sluice plan: %s: %s\n", o.data, err[0] ? err : sl_strerror(rc));
+        free(o.fields);
         return 1;
     }
-    /* The loader's reservation model, from three probes with room to spare. */
+    /* The loader's reservation model and its own choice, from the library's sizing. */
     const uint64_t roomy = (uint64_t)1 << 44;
-    sl_stats s11, s12, s21;
-    if ((rc = probe_fixed(&o, 1, 1, roomy, &s11, NULL, err, sizeof err)) ||
-        (rc = probe_fixed(&o, 1, 2, roomy, &s12, NULL, err, sizeof err)) ||
-        (rc = probe_fixed(&o, 2, 1, roomy, &s21, NULL, err, sizeof err))) {
-        fprintf(stderr, "sluice plan: probe loader: %s\n", err[0] ? err : sl_strerror(rc));
+    sl_plan base;
+    if ((rc = plan_for(&o, 1, 1, roomy, &base, err, sizeof err))) {
+        fprintf(stderr, "sluice plan: %s\n", err[0] ? err : sl_strerror(rc));
+        free(o.fields);
         return 1;
     }
-    model md;
-    md.slot = s12.fixed_bytes > s11.fixed_bytes ? s12.fixed_bytes - s11.fixed_bytes : 0;
-    md.scratch = s21.fixed_bytes > s11.fixed_bytes ? s21.fixed_bytes - s11.fixed_bytes : 0;
-    md.base = s11.fixed_bytes - SL_MIN(s11.fixed_bytes, md.slot + md.scratch);
-    /* What sluice itself picks for this budget (workers and slots auto). */
-    sl_stats pick;
+    model md = {base.index_bytes, base.slot_bytes, base.worker_bytes};
+    sl_plan pick;
     char pick_err[512] = "";
-    int pick_rc = probe_fixed(&o, 0, 0, o.budget, &pick, NULL, pick_err, sizeof pick_err);
+    int pick_rc = plan_for(&o, 0, 0, o.budget, &pick, pick_err, sizeof pick_err);
+    if (pick_rc == 0 && pick.min_budget > o.budget) {
+        char x[32], y[32];
+        snprintf(pick_err, sizeof pick_err, "budget %s is below the minimum working set of %s",
+                 sl_format_size(o.budget, x, sizeof x), sl_format_size(pick.min_budget, y, sizeof y));
+        pick_rc = SL_EBUDGET;
+    }
     worker_base wb;
     measure_worker_base(o.python, &wb);
 
     int ncores = cores();
     double per_core = m.cpu_s > 0 ? m.sampled / m.cpu_s : 0;
-    uint64_t sample_bytes = m.out_max; /* presets give every sample the same output size */
+    uint64_t sample_bytes = base.sample_bytes; /* every sample has the same output size */
     uint32_t wl[16];
     int nw = 0;
-    int wmax = SL_MAX(8, 2 * ncores);
+    int wmax = MAX(8, 2 * ncores);
     for (int w = 1; w <= wmax && nw < 15; w *= 2) wl[nw++] = (uint32_t)w;
     if ((ncores & (ncores - 1)) && ncores <= wmax) wl[nw++] = (uint32_t)ncores;
     for (int i = 1; i < nw; i++) /* keep the list sorted */
@@ -424,18 +468,18 @@ int sl_cli_plan(int argc, char **argv) {
         printf("sluice plan  %s  (%llu samples, %u sampled evenly, %u failed)\n", o.data, (ull)m.dataset, m.sampled,
                m.failed);
         printf("preset %s %u, batch %u, budget %s, %d cores\n", o.preset == SL_PRESET_VAL ? "val" : "train", o.size,
-               o.batch, sl__fmt_bytes(o.budget, a, sizeof a), ncores);
+               o.batch, sl_format_size(o.budget, a, sizeof a), ncores);
         printf("per sample: encoded %s (max %s), decoded %s (max %s), in the batch %s\n",
-               sl__fmt_bytes((uint64_t)m.enc_mean, a, sizeof a), sl__fmt_bytes(m.enc_max, b, sizeof b),
-               sl__fmt_bytes((uint64_t)m.full_mean, c, sizeof c), sl__fmt_bytes(m.full_max, d, sizeof d),
-               sl__fmt_bytes(sample_bytes, e, sizeof e));
+               sl_format_size((uint64_t)m.enc_mean, a, sizeof a), sl_format_size(m.enc_max, b, sizeof b),
+               sl_format_size((uint64_t)m.full_mean, c, sizeof c), sl_format_size(m.full_max, d, sizeof d),
+               sl_format_size(sample_bytes, e, sizeof e));
         printf("decode + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled, per_core);
         printf("sluice reserves: %s base (index, bookkeeping) + %s per batch slot + %s per worker\n",
-               sl__fmt_bytes(md.base, a, sizeof a), sl__fmt_bytes(md.slot, b, sizeof b), sl__fmt_bytes(md.scratch, c, sizeof c));
-        printf("DataLoader worker base: %s (%s)\n", sl__fmt_bytes(wb.bytes, a, sizeof a), wb.how);
+               sl_format_size(md.base, a, sizeof a), sl_format_size(md.slot, b, sizeof b), sl_format_size(md.scratch, c, sizeof c));
+        printf("DataLoader worker base: %s (%s)\n", sl_format_size(wb.bytes, a, sizeof a), wb.how);
         if (wb.main_pss)
             printf("DataLoader main process: %s (measured: PSS of the python3+torch parent beside its worker)\n",
-                   sl__fmt_bytes(wb.main_pss, a, sizeof a));
+                   sl_format_size(wb.main_pss, a, sizeof a));
         printf("\n%7s %8s %14s %5s %16s %5s %12s\n", "workers", "prefetch", "sluice", "fits", "DataLoader", "fits",
                "samples/s");
     }
@@ -448,7 +492,7 @@ int sl_cli_plan(int argc, char **argv) {
              * process (python3 + torch, measured with the workers). */
             double sl_bytes = (double)md.base + (double)p * md.slot + (double)w * md.scratch;
             double dl_bytes = (double)w * p * o.batch * (double)sample_bytes + (double)w * wb.bytes + (double)wb.main_pss;
-            double rate = SL_MIN((int)w, ncores) * per_core;
+            double rate = MIN((int)w, ncores) * per_core;
             int sl_fits = sl_bytes <= (double)o.budget, dl_fits = dl_bytes <= (double)o.budget;
             if (o.json) {
                 printf("%s{\"workers\":%u,\"prefetch\":%u,\"sluice_bytes\":%.0f,\"sluice_fits\":%s,\"dataloader_bytes\":%.0f,"
@@ -456,8 +500,8 @@ int sl_cli_plan(int argc, char **argv) {
                        first ? "" : ",", w, p, sl_bytes, sl_fits ? "true" : "false", dl_bytes,
                        dl_fits ? "true" : "false", rate);
             } else {
-                printf("%7u %8u %14s %5s %16s %5s %12.0f\n", w, p, sl__fmt_bytes((uint64_t)sl_bytes, a, sizeof a),
-                       sl_fits ? "yes" : "no", sl__fmt_bytes((uint64_t)dl_bytes, b, sizeof b), dl_fits ? "yes" : "no",
+                printf("%7u %8u %14s %5s %16s %5s %12.0f\n", w, p, sl_format_size((uint64_t)sl_bytes, a, sizeof a),
+                       sl_fits ? "yes" : "no", sl_format_size((uint64_t)dl_bytes, b, sizeof b), dl_fits ? "yes" : "no",
                        rate);
             }
             first = 0;
@@ -469,7 +513,7 @@ int sl_cli_plan(int argc, char **argv) {
             double pred = (double)md.base + (double)pick.slots * md.slot + (double)pick.workers * md.scratch;
             printf("{\"workers\":%u,\"slots\":%u,\"fixed_bytes\":%llu,\"model_bytes\":%.0f,\"samples_per_s\":%.1f}",
                    pick.workers, pick.slots, (ull)pick.fixed_bytes, pred,
-                   SL_MIN((int)pick.workers, ncores) * per_core);
+                   MIN((int)pick.workers, ncores) * per_core);
         } else {
             printf("{\"error\":");
             sl__json_str(stdout, pick_err[0] ? pick_err : sl_strerror(pick_rc));
@@ -478,10 +522,11 @@ int sl_cli_plan(int argc, char **argv) {
         printf("}\n");
     } else if (pick_rc == 0) {
         printf("\nsluice would choose: %u workers, %u batch slots, reserving %s of the %s budget (%.0f samples/s)\n",
-               pick.workers, pick.slots, sl__fmt_bytes(pick.fixed_bytes, a, sizeof a),
-               sl__fmt_bytes(o.budget, b, sizeof b), SL_MIN((int)pick.workers, ncores) * per_core);
+               pick.workers, pick.slots, sl_format_size(pick.fixed_bytes, a, sizeof a),
+               sl_format_size(o.budget, b, sizeof b), MIN((int)pick.workers, ncores) * per_core);
     } else {
         printf("\nsluice refuses this budget: %s\n", pick_err[0] ? pick_err : sl_strerror(pick_rc));
     }
+    free(o.fields);
     return 0;
 }

@@ -346,6 +346,9 @@ SL_API int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o
 SL_API int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, uint64_t epoch,
                                uint64_t index, uint32_t box[4], int *flip);
 
+/* "38.5 MiB" (powers of 1024) into buf (len >= 16); returns buf. */
+SL_API const char *sl_format_size(uint64_t bytes, char *buf, size_t len);
+
 /* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
 SL_API int sl_parse_size(const char *s, uint64_t *out);
 

@@ -278,6 +278,8 @@ const char *sl__fmt_bytes(uint64_t n, char *buf, size_t len) {
     return buf;
 }
 
+const char *sl_format_size(uint64_t n, char *buf, size_t len) { return sl__fmt_bytes(n, buf, len); }
+
 size_t sl__map_cost(size_t n) {
     size_t ps = page_size();
     if (n > SIZE_MAX - ps) return SIZE_MAX;
