@@ -979,6 +979,11 @@ static PyObject *Field_get_strides(FieldObject *self, void *u) {
 static PyObject *Field_get_dtype(FieldObject *self, void *u) { return PyUnicode_FromString(sl_dtype_name(self->f.dtype)); }
 
 static PyObject *Field_get_name(FieldObject *self, void *u) { return PyUnicode_FromString(self->name); }
+static PyObject *Field_get_kind(FieldObject *self, void *u) {
+    static const char *const names[] = {"?", "image", "array", "sequence", "video", "label", "target", "index", "length"};
+    int k = self->f.kind;
+    return PyUnicode_FromString(k > 0 && k < (int)(sizeof names / sizeof *names) ? names[k] : "?");
+}
 static PyObject *Field_get_nbytes(FieldObject *self, void *u) { return PyLong_FromUnsignedLongLong(self->f.nbytes); }
 static PyObject *Field_get_ndim(FieldObject *self, void *u) { return PyLong_FromLong(self->f.ndim); }
 static PyObject *Field_get_ptr(FieldObject *self, void *u) {
@@ -1007,6 +1012,8 @@ static PyMethodDef Field_methods[] = {
 
 static PyGetSetDef Field_getset[] = {
     {"name", (getter)Field_get_name, NULL, "Field name.", NULL},
+    {"kind", (getter)Field_get_kind, NULL, "The schema kind it comes from: image, array, sequence, video, label, "
+     "target, index, length.", NULL},
     {"shape", (getter)Field_get_shape, NULL, "Shape tuple.", NULL},
     {"strides", (getter)Field_get_strides, NULL, "Strides in bytes.", NULL},
     {"dtype", (getter)Field_get_dtype, NULL, "'uint8', 'int64' or 'float32'.", NULL},

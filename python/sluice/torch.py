@@ -71,7 +71,8 @@ def _cuda_ok(err):
 
 
 class Loader:
-    """A :class:`sluice.Loader` that yields ``(images, labels)`` tensors.
+    """A :class:`sluice.Loader` that yields ``(images, labels)`` tensors, or with
+    ``fields=`` a dict of tensors, one per output.
 
     Arguments: those of :class:`sluice.Loader`, plus
       device         "cuda" (the current CUDA device), "cuda:N" or "cpu"
@@ -82,7 +83,9 @@ class Loader:
       channels_last  images in torch.channels_last memory format
 
     ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
-    device. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
+    device. With ``fields=``: a dict name -> tensor on device; image fields (and
+    sequences of images, and clips) get dtype and mean/std over their channel
+    axis (the third from last), every other field keeps its dtype. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
     ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
     counts the batches you have received (the one staged ahead is not lost).
     """
@@ -119,9 +122,11 @@ class Loader:
         self._dtype = dtype
         self._channels_last = bool(channels_last)
         self.loader = sluice.Loader(source, **kwargs)
-        # out = x * scale + bias == (x / 255 - mean) / std, in float32 opmath
-        self._scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32).view(1, -1, 1, 1)
-        self._bias = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32).view(1, -1, 1, 1)
+        self._dict = kwargs.get("fields") is not None
+        # out = x * scale + bias == (x / 255 - mean) / std, in float32 opmath;
+        # [C, 1, 1] broadcasts over the channel axis of [..., C, H, W]
+        self._scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32).view(-1, 1, 1)
+        self._bias = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32).view(-1, 1, 1)
         self._max_inflight = max(1, self.loader.stats()["slots"] - 1)
         if dev.type == "cuda":
             try:
@@ -166,21 +171,40 @@ class Loader:
             return self._iter_cuda()
         return self._iter_cpu()
 
+    def _pixels(self, img):
+        """uint8 pixels [..., C, H, W] (on any device) as the output dtype, normalized."""
+        fmt = torch.channels_last if self._channels_last and img.dim() == 4 else torch.contiguous_format
+        if self._dtype == torch.uint8:
+            return img.contiguous(memory_format=fmt) if fmt is torch.channels_last else img
+        out = torch.empty(img.shape, dtype=self._dtype, device=img.device, memory_format=fmt)
+        return torch.addcmul(self._bias, img, self._scale, out=out)
+
+    @staticmethod
+    def _is_pixels(field):
+        return field.kind in ("image", "video") or (field.kind == "sequence" and field.dtype == "uint8"
+                                                     and len(field.shape) >= 5)
+
+    def _outputs(self, batch, tensors):
+        """What a loop yields: (images, labels), or a dict of every output."""
+        if not self._dict:
+            return tensors["image"], tensors["label"]
+        return tensors
+
     def _iter_cpu(self):
         for batch in self.loader:
-            img = torch.from_dlpack(batch["image"])
-            labels = torch.from_dlpack(batch["label"]).clone()  # tiny; lets the slot go
-            if self._dtype == torch.uint8:
-                # zero-copy: the tensor holds the slot until you drop it
-                images = img.contiguous(memory_format=torch.channels_last) if self._channels_last else img
-            else:
-                images = torch.empty(img.shape, dtype=self._dtype, memory_format=(
-                    torch.channels_last if self._channels_last else torch.contiguous_format))
-                torch.addcmul(self._bias, img, self._scale, out=images)
-            del batch, img
+            tensors = {}
+            for name, field in batch.items():
+                t = torch.from_dlpack(field)
+                if self._is_pixels(field):
+                    tensors[name] = self._pixels(t)  # uint8: zero-copy, holds the slot until dropped
+                else:
+                    tensors[name] = t.clone()  # lets the slot go once the pixels are converted
+            del batch, t
             self._state = None
-            yield images, labels
-            del images, labels
+            out = self._outputs(None, tensors)
+            del tensors
+            yield out
+            del out
 
     def _iter_cuda(self):
         pending, self._carry = self._carry, None
@@ -211,36 +235,32 @@ class Loader:
 
     def _stage(self, batch):
         """Issue copy + conversion of a CPU batch on the side stream."""
-        img = torch.from_dlpack(batch["image"])
-        lab = torch.from_dlpack(batch["label"])
         state = self.loader.state_dict()  # the state once this batch is delivered
         dev = self._device
+        tensors = {}
         with torch.cuda.stream(self._stream):
-            img_d = img.to(dev, non_blocking=True)
-            lab_d = lab.to(dev, non_blocking=True)
+            for name, field in batch.items():
+                t = torch.from_dlpack(field).to(dev, non_blocking=True)
+                tensors[name] = (t, self._is_pixels(field))
             copied = torch.cuda.Event()
             copied.record(self._stream)
-            if self._dtype == torch.uint8:
-                out = img_d.contiguous(memory_format=torch.channels_last) if self._channels_last else img_d
-            else:
-                out = torch.empty(img_d.shape, dtype=self._dtype, device=dev, memory_format=(
-                    torch.channels_last if self._channels_last else torch.contiguous_format))
-                torch.addcmul(self._bias, img_d, self._scale, out=out)
+            for name, (t, pixels) in tensors.items():
+                tensors[name] = self._pixels(t) if pixels else t
             ready = torch.cuda.Event()
             ready.record(self._stream)
         # The CPU views (and so the slot) live until the copy is done.
         self._inflight.append((copied, batch))
-        return out, lab_d, ready, state
+        return tensors, ready, state
 
     def _deliver(self, staged):
-        out, lab_d, ready, state = staged
+        tensors, ready, state = staged
         cur = torch.cuda.current_stream(self._device)
         cur.wait_event(ready)
-        out.record_stream(cur)
-        lab_d.record_stream(cur)
+        for t in tensors.values():
+            t.record_stream(cur)
         self._state = state
         self._reap(self._max_inflight)
-        return out, lab_d
+        return self._outputs(None, tensors)
 
     def _reap(self, keep):
         """Release CPU batches whose copies finished; wait for the oldest

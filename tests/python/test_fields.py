@@ -1,0 +1,80 @@
+"""fields=: batches as dicts of every schema field, from .jsonl tables; the torch layer."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import make_dataset
+
+
+def _table(tmp_path):
+    root = str(tmp_path / "data")
+    make_dataset(root, per_class=4)
+    files = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+    with open(os.path.join(root, "m.jsonl"), "w") as f:
+        for k, p in enumerate(files):
+            f.write(json.dumps({"image": p, "label": k % 4, "box": [k, -k, 0.25],
+                                "views": [p, files[(k + 1) % len(files)]]}) + "\n")
+    return os.path.join(root, "m.jsonl"), len(files)
+
+
+FIELDS = {"image": {"kind": "image", "size": 32},
+          "label": {"kind": "label"},
+          "box": {"kind": "target", "length": 3},
+          "views": {"kind": "sequence", "of": {"kind": "image", "size": 16, "preset": "val"}}}
+
+
+def test_dict_batches(tmp_path):
+    path, n = _table(tmp_path)
+    seen = []
+    with sluice.Loader(path, batch_size=4, budget="64M", workers=2, fields=FIELDS, shuffle=False) as ld:
+        for b in ld:
+            assert list(b) == ["image", "label", "box", "views", "index"]
+            assert b["image"].shape == (b.size, 3, 32, 32) and b["image"].kind == "image"
+            assert b["views"].shape == (b.size, 2, 3, 16, 16) and b["views"].kind == "sequence"
+            box = np.asarray(b["box"])
+            idx = np.asarray(b["index"])
+            assert box.dtype == np.float32
+            np.testing.assert_array_equal(box[:, 0], idx)
+            np.testing.assert_array_equal(box[:, 2], 0.25)
+            np.testing.assert_array_equal(np.asarray(b["label"]), idx % 4)
+            seen += idx.tolist()
+    assert seen == list(range(n))
+
+
+def test_schema_errors_are_valueerrors(tmp_path):
+    path, _ = _table(tmp_path)
+    with pytest.raises(ValueError, match='field "box": unknown option "lenght"'):
+        sluice.Loader(path, fields={"box": {"kind": "target", "lenght": 3}})
+    with pytest.raises(TypeError, match="fields"):
+        sluice.Loader(path, fields=["image"])
+
+
+def test_same_bytes_any_workers(tmp_path):
+    path, _ = _table(tmp_path)
+    sums = []
+    for w in (1, 3):
+        with sluice.Loader(path, batch_size=5, budget="64M", workers=w, fields=FIELDS, checksum=True) as ld:
+            sums.append([b.checksum for b in ld])
+    assert sums[0] == sums[1]
+
+
+def test_torch_dict(tmp_path):
+    torch = pytest.importorskip("torch")
+    import sluice.torch as st
+
+    path, _ = _table(tmp_path)
+    with st.Loader(path, batch_size=4, budget="64M", workers=2, fields=FIELDS, device="cpu",
+                   dtype=torch.float32) as ld:
+        out = next(iter(ld))
+    assert isinstance(out, dict)
+    assert out["image"].dtype == torch.float32 and out["image"].shape == (4, 3, 32, 32)
+    assert out["views"].dtype == torch.float32 and out["views"].shape == (4, 2, 3, 16, 16)
+    assert out["box"].dtype == torch.float32 and out["label"].dtype == torch.int64
+    # normalized over the channel axis: a view's pixels map back to 0..255
+    mean = torch.tensor(st.IMAGENET_MEAN).view(-1, 1, 1)
+    std = torch.tensor(st.IMAGENET_STD).view(-1, 1, 1)
+    back = (out["views"] * std + mean) * 255
+    assert float(back.min()) > -0.5 and float(back.max()) < 255.5
