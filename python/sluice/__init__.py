@@ -245,6 +245,7 @@ class Loader:
     # -- iteration --
     def __iter__(self):
         """Batches for the rest of the current epoch (the next loop: the next epoch)."""
+        self._skip_pending_end()
         while True:
             raw = self._next_raw()
             if raw is None:
@@ -253,6 +254,15 @@ class Loader:
             del raw
             yield batch
             del batch  # hold nothing while waiting for the next one
+
+    def _skip_pending_end(self):
+        """A loop that stopped after the epoch's last batch without asking for
+        one more (as Lightning does, knowing len()) leaves the epoch's end
+        unread: a new loop starts the next epoch, not an empty one."""
+        ld = self._handle()
+        st = ld.get_state()
+        if st["batch"] == 0:
+            ld.set_epoch(st["epoch"])  # free when already there: drops only the unread end
 
     def next_batch(self):
         """The next batch, or None at the end of the epoch (then the next call

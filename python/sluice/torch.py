@@ -168,6 +168,8 @@ class Loader:
     def __iter__(self):
         """(images, labels) for the rest of the current epoch."""
         if self._device.type == "cuda":
+            if self._carry is None:
+                self.loader._skip_pending_end()
             return self._iter_cuda()
         return self._iter_cpu()
 

@@ -444,3 +444,16 @@ def test_decode_probe_crop_parse(dataset):
         sluice.decode_image(data, max_pixels=100)
     with pytest.raises(ValueError, match="preset must be one of"):
         sluice.decode_image(data, preset="big")
+
+
+def test_loop_that_stops_at_len_starts_the_next_epoch(dataset):
+    """Lightning (and zip(range(len(loader)), loader)) stops after len() batches
+    without reading the epoch's end: the next loop is the next epoch, not empty."""
+    with sluice.Loader(dataset, batch_size=16, size=16, budget="64M", workers=2) as ld:
+        epochs = []
+        for _ in range(3):
+            it = iter(ld)
+            batches = [next(it) for _ in range(len(ld))]
+            epochs.append({b.epoch for b in batches})
+            del it, batches
+        assert epochs == [{0}, {1}, {2}]

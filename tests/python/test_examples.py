@@ -1,0 +1,58 @@
+"""The integration examples run: Lightning, torchrun DDP (CPU, gloo), timm (where installed)."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CLASSES, PER_CLASS, ROOT
+
+EX = os.path.join(ROOT, "examples")
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = env.get("SLUICE_TEST_CUDA_DEVICES", "")  # CPU unless asked
+    return env
+
+
+def test_lightning_datamodule(dataset):
+    pytest.importorskip("torch")
+    if not any(__import__("importlib").util.find_spec(m) for m in ("lightning", "pytorch_lightning")):
+        pytest.skip("Lightning is not installed")
+    r = subprocess.run([sys.executable, os.path.join(EX, "lightning_datamodule.py"), dataset, "--epochs", "2",
+                        "--batch", "16", "--size", "32", "--classes", str(len(CLASSES)), "--accelerator", "cpu",
+                        "--devices", "1"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n = len(CLASSES) * PER_CLASS
+    assert f"2 epochs, {2 * n} samples seen" in r.stdout, r.stdout
+
+
+def test_ddp_torchrun_shards(dataset, tmp_path):
+    pytest.importorskip("torch")
+    dump = str(tmp_path / "seen")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                        "29517", os.path.join(EX, "ddp_torchrun.py"), dataset, "--batch", "8", "--size", "32",
+                        "--classes", str(len(CLASSES)), "--workers", "1", "--dump", dump],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    ranks = [json.load(open(p)) for p in sorted(glob.glob(dump + ".*"))]
+    assert [x["rank"] for x in ranks] == [0, 1]
+    a, b = set(ranks[0]["indices"]), set(ranks[1]["indices"])
+    assert not a & b  # disjoint shards
+    n = len(CLASSES) * PER_CLASS
+    assert len(a) == len(b) == n // 2 // 8 * 8  # drop_last: whole batches of each rank's half
+    assert len(ranks[0]["indices"]) == len(a)  # each sample once
+
+
+def test_timm_train(dataset):
+    pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    r = subprocess.run([sys.executable, os.path.join(EX, "timm_train.py"), dataset, "--model", "resnet18",
+                        "--classes", str(len(CLASSES)), "--steps", "3", "--batch", "8", "--size", "64",
+                        "--budget", "256M"], env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "3 steps, 24 images" in r.stdout, r.stdout
