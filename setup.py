@@ -92,10 +92,8 @@ def _extension():
     else:
         print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
-    sources = sorted(glob.glob("src/**/*.c", recursive=True)) + ["python/sluice/_sluice.c"]
-    return Extension(
-        "sluice._sluice",
-        sources=sources,
+    sources = sorted(glob.glob("src/**/*.c", recursive=True))
+    ext = dict(
         include_dirs=include_dirs,
         library_dirs=library_dirs,
         runtime_library_dirs=[d for d in library_dirs if not d.startswith("/usr/lib")],
@@ -103,6 +101,9 @@ def _extension():
         define_macros=macros,
         extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
     )
+    # sluice._gpu (the GPU decode engine; CUDA is loaded at run time, never linked)
+    return [Extension("sluice._sluice", sources=sources + ["python/sluice/_sluice.c"], **ext),
+            Extension("sluice._gpu", sources=sources + ["python/sluice/_gpu.c"], **ext)]
 
 
 os.chdir(HERE)  # source paths are relative to the project root
@@ -115,7 +116,7 @@ setup(
     python_requires=">=3.8",
     package_dir={"": "python"},
     packages=["sluice"],
-    ext_modules=[_extension()],
+    ext_modules=_extension(),
     install_requires=["numpy"],
     extras_require={"torch": ["torch"]},
     # keep setuptools' intermediate files out of CMake's build/ folder

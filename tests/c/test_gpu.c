@@ -355,7 +355,7 @@ TEST(gpu_decode_within_the_documented_difference) {
 TEST(gpu_hands_back_what_it_cannot_take) {
     NEED_GPU();
     gpu_rig r;
-    rig_open(&r, 8, 48ull << 20);
+    rig_open(&r, 8, 40ull << 20);
     unsigned long jl;
     unsigned char *good = fx_jpeg_bytes(400, 300, 1, 0, 90, &jl);
     static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};

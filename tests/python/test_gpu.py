@@ -1,0 +1,181 @@
+"""GPU decode: the torch layer's decode= option everywhere; the engine itself
+(sluice._gpu) on a machine with a CUDA GPU, nvJPEG and NVRTC (skipped elsewhere,
+with the reason).
+
+On the GPU host, SL_GPU_TEST_DATA may name an ImageNet-like folder
+(make_imagenet_like.py): its JPEGs are used besides the synthetic ones.
+"""
+import glob
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import sluice
+
+torch = pytest.importorskip("torch")
+import sluice.torch as st  # noqa: E402
+
+try:
+    from sluice import _gpu
+    GPU_OK, GPU_WHY = _gpu.available()
+except ImportError as e:
+    _gpu, GPU_OK, GPU_WHY = None, False, f"sluice._gpu not built: {e}"
+CUDA = torch.cuda.is_available()
+need_gpu = pytest.mark.skipif(not (GPU_OK and CUDA), reason=f"no GPU decode engine here: {GPU_WHY}")
+
+
+# ---- the decode option (everywhere) -------------------------------------------------
+def test_decode_must_be_a_known_engine(dataset):
+    with pytest.raises(ValueError, match="decode must be one of"):
+        st.Loader(dataset, batch_size=8, device="cpu", decode="nvjpeg")
+
+
+def test_decode_cpu_is_the_cpu_path(dataset):
+    with st.Loader(dataset, batch_size=8, device="cpu", decode="cpu") as ld:
+        s = ld.stats()
+        assert s["decode"] == "cpu" and s["decode_reason"] == "decode='cpu'"
+        images, labels = next(iter(ld))
+        assert images.shape == (8, 3, 224, 224)
+
+
+@pytest.mark.skipif(GPU_OK, reason="this machine can run the GPU engine")
+def test_decode_gpu_says_why_it_cannot(dataset):
+    with pytest.raises(RuntimeError, match="cannot run here: " + GPU_WHY[:20].replace("(", r"\(")):
+        st.Loader(dataset, batch_size=8, device="cpu", decode="gpu")
+    assert not st.gpu_decode_available()[0]
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA is present")
+def test_decode_auto_without_cuda_is_the_cpu_path_with_one_line(dataset):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ld = st.Loader(dataset, batch_size=8, device="cuda", decode="auto")
+    try:
+        assert len(seen) == 1 and "CUDA is not available" in str(seen[0].message)
+        assert "\n" not in str(seen[0].message)
+        s = ld.stats()
+        assert s["decode"] == "cpu" and s["device"] == "cpu"
+        images, _ = next(iter(ld))
+        assert images.shape == (8, 3, 224, 224)
+    finally:
+        ld.close()
+
+
+def test_split_policy_from_python():
+    if _gpu is None:
+        pytest.skip(GPU_WHY)
+    out = _gpu.split(bytes([1, 1, 0, 1, 1, 1]), 3000.0, 1000.0, 0.0, 0.0, False)
+    assert list(out) == [1, 1, 0, 1, 1, 0]  # 6 * 3/4 = 4.5 -> 4 (to even)
+
+
+# ---- the engine (GPU host) ------------------------------------------------------------
+def _jpegs(tmp_path, n=24):
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(n):
+        w, h = int(rng.integers(180, 700)), int(rng.integers(150, 600))
+        y, x = np.mgrid[0:h, 0:w]
+        img = np.stack([(x * (c + 2) + y * (3 - c) + 40 * c) % 256 for c in range(3)], -1)
+        img = np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
+        p = tmp_path / f"{i}.jpg"
+        Image.fromarray(img).save(p, quality=int(rng.integers(85, 96)),
+                                  subsampling=[0, 1, 2][i % 3])  # 4:4:4, 4:2:2, 4:2:0
+        out.append(p.read_bytes())
+    data = os.environ.get("SL_GPU_TEST_DATA")
+    if data:
+        for p in sorted(glob.glob(os.path.join(data, "**", "*.JPEG"), recursive=True))[:200]:
+            with open(p, "rb") as f:
+                out.append(f.read())
+    return out
+
+
+def _decode_gpu(engine, blobs, preset, epoch, seed=3, size=224):
+    n = len(blobs)
+    dst = torch.zeros((n, 3, size, size), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    res = engine.submit(blobs, list(range(n)), list(range(n)), dst.data_ptr(), dst[0].numel(), preset, size, seed,
+                        epoch)
+    engine.wait()
+    return dst.cpu().numpy(), res
+
+
+@need_gpu
+@pytest.mark.parametrize("preset", ["train", "val"])
+def test_gpu_within_two_of_the_cpu_path(tmp_path, preset):
+    blobs = _jpegs(tmp_path)
+    p = sluice._sluice.PRESET_TRAIN if preset == "train" else sluice._sluice.PRESET_VAL
+    e = _gpu.Engine(max_batch=256)
+    worst, done = 0.0, 0
+    for start in range(0, len(blobs), 256):
+        chunk = blobs[start:start + 256]
+        out, res = _decode_gpu(e, chunk, p, epoch=0)
+        for i, (status, reason) in enumerate(res):
+            if status != _gpu.DONE:
+                continue
+            done += 1
+            cpu = sluice.decode_image(chunk[i], preset=preset, size=224, seed=3, epoch=0, index=i)
+            diff = np.abs(out[i].astype(int) - cpu.astype(int)).mean()
+            worst = max(worst, diff)
+            assert diff <= 2.0, f"image {start + i}: mean abs {diff:.3f}"
+    s = e.stats()
+    print(f"{preset}: {done} on the GPU, worst mean abs {worst:.3f}, {s['backends']} "
+          f"hw {s['samples_hw']} hybrid {s['samples_hybrid']} cpu {s['samples_cpu']}")
+    assert done >= 24
+    e.close()
+
+
+@need_gpu
+def test_gpu_bytes_repeat_and_crops_follow_the_epoch(tmp_path):
+    blobs = _jpegs(tmp_path, 16)
+    e = _gpu.Engine(max_batch=16)
+    a, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=4)
+    b, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=4)
+    c, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=5)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+    e.close()
+
+
+@need_gpu
+def test_gpu_positions_are_the_callers(tmp_path):
+    blobs = _jpegs(tmp_path, 8)
+    e = _gpu.Engine(max_batch=8)
+    fwd, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_VAL, epoch=0)
+    dst = torch.zeros((8, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    e.submit(blobs, list(range(8)), list(range(7, -1, -1)), dst.data_ptr(), dst[0].numel(),
+             sluice._sluice.PRESET_VAL, 224, 3, 0)
+    e.wait()
+    assert np.array_equal(dst.cpu().numpy()[::-1], fwd)
+    e.close()
+
+
+@need_gpu
+def test_gpu_memory_flat_over_100_epochs_and_released(tmp_path):
+    blobs = _jpegs(tmp_path, 32)
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    e = _gpu.Engine(max_batch=32, gpu_budget=256 << 20)
+    dst = torch.zeros((32, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    used, free_seen = set(), set()
+    for epoch in range(100):
+        e.submit(blobs, list(range(32)), list(range(32)), dst.data_ptr(), dst[0].numel(),
+                 sluice._sluice.PRESET_TRAIN, 224, 0, epoch)
+        e.wait()
+        s = e.stats()
+        if epoch >= 1:
+            used.add(s["device_used"])
+            free_seen.add(torch.cuda.mem_get_info()[0])
+    s = e.stats()
+    print(f"pool {s['device_pool_bytes']}, used between batches {sorted(used)}, peak {s['device_peak']}, "
+          f"pinned peak {s['pinned_peak']}, free device memory seen {sorted(free_seen)}")
+    assert len(used) == 1 and len(free_seen) == 1
+    assert s["host_pinned_bytes"] >= s["pinned_pool_bytes"]
+    e.close()
+    del dst
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert abs(torch.cuda.mem_get_info()[0] - free0) <= (4 << 20)
