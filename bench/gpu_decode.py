@@ -4,6 +4,13 @@
     gpu_decode.py DATA engine   [--batch 256] [--engines 1] [--epochs 3]
         the engine alone: nvJPEG + crop + resize on the GPU from bytes in memory
         (decode+crop+resize images/s, device memory, share per backend)
+    gpu_decode.py DATA diff     [--images 2000]
+        per image mean |GPU - CPU path| (train and val presets): distribution, and
+        the same against a full-resolution reference (sluice's full decode, then
+        Pillow crop + resize), to tell decoder differences from DCT scaling
+    gpu_decode.py DATA memory
+        device memory outside the engine's pool, step by step (create, tiny
+        images, a real batch, large images, an epoch, close)
     gpu_decode.py DATA loaders  [--loaders sluice,sluice-gpu,tvio,tvcuda] [--batches 60]
         loader-only images/s, each loader as its users run it
     gpu_decode.py DATA train    [--arch resnet18] [--loaders synthetic,sluice,...] [--steps 60]
@@ -111,6 +118,111 @@ def bench_engine(a, files):
         e.close()
 
 
+# ---- pixels against the CPU path --------------------------------------------------
+def _pillow_reference(blob, preset, index):
+    """sluice's full decode, then Pillow crop + resize: the full-resolution answer."""
+    from PIL import Image
+
+    full = sluice.decode_image(blob)  # HWC, whole image
+    h, w = full.shape[:2]
+    im = Image.fromarray(full)
+    if preset == "train":
+        x, y, bw, bh, flip = sluice.train_crop(w, h, seed=SEED, epoch=0, index=index)
+        out = im.crop((x, y, x + bw, y + bh)).resize((224, 224), Image.BILINEAR, reducing_gap=None)
+        if flip:
+            out = out.transpose(Image.FLIP_LEFT_RIGHT)
+    else:
+        short = 256
+        rw, rh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+        r = im.resize((rw, rh), Image.BILINEAR, reducing_gap=None)
+        cx, cy = round((rw - 224) / 2), round((rh - 224) / 2)
+        out = r.crop((cx, cy, cx + 224, cy + 224))
+    return np.asarray(out).transpose(2, 0, 1)
+
+
+def bench_diff(a, files):
+    e = _gpu.Engine(max_batch=a.batch)
+    dst = torch.empty((a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    blobs = [read(p) for p in files[:a.images]]
+    for preset in ("train", "val"):
+        code = sluice._sluice.PRESET_TRAIN if preset == "train" else sluice._sluice.PRESET_VAL
+        d_cpu, d_ref, d_cpu_ref, cpu_n = [], [], [], 0
+        for start in range(0, len(blobs), a.batch):
+            chunk = blobs[start:start + a.batch]
+            idx = list(range(start, start + len(chunk)))
+            res = e.submit(chunk, idx, list(range(len(chunk))), dst.data_ptr(), dst[0].numel(), code, 224, SEED, 0)
+            e.wait()
+            out = dst.cpu().numpy()
+            for j, (st, _) in enumerate(res):
+                if st != _gpu.DONE:
+                    cpu_n += 1
+                    continue
+                cpu = sluice.decode_image(chunk[j], preset=preset, size=224, seed=SEED, epoch=0, index=idx[j])
+                g = out[j].astype(np.int16)
+                d_cpu.append(float(np.abs(g - cpu).mean()))
+                if len(d_ref) < 300:
+                    try:
+                        ref = _pillow_reference(chunk[j], preset, idx[j]).astype(np.int16)
+                        d_ref.append(float(np.abs(g - ref).mean()))
+                        d_cpu_ref.append(float(np.abs(cpu.astype(np.int16) - ref).mean()))
+                    except Exception:
+                        pass
+        q = lambda v: {"mean": round(float(np.mean(v)), 3), "p50": round(float(np.percentile(v, 50)), 3),
+                       "p99": round(float(np.percentile(v, 99)), 3), "max": round(float(np.max(v)), 3)}
+        emit({"run": "diff", "preset": preset, "gpu_images": len(d_cpu), "cpu_images": cpu_n,
+              "over_2": int(sum(1 for v in d_cpu if v > 2)), "gpu_vs_cpu_path": q(d_cpu),
+              "gpu_vs_fullres_ref": q(d_ref), "cpu_path_vs_fullres_ref": q(d_cpu_ref), "ref_images": len(d_ref)})
+    e.close()
+
+
+def bench_memory(a, files):
+    """Device memory the engine takes outside its pool, step by step."""
+    from PIL import Image
+    import io
+
+    def jpeg(w, h, seed):
+        rng = np.random.default_rng(seed)
+        y, x = np.mgrid[0:h, 0:w]
+        img = np.stack([(x * 255 // w), (y * 255 // h), np.full_like(x, 90)], -1) + rng.integers(0, 20, (h, w, 3))
+        b = io.BytesIO()
+        Image.fromarray(img.clip(0, 255).astype(np.uint8)).save(b, "JPEG", quality=90)
+        return b.getvalue()
+
+    torch.cuda.init()
+    dst = torch.empty((a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    free = lambda: torch.cuda.mem_get_info()[0]
+    base = free()
+    steps = {}
+    e = _gpu.Engine(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+    pool = e.stats()["device_pool_bytes"]
+    steps["create"] = base - free() - pool
+
+    def run(blobs, epoch=0):
+        for s0 in range(0, len(blobs), a.batch):
+            c = blobs[s0:s0 + a.batch]
+            e.submit(c, list(range(s0, s0 + len(c))), list(range(len(c))), dst.data_ptr(), dst[0].numel(),
+                     sluice._sluice.PRESET_TRAIN, 224, SEED, epoch)
+            e.wait()
+
+    run([jpeg(64, 64, 1)] * a.batch)
+    steps["tiny_batch"] = base - free() - pool
+    real = [read(p) for p in files[:a.batch]]
+    run(real)
+    steps["real_batch"] = base - free() - pool
+    run([jpeg(2400, 1800, 2)] * 8)
+    steps["large_images"] = base - free() - pool
+    run([read(p) for p in files], 1)
+    steps["epoch"] = base - free() - pool
+    run([read(p) for p in files], 2)
+    steps["epoch2"] = base - free() - pool
+    st = e.stats()
+    e.close()
+    steps["closed"] = base - free()
+    emit({"run": "memory", "batch": a.batch, "pool_bytes": pool, "outside_pool_bytes": steps,
+          "pool_peak": st["device_peak"], "pinned_peak": st["pinned_peak"]})
+
+
 # ---- loaders -----------------------------------------------------------------------
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255
@@ -136,20 +248,37 @@ def sluice_batches(a, root, files, labels):
 
 
 class GpuCpuLoader:
-    """The GPU engine beside CPU threads, one batch at a time (see the module doc)."""
+    """The GPU engines beside CPU threads (see the module doc). A producer thread
+    reads each batch, splits it by measured rates (sluice._gpu.split), starts its
+    CPU samples on the thread pool and issues its GPU samples on the next of two
+    engines, while the consumer finishes the batch before: waits for its engine
+    and its CPU samples, copies those into place. Buffers rotate through a ring;
+    a buffer is reused only after the consumer's stream is done with it."""
+
+    RING = 4
 
     def __init__(self, a, files, labels):
+        import queue
+
         self.a, self.files, self.labels = a, files, torch.from_numpy(labels)
-        self.engine = _gpu.Engine(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+        kw = dict(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+        self.engines = [_gpu.Engine(**kw) for _ in range(a.engines)]
+        self.engine = self.engines[0]
+        # one batch in flight per engine: taken by the producer's submit, given
+        # back by the consumer after that engine's wait
+        self.idle = {id(e): threading.Lock() for e in self.engines}
         self.pool = cf.ThreadPoolExecutor(a.workers)
         self.eligible = {}
         self.cpu_rate = 0.0
         self.cpu_samples = self.gpu_samples = 0
         B = a.batch
-        self.ring = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, device="cuda") for _ in range(3)]
-        self.used = [None] * 3
-        self.host = torch.empty((B, 3, 224, 224), dtype=torch.uint8, pin_memory=True)
-        self.copied = None
+        self.ring = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, device="cuda") for _ in range(self.RING)]
+        self.host = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, pin_memory=True) for _ in range(self.RING)]
+        self.free = queue.Queue()
+        for k in range(self.RING):
+            self.free.put((k, None))
+        self.ready = queue.Queue(maxsize=self.RING - 1)
+        threading.Thread(target=self._produce, daemon=True).start()
 
     def _eligible(self, i, blob):
         e = self.eligible.get(i)
@@ -162,66 +291,68 @@ class GpuCpuLoader:
             self.eligible[i] = e
         return e
 
-    def _cpu(self, blob, index, pos, epoch):
+    def _cpu(self, host, blob, index, pos, epoch):
         t0 = time.perf_counter()
         try:
-            out = sluice.decode_image(blob, preset="train", size=224, seed=SEED, epoch=epoch, index=index)
-            self.host[pos].numpy()[...] = out
+            host[pos].numpy()[...] = sluice.decode_image(blob, preset="train", size=224, seed=SEED, epoch=epoch,
+                                                         index=index)
         except Exception:
-            self.host[pos].zero_()  # a bad file: the loader's refill is not modelled here
+            host[pos].zero_()  # a bad file: the loader's refill is not modelled here
         return time.perf_counter() - t0
 
-    def batches(self):
-        a, B = self.a, self.a.batch
-        n, k = len(self.files), 0
-        epoch = 0
+    def _produce(self):
+        a, B, n = self.a, self.a.batch, len(self.files)
+        k, epoch = 0, 0
         while True:
             order = np.random.default_rng([SEED, epoch]).permutation(n)
             nxt = None
             for b in range(n // B):
                 idx = order[b * B:(b + 1) * B]
                 futs = nxt or [self.pool.submit(read, self.files[i]) for i in idx]
+                nxt = ([self.pool.submit(read, self.files[i]) for i in order[(b + 1) * B:(b + 2) * B]]
+                       if b + 1 < n // B else None)
                 blobs = [f.result() for f in futs]
-                if b + 1 < n // B:  # read the next batch meanwhile
-                    nxt = [self.pool.submit(read, self.files[i]) for i in order[(b + 1) * B:(b + 2) * B]]
-                else:
-                    nxt = None
-                slot = k % 3
-                if self.used[slot] is not None:
-                    self.used[slot].synchronize()  # the consumer is done with this buffer
-                dst = self.ring[slot]
-                yield self._one(blobs, idx, dst, epoch), self.labels[idx].to("cuda", non_blocking=True)
-                ev = torch.cuda.Event()
-                ev.record()
-                self.used[slot] = ev
+                slot, used = self.free.get()
+                if used is not None:
+                    used.synchronize()  # the consumer's stream is done with this buffer
+                self.ready.put(self._issue(blobs, idx, slot, self.engines[k % len(self.engines)], epoch))
                 k += 1
             epoch += 1
 
-    def _one(self, blobs, idx, dst, epoch):
-        a, B = self.a, len(blobs)
+    def _issue(self, blobs, idx, slot, engine, epoch):
+        B, dst, host = len(blobs), self.ring[slot], self.host[slot]
         elig = bytes(1 if self._eligible(int(i), blob) else 0 for i, blob in zip(idx, blobs))
-        g_rate = self.engine.stats()["rate"]
-        to_gpu = _gpu.split(elig, g_rate, self.cpu_rate, 0.0, 0.0, a.split == "gpu")
+        g_rate = sum(e.stats()["rate"] for e in self.engines)
+        to_gpu = _gpu.split(elig, g_rate, self.cpu_rate, 0.0, 0.0, self.a.split == "gpu")
         gpos = [p for p in range(B) if to_gpu[p]]
-        res = self.engine.submit([blobs[p] for p in gpos], [int(idx[p]) for p in gpos], gpos, dst.data_ptr(),
-                                 dst[0].numel(), sluice._sluice.PRESET_TRAIN, 224, SEED, epoch) if gpos else []
-        cpos = [p for p in range(B) if not to_gpu[p]] + [gpos[j] for j, (s, _) in enumerate(res) if s != _gpu.DONE]
-        if self.copied is not None:
-            self.copied.synchronize()  # the last batch's copies out of self.host are done
-        futs = [self.pool.submit(self._cpu, blobs[p], int(idx[p]), p, epoch) for p in cpos]
-        self.engine.wait()
-        busy = sum(f.result() for f in futs)
-        if cpos:
-            # the CPU side's rate with every thread on it: threads over per-sample time
-            rate = len(cpos) / (busy / a.workers) if busy > 0 else 0.0
-            self.cpu_rate = rate if self.cpu_rate == 0 else 0.8 * self.cpu_rate + 0.2 * rate
-            for p in cpos:
-                dst[p].copy_(self.host[p], non_blocking=True)
-            self.copied = torch.cuda.Event()
-            self.copied.record()
-        self.cpu_samples += len(cpos)
-        self.gpu_samples += B - len(cpos)
-        return dst
+        cpos = [p for p in range(B) if not to_gpu[p]]
+        futs = [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in cpos]
+        self.idle[id(engine)].acquire()
+        res = engine.submit([blobs[p] for p in gpos], [int(idx[p]) for p in gpos], gpos, dst.data_ptr(),
+                            dst[0].numel(), sluice._sluice.PRESET_TRAIN, 224, SEED, epoch) if gpos else []
+        back = [gpos[j] for j, (st, _) in enumerate(res) if st != _gpu.DONE]
+        futs += [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in back]
+        return slot, engine, futs, cpos + back, idx
+
+    def batches(self):
+        a = self.a
+        while True:
+            slot, engine, futs, cpos, idx = self.ready.get()
+            dst, host = self.ring[slot], self.host[slot]
+            engine.wait()
+            self.idle[id(engine)].release()
+            busy = sum(f.result() for f in futs)
+            if cpos:
+                rate = len(cpos) / (busy / a.workers) if busy > 0 else 0.0
+                self.cpu_rate = rate if self.cpu_rate == 0 else 0.8 * self.cpu_rate + 0.2 * rate
+                for p in cpos:
+                    dst[p].copy_(host[p], non_blocking=True)
+            self.cpu_samples += len(cpos)
+            self.gpu_samples += len(idx) - len(cpos)
+            yield dst, self.labels[idx].to("cuda", non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            self.free.put((slot, ev))
 
 
 def sluice_gpu_batches(a, root, files, labels):
@@ -350,7 +481,8 @@ def bench_train(a, name, root, files, labels):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("data")
-    p.add_argument("what", choices=["engine", "loaders", "train"])
+    p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train"])
+    p.add_argument("--images", type=int, default=2000)
     p.add_argument("--loaders", default="sluice,sluice-gpu,tvio,tvcuda")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count())
@@ -358,7 +490,7 @@ def main():
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--engines", type=int, default=1)
+    p.add_argument("--engines", type=int, default=2, help="GPU engines (each its own nvJPEG state and stream)")
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--split", choices=["auto", "gpu"], default="auto",
                    help="sluice-gpu: split by measured rates, or every eligible sample to the GPU")
@@ -369,8 +501,8 @@ def main():
     if not ok:
         sys.exit(f"gpu_decode.py: no GPU engine here: {why}")
     root, files, labels = files_of(a.data)
-    if a.what == "engine":
-        bench_engine(a, files)
+    if a.what in ("engine", "diff", "memory"):
+        {"engine": bench_engine, "diff": bench_diff, "memory": bench_memory}[a.what](a, files)
         return
     for name in a.loaders.split(","):
         (bench_loader if a.what == "loaders" else bench_train)(a, name, root, files, labels)

@@ -79,8 +79,13 @@ def _jpegs(tmp_path, n=24):
     for i in range(n):
         w, h = int(rng.integers(180, 700)), int(rng.integers(150, 600))
         y, x = np.mgrid[0:h, 0:w]
-        img = np.stack([(x * (c + 2) + y * (3 - c) + 40 * c) % 256 for c in range(3)], -1)
-        img = np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
+        # photo-like: smooth shading, a few soft blobs, sensor grain
+        img = np.stack([x * 200.0 / w + 20, y * 180.0 / h + 30, (x + y) * 120.0 / (w + h) + 60], -1)
+        for _ in range(4):
+            cx, cy, r = rng.integers(0, w), rng.integers(0, h), rng.integers(20, 120)
+            blob = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2.0 * r * r))
+            img += blob[..., None] * rng.integers(-80, 80, 3)
+        img = np.clip(img + rng.normal(0, 5, img.shape), 0, 255).astype(np.uint8)
         p = tmp_path / f"{i}.jpg"
         Image.fromarray(img).save(p, quality=int(rng.integers(85, 96)),
                                   subsampling=[0, 1, 2][i % 3])  # 4:4:4, 4:2:2, 4:2:0
