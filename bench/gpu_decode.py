@@ -396,6 +396,8 @@ def tvcuda_batches(a, root, files, labels):
     from torchvision.io import ImageReadMode, decode_image, decode_jpeg
     from torchvision.transforms import v2
 
+    # 256 small tensors a batch: share them through files, not one descriptor each
+    torch.multiprocessing.set_sharing_strategy("file_system")
     tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
     dl = torch.utils.data.DataLoader(_Bytes(files, labels), batch_size=a.batch, shuffle=True,
                                      num_workers=a.workers, pin_memory=True, persistent_workers=True,

@@ -4,7 +4,8 @@
  * scheduler drives the engine itself.
  *
  *   available()                    -> (bool, reason)
- *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0)
+ *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0, hint_w=0, hint_h=0,
+ *          max_pixels=0)
  *   Engine.submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch)
  *       plans every sample with the CPU path's code (probe, limits, plan),
  *       issues the ones the GPU can take; returns [(status, reason)]:
@@ -72,12 +73,14 @@ static void engine_close_impl(EngineObject *self) {
 }
 
 static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"device", "gpu_budget", "pinned_bytes", "max_batch", "flags", "hint_w", "hint_h", NULL};
+    static char *kwlist[] = {"device", "gpu_budget", "pinned_bytes", "max_batch", "flags", "hint_w", "hint_h",
+                             "max_pixels", NULL};
     int device = 0;
     unsigned long long gpu_budget = 512ull << 20, pinned = 96ull << 20;
+    unsigned long long max_pixels = 0;
     unsigned max_batch = 256, flags = 0, hint_w = 0, hint_h = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iKKIIII", kwlist, &device, &gpu_budget, &pinned, &max_batch, &flags,
-                                     &hint_w, &hint_h))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iKKIIIIK", kwlist, &device, &gpu_budget, &pinned, &max_batch, &flags,
+                                     &hint_w, &hint_h, &max_pixels))
         return -1;
     engine_close_impl(self);
     /* the engine's host memory: the pinned pool and its tables */
@@ -86,7 +89,7 @@ static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->host_ok = 1;
-    sl__gpu_config cfg = {device, gpu_budget, pinned, max_batch, hint_w, hint_h, flags};
+    sl__gpu_config cfg = {device, gpu_budget, pinned, max_batch, hint_w, hint_h, flags, max_pixels};
     char err[300] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS

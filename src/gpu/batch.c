@@ -161,6 +161,11 @@ static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len,
         return 1;
     }
     d->full_w = it->full_w, d->full_h = it->full_h, d->flip = it->flip != 0;
+    uint64_t cap = e->cfg.max_pixels ? e->cfg.max_pixels : SL_GPU_MAX_PIXELS;
+    if ((uint64_t)it->full_w * it->full_h > cap) {
+        say(reasons, i, "for the CPU: %s", "image over the GPU engine's max_pixels");
+        return 1;
+    }
     if (e->hw && route_hw(e, i, data, len, w)) w->route = ROUTE_HW;
     else if (e->hyb) {
         w->route = ROUTE_HYBRID; /* support is asked when it is decoded */

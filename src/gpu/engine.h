@@ -72,7 +72,12 @@ typedef struct sl__gpu_config {
     uint32_t max_batch;      /* samples per sl__gpu_decode_batch, 1..65535 */
     uint32_t hint_w, hint_h; /* typical image size, for nvJPEG's preallocation (0: 512) */
     uint32_t flags;          /* SL_GPU_NO_* */
+    uint64_t max_pixels;     /* larger images go to the CPU (0: SL_GPU_MAX_PIXELS). nvJPEG's
+                                hardware backend keeps per-slot buffers outside the allocator
+                                hooks that grow to the largest image each slot has seen (about
+                                3.3 bytes a pixel, measured): this caps them; docs/gpu.md */
 } sl__gpu_config;
+#define SL_GPU_MAX_PIXELS ((uint64_t)1 << 22) /* 4.2 Mpx, e.g. 2048 x 2048 */
 
 /* Smallest gpu_budget / pinned_bytes sl__gpu_engine_new accepts for max_batch. */
 uint64_t sl__gpu_min_device(uint32_t max_batch);

@@ -152,7 +152,7 @@ TEST(item_refuses_what_the_cpu_must_take) {
 /* ---- the engine without a GPU ------------------------------------------------ */
 
 static sl__gpu_config config(uint32_t max_batch) {
-    sl__gpu_config c = {0, 256ull << 20, 64ull << 20, max_batch, 0, 0, 0};
+    sl__gpu_config c = {0, 256ull << 20, 64ull << 20, max_batch, 0, 0, 0, 0};
     return c;
 }
 
@@ -224,17 +224,22 @@ typedef struct gpu_rig {
     uint64_t stride;
 } gpu_rig;
 
-static void rig_open(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget) {
+static void rig_open_cap(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget, uint64_t max_pixels) {
     r->cu = sl__cuda_api_get(NULL, 0);
     CHECK(r->cu != NULL);
     CHECK_OK(sl__budget_init(&r->host, 1ull << 30));
     sl__gpu_config c = config(max_batch);
     c.gpu_budget = gpu_budget;
+    c.max_pixels = max_pixels;
     char err[300] = "";
     int rc = sl__gpu_engine_new(&c, &r->host, &r->e, err, sizeof err);
     if (rc) SL_FAIL("engine: %s: %s", sl_strerror(rc), err);
     r->stride = 3 * 224 * 224;
     CHECK_OK(r->cu->cuMemAlloc(&r->dst, r->stride * max_batch));
+}
+
+static void rig_open(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget) {
+    rig_open_cap(r, max_batch, gpu_budget, 0);
 }
 
 static void rig_close(gpu_rig *r) {
@@ -355,7 +360,7 @@ TEST(gpu_decode_within_the_documented_difference) {
 TEST(gpu_hands_back_what_it_cannot_take) {
     NEED_GPU();
     gpu_rig r;
-    rig_open(&r, 8, 40ull << 20);
+    rig_open_cap(&r, 8, 40ull << 20, 1ull << 26);
     unsigned long jl;
     unsigned char *good = fx_jpeg_bytes(400, 300, 1, 0, 90, &jl);
     static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
@@ -391,6 +396,29 @@ TEST(gpu_hands_back_what_it_cannot_take) {
     CHECK_EQ(sl__gpu_decode_batch(r.e, 9, data, len, items, r.dst, r.stride, status, reasons), SL_EINVAL);
     free(good);
     free(big);
+    rig_close(&r);
+}
+
+TEST(gpu_refuses_images_over_its_max_pixels) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open_cap(&r, 4, 64ull << 20, 400 * 300 - 1);
+    unsigned long jl;
+    unsigned char *jp = fx_jpeg_bytes(400, 300, 1, 0, 90, &jl);
+    sl_image_info info = jpeg_info(400, 300);
+    sl__plan p;
+    CHECK_OK(plan(&info, SL_PRESET_TRAIN, 0, 0, &p));
+    sl__gpu_item it;
+    CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
+    const uint8_t *d = jp;
+    size_t len = jl;
+    int status;
+    char reason[1][SL_GPU_REASON];
+    CHECK_OK(sl__gpu_decode_batch(r.e, 1, &d, &len, &it, r.dst, r.stride, &status, reason));
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    CHECK_EQ(status, SL_GPU_CPU);
+    CHECK_STR_CONTAINS(reason[0], "max_pixels");
+    free(jp);
     rig_close(&r);
 }
 
