@@ -36,34 +36,31 @@ uint64_t sl__gpu_min_device(uint32_t max_batch) { return desc_bytes(max_batch) +
 uint64_t sl__gpu_min_pinned(uint32_t max_batch) { return desc_bytes(max_batch) + MIN_PINNED_FREE; }
 
 /* ---- nvJPEG's allocator hooks: the pools, never the driver ------------- */
-static int dev_malloc(void *ctx, void **ptr, size_t size, sl_CUstream s) {
-    sl__gpu_engine *e = ctx;
-    uint64_t a = sl__pool_alloc(&e->dpool, size ? size : 1);
+static int hook_alloc(sl__pool *p, void **ptr, size_t size) {
+    uint64_t a = sl__pool_alloc(p, size ? size : 1);
     *ptr = (void *)(uintptr_t)a;
     return a ? 0 : 1;
 }
 
 /* A buffer may still be read by work queued on s: let that finish first,
  * so the block is never handed out while in use. */
+static int hook_free(sl__gpu_engine *e, sl__pool *p, void *ptr, sl_CUstream s) {
+    if (!ptr) return 0;
+    if (s) e->cu->cuStreamSynchronize(s);
+    return sl__pool_free(p, (uint64_t)(uintptr_t)ptr) ? 1 : 0;
+}
+
+static int dev_malloc(void *ctx, void **ptr, size_t size, sl_CUstream s) {
+    return hook_alloc(&((sl__gpu_engine *)ctx)->dpool, ptr, size);
+}
 static int dev_free(void *ctx, void *ptr, size_t size, sl_CUstream s) {
-    sl__gpu_engine *e = ctx;
-    if (!ptr) return 0;
-    if (s) e->cu->cuStreamSynchronize(s);
-    return sl__pool_free(&e->dpool, (uint64_t)(uintptr_t)ptr) ? 1 : 0;
+    return hook_free(ctx, &((sl__gpu_engine *)ctx)->dpool, ptr, s);
 }
-
 static int pin_malloc(void *ctx, void **ptr, size_t size, sl_CUstream s) {
-    sl__gpu_engine *e = ctx;
-    uint64_t a = sl__pool_alloc(&e->ppool, size ? size : 1);
-    *ptr = (void *)(uintptr_t)a;
-    return a ? 0 : 1;
+    return hook_alloc(&((sl__gpu_engine *)ctx)->ppool, ptr, size);
 }
-
 static int pin_free(void *ctx, void *ptr, size_t size, sl_CUstream s) {
-    sl__gpu_engine *e = ctx;
-    if (!ptr) return 0;
-    if (s) e->cu->cuStreamSynchronize(s);
-    return sl__pool_free(&e->ppool, (uint64_t)(uintptr_t)ptr) ? 1 : 0;
+    return hook_free(ctx, &((sl__gpu_engine *)ctx)->ppool, ptr, s);
 }
 
 /* ---- create, step by step ----------------------------------------------- */

@@ -139,34 +139,32 @@ def test_gpu_within_the_documented_difference(tmp_path, preset):
 
 
 @need_gpu
-def test_gpu_bytes_repeat_and_crops_follow_the_epoch(tmp_path):
+def test_gpu_bytes_repeat_and_crops_follow_the_epoch_and_positions(tmp_path):
     blobs = _jpegs(tmp_path, 16)
     e = _gpu.Engine(max_batch=16)
-    a, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=4)
-    b, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=4)
-    c, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_TRAIN, epoch=5)
+    train = sluice._sluice.PRESET_TRAIN
+    a, _ = _decode_gpu(e, blobs, train, epoch=4)
+    b, _ = _decode_gpu(e, blobs, train, epoch=4)
+    c, _ = _decode_gpu(e, blobs, train, epoch=5)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
-    e.close()
-
-
-@need_gpu
-def test_gpu_positions_are_the_callers(tmp_path):
-    blobs = _jpegs(tmp_path, 8)
-    e = _gpu.Engine(max_batch=8)
-    fwd, _ = _decode_gpu(e, blobs, sluice._sluice.PRESET_VAL, epoch=0)
-    dst = torch.zeros((8, 3, 224, 224), dtype=torch.uint8, device="cuda")
-    e.submit(blobs, list(range(8)), list(range(7, -1, -1)), dst.data_ptr(), dst[0].numel(),
-             sluice._sluice.PRESET_VAL, 224, 3, 0)
+    dst = torch.zeros((16, 3, 224, 224), dtype=torch.uint8, device="cuda")  # positions reversed
+    e.submit(blobs, list(range(16)), list(range(15, -1, -1)), dst.data_ptr(), dst[0].numel(), train, 224, 3, 4)
     e.wait()
-    assert np.array_equal(dst.cpu().numpy()[::-1], fwd)
+    assert np.array_equal(dst.cpu().numpy()[::-1], a)
     e.close()
 
 
 @need_gpu
 def test_gpu_memory_flat_over_100_epochs_and_released(tmp_path):
     blobs = _jpegs(tmp_path, 32)
+    # the first engine of a process leaves about 10 MiB in the context (nvJPEG's
+    # and the runtime's modules, loaded once); later engines leave nothing
+    warm = _gpu.Engine(max_batch=32, gpu_budget=256 << 20)
+    _decode_gpu(warm, blobs, sluice._sluice.PRESET_TRAIN, epoch=0)
+    warm.close()
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     free0 = torch.cuda.mem_get_info()[0]
     e = _gpu.Engine(max_batch=32, gpu_budget=256 << 20)
     dst = torch.zeros((32, 3, 224, 224), dtype=torch.uint8, device="cuda")
@@ -188,4 +186,4 @@ def test_gpu_memory_flat_over_100_epochs_and_released(tmp_path):
     del dst
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    assert abs(torch.cuda.mem_get_info()[0] - free0) <= (4 << 20)
+    assert abs(torch.cuda.mem_get_info()[0] - free0) <= (2 << 20)
