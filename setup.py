@@ -99,10 +99,8 @@ def _extension():
     libraries += ["pthread", "m", "dl"]
     # the library without src/monitor/ (sluice top's readers live in the CLI)
     sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)
-                     if not f.startswith(os.path.join("src", "monitor"))) + ["python/sluice/_sluice.c"]
-    return Extension(
-        "sluice._sluice",
-        sources=sources,
+                     if not f.startswith(os.path.join("src", "monitor")))
+    ext = dict(
         include_dirs=include_dirs,
         library_dirs=library_dirs,
         runtime_library_dirs=[d for d in library_dirs if not d.startswith("/usr/lib")],
@@ -110,6 +108,9 @@ def _extension():
         define_macros=macros,
         extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
     )
+    # sluice._gpu (the GPU decode engine; CUDA is loaded at run time, never linked)
+    return [Extension("sluice._sluice", sources=sources + ["python/sluice/_sluice.c"], **ext),
+            Extension("sluice._gpu", sources=sources + ["python/sluice/_gpu.c"], **ext)]
 
 
 os.chdir(HERE)  # source paths are relative to the project root
@@ -122,7 +123,7 @@ setup(
     python_requires=">=3.8",
     package_dir={"": "python"},
     packages=["sluice"],
-    ext_modules=[_extension()],
+    ext_modules=_extension(),
     install_requires=["numpy"],
     extras_require={"torch": ["torch"]},
     # keep setuptools' intermediate files out of CMake's build/ folder

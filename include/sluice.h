@@ -114,6 +114,7 @@ enum {
     SL_MEM_SCRATCH,     /* per-worker read and pixel buffers */
     SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
     SL_MEM_OTHER,       /* error records, bookkeeping */
+    SL_MEM_PINNED,      /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
     SL_MEM__COUNT
 };
 SL_API const char *sl_mem_category_name(int category);

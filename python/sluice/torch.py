@@ -70,6 +70,43 @@ def _cuda_ok(err):
     return int(getattr(err, "value", err)) == 0
 
 
+_DECODE = ("auto", "cpu", "gpu")
+
+
+def gpu_decode_available():
+    """(bool, reason): whether the GPU decode engine (nvJPEG + NVRTC, loaded at
+    run time) can run in this process, and if not, why."""
+    try:
+        from sluice import _gpu
+    except ImportError as e:  # a build without the engine's module
+        return False, f"sluice._gpu is not built ({e})"
+    return _gpu.available()
+
+
+def _resolve_decode(decode, dev):
+    """Which engine decodes: ("cpu" | "gpu", reason). "auto" takes the GPU when it
+    can run here; "gpu" insists and raises, saying why, where it cannot."""
+    if decode not in _DECODE:
+        raise ValueError(f"decode must be one of {list(_DECODE)}, got {decode!r}")
+    if decode == "cpu":
+        return "cpu", "decode='cpu'"
+    ok, why = gpu_decode_available()
+    if decode == "gpu" and not ok:
+        raise RuntimeError(f"decode='gpu': the GPU decode engine cannot run here: {why}")
+    if dev.type != "cuda":
+        if decode == "gpu":
+            raise ValueError("decode='gpu' needs device='cuda'")
+        return "cpu", "device is the CPU"
+    if not ok:
+        return "cpu", why
+    # The engine runs here (sluice._gpu), but the loader's scheduler does not
+    # drive it yet: that arrives with the pipeline rewrite (issue 10).
+    if decode == "gpu":
+        raise NotImplementedError("decode='gpu': the GPU decode engine works on this machine (sluice._gpu) "
+                                  "but the loader does not drive it yet; use decode='auto' or 'cpu'")
+    return "cpu", "the loader does not drive the GPU decode engine yet"
+
+
 class Loader:
     """A :class:`sluice.Loader` that yields ``(images, labels)`` tensors, or with
     ``fields=`` a dict of tensors, one per output.
@@ -81,6 +118,13 @@ class Loader:
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs.
       channels_last  images in torch.channels_last memory format
+      decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
+                     workers where the GPU engine can run, else on the CPU;
+                     "cpu": CPU workers only; "gpu": insist on the GPU engine
+                     (raises, saying why, where it cannot run). Without CUDA
+                     "auto" is the CPU path, with one line of notice (the
+                     CUDA warning above). ``stats()["decode"]`` says which
+                     engine decodes and ``["decode_reason"]`` why.
 
     ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
     device. With ``fields=``: a dict name -> tensor on device; image fields (and
@@ -91,7 +135,7 @@ class Loader:
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, **kwargs):
+                 std=IMAGENET_STD, channels_last=False, decode="auto", **kwargs):
         self._base = None
         self._pinned = None
         self._carry = None
@@ -109,6 +153,7 @@ class Loader:
             dev = torch.device("cpu")
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        self._decode, self._decode_reason = _resolve_decode(decode, dev)
         channels = 4 if kwargs.get("keep_alpha") else 3
         if (mean is None) != (std is None):
             raise ValueError("mean and std go together: give both or neither")
@@ -302,6 +347,8 @@ class Loader:
     def stats(self):
         s = self.loader.stats()
         s["device"] = str(self._device)
+        s["decode"] = self._decode
+        s["decode_reason"] = self._decode_reason
         s["pinned_bytes"] = self._pinned or 0
         return s
 

@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""GPU decode (issue 13) measured on a GPU host, every pipeline in one run.
+
+    gpu_decode.py DATA engine   [--batch 256] [--engines 1] [--epochs 3]
+        the engine alone: nvJPEG + crop + resize on the GPU from bytes in memory
+        (decode+crop+resize images/s, device memory, share per backend)
+    gpu_decode.py DATA diff     [--images 2000]
+        per image mean |GPU - CPU path| (train and val presets): distribution, and
+        the same against a full-resolution reference (sluice's full decode, then
+        Pillow crop + resize), to tell decoder differences from DCT scaling
+    gpu_decode.py DATA memory
+        device memory outside the engine's pool, step by step (create, tiny
+        images, a real batch, large images, an epoch, close)
+    gpu_decode.py DATA loaders  [--loaders sluice,sluice-gpu,tvio,tvcuda] [--batches 60]
+        loader-only images/s, each loader as its users run it
+    gpu_decode.py DATA train    [--arch resnet18] [--loaders synthetic,sluice,...] [--steps 60]
+        ResNet training images/s fed by each loader (bf16 autocast, channels_last)
+
+Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
+  synthetic   one random batch already on the GPU, reused: the ceiling
+  sluice      sluice.torch.Loader, CPU workers (decode="cpu")
+  sluice-gpu  the GPU engine beside CPU threads (a prototype of the scheduler in
+              Python: bytes read by threads, each batch split between the engine
+              and the CPU threads from measured rates with the library's split
+              policy, CPU samples through sluice.decode_image into pinned memory)
+  tvio        DataLoader, --workers processes, torchvision.io.decode_image +
+              v2.RandomResizedCrop + flip, pin_memory
+  tvcuda      DataLoader reading bytes (--workers, pin_memory), then per batch
+              torchvision.io.decode_jpeg(device="cuda") + v2 RandomResizedCrop +
+              flip on the GPU per image, stacked (the best hand-built pipeline);
+              what nvJPEG refuses (PNG, CMYK) decoded on the CPU
+Prints one JSON line per measurement.
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import torch
+
+import sluice
+from sluice import _gpu
+
+SEED = 0
+
+
+def files_of(data):
+    root = os.path.join(data, "train") if os.path.isdir(os.path.join(data, "train")) else data
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    files, labels = [], []
+    for ci, c in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(root, c))):
+            files.append(os.path.join(root, c, f))
+            labels.append(ci)
+    return root, files, np.array(labels, dtype=np.int64)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def emit(d):
+    print(json.dumps(d), flush=True)
+
+
+# ---- the engine alone ------------------------------------------------------------
+def bench_engine(a, files):
+    blobs = [read(p) for p in files]
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    engines = [_gpu.Engine(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+               for _ in range(a.engines)]
+    dsts = [torch.empty((a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda") for _ in engines]
+    free1 = torch.cuda.mem_get_info()[0]
+    nb = len(blobs) // a.batch
+
+    def run(k, epoch, counts):
+        e, dst = engines[k], dsts[k]
+        for b in range(k, nb, len(engines)):
+            idx = list(range(b * a.batch, (b + 1) * a.batch))
+            res = e.submit([blobs[i] for i in idx], idx, list(range(a.batch)), dst.data_ptr(), dst[0].numel(),
+                           sluice._sluice.PRESET_TRAIN, 224, SEED, epoch)
+            e.wait()
+            counts[k] += sum(1 for s, _ in res if s == _gpu.DONE)
+
+    for epoch in range(a.epochs + 1):  # epoch 0 warms up (kernels compiled, pools touched)
+        counts = [0] * len(engines)
+        t0 = time.perf_counter()
+        th = [threading.Thread(target=run, args=(k, epoch, counts)) for k in range(len(engines))]
+        [t.start() for t in th]
+        [t.join() for t in th]
+        dt = time.perf_counter() - t0
+        if epoch == 0:
+            continue
+        st = [e.stats() for e in engines]
+        emit({"run": "engine", "engines": len(engines), "epoch": epoch, "batch": a.batch,
+              "gpu_images_per_s": round(sum(counts) / dt, 1), "images": nb * a.batch, "gpu_images": sum(counts),
+              "seconds": round(dt, 3), "device": st[0]["device_name"], "backends": st[0]["backends"],
+              "hw_engines": st[0]["hw_engines"], "hw_cores": st[0]["hw_cores"],
+              "samples_hw": sum(s["samples_hw"] for s in st), "samples_hybrid": sum(s["samples_hybrid"] for s in st),
+              "samples_cpu": sum(s["samples_cpu"] for s in st),
+              "device_pool_bytes": sum(s["device_pool_bytes"] for s in st),
+              "device_peak_bytes": sum(s["device_peak"] for s in st),
+              "device_used_idle_bytes": sum(s["device_used"] for s in st),
+              "pinned_pool_bytes": sum(s["pinned_pool_bytes"] for s in st),
+              "pinned_peak_bytes": sum(s["pinned_peak"] for s in st),
+              "pool_refusals": sum(s["pool_refusals"] for s in st),
+              "device_taken_at_create": free0 - free1 - sum(d.numel() for d in dsts),
+              "device_free_change_since_create": torch.cuda.mem_get_info()[0] - free1,
+              "rate_measured": round(sum(s["rate"] for s in st), 1)})
+    for e in engines:
+        e.close()
+
+
+# ---- pixels against the CPU path --------------------------------------------------
+def _pillow_reference(blob, preset, index):
+    """sluice's full decode, then Pillow crop + resize: the full-resolution answer."""
+    from PIL import Image
+
+    full = sluice.decode_image(blob)  # HWC, whole image
+    h, w = full.shape[:2]
+    im = Image.fromarray(full)
+    if preset == "train":
+        x, y, bw, bh, flip = sluice.train_crop(w, h, seed=SEED, epoch=0, index=index)
+        out = im.crop((x, y, x + bw, y + bh)).resize((224, 224), Image.BILINEAR, reducing_gap=None)
+        if flip:
+            out = out.transpose(Image.FLIP_LEFT_RIGHT)
+    else:
+        short = 256
+        rw, rh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+        r = im.resize((rw, rh), Image.BILINEAR, reducing_gap=None)
+        cx, cy = round((rw - 224) / 2), round((rh - 224) / 2)
+        out = r.crop((cx, cy, cx + 224, cy + 224))
+    return np.asarray(out).transpose(2, 0, 1)
+
+
+def bench_diff(a, files):
+    e = _gpu.Engine(max_batch=a.batch)
+    dst = torch.empty((a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    blobs = [read(p) for p in files[:a.images]]
+    for preset in ("train", "val"):
+        code = sluice._sluice.PRESET_TRAIN if preset == "train" else sluice._sluice.PRESET_VAL
+        d_cpu, d_ref, d_cpu_ref, cpu_n = [], [], [], 0
+        for start in range(0, len(blobs), a.batch):
+            chunk = blobs[start:start + a.batch]
+            idx = list(range(start, start + len(chunk)))
+            res = e.submit(chunk, idx, list(range(len(chunk))), dst.data_ptr(), dst[0].numel(), code, 224, SEED, 0)
+            e.wait()
+            out = dst.cpu().numpy()
+            for j, (st, _) in enumerate(res):
+                if st != _gpu.DONE:
+                    cpu_n += 1
+                    continue
+                cpu = sluice.decode_image(chunk[j], preset=preset, size=224, seed=SEED, epoch=0, index=idx[j])
+                g = out[j].astype(np.int16)
+                d_cpu.append(float(np.abs(g - cpu).mean()))
+                if len(d_ref) < 300:
+                    try:
+                        ref = _pillow_reference(chunk[j], preset, idx[j]).astype(np.int16)
+                        d_ref.append(float(np.abs(g - ref).mean()))
+                        d_cpu_ref.append(float(np.abs(cpu.astype(np.int16) - ref).mean()))
+                    except Exception:
+                        pass
+        q = lambda v: {"mean": round(float(np.mean(v)), 3), "p50": round(float(np.percentile(v, 50)), 3),
+                       "p99": round(float(np.percentile(v, 99)), 3), "max": round(float(np.max(v)), 3)}
+        emit({"run": "diff", "preset": preset, "gpu_images": len(d_cpu), "cpu_images": cpu_n,
+              "over_2": int(sum(1 for v in d_cpu if v > 2)), "gpu_vs_cpu_path": q(d_cpu),
+              "gpu_vs_fullres_ref": q(d_ref), "cpu_path_vs_fullres_ref": q(d_cpu_ref), "ref_images": len(d_ref)})
+    e.close()
+
+
+def bench_memory(a, files):
+    """Device memory the engine takes outside its pool, step by step."""
+    from PIL import Image
+    import io
+
+    def jpeg(w, h, seed):
+        rng = np.random.default_rng(seed)
+        y, x = np.mgrid[0:h, 0:w]
+        img = np.stack([(x * 255 // w), (y * 255 // h), np.full_like(x, 90)], -1) + rng.integers(0, 20, (h, w, 3))
+        b = io.BytesIO()
+        Image.fromarray(img.clip(0, 255).astype(np.uint8)).save(b, "JPEG", quality=90)
+        return b.getvalue()
+
+    torch.cuda.init()
+    dst = torch.empty((a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    free = lambda: torch.cuda.mem_get_info()[0]
+    base = free()
+    steps = {}
+    e = _gpu.Engine(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+    pool = e.stats()["device_pool_bytes"]
+    steps["create"] = base - free() - pool
+
+    def run(blobs, epoch=0):
+        for s0 in range(0, len(blobs), a.batch):
+            c = blobs[s0:s0 + a.batch]
+            e.submit(c, list(range(s0, s0 + len(c))), list(range(len(c))), dst.data_ptr(), dst[0].numel(),
+                     sluice._sluice.PRESET_TRAIN, 224, SEED, epoch)
+            e.wait()
+
+    run([jpeg(64, 64, 1)] * a.batch)
+    steps["tiny_batch"] = base - free() - pool
+    real = [read(p) for p in files[:a.batch]]
+    run(real)
+    steps["real_batch"] = base - free() - pool
+    run([jpeg(2400, 1800, 2)] * 8)
+    steps["large_images"] = base - free() - pool
+    run([read(p) for p in files], 1)
+    steps["epoch"] = base - free() - pool
+    run([read(p) for p in files], 2)
+    steps["epoch2"] = base - free() - pool
+    st = e.stats()
+    e.close()
+    steps["closed"] = base - free()
+    emit({"run": "memory", "batch": a.batch, "pool_bytes": pool, "outside_pool_bytes": steps,
+          "pool_peak": st["device_peak"], "pinned_peak": st["pinned_peak"]})
+
+
+# ---- loaders -----------------------------------------------------------------------
+MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255
+STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255
+
+
+def synthetic_batches(a, root, files, labels):
+    x = torch.randint(0, 256, (a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    y = torch.randint(0, 100, (a.batch,), device="cuda")
+    while True:
+        yield x, y
+
+
+def sluice_batches(a, root, files, labels):
+    import sluice.torch as st
+
+    ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
+                   seed=SEED, drop_last=True, decode="cpu")
+    epoch = 0
+    while True:
+        ld.set_epoch(epoch)
+        yield from ld
+        epoch += 1
+
+
+class GpuCpuLoader:
+    """The GPU engines beside CPU threads (see the module doc). A producer thread
+    reads each batch, splits it by measured rates (sluice._gpu.split), starts its
+    CPU samples on the thread pool and issues its GPU samples on the next of two
+    engines, while the consumer finishes the batch before: waits for its engine
+    and its CPU samples, copies those into place. Buffers rotate through a ring;
+    a buffer is reused only after the consumer's stream is done with it."""
+
+    RING = 4
+
+    def __init__(self, a, files, labels):
+        import queue
+
+        self.a, self.files, self.labels = a, files, torch.from_numpy(labels)
+        kw = dict(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
+        self.engines = [_gpu.Engine(**kw) for _ in range(a.engines)]
+        self.engine = self.engines[0]
+        # one batch in flight per engine: taken by the producer's submit, given
+        # back by the consumer after that engine's wait
+        self.idle = {id(e): threading.Lock() for e in self.engines}
+        self.pool = cf.ThreadPoolExecutor(a.workers)
+        self.eligible = {}
+        self.cpu_rate = 0.0
+        self.cpu_samples = self.gpu_samples = 0
+        B = a.batch
+        self.ring = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, device="cuda") for _ in range(self.RING)]
+        self.host = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, pin_memory=True) for _ in range(self.RING)]
+        self.free = queue.Queue()
+        for k in range(self.RING):
+            self.free.put((k, None))
+        self.ready = queue.Queue(maxsize=self.RING - 1)
+        threading.Thread(target=self._produce, daemon=True).start()
+
+    def _eligible(self, i, blob):
+        e = self.eligible.get(i)
+        if e is None:
+            try:
+                info = sluice.probe_image(blob)
+                e = info["format"] == "jpeg" and not info["progressive"] and info["channels"] in (1, 3)
+            except Exception:
+                e = False
+            self.eligible[i] = e
+        return e
+
+    def _cpu(self, host, blob, index, pos, epoch):
+        t0 = time.perf_counter()
+        try:
+            host[pos].numpy()[...] = sluice.decode_image(blob, preset="train", size=224, seed=SEED, epoch=epoch,
+                                                         index=index)
+        except Exception:
+            host[pos].zero_()  # a bad file: the loader's refill is not modelled here
+        return time.perf_counter() - t0
+
+    def _produce(self):
+        a, B, n = self.a, self.a.batch, len(self.files)
+        k, epoch = 0, 0
+        while True:
+            order = np.random.default_rng([SEED, epoch]).permutation(n)
+            nxt = None
+            for b in range(n // B):
+                idx = order[b * B:(b + 1) * B]
+                futs = nxt or [self.pool.submit(read, self.files[i]) for i in idx]
+                nxt = ([self.pool.submit(read, self.files[i]) for i in order[(b + 1) * B:(b + 2) * B]]
+                       if b + 1 < n // B else None)
+                blobs = [f.result() for f in futs]
+                slot, used = self.free.get()
+                if used is not None:
+                    used.synchronize()  # the consumer's stream is done with this buffer
+                self.ready.put(self._issue(blobs, idx, slot, self.engines[k % len(self.engines)], epoch))
+                k += 1
+            epoch += 1
+
+    def _issue(self, blobs, idx, slot, engine, epoch):
+        B, dst, host = len(blobs), self.ring[slot], self.host[slot]
+        elig = bytes(1 if self._eligible(int(i), blob) else 0 for i, blob in zip(idx, blobs))
+        g_rate = sum(e.stats()["rate"] for e in self.engines)
+        to_gpu = _gpu.split(elig, g_rate, self.cpu_rate, 0.0, 0.0, self.a.split == "gpu")
+        gpos = [p for p in range(B) if to_gpu[p]]
+        cpos = [p for p in range(B) if not to_gpu[p]]
+        futs = [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in cpos]
+        self.idle[id(engine)].acquire()
+        res = engine.submit([blobs[p] for p in gpos], [int(idx[p]) for p in gpos], gpos, dst.data_ptr(),
+                            dst[0].numel(), sluice._sluice.PRESET_TRAIN, 224, SEED, epoch) if gpos else []
+        back = [gpos[j] for j, (st, _) in enumerate(res) if st != _gpu.DONE]
+        futs += [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in back]
+        return slot, engine, futs, cpos + back, idx
+
+    def batches(self):
+        a = self.a
+        while True:
+            slot, engine, futs, cpos, idx = self.ready.get()
+            dst, host = self.ring[slot], self.host[slot]
+            engine.wait()
+            self.idle[id(engine)].release()
+            busy = sum(f.result() for f in futs)
+            if cpos:
+                rate = len(cpos) / (busy / a.workers) if busy > 0 else 0.0
+                self.cpu_rate = rate if self.cpu_rate == 0 else 0.8 * self.cpu_rate + 0.2 * rate
+                for p in cpos:
+                    dst[p].copy_(host[p], non_blocking=True)
+            self.cpu_samples += len(cpos)
+            self.gpu_samples += len(idx) - len(cpos)
+            yield dst, self.labels[idx].to("cuda", non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            self.free.put((slot, ev))
+
+
+def sluice_gpu_batches(a, root, files, labels):
+    ld = GpuCpuLoader(a, files, labels)
+    a._proto = ld
+    yield from ld.batches()
+
+
+def tvio_batches(a, root, files, labels):
+    import torchvision
+    from torchvision.io import ImageReadMode, decode_image, read_file
+    from torchvision.transforms import v2
+
+    tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+    ds = torchvision.datasets.ImageFolder(root, transform=tf,
+                                          loader=lambda p: decode_image(read_file(p), mode=ImageReadMode.RGB))
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers, pin_memory=True,
+                                     persistent_workers=True, drop_last=True, prefetch_factor=2)
+    while True:
+        for x, y in dl:
+            yield x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+
+
+class _Bytes(torch.utils.data.Dataset):
+    def __init__(self, files, labels):
+        self.files, self.labels = files, labels
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        from torchvision.io import read_file
+        return read_file(self.files[i]), int(self.labels[i])
+
+
+def _collate(items):
+    return [b for b, _ in items], torch.tensor([y for _, y in items])
+
+
+def tvcuda_batches(a, root, files, labels):
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+    from torchvision.transforms import v2
+
+    # 256 small tensors a batch: share them through files, not one descriptor each
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+    dl = torch.utils.data.DataLoader(_Bytes(files, labels), batch_size=a.batch, shuffle=True,
+                                     num_workers=a.workers, pin_memory=True, persistent_workers=True,
+                                     drop_last=True, prefetch_factor=2, collate_fn=_collate)
+    while True:
+        for blobs, y in dl:
+            jpeg = [i for i, b in enumerate(blobs) if b[0] == 0xFF and b[1] == 0xD8]
+            imgs = [None] * len(blobs)
+            try:
+                for i, im in zip(jpeg, decode_jpeg([blobs[i] for i in jpeg], mode=ImageReadMode.RGB, device="cuda")):
+                    imgs[i] = im
+            except RuntimeError:  # one file nvJPEG refuses: each on its own
+                for i in jpeg:
+                    try:
+                        imgs[i] = decode_jpeg(blobs[i], mode=ImageReadMode.RGB, device="cuda")
+                    except RuntimeError:
+                        pass
+            for i in range(len(blobs)):
+                if imgs[i] is None:
+                    imgs[i] = decode_image(blobs[i], mode=ImageReadMode.RGB).cuda()
+            yield torch.stack([tf(im) for im in imgs]), y.cuda(non_blocking=True)
+
+
+LOADERS = {"synthetic": synthetic_batches, "sluice": sluice_batches, "sluice-gpu": sluice_gpu_batches,
+           "tvio": tvio_batches, "tvcuda": tvcuda_batches}
+
+
+def bench_loader(a, name, root, files, labels):
+    it = LOADERS[name](a, root, files, labels)
+    for _ in range(a.warmup):
+        x, y = next(it)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(a.batches):
+        x, y = next(it)
+        assert x.shape == (a.batch, 3, 224, 224) and x.dtype == torch.uint8 and x.is_cuda
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    r = {"run": "loader", "loader": name, "workers": a.workers, "batch": a.batch,
+         "images_per_s": round(a.batches * a.batch / dt, 1), "seconds": round(dt, 2)}
+    proto = getattr(a, "_proto", None)
+    if name == "sluice-gpu" and proto:
+        s = proto.engine.stats()
+        total = proto.gpu_samples + proto.cpu_samples
+        r.update({"gpu_share": round(proto.gpu_samples / total, 3), "gpu_rate": round(s["rate"], 1),
+                  "cpu_rate": round(proto.cpu_rate, 1), "device_pool_bytes": s["device_pool_bytes"],
+                  "device_peak_bytes": s["device_peak"], "pinned_pool_bytes": s["pinned_pool_bytes"]})
+    emit(r)
+    del it
+
+
+def bench_train(a, name, root, files, labels):
+    import torchvision
+
+    torch.backends.cudnn.benchmark = True
+    model = getattr(torchvision.models, a.arch)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    mean, std = MEAN.cuda(), STD.cuda()
+    it = LOADERS[name](a, root, files, labels)
+
+    def step():
+        x, y = next(it)
+        x = ((x.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    emit({"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
+          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps,
+          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated()})
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("data")
+    p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train"])
+    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--loaders", default="sluice,sluice-gpu,tvio,tvcuda")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--batches", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--engines", type=int, default=2, help="GPU engines (each its own nvJPEG state and stream)")
+    p.add_argument("--arch", default="resnet18")
+    p.add_argument("--split", choices=["auto", "gpu"], default="auto",
+                   help="sluice-gpu: split by measured rates, or every eligible sample to the GPU")
+    p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device pool per engine")
+    p.add_argument("--pinned", type=int, default=96, help="MiB of pinned pool per engine")
+    a = p.parse_args()
+    ok, why = _gpu.available()
+    if not ok:
+        sys.exit(f"gpu_decode.py: no GPU engine here: {why}")
+    root, files, labels = files_of(a.data)
+    if a.what in ("engine", "diff", "memory"):
+        {"engine": bench_engine, "diff": bench_diff, "memory": bench_memory}[a.what](a, files)
+        return
+    for name in a.loaders.split(","):
+        (bench_loader if a.what == "loaders" else bench_train)(a, name, root, files, labels)
+        a._proto = None
+
+
+if __name__ == "__main__":
+    main()

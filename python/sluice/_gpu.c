@@ -1,0 +1,314 @@
+/*
+ * sluice._gpu: the GPU decode engine (src/gpu) from Python, for the
+ * prototype GPU path, its benchmark and its tests, until the loader's
+ * scheduler drives the engine itself.
+ *
+ *   available()                    -> (bool, reason)
+ *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0, hint_w=0, hint_h=0,
+ *          max_pixels=0)
+ *   Engine.submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch)
+ *       plans every sample with the CPU path's code (probe, limits, plan),
+ *       issues the ones the GPU can take; returns [(status, reason)]:
+ *       0 the GPU writes it (valid after wait()), 1 the CPU must decode it.
+ *   Engine.wait()                  the batch in flight is done (GIL released)
+ *   Engine.stats() -> dict,  Engine.close()
+ *   split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes
+ *
+ * The blobs (any buffer objects) are held from submit() until wait().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/util.h"
+#include "gpu/engine.h"
+#include "gpu/split.h"
+#include "ops/ops.h"
+
+typedef struct {
+    PyObject_HEAD
+    sl__budget host;
+    int host_ok;
+    sl__gpu_engine *e;
+    uint32_t max_batch;
+    Py_buffer *views;   /* max_batch; the blobs of the batch in flight */
+    uint32_t nviews;
+    const uint8_t **data;
+    size_t *len;
+    sl__gpu_item *items;
+    int *status;
+    char (*reasons)[SL_GPU_REASON];
+    uint32_t *which;    /* item k is sample which[k] of the submit */
+} EngineObject;
+
+static void release_views(EngineObject *self) {
+    for (uint32_t i = 0; i < self->nviews; i++) PyBuffer_Release(&self->views[i]);
+    self->nviews = 0;
+}
+
+static void engine_close_impl(EngineObject *self) {
+    if (self->e) {
+        sl__gpu_engine *e = self->e;
+        self->e = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        sl__gpu_engine_free(e);
+        Py_END_ALLOW_THREADS
+    }
+    release_views(self);
+    PyMem_Free(self->views);
+    PyMem_Free(self->data);
+    PyMem_Free(self->len);
+    PyMem_Free(self->items);
+    PyMem_Free(self->status);
+    PyMem_Free(self->reasons);
+    PyMem_Free(self->which);
+    self->views = NULL, self->data = NULL, self->len = NULL, self->items = NULL;
+    self->status = NULL, self->reasons = NULL, self->which = NULL;
+    if (self->host_ok) {
+        sl__budget_fini(&self->host);
+        self->host_ok = 0;
+    }
+}
+
+static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"device", "gpu_budget", "pinned_bytes", "max_batch", "flags", "hint_w", "hint_h",
+                             "max_pixels", NULL};
+    int device = 0;
+    unsigned long long gpu_budget = 512ull << 20, pinned = 96ull << 20;
+    unsigned long long max_pixels = 0;
+    unsigned max_batch = 256, flags = 0, hint_w = 0, hint_h = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iKKIIIIK", kwlist, &device, &gpu_budget, &pinned, &max_batch, &flags,
+                                     &hint_w, &hint_h, &max_pixels))
+        return -1;
+    engine_close_impl(self);
+    /* the engine's host memory: the pinned pool and its tables */
+    if (sl__budget_init(&self->host, pinned + (64ull << 20))) {
+        PyErr_SetString(PyExc_OSError, "sluice._gpu: budget init failed");
+        return -1;
+    }
+    self->host_ok = 1;
+    sl__gpu_config cfg = {device, gpu_budget, pinned, max_batch, hint_w, hint_h, flags, max_pixels};
+    char err[300] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl__gpu_engine_new(&cfg, &self->host, &self->e, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        PyErr_Format(rc == SL_EUNSUPPORTED ? PyExc_RuntimeError : PyExc_ValueError, "GPU engine: %s (%s)", err,
+                     sl_strerror(rc));
+        engine_close_impl(self);
+        return -1;
+    }
+    self->max_batch = max_batch;
+    self->views = PyMem_Calloc(max_batch, sizeof *self->views);
+    self->data = PyMem_Calloc(max_batch, sizeof *self->data);
+    self->len = PyMem_Calloc(max_batch, sizeof *self->len);
+    self->items = PyMem_Calloc(max_batch, sizeof *self->items);
+    self->status = PyMem_Calloc(max_batch, sizeof *self->status);
+    self->reasons = PyMem_Calloc(max_batch, sizeof *self->reasons);
+    self->which = PyMem_Calloc(max_batch, sizeof *self->which);
+    if (!self->views || !self->data || !self->len || !self->items || !self->status || !self->reasons || !self->which) {
+        engine_close_impl(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void engine_dealloc(EngineObject *self) {
+    engine_close_impl(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int open_check(EngineObject *self) {
+    if (!self->e) {
+        PyErr_SetString(PyExc_ValueError, "the GPU engine is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Plan sample k of the submit with the CPU path's code; 0 (item set) or
+ * a reason in why. */
+static int plan_one(const uint8_t *d, size_t n, int preset, unsigned size, unsigned long long seed,
+                    unsigned long long epoch, unsigned long long index, uint32_t pos, sl__gpu_item *it, char *why,
+                    size_t wl) {
+    sl_image_info info;
+    sl__plan p;
+    sl__plan_params pp = {preset, size, seed, epoch, index, 0};
+    int rc;
+    if ((rc = sl__check_bytes(n, 64ull << 20, why, wl)) || (rc = sl__probe(d, n, &info, why, wl)) ||
+        (rc = sl__check_pixels(&info, 1ull << 26, why, wl)) || (rc = sl__plan_sample(&info, &pp, &p, why, wl)))
+        return rc;
+    return sl__gpu_item_from_plan(&p, &info, pos, it, why, wl);
+}
+
+static PyObject *engine_submit(EngineObject *self, PyObject *args) {
+    PyObject *blobs, *indices, *positions;
+    unsigned long long dst, stride, seed, epoch;
+    int preset;
+    unsigned size;
+    if (!PyArg_ParseTuple(args, "OOOKKiIKK", &blobs, &indices, &positions, &dst, &stride, &preset, &size, &seed,
+                          &epoch))
+        return NULL;
+    if (open_check(self)) return NULL;
+    if (self->nviews) {
+        PyErr_SetString(PyExc_RuntimeError, "a batch is in flight: wait() first");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Size(blobs);
+    if (n < 0) return NULL;
+    if (n > self->max_batch || PySequence_Size(indices) != n || PySequence_Size(positions) != n) {
+        PyErr_Format(PyExc_ValueError, "submit: %zd blobs (at most %u), with as many indices and positions", n,
+                     self->max_batch);
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    uint32_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_GetItem(blobs, i), *ix = PySequence_GetItem(indices, i),
+                 *ps = PySequence_GetItem(positions, i);
+        unsigned long long index = ix ? PyLong_AsUnsignedLongLong(ix) : 0;
+        unsigned long pos = ps ? PyLong_AsUnsignedLong(ps) : 0;
+        Py_XDECREF(ix);
+        Py_XDECREF(ps);
+        int bad = !b || PyErr_Occurred() || PyObject_GetBuffer(b, &self->views[self->nviews], PyBUF_SIMPLE);
+        Py_XDECREF(b);
+        if (bad) {
+            Py_DECREF(out);
+            release_views(self);
+            return NULL;
+        }
+        Py_buffer *v = &self->views[self->nviews++];
+        char why[SL_GPU_REASON] = "";
+        int rc = plan_one(v->buf, (size_t)v->len, preset, size, seed, epoch, index, (uint32_t)pos, &self->items[m],
+                          why, sizeof why);
+        PyList_SET_ITEM(out, i, Py_BuildValue("(is)", rc ? SL_GPU_CPU : SL_GPU_DONE, why));
+        if (!rc) {
+            self->data[m] = v->buf, self->len[m] = (size_t)v->len, self->which[m] = (uint32_t)i;
+            m++;
+        }
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl__gpu_decode_batch(self->e, m, self->data, self->len, self->items, dst, stride, self->status,
+                              self->reasons);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        release_views(self);
+        Py_DECREF(out);
+        PyErr_Format(PyExc_RuntimeError, "GPU decode: %s", sl_strerror(rc));
+        return NULL;
+    }
+    for (uint32_t k = 0; k < m; k++) {
+        PyObject *t = Py_BuildValue("(is)", self->status[k], self->reasons[k]);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SetItem(out, self->which[k], t);
+    }
+    return out;
+}
+
+static PyObject *engine_wait(EngineObject *self, PyObject *unused) {
+    if (open_check(self)) return NULL;
+    char err[200] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl__gpu_wait(self->e, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    release_views(self);
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "GPU engine: %s", err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *engine_stats(EngineObject *self, PyObject *unused) {
+    if (open_check(self)) return NULL;
+    sl__gpu_stats s;
+    sl__gpu_engine_stats(self->e, &s);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsKsdsdsIsIsssssK}", "device_pool_bytes", s.device_pool_bytes, "device_used",
+        s.device_used, "device_peak", s.device_peak, "pinned_pool_bytes", s.pinned_pool_bytes, "pinned_used",
+        s.pinned_used, "pinned_peak", s.pinned_peak, "pool_refusals", s.pool_refusals, "samples_hw", s.samples_hw,
+        "samples_hybrid", s.samples_hybrid, "samples_cpu", s.samples_cpu, "batches", s.batches, "busy_s", s.busy_s,
+        "rate", s.rate, "hw_engines", s.hw_engines, "hw_cores", s.hw_cores, "device_name", s.device_name, "backends",
+        s.backends, "host_pinned_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_PINNED]));
+}
+
+static PyObject *engine_close(EngineObject *self, PyObject *unused) {
+    engine_close_impl(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef engine_methods[] = {
+    {"submit", (PyCFunction)engine_submit, METH_VARARGS,
+     "submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch) -> [(status, reason)]"},
+    {"wait", (PyCFunction)engine_wait, METH_NOARGS, "Wait for the batch in flight."},
+    {"stats", (PyCFunction)engine_stats, METH_NOARGS, "Pools, sample counts per backend, measured rate."},
+    {"close", (PyCFunction)engine_close, METH_NOARGS, "Release everything (waits for the batch in flight)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sluice._gpu.Engine",
+    .tp_basicsize = sizeof(EngineObject),
+    .tp_dealloc = (destructor)engine_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The GPU decode engine (nvJPEG + resize kernels) on one device.",
+    .tp_methods = engine_methods,
+    .tp_init = (initproc)engine_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *gpu_available(PyObject *m, PyObject *unused) {
+    char why[256] = "";
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = sl__gpu_available(why, sizeof why);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
+}
+
+static PyObject *gpu_split(PyObject *m, PyObject *args) {
+    Py_buffer elig;
+    double g, c, gq, cq;
+    int only;
+    if (!PyArg_ParseTuple(args, "y*ddddp", &elig, &g, &c, &gq, &cq, &only)) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, elig.len);
+    if (out) {
+        sl__split_in in = {(uint32_t)elig.len, elig.buf, g, c, gq, cq, only};
+        sl__gpu_split(&in, (uint8_t *)PyBytes_AS_STRING(out));
+    }
+    PyBuffer_Release(&elig);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"available", gpu_available, METH_NOARGS, "available() -> (bool, reason)"},
+    {"split", gpu_split, METH_VARARGS, "split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "sluice._gpu", "The GPU decode engine.", -1,
+                                    module_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__gpu(void) {
+    if (PyType_Ready(&EngineType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0 ||
+        PyModule_AddIntConstant(m, "DONE", SL_GPU_DONE) < 0 || PyModule_AddIntConstant(m, "CPU", SL_GPU_CPU) < 0 ||
+        PyModule_AddIntConstant(m, "NO_HARDWARE", SL_GPU_NO_HARDWARE) < 0 ||
+        PyModule_AddIntConstant(m, "NO_HYBRID", SL_GPU_NO_HYBRID) < 0 ||
+        PyModule_AddIntConstant(m, "NO_ROI", SL_GPU_NO_ROI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,359 @@
+/*
+ * The GPU engine's life cycle: context, pools, kernels, nvJPEG handles.
+ * See engine.h for the contract and engine_impl.h for who owns what.
+ *
+ * Create order (free undoes it backwards; every step is checked and a
+ * failure frees what the steps before took):
+ *   context -> stream, events -> kernels -> device pool -> pinned pool
+ *   (host budget first) -> host tables -> descriptor buffers -> nvJPEG
+ *   hardware handle/state/streams/params -> nvJPEG hybrid handle/decoder/
+ *   state/buffers.
+ * nvJPEG allocates only through the hooks below, from the two pools; so
+ * its handles must be destroyed before the pools go.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/util.h"
+#include "engine_impl.h"
+
+#define POOL_ALIGN 256u
+#define NVJ_PADDING ((size_t)1 << 20) /* nvJPEG grows its buffers in steps this size */
+#define MIN_DEVICE_FREE ((uint64_t)32 << 20)
+#define MIN_PINNED_FREE ((uint64_t)16 << 20)
+
+int sl__gpu_available(char *why, size_t len) {
+    return sl__cuda_api_get(why, len) != NULL;
+}
+
+static uint64_t desc_bytes(uint32_t max_batch) {
+    return ((uint64_t)max_batch * sizeof(sl__gpu_desc) + POOL_ALIGN - 1) & ~(uint64_t)(POOL_ALIGN - 1);
+}
+
+/* The descriptors plus room for nvJPEG's own buffers and one batch of
+ * small images; measured needs are in docs/gpu.md. */
+uint64_t sl__gpu_min_device(uint32_t max_batch) { return desc_bytes(max_batch) + MIN_DEVICE_FREE; }
+uint64_t sl__gpu_min_pinned(uint32_t max_batch) { return desc_bytes(max_batch) + MIN_PINNED_FREE; }
+
+/* ---- nvJPEG's allocator hooks: the pools, never the driver ------------- */
+static int hook_alloc(sl__pool *p, void **ptr, size_t size) {
+    uint64_t a = sl__pool_alloc(p, size ? size : 1);
+    *ptr = (void *)(uintptr_t)a;
+    return a ? 0 : 1;
+}
+
+/* A buffer may still be read by work queued on s: let that finish first,
+ * so the block is never handed out while in use. */
+static int hook_free(sl__gpu_engine *e, sl__pool *p, void *ptr, sl_CUstream s) {
+    if (!ptr) return 0;
+    if (s) e->cu->cuStreamSynchronize(s);
+    return sl__pool_free(p, (uint64_t)(uintptr_t)ptr) ? 1 : 0;
+}
+
+static int dev_malloc(void *ctx, void **ptr, size_t size, sl_CUstream s) {
+    return hook_alloc(&((sl__gpu_engine *)ctx)->dpool, ptr, size);
+}
+static int dev_free(void *ctx, void *ptr, size_t size, sl_CUstream s) {
+    return hook_free(ctx, &((sl__gpu_engine *)ctx)->dpool, ptr, s);
+}
+static int pin_malloc(void *ctx, void **ptr, size_t size, sl_CUstream s) {
+    return hook_alloc(&((sl__gpu_engine *)ctx)->ppool, ptr, size);
+}
+static int pin_free(void *ctx, void *ptr, size_t size, sl_CUstream s) {
+    return hook_free(ctx, &((sl__gpu_engine *)ctx)->ppool, ptr, s);
+}
+
+/* ---- create, step by step ----------------------------------------------- */
+static int cu_fail(sl__gpu_engine *e, sl_CUresult r, int code, const char *what, char *err, size_t errlen) {
+    sl__msg(err, errlen, "%s: %s", what, sl__cu_errname(e->cu, r));
+    return code;
+}
+
+static int nvj_fail(sl_nvjStatus s, const char *what, char *err, size_t errlen) {
+    sl__msg(err, errlen, "nvJPEG %s: %s (status %d)", what, sl__nvj_errname(s), s);
+    return s == SL_NVJ_STATUS_ALLOCATOR_FAILURE ? SL_EBUDGET : SL_EIO;
+}
+
+static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
+    const sl__cuda_api *cu = e->cu;
+    int n = 0;
+    cu->cuDeviceGetCount(&n);
+    if (e->cfg.device < 0 || e->cfg.device >= n) {
+        sl__msg(err, errlen, "no CUDA device %d (this machine has %d)", e->cfg.device, n);
+        return SL_EUNSUPPORTED;
+    }
+    sl_CUresult r;
+    if ((r = cu->cuDeviceGet(&e->dev, e->cfg.device))) return cu_fail(e, r, SL_EIO, "cuDeviceGet", err, errlen);
+    if ((r = cu->cuDevicePrimaryCtxRetain(&e->ctx, e->dev))) {
+        e->ctx = NULL;
+        return cu_fail(e, r, SL_EIO, "retaining the device's context", err, errlen);
+    }
+    if ((r = cu->cuCtxSetCurrent(e->ctx))) return cu_fail(e, r, SL_EIO, "cuCtxSetCurrent", err, errlen);
+    cu->cuDeviceGetName(e->st.device_name, sizeof e->st.device_name, e->dev);
+    if ((r = cu->cuStreamCreate(&e->stream, SL_CU_STREAM_NON_BLOCKING))) {
+        e->stream = NULL;
+        return cu_fail(e, r, SL_EIO, "cuStreamCreate", err, errlen);
+    }
+    if ((r = cu->cuEventCreate(&e->ev0, SL_CU_EVENT_DEFAULT)) || (r = cu->cuEventCreate(&e->ev1, SL_CU_EVENT_DEFAULT)))
+        return cu_fail(e, r, SL_EIO, "cuEventCreate", err, errlen);
+    return sl__gpu_kernels_load(cu, e->dev, &e->k, err, errlen);
+}
+
+static int open_pools(sl__gpu_engine *e, char *err, size_t errlen) {
+    const sl__cuda_api *cu = e->cu;
+    uint64_t dsize = e->cfg.gpu_budget & ~(uint64_t)(POOL_ALIGN - 1);
+    uint64_t psize = e->cfg.pinned_bytes & ~(uint64_t)(POOL_ALIGN - 1);
+    uint32_t max_blocks = e->cfg.max_batch * 4 + 4096; /* samples, nvJPEG's buffers, slack */
+    sl_CUresult r = cu->cuMemAlloc(&e->dev_base, dsize);
+    if (r) {
+        e->dev_base = 0;
+        return cu_fail(e, r, SL_ENOMEM, "taking the device pool", err, errlen);
+    }
+    uint64_t pcost = sl__map_cost(psize);
+    if (sl__budget_try(e->host, pcost, SL_MEM_PINNED)) {
+        char b[16];
+        sl__msg(err, errlen, "the host budget cannot hold the %s pinned pool", sl__fmt_bytes(pcost, b, sizeof b));
+        return SL_EBUDGET;
+    }
+    sl__budget_fix(e->host, pcost);
+    e->pin_counted = pcost;
+    if ((r = cu->cuMemHostAlloc(&e->pin_base, psize, 0))) {
+        e->pin_base = NULL;
+        return cu_fail(e, r, SL_ENOMEM, "taking the pinned pool", err, errlen);
+    }
+    int rc = sl__pool_init(&e->dpool, e->host, e->dev_base, dsize, POOL_ALIGN, max_blocks);
+    if (rc) return rc;
+    e->dpool_ok = 1;
+    if ((rc = sl__pool_init(&e->ppool, e->host, (uint64_t)(uintptr_t)e->pin_base, psize, POOL_ALIGN, max_blocks)))
+        return rc;
+    e->ppool_ok = 1;
+    e->st.device_pool_bytes = dsize;
+    e->st.pinned_pool_bytes = psize;
+    return 0;
+}
+
+static int open_tables(sl__gpu_engine *e) {
+    uint32_t n = e->cfg.max_batch;
+    sl__budget *h = e->host;
+    e->work = sl__calloc(h, n, sizeof *e->work, SL_MEM_OTHER);
+    e->hw_streams = sl__calloc(h, n, sizeof *e->hw_streams, SL_MEM_OTHER);
+    e->hw_params = sl__calloc(h, n, sizeof *e->hw_params, SL_MEM_OTHER);
+    e->hw_data = sl__calloc(h, n, sizeof *e->hw_data, SL_MEM_OTHER);
+    e->hw_len = sl__calloc(h, n, sizeof *e->hw_len, SL_MEM_OTHER);
+    e->hw_out = sl__calloc(h, n, sizeof *e->hw_out, SL_MEM_OTHER);
+    e->hw_batch_params = sl__calloc(h, n, sizeof *e->hw_batch_params, SL_MEM_OTHER);
+    e->hw_idx = sl__calloc(h, n, sizeof *e->hw_idx, SL_MEM_OTHER);
+    if (!e->work || !e->hw_streams || !e->hw_params || !e->hw_data || !e->hw_len || !e->hw_out ||
+        !e->hw_batch_params || !e->hw_idx)
+        return SL_EBUDGET;
+    uint64_t db = desc_bytes(n);
+    e->pin_desc = (sl__gpu_desc *)(uintptr_t)sl__pool_alloc(&e->ppool, db);
+    e->dev_desc = sl__pool_alloc(&e->dpool, db);
+    return e->pin_desc && e->dev_desc ? 0 : SL_EBUDGET;
+}
+
+/* The hardware backend: absent on GPUs without JPEG engines (then 0,
+ * e->hw NULL). */
+static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
+    const sl__cuda_api *cu = e->cu;
+    if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
+    if (cu->nvjpegCreateExV2(SL_NVJ_BACKEND_HARDWARE, &e->dalloc, &e->palloc, 0, &e->hw)) {
+        e->hw = NULL; /* no JPEG engines on this GPU */
+        return 0;
+    }
+    sl_nvjStatus s;
+    cu->nvjpegSetDeviceMemoryPadding(NVJ_PADDING, e->hw);
+    cu->nvjpegSetPinnedMemoryPadding(NVJ_PADDING, e->hw);
+    if ((s = cu->nvjpegJpegStateCreate(e->hw, &e->hw_state))) {
+        e->hw_state = NULL;
+        return nvj_fail(s, "hardware state", err, errlen);
+    }
+    for (uint32_t i = 0; i < e->cfg.max_batch; i++) {
+        if ((s = cu->nvjpegJpegStreamCreate(e->hw, &e->hw_streams[i]))) return nvj_fail(s, "stream", err, errlen);
+        if ((s = cu->nvjpegDecodeParamsCreate(e->hw, &e->hw_params[i]))) return nvj_fail(s, "params", err, errlen);
+        if ((s = cu->nvjpegDecodeParamsSetOutputFormat(e->hw_params[i], SL_NVJ_OUTPUT_RGBI)))
+            return nvj_fail(s, "output format", err, errlen);
+    }
+    if (cu->nvjpegGetHardwareDecoderInfo)
+        cu->nvjpegGetHardwareDecoderInfo(e->hw, &e->st.hw_engines, &e->st.hw_cores);
+    if (cu->nvjpegDecodeBatchedPreAllocate) { /* its buffers for a full batch of typical images, now */
+        int w = e->cfg.hint_w ? (int)e->cfg.hint_w : 512, h = e->cfg.hint_h ? (int)e->cfg.hint_h : 512;
+        if ((s = cu->nvjpegDecodeBatchedPreAllocate(e->hw, e->hw_state, (int)e->cfg.max_batch, w, h, SL_NVJ_CSS_444,
+                                                    SL_NVJ_OUTPUT_RGBI)))
+            return nvj_fail(s, "preallocation (the pools are too small for a batch)", err, errlen);
+    }
+    return 0;
+}
+
+static int open_hybrid(sl__gpu_engine *e, char *err, size_t errlen) {
+    const sl__cuda_api *cu = e->cu;
+    if (e->cfg.flags & SL_GPU_NO_HYBRID) return 0;
+    sl_nvjStatus s = cu->nvjpegCreateExV2(SL_NVJ_BACKEND_DEFAULT, &e->dalloc, &e->palloc, 0, &e->gh);
+    if (s) {
+        e->gh = NULL;
+        return nvj_fail(s, "handle", err, errlen);
+    }
+    cu->nvjpegSetDeviceMemoryPadding(NVJ_PADDING, e->gh);
+    cu->nvjpegSetPinnedMemoryPadding(NVJ_PADDING, e->gh);
+    if ((s = cu->nvjpegDecoderCreate(e->gh, SL_NVJ_BACKEND_GPU_HYBRID, &e->hyb))) {
+        e->hyb = NULL;
+        return nvj_fail(s, "GPU hybrid decoder", err, errlen);
+    }
+    if ((s = cu->nvjpegDecoderStateCreate(e->gh, e->hyb, &e->hyb_state))) {
+        e->hyb_state = NULL;
+        return nvj_fail(s, "hybrid state", err, errlen);
+    }
+    if ((s = cu->nvjpegBufferPinnedCreateV2(e->gh, &e->palloc, &e->hyb_pin))) {
+        e->hyb_pin = NULL;
+        return nvj_fail(s, "pinned buffer", err, errlen);
+    }
+    if ((s = cu->nvjpegBufferDeviceCreateV2(e->gh, &e->dalloc, &e->hyb_dev))) {
+        e->hyb_dev = NULL;
+        return nvj_fail(s, "device buffer", err, errlen);
+    }
+    if ((s = cu->nvjpegStateAttachPinnedBuffer(e->hyb_state, e->hyb_pin)) ||
+        (s = cu->nvjpegStateAttachDeviceBuffer(e->hyb_state, e->hyb_dev)))
+        return nvj_fail(s, "attaching buffers", err, errlen);
+    if ((s = cu->nvjpegJpegStreamCreate(e->gh, &e->hyb_stream))) {
+        e->hyb_stream = NULL;
+        return nvj_fail(s, "stream", err, errlen);
+    }
+    if ((s = cu->nvjpegDecodeParamsCreate(e->gh, &e->hyb_params))) {
+        e->hyb_params = NULL;
+        return nvj_fail(s, "params", err, errlen);
+    }
+    if ((s = cu->nvjpegDecodeParamsSetOutputFormat(e->hyb_params, SL_NVJ_OUTPUT_RGBI)))
+        return nvj_fail(s, "output format", err, errlen);
+    return 0;
+}
+
+static int check_config(const sl__gpu_config *c, char *err, size_t errlen) {
+    char b1[16], b2[16];
+    if (c->max_batch < 1 || c->max_batch > 65535) {
+        sl__msg(err, errlen, "max_batch %u out of range 1..65535", c->max_batch);
+        return SL_EINVAL;
+    }
+    if (c->gpu_budget < sl__gpu_min_device(c->max_batch)) {
+        sl__msg(err, errlen, "gpu_budget %s is below the minimum of %s for batches of %u",
+                sl__fmt_bytes(c->gpu_budget, b1, sizeof b1), sl__fmt_bytes(sl__gpu_min_device(c->max_batch), b2, sizeof b2),
+                c->max_batch);
+        return SL_EBUDGET;
+    }
+    if (c->pinned_bytes < sl__gpu_min_pinned(c->max_batch)) {
+        sl__msg(err, errlen, "pinned_bytes %s is below the minimum of %s for batches of %u",
+                sl__fmt_bytes(c->pinned_bytes, b1, sizeof b1),
+                sl__fmt_bytes(sl__gpu_min_pinned(c->max_batch), b2, sizeof b2), c->max_batch);
+        return SL_EBUDGET;
+    }
+    if ((c->flags & SL_GPU_NO_HARDWARE) && (c->flags & SL_GPU_NO_HYBRID)) {
+        sl__msg(err, errlen, "both nvJPEG backends switched off");
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engine **out, char *err,
+                       size_t errlen) {
+    if (!cfg || !host || !out) return SL_EINVAL;
+    *out = NULL;
+    int rc = check_config(cfg, err, errlen);
+    if (rc) return rc;
+    const sl__cuda_api *cu = sl__cuda_api_get(err, errlen);
+    if (!cu) return SL_EUNSUPPORTED;
+    sl__gpu_engine *e = sl__calloc(host, 1, sizeof *e, SL_MEM_OTHER);
+    if (!e) return SL_EBUDGET;
+    e->cu = cu;
+    e->host = host;
+    e->cfg = *cfg;
+    e->dalloc = (sl_nvjDevAllocV2){dev_malloc, dev_free, e};
+    e->palloc = (sl_nvjPinnedAllocV2){pin_malloc, pin_free, e};
+    if (pthread_mutex_init(&e->stats_mu, NULL)) {
+        sl__free(host, e);
+        return SL_ESYS;
+    }
+    if ((rc = open_context(e, err, errlen)) || (rc = open_pools(e, err, errlen)) || (rc = open_tables(e)) ||
+        (rc = open_hardware(e, err, errlen)) || (rc = open_hybrid(e, err, errlen))) {
+        if (rc == SL_EBUDGET && err && !*err) sl__msg(err, errlen, "the host budget cannot hold the engine's tables");
+        sl__gpu_engine_free(e);
+        return rc;
+    }
+    if (!e->hw && !e->hyb) {
+        sl__msg(err, errlen, "no nvJPEG backend could be created on %s", e->st.device_name);
+        sl__gpu_engine_free(e);
+        return SL_EUNSUPPORTED;
+    }
+    snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s", e->hw ? "hardware" : "",
+             e->hw && e->hyb ? "+" : "", e->hyb ? "hybrid" : "");
+    *out = e;
+    return 0;
+}
+
+/* ---- free ------------------------------------------------------------------ */
+static void close_nvjpeg(sl__gpu_engine *e) {
+    const sl__cuda_api *cu = e->cu;
+    for (uint32_t i = 0; e->hw_streams && i < e->cfg.max_batch; i++) {
+        if (e->hw_streams[i]) cu->nvjpegJpegStreamDestroy(e->hw_streams[i]);
+        if (e->hw_params[i]) cu->nvjpegDecodeParamsDestroy(e->hw_params[i]);
+    }
+    if (e->hw_state) cu->nvjpegJpegStateDestroy(e->hw_state);
+    if (e->hw) cu->nvjpegDestroy(e->hw);
+    if (e->hyb_params) cu->nvjpegDecodeParamsDestroy(e->hyb_params);
+    if (e->hyb_stream) cu->nvjpegJpegStreamDestroy(e->hyb_stream);
+    if (e->hyb_state) cu->nvjpegJpegStateDestroy(e->hyb_state);
+    if (e->hyb_pin) cu->nvjpegBufferPinnedDestroy(e->hyb_pin);
+    if (e->hyb_dev) cu->nvjpegBufferDeviceDestroy(e->hyb_dev);
+    if (e->hyb) cu->nvjpegDecoderDestroy(e->hyb);
+    if (e->gh) cu->nvjpegDestroy(e->gh);
+}
+
+static void close_tables(sl__gpu_engine *e) {
+    sl__budget *h = e->host;
+    sl__free(h, e->work);
+    sl__free(h, e->hw_streams);
+    sl__free(h, e->hw_params);
+    sl__free(h, e->hw_data);
+    sl__free(h, e->hw_len);
+    sl__free(h, e->hw_out);
+    sl__free(h, e->hw_batch_params);
+    sl__free(h, e->hw_idx);
+}
+
+void sl__gpu_engine_free(sl__gpu_engine *e) {
+    if (!e) return;
+    const sl__cuda_api *cu = e->cu;
+    if (e->ctx) cu->cuCtxSetCurrent(e->ctx);
+    if (e->inflight) sl__gpu_wait(e, NULL, 0);
+    if (e->stream) cu->cuStreamSynchronize(e->stream);
+    close_nvjpeg(e);
+    close_tables(e);
+    if (e->dpool_ok) sl__pool_fini(&e->dpool);
+    if (e->ppool_ok) sl__pool_fini(&e->ppool);
+    if (e->dev_base) cu->cuMemFree(e->dev_base);
+    if (e->pin_base) cu->cuMemFreeHost(e->pin_base);
+    if (e->pin_counted) {
+        sl__budget_unfix(e->host, e->pin_counted);
+        sl__budget_release(e->host, e->pin_counted, SL_MEM_PINNED);
+    }
+    sl__gpu_kernels_unload(cu, &e->k);
+    if (e->ev0) cu->cuEventDestroy(e->ev0);
+    if (e->ev1) cu->cuEventDestroy(e->ev1);
+    if (e->stream) cu->cuStreamDestroy(e->stream);
+    if (e->ctx) cu->cuDevicePrimaryCtxRelease(e->dev);
+    pthread_mutex_destroy(&e->stats_mu);
+    sl__free(e->host, e);
+}
+
+void sl__gpu_engine_stats(const sl__gpu_engine *ce, sl__gpu_stats *out) {
+    sl__gpu_engine *e = (sl__gpu_engine *)ce;
+    pthread_mutex_lock(&e->stats_mu);
+    *out = e->st;
+    pthread_mutex_unlock(&e->stats_mu);
+    sl__pool_stats d, p;
+    sl__pool_stats_get(&e->dpool, &d);
+    sl__pool_stats_get(&e->ppool, &p);
+    out->device_used = d.used;
+    out->device_peak = d.peak;
+    out->pinned_used = p.used;
+    out->pinned_peak = p.peak;
+    out->pool_refusals = d.fails + p.fails;
+}

@@ -1,0 +1,151 @@
+/*
+ * The GPU decode engine: nvJPEG (the hardware JPEG engines of A100/H100/
+ * H200 in batches, the GPU hybrid backend for what they refuse), then crop,
+ * antialiased resize and flip on the GPU, each sample written as uint8 CHW
+ * straight into its position of a device batch tensor. What the GPU cannot
+ * take comes back per sample as "CPU, please" (SL_GPU_CPU, with a reason)
+ * for the CPU workers.
+ *
+ * The crop boxes and flips are not decided here: an item is made from the
+ * sample's sl__plan (sl__gpu_item_from_plan), the CPU path's own plan, so
+ * batch order and augmentation parameters are the same whichever engine
+ * decodes a sample. Only the pixels may differ (nvJPEG's IDCT and chroma
+ * upsampling against libjpeg-turbo's, and no DCT scaling): docs/gpu.md
+ * gives the measured difference.
+ *
+ * Memory. Device memory is one pool of cfg.gpu_budget bytes taken at
+ * create and never grown; nvJPEG's own buffers come from it through its
+ * allocator hooks (nvjpegCreateExV2), and so do the per-batch decode
+ * outputs, intermediates and coefficient tables. Pinned staging is one
+ * pool of cfg.pinned_bytes, counted in the host budget under SL_MEM_PINNED
+ * (as fixed bytes) for the engine's life; nvJPEG's pinned buffers come
+ * from it. A sample whose buffers do not fit the pool now goes to the CPU
+ * ("device pool full"); nothing waits inside the engine.
+ *
+ * Threads. An engine is used by one thread at a time (the scheduler's GPU
+ * feeder); engines on the same or other GPUs are independent. One batch
+ * is in flight per engine: sl__gpu_decode_batch, then sl__gpu_wait.
+ * Every call makes the engine's context current on the calling thread.
+ *
+ * Errors. Per-sample problems are statuses, never failures of the call.
+ * A CUDA error (the context is then unusable) poisons the engine: the
+ * call returns SL_EIO with the driver's reason, every later call
+ * SL_ESTATE, and the positions of the batch in flight must go to the CPU.
+ */
+#ifndef SL_GPU_ENGINE_H
+#define SL_GPU_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/mem.h"
+#include "../ops/ops.h"
+
+#define SL_GPU_REASON 120 /* bytes of a per-sample reason, NUL included */
+
+/* Whether a GPU engine can run in this process, and if not, why (e.g.
+ * "nvJPEG (libnvjpeg) not found (...)"). 1 or 0; never fails otherwise. */
+int sl__gpu_available(char *why, size_t len);
+
+/* One sample for the GPU: where its output goes and the plan's resize. */
+typedef struct sl__gpu_item {
+    uint32_t pos;            /* position in the batch: writes dst + pos * stride */
+    uint32_t full_w, full_h; /* image size from the header */
+    sl__axis_spec ax, ay;    /* the resize, as the CPU resampler's (sl__plan.ax/ay) */
+    int flip;
+} sl__gpu_item;
+
+/* From the CPU path's plan of the sample: 0, or SL_EUNSUPPORTED with the
+ * reason the CPU must take it (not a baseline 8-bit 1- or 3-channel JPEG,
+ * EXIF orientation applied, alpha kept, no preset). Pure; never allocates. */
+int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_t pos, sl__gpu_item *it,
+                           char *reason, size_t rlen);
+
+#define SL_GPU_NO_HARDWARE (1u << 0) /* skip the hardware backend */
+#define SL_GPU_NO_HYBRID (1u << 1)   /* skip the GPU hybrid backend */
+#define SL_GPU_NO_ROI (1u << 2)      /* decode whole images (no region of interest) */
+
+typedef struct sl__gpu_config {
+    int device;              /* CUDA device ordinal */
+    uint64_t gpu_budget;     /* device pool bytes, taken at create */
+    uint64_t pinned_bytes;   /* pinned pool bytes, counted in the host budget */
+    uint32_t max_batch;      /* samples per sl__gpu_decode_batch, 1..65535 */
+    uint32_t hint_w, hint_h; /* typical image size, for nvJPEG's preallocation (0: 512) */
+    uint32_t flags;          /* SL_GPU_NO_* */
+    uint64_t max_pixels;     /* larger images go to the CPU (0: SL_GPU_MAX_PIXELS). nvJPEG's
+                                hardware backend keeps per-slot buffers outside the allocator
+                                hooks that grow to the largest image each slot has seen (about
+                                3.3 bytes a pixel, measured): this caps them; docs/gpu.md */
+} sl__gpu_config;
+#define SL_GPU_MAX_PIXELS ((uint64_t)1 << 22) /* 4.2 Mpx, e.g. 2048 x 2048 */
+
+/* Smallest gpu_budget / pinned_bytes sl__gpu_engine_new accepts for max_batch. */
+uint64_t sl__gpu_min_device(uint32_t max_batch);
+uint64_t sl__gpu_min_pinned(uint32_t max_batch);
+
+typedef struct sl__gpu_engine sl__gpu_engine;
+
+/* Create an engine on cfg->device: load the kernels (NVRTC, once per
+ * process), take both pools, create nvJPEG's handles, states and streams.
+ * host counts the pinned pool (SL_MEM_PINNED, fixed) and the engine's host
+ * tables; it must outlive the engine. On success *out owns the engine
+ * (sl__gpu_engine_free). Fails with SL_EUNSUPPORTED (no CUDA / nvJPEG /
+ * NVRTC, no such device: err says which), SL_EINVAL, SL_EBUDGET (a pool
+ * below its minimum, which err states, or the host budget cannot hold the
+ * pinned pool), SL_ENOMEM (the device or the driver refused memory), SL_EIO.
+ * Nothing is left allocated on failure. */
+int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engine **out, char *err,
+                       size_t errlen);
+/* Wait for the batch in flight, release every nvJPEG handle, state,
+ * stream and buffer, the kernels, both pools and the context. NULL is
+ * ignored. */
+void sl__gpu_engine_free(sl__gpu_engine *e);
+
+/*
+ * Issue a batch on the engine's stream: for each i < n, decode data[i]
+ * (len[i] bytes), crop/resize/flip as items[i] says, into dst +
+ * items[i].pos * stride (a device address; out_h * out_w * 3 bytes, CHW).
+ * status[i] is SL_GPU_DONE (the GPU writes it: valid once sl__gpu_wait
+ * returns 0) or SL_GPU_CPU (the CPU must decode it; reasons[i] says why,
+ * when reasons is not NULL). data[i] must stay valid until sl__gpu_wait
+ * returns. Returns 0 (statuses set), SL_EINVAL (n > max_batch, NULL
+ * arrays), SL_ESTATE (poisoned, or a batch still in flight), SL_EIO (CUDA
+ * error: every status is SL_GPU_CPU, the engine is poisoned).
+ */
+int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len,
+                         const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
+                         char (*reasons)[SL_GPU_REASON]);
+enum { SL_GPU_DONE = 0, SL_GPU_CPU = 1 };
+
+/* Wait for the batch in flight (0 at once when none) and give its buffers
+ * back to the pool. 0, or SL_EIO with the driver's reason (poisoned: the
+ * batch's SL_GPU_DONE positions were not written). */
+int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen);
+
+/* The resize alone, on pixels the caller decoded: rgb[i] is the whole
+ * image of items[i] (full_w x full_h, RGB interleaved, host memory).
+ * Synchronous. For tests that hold the GPU kernels to the CPU resampler
+ * byte for byte. 0, SL_EBUDGET (pool full), SL_EINVAL, SL_ESTATE, SL_EIO. */
+int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb, const sl__gpu_item *items,
+                        uint64_t dst, uint64_t stride, char *err, size_t errlen);
+
+typedef struct sl__gpu_stats {
+    uint64_t device_pool_bytes;  /* taken at create; constant */
+    uint64_t device_used, device_peak; /* of the pool, now and high-water */
+    uint64_t pinned_pool_bytes;  /* constant, in the host budget */
+    uint64_t pinned_used, pinned_peak;
+    uint64_t pool_refusals;      /* allocations the pools refused (nvJPEG's included) */
+    uint64_t samples_hw;         /* decoded by the hardware JPEG engines */
+    uint64_t samples_hybrid;     /* decoded by the GPU hybrid backend */
+    uint64_t samples_cpu;        /* handed back to the CPU */
+    uint64_t batches;
+    double busy_s;               /* per batch: max(host issue time, GPU time), summed */
+    double rate;                 /* GPU samples / s over the last batches (moving average; 0 before any) */
+    uint32_t hw_engines, hw_cores; /* nvJPEG's hardware decoder (0 where none) */
+    char device_name[64];
+    char backends[64];           /* e.g. "hardware+hybrid" */
+} sl__gpu_stats;
+
+void sl__gpu_engine_stats(const sl__gpu_engine *e, sl__gpu_stats *out);
+
+#endif

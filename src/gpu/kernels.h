@@ -1,0 +1,66 @@
+/*
+ * The GPU half of the resampler: crop + antialiased resize + flip from a
+ * decoded RGB region into a CHW uint8 batch slot, as three kernels built
+ * at run time with NVRTC (see docs/gpu.md for why NVRTC).
+ *
+ * The arithmetic is the CPU resampler's (src/ops/resize.c): Pillow's
+ * triangle filter widened by the scale factor, coefficients normalized in
+ * double and rounded to 22-bit fixed point, horizontal pass then vertical
+ * with uint8 between them, flip applied where the horizontal pass puts its
+ * columns. Compiled with --fmad=false so the double arithmetic rounds as
+ * the CPU's does: on the same pixels the bytes are equal (tested).
+ *
+ *   sl_coeffs   one thread per output coordinate per axis: taps, weights
+ *   sl_hpass    one thread per (output column, region row): planes in tmp
+ *   sl_vpass    one thread per (output column, output row): CHW in dst
+ */
+#ifndef SL_GPU_KERNELS_H
+#define SL_GPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "cuda.h"
+
+/* One axis, as sl__axis_spec plus the tap count per output (ksize). */
+typedef struct sl__gpu_axis {
+    double in0, in1, lo, hi;
+    uint32_t total, first, n, ksize;
+} sl__gpu_axis;
+
+/* One sample's work, in device memory (the kernels' view). Every pointer
+ * is a device address inside the engine's pool. Layout shared with the
+ * kernel source (checked by _Static_assert against SL_GPU_DESC_SIZE). */
+typedef struct sl__gpu_desc {
+    uint64_t src, pitch;            /* decoded region, RGB interleaved, bytes per row */
+    uint64_t tmp, dst;              /* C planes of reg_h x ax.n; CHW ay.n x ax.n */
+    uint64_t kx, minx, cntx;        /* x taps: ax.n x ksize int32, first tap, count */
+    uint64_t ky, miny, cnty;
+    sl__gpu_axis ax, ay;
+    uint32_t reg_x, reg_y, reg_w, reg_h; /* decoded region, image pixels */
+    uint32_t full_w, full_h;        /* the image */
+    int32_t flip;
+    uint32_t pad;
+} sl__gpu_desc;
+#define SL_GPU_DESC_SIZE 208
+_Static_assert(sizeof(sl__gpu_desc) == SL_GPU_DESC_SIZE, "descriptor layout");
+
+typedef struct sl__gpu_kernels {
+    sl_CUmodule mod;
+    sl_CUfunction coeffs, hpass, vpass;
+} sl__gpu_kernels;
+
+/* Load the kernels into the current context (device dev). The source is
+ * compiled once per process and compute capability (NVRTC, cached; the
+ * image lives as long as the process, about 30 KB), then loaded as a
+ * module per call. 0, or SL_EUNSUPPORTED with the compiler's log or the
+ * driver's reason. */
+int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernels *k, char *err, size_t errlen);
+void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k);
+
+/* Enqueue the three kernels for descs[0, n) on stream. max_out_w/h and
+ * max_reg_h bound the grids. 0 or SL_EIO with the driver's reason. */
+int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
+                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_h, char *err,
+                        size_t errlen);
+
+#endif

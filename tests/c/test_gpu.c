@@ -1,0 +1,517 @@
+/*
+ * The GPU engine (src/gpu/). The split policy, the item built from the
+ * CPU path's plan and the refusals run everywhere; the cases named gpu_*
+ * need a CUDA GPU with nvJPEG and NVRTC and pass with "SKIP: why" printed
+ * where there is none (CI). On a GPU host they hold the engine to the CPU
+ * path: the resize kernels byte for byte, whole decodes within the
+ * documented difference, device memory flat over 100 epochs, everything
+ * released.
+ */
+#include "fixture.h" /* first: it defines _GNU_SOURCE */
+
+#include <math.h>
+#include "gpu/cuda.h"
+#include "gpu/engine.h"
+#include "gpu/split.h"
+#include "ops/ops.h"
+#include "ops/resize.h"
+
+/* ---- the split policy ------------------------------------------------------ */
+
+static uint32_t split(uint32_t n, const uint8_t *elig, double g, double c, double gq, double cq, uint8_t *out) {
+    sl__split_in in = {n, elig, g, c, gq, cq, 0};
+    return sl__gpu_split(&in, out);
+}
+
+TEST(split_equal_rates_halves) {
+    uint8_t elig[256], out[256];
+    memset(elig, 1, sizeof elig);
+    CHECK_EQ(split(256, elig, 1000, 1000, 0, 0, out), 128);
+    for (int i = 0; i < 256; i++) CHECK_EQ(out[i], i < 128); /* the first k, in batch order */
+}
+
+TEST(split_follows_the_rates) {
+    uint8_t elig[256], out[256];
+    memset(elig, 1, sizeof elig);
+    CHECK_EQ(split(256, elig, 17000, 8000, 0, 0, out), 174); /* 256 * 17 / 25 = 174.08 */
+    CHECK_EQ(split(256, elig, 1000, 3000, 0, 0, out), 64);
+}
+
+TEST(split_counts_the_queues) {
+    uint8_t elig[100], out[100];
+    memset(elig, 1, sizeof elig);
+    /* the GPU still has 100 queued at the same rate: it takes none now */
+    CHECK_EQ(split(100, elig, 1000, 1000, 100, 0, out), 0);
+    /* the CPU has 100 queued: the GPU takes them all */
+    CHECK_EQ(split(100, elig, 1000, 1000, 0, 100, out), 100);
+    /* (1000 * (50 + 100) - 1000 * 20) / 2000 = 65 */
+    CHECK_EQ(split(100, elig, 1000, 1000, 20, 50, out), 65);
+}
+
+TEST(split_only_eligible_positions) {
+    uint8_t elig[10] = {1, 0, 1, 0, 1, 0, 1, 0, 1, 0}, out[10];
+    CHECK_EQ(split(10, elig, 1e6, 1, 0, 0, out), 5);
+    for (int i = 0; i < 10; i++) CHECK_EQ(out[i], elig[i]);
+    CHECK_EQ(split(10, elig, 1000, 1000, 0, 0, out), 5);
+    CHECK_EQ(split(10, elig, 1000, 3000, 0, 0, out), 2); /* 10 / 4 = 2.5, to even */
+    CHECK_EQ(out[0] + out[2], 2);
+    CHECK_EQ(out[4] + out[6] + out[8], 0);
+}
+
+TEST(split_unmeasured_sends_every_eligible_to_the_gpu) {
+    uint8_t elig[8] = {1, 1, 0, 1, 1, 1, 1, 0}, out[8];
+    CHECK_EQ(split(8, elig, 0, 5000, 0, 0, out), 6);
+    CHECK_EQ(split(8, elig, 5000, 0, 0, 0, out), 6);
+    CHECK_EQ(split(8, elig, NAN, 5000, 0, 0, out), 6);
+    sl__split_in in = {8, elig, 1, 1e9, 0, 0, 1}; /* gpu_only ignores the rates */
+    CHECK_EQ(sl__gpu_split(&in, out), 6);
+    CHECK_EQ(split(0, elig, 1, 1, 0, 0, out), 0);
+}
+
+TEST(split_is_deterministic) {
+    uint8_t elig[64], a[64], b[64];
+    for (int i = 0; i < 64; i++) elig[i] = (uint8_t)(fx_mix((uint64_t)i) & 1);
+    for (int r = 0; r < 50; r++) {
+        double g = 100.0 + r * 37.5, c = 3000.0 - r * 11.0;
+        CHECK_EQ(split(64, elig, g, c, r, 2 * r, a), split(64, elig, g, c, r, 2 * r, b));
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+}
+
+/* ---- items from the CPU path's plan -------------------------------------- */
+
+static sl_image_info jpeg_info(uint32_t w, uint32_t h) {
+    sl_image_info info = {w, h, 3, SL_FORMAT_JPEG, 0, 1, 8};
+    return info;
+}
+
+static int plan(const sl_image_info *info, int preset, uint64_t index, uint32_t flags, sl__plan *p) {
+    sl__plan_params pp = {preset, 224, 7, 3, index, flags};
+    return sl__plan_sample(info, &pp, p, NULL, 0);
+}
+
+TEST(item_carries_the_plans_crop_and_flip) {
+    sl_image_info info = jpeg_info(500, 375);
+    for (uint64_t index = 0; index < 200; index++) {
+        sl__plan p;
+        CHECK_OK(plan(&info, SL_PRESET_TRAIN, index, 0, &p));
+        sl__gpu_item it;
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, (uint32_t)index % 7, &it, NULL, 0));
+        uint32_t box[4];
+        int flip;
+        CHECK_OK(sl_image_train_crop(500, 375, 7, 3, index, box, &flip));
+        CHECK_EQ(it.pos, index % 7);
+        CHECK_EQ(it.full_w, 500);
+        CHECK_EQ(it.full_h, 375);
+        CHECK_EQ(it.ax.in0, box[0]);
+        CHECK_EQ(it.ax.in1, box[0] + box[2]);
+        CHECK_EQ(it.ay.in0, box[1]);
+        CHECK_EQ(it.ay.in1, box[1] + box[3]);
+        CHECK_EQ(it.ax.n, 224);
+        CHECK_EQ(it.flip, flip);
+    }
+    sl__plan p;
+    CHECK_OK(plan(&info, SL_PRESET_VAL, 0, 0, &p));
+    sl__gpu_item it;
+    CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
+    CHECK_EQ(it.ax.total, 341); /* 256 * 500 / 375, the short side to 256 */
+    CHECK_EQ(it.ay.total, 256);
+    CHECK_EQ(it.flip, 0);
+}
+
+static void refuses(sl_image_info info, int preset, uint32_t flags, const char *why) {
+    sl__plan p;
+    sl__plan_params pp = {preset, 224, 0, 0, 0, flags};
+    CHECK_OK(sl__plan_sample(&info, &pp, &p, NULL, 0));
+    sl__gpu_item it;
+    char reason[SL_GPU_REASON];
+    CHECK_EQ(sl__gpu_item_from_plan(&p, &info, 0, &it, reason, sizeof reason), SL_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(reason, why);
+}
+
+TEST(item_refuses_what_the_cpu_must_take) {
+    sl_image_info png = jpeg_info(300, 200), prog = png, cmyk = png, deep = png, exif = png;
+    png.format = SL_FORMAT_PNG;
+    prog.progressive = 1;
+    cmyk.channels = 4;
+    deep.bit_depth = 12;
+    exif.orientation = 6;
+    refuses(png, SL_PRESET_TRAIN, 0, "not a JPEG");
+    refuses(prog, SL_PRESET_TRAIN, 0, "progressive");
+    refuses(cmyk, SL_PRESET_VAL, 0, "CMYK");
+    refuses(deep, SL_PRESET_TRAIN, 0, "8-bit");
+    refuses(exif, SL_PRESET_TRAIN, SL_FLAG_EXIF, "EXIF");
+    refuses(jpeg_info(300, 200), SL_PRESET_TRAIN, SL_FLAG_KEEP_ALPHA, "alpha");
+    refuses(jpeg_info(300, 200), SL_TRANSFORM_NONE, 0, "whole image");
+    sl__plan p;
+    sl__gpu_item it;
+    CHECK_OK(plan(&exif, SL_PRESET_TRAIN, 0, 0, &p)); /* orientation ignored: fine */
+    CHECK_OK(sl__gpu_item_from_plan(&p, &exif, 0, &it, NULL, 0));
+}
+
+/* ---- the engine without a GPU ------------------------------------------------ */
+
+static sl__gpu_config config(uint32_t max_batch) {
+    sl__gpu_config c = {0, 256ull << 20, 64ull << 20, max_batch, 0, 0, 0, 0};
+    return c;
+}
+
+TEST(available_says_why_not) {
+    char why[256] = "";
+    int ok = sl__gpu_available(why, sizeof why);
+    printf("GPU engine available: %d%s%s\n", ok, ok ? "" : ": ", why);
+    if (!ok) CHECK(strlen(why) > 10);
+}
+
+TEST(engine_refuses_bad_config_first) {
+    sl__budget host;
+    CHECK_OK(sl__budget_init(&host, 1ull << 30));
+    sl__gpu_engine *e = (sl__gpu_engine *)1;
+    char err[200];
+    sl__gpu_config c = config(0);
+    CHECK_EQ(sl__gpu_engine_new(&c, &host, &e, err, sizeof err), SL_EINVAL);
+    CHECK(e == NULL);
+    CHECK_STR_CONTAINS(err, "max_batch 0");
+    c = config(256);
+    c.gpu_budget = 1 << 20;
+    CHECK_EQ(sl__gpu_engine_new(&c, &host, &e, err, sizeof err), SL_EBUDGET);
+    CHECK_STR_CONTAINS(err, "below the minimum");
+    c = config(256);
+    c.pinned_bytes = 1 << 20;
+    CHECK_EQ(sl__gpu_engine_new(&c, &host, &e, err, sizeof err), SL_EBUDGET);
+    CHECK_STR_CONTAINS(err, "pinned_bytes");
+    c = config(256);
+    c.flags = SL_GPU_NO_HARDWARE | SL_GPU_NO_HYBRID;
+    CHECK_EQ(sl__gpu_engine_new(&c, &host, &e, err, sizeof err), SL_EINVAL);
+    CHECK_EQ(atomic_load(&host.used), 0);
+}
+
+TEST(engine_without_cuda_fails_cleanly) {
+    char why[256];
+    if (sl__gpu_available(why, sizeof why)) {
+        printf("SKIP: a GPU is present (this case is for machines without one)\n");
+        return;
+    }
+    sl__budget host;
+    CHECK_OK(sl__budget_init(&host, 1ull << 30));
+    sl__gpu_engine *e = NULL;
+    char err[256];
+    sl__gpu_config c = config(64);
+    CHECK_EQ(sl__gpu_engine_new(&c, &host, &e, err, sizeof err), SL_EUNSUPPORTED);
+    CHECK(e == NULL);
+    CHECK(strcmp(err, why) == 0);
+    CHECK_EQ(atomic_load(&host.used), 0);
+    sl__gpu_engine_free(NULL);
+    CHECK_OK(sl__gpu_wait(NULL, NULL, 0));
+}
+
+/* ---- on a GPU ------------------------------------------------------------------- */
+
+#define NEED_GPU()                                                                     \
+    do {                                                                               \
+        char why_[256];                                                                \
+        if (!sl__gpu_available(why_, sizeof why_)) {                                   \
+            printf("SKIP: %s\n", why_);                                                \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
+typedef struct gpu_rig {
+    const sl__cuda_api *cu;
+    sl__budget host;
+    sl__gpu_engine *e;
+    sl_CUdeviceptr dst; /* max_batch slots of 3 x 224 x 224 */
+    uint64_t stride;
+} gpu_rig;
+
+static void rig_open_cap(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget, uint64_t max_pixels) {
+    r->cu = sl__cuda_api_get(NULL, 0);
+    CHECK(r->cu != NULL);
+    CHECK_OK(sl__budget_init(&r->host, 1ull << 30));
+    sl__gpu_config c = config(max_batch);
+    c.gpu_budget = gpu_budget;
+    c.max_pixels = max_pixels;
+    char err[300] = "";
+    int rc = sl__gpu_engine_new(&c, &r->host, &r->e, err, sizeof err);
+    if (rc) SL_FAIL("engine: %s: %s", sl_strerror(rc), err);
+    r->stride = 3 * 224 * 224;
+    CHECK_OK(r->cu->cuMemAlloc(&r->dst, r->stride * max_batch));
+}
+
+static void rig_open(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget) {
+    rig_open_cap(r, max_batch, gpu_budget, 0);
+}
+
+static void rig_close(gpu_rig *r) {
+    sl__gpu_engine_free(r->e);
+    r->cu->cuMemFree(r->dst);
+    CHECK_EQ(atomic_load(&r->host.used), 0);
+}
+
+/* The CPU resampler over a whole HWC image in memory (as sl__run does
+ * after EXIF orientation). */
+static void cpu_resize(const uint8_t *rgb, uint32_t w, uint32_t h, const sl__plan *p, uint8_t *out) {
+    sl__quota q = {1ull << 28, 0, 0, 0};
+    sl__resampler rs;
+    sl__resampler_init(&rs, &p->ax, &p->ay, w, h, p->flip, &q);
+    sl__region reg = {8, w, h, 0, 0, w, h, 3, 3};
+    CHECK_OK(rs.sink.begin(&rs.sink, &reg));
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *row = rgb + (uint64_t)y * w * 3;
+        CHECK_OK(rs.sink.rows(&rs.sink, &row, y, 1));
+    }
+    CHECK_OK(sl__resampler_finish(&rs, out));
+    sl__resampler_fini(&rs);
+}
+
+TEST(gpu_resize_equals_the_cpu_resampler) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open(&r, 32, 256ull << 20);
+    const uint32_t sizes[4][2] = {{500, 375}, {224, 224}, {1200, 90}, {97, 613}};
+    uint8_t *cpu = malloc(r.stride), *gpu = malloc(r.stride);
+    for (int s = 0; s < 4; s++) {
+        uint32_t w = sizes[s][0], h = sizes[s][1];
+        uint8_t *rgb = fx_texture(w, h, 40 + s, s == 1);
+        sl_image_info info = jpeg_info(w, h);
+        for (uint64_t index = 0; index < 40; index++) {
+            sl__plan p;
+            int preset = index % 4 == 3 ? SL_PRESET_VAL : SL_PRESET_TRAIN;
+            if (plan(&info, preset, index, 0, &p)) continue; /* too thin for val */
+            sl__gpu_item it;
+            CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
+            const uint8_t *src = rgb;
+            char err[200] = "";
+            int rc = sl__gpu_resize_host(r.e, 1, &src, &it, r.dst, r.stride, err, sizeof err);
+            if (rc) SL_FAIL("resize: %s: %s", sl_strerror(rc), err);
+            CHECK_OK(r.cu->cuMemcpyDtoH(gpu, r.dst, 3 * 224 * 224));
+            cpu_resize(rgb, w, h, &p, cpu);
+            for (uint32_t i = 0; i < 3 * 224 * 224; i++)
+                if (cpu[i] != gpu[i])
+                    SL_FAIL("%ux%u index %llu byte %u: cpu %u gpu %u", w, h, (unsigned long long)index, i, cpu[i], gpu[i]);
+        }
+        free(rgb);
+    }
+    free(cpu);
+    free(gpu);
+    rig_close(&r);
+}
+
+/* Decode n fixture JPEGs on the GPU and on the CPU path; per image mean
+ * absolute difference must stay within the documented bound (2). */
+static void compare_with_cpu(gpu_rig *r, int preset, uint32_t n, uint64_t epoch, double *worst) {
+    unsigned char *jp[32];
+    unsigned long jl[32];
+    const uint8_t *data[32];
+    size_t len[32];
+    sl__gpu_item items[32];
+    int status[32];
+    char reasons[32][SL_GPU_REASON];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t w = 160 + (uint32_t)(fx_mix(i) % 500), h = 120 + (uint32_t)(fx_mix(i + 99) % 400);
+        jp[i] = fx_jpeg_bytes(w, h, i, 0, 90, &jl[i]);
+        data[i] = jp[i];
+        len[i] = jl[i];
+        sl_image_info info;
+        CHECK_OK(sl_image_probe(data[i], len[i], &info));
+        sl__plan p;
+        sl__plan_params pp = {preset, 224, 11, epoch, i, 0};
+        CHECK_OK(sl__plan_sample(&info, &pp, &p, NULL, 0));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, n - 1 - i, &items[i], NULL, 0)); /* reversed positions */
+    }
+    CHECK_OK(sl__gpu_decode_batch(r->e, n, data, len, items, r->dst, r->stride, status, reasons));
+    char err[200] = "";
+    int rc = sl__gpu_wait(r->e, err, sizeof err);
+    if (rc) SL_FAIL("wait: %s", err);
+    uint8_t *gpu = malloc(r->stride), *cpu = malloc(r->stride);
+    for (uint32_t i = 0; i < n; i++) {
+        if (status[i] != SL_GPU_DONE) SL_FAIL("image %u went to the CPU: %s", i, reasons[i]);
+        CHECK_OK(r->cu->cuMemcpyDtoH(gpu, r->dst + (uint64_t)(n - 1 - i) * r->stride, r->stride));
+        sl_decode_opts o;
+        sl_decode_opts_init(&o);
+        o.preset = preset, o.size = 224, o.seed = 11, o.epoch = epoch, o.index = i;
+        CHECK_OK(sl_image_decode(data[i], len[i], &o, cpu, r->stride, NULL, 0));
+        double sum = 0;
+        for (uint64_t k = 0; k < r->stride; k++) sum += abs((int)gpu[k] - (int)cpu[k]);
+        double mean = sum / (double)r->stride;
+        if (mean > *worst) *worst = mean;
+        if (mean > 2.0) SL_FAIL("image %u: mean abs difference %.3f > 2", i, mean);
+        free(jp[i]);
+    }
+    free(gpu);
+    free(cpu);
+}
+
+TEST(gpu_decode_within_the_documented_difference) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open(&r, 32, 256ull << 20);
+    double worst_train = 0, worst_val = 0;
+    compare_with_cpu(&r, SL_PRESET_TRAIN, 32, 0, &worst_train);
+    compare_with_cpu(&r, SL_PRESET_VAL, 32, 0, &worst_val);
+    sl__gpu_stats st;
+    sl__gpu_engine_stats(r.e, &st);
+    printf("worst mean abs vs CPU path: train %.3f, val %.3f; %s on %s: hw %llu hybrid %llu cpu %llu\n", worst_train,
+           worst_val, st.backends, st.device_name, (unsigned long long)st.samples_hw,
+           (unsigned long long)st.samples_hybrid, (unsigned long long)st.samples_cpu);
+    rig_close(&r);
+}
+
+TEST(gpu_hands_back_what_it_cannot_take) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open_cap(&r, 8, 40ull << 20, 1ull << 26);
+    unsigned long jl;
+    unsigned char *good = fx_jpeg_bytes(400, 300, 1, 0, 90, &jl);
+    static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
+    unsigned long bl;
+    unsigned char *big = fx_jpeg_bytes(6000, 4500, 2, 0, 90, &bl); /* 81 MB decoded: over the pool */
+    const uint8_t *data[3] = {good, garbage, big};
+    size_t len[3] = {jl, sizeof garbage, bl};
+    sl__gpu_item items[3];
+    const uint32_t dims[3][2] = {{400, 300}, {400, 300}, {6000, 4500}};
+    for (int i = 0; i < 3; i++) {
+        sl_image_info info = jpeg_info(dims[i][0], dims[i][1]);
+        sl__plan p;
+        CHECK_OK(plan(&info, SL_PRESET_VAL, 0, 0, &p));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, (uint32_t)i, &items[i], NULL, 0));
+    }
+    int status[3];
+    char reasons[3][SL_GPU_REASON];
+    CHECK_OK(sl__gpu_decode_batch(r.e, 3, data, len, items, r.dst, r.stride, status, reasons));
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    printf("statuses %d %d %d: '%s' '%s' '%s'\n", status[0], status[1], status[2], reasons[0], reasons[1], reasons[2]);
+    CHECK_EQ(status[0], SL_GPU_DONE);
+    CHECK_EQ(status[1], SL_GPU_CPU);
+    CHECK_STR_CONTAINS(reasons[1], "for the CPU");
+    CHECK_EQ(status[2], SL_GPU_CPU);
+    CHECK_STR_CONTAINS(reasons[2], "device pool full");
+    sl__gpu_stats st;
+    sl__gpu_engine_stats(r.e, &st);
+    CHECK_EQ(st.samples_cpu, 2);
+    /* a second batch while one is in flight is refused */
+    CHECK_OK(sl__gpu_decode_batch(r.e, 1, data, len, items, r.dst, r.stride, status, reasons));
+    CHECK_EQ(sl__gpu_decode_batch(r.e, 1, data, len, items, r.dst, r.stride, status, reasons), SL_ESTATE);
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    CHECK_EQ(sl__gpu_decode_batch(r.e, 9, data, len, items, r.dst, r.stride, status, reasons), SL_EINVAL);
+    free(good);
+    free(big);
+    rig_close(&r);
+}
+
+TEST(gpu_refuses_images_over_its_max_pixels) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open_cap(&r, 4, 64ull << 20, 400 * 300 - 1);
+    unsigned long jl;
+    unsigned char *jp = fx_jpeg_bytes(400, 300, 1, 0, 90, &jl);
+    sl_image_info info = jpeg_info(400, 300);
+    sl__plan p;
+    CHECK_OK(plan(&info, SL_PRESET_TRAIN, 0, 0, &p));
+    sl__gpu_item it;
+    CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
+    const uint8_t *d = jp;
+    size_t len = jl;
+    int status;
+    char reason[1][SL_GPU_REASON];
+    CHECK_OK(sl__gpu_decode_batch(r.e, 1, &d, &len, &it, r.dst, r.stride, &status, reason));
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    CHECK_EQ(status, SL_GPU_CPU);
+    CHECK_STR_CONTAINS(reason[0], "max_pixels");
+    free(jp);
+    rig_close(&r);
+}
+
+static size_t device_free(const sl__cuda_api *cu) {
+    size_t fr = 0, total = 0;
+    sl_CUcontext ctx = NULL;
+    cu->cuCtxGetCurrent(&ctx);
+    if (ctx) cu->cuMemGetInfo(&fr, &total);
+    return fr;
+}
+
+TEST(gpu_memory_flat_over_100_epochs) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open(&r, 16, 128ull << 20);
+    enum { N = 48, B = 16 };
+    unsigned char *jp[N];
+    const uint8_t *data[N];
+    size_t len[N];
+    sl_image_info info[N];
+    for (int i = 0; i < N; i++) {
+        unsigned long l;
+        jp[i] = fx_jpeg_bytes(200 + 13 * (uint32_t)i, 150 + 7 * (uint32_t)i, (uint64_t)i, 0, 88, &l);
+        data[i] = jp[i], len[i] = l;
+        CHECK_OK(sl_image_probe(data[i], len[i], &info[i]));
+    }
+    uint64_t used_after_1 = 0;
+    size_t free_after_1 = 0;
+    for (uint64_t epoch = 0; epoch < 100; epoch++) {
+        for (int b = 0; b < N / B; b++) {
+            sl__gpu_item items[B];
+            int status[B];
+            for (int k = 0; k < B; k++) {
+                int i = b * B + k;
+                sl__plan p;
+                sl__plan_params pp = {SL_PRESET_TRAIN, 224, 5, epoch, (uint64_t)i, 0};
+                CHECK_OK(sl__plan_sample(&info[i], &pp, &p, NULL, 0));
+                CHECK_OK(sl__gpu_item_from_plan(&p, &info[i], (uint32_t)k, &items[k], NULL, 0));
+            }
+            CHECK_OK(sl__gpu_decode_batch(r.e, B, data + b * B, len + b * B, items, r.dst, r.stride, status, NULL));
+            CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+            for (int k = 0; k < B; k++) CHECK_EQ(status[k], SL_GPU_DONE);
+        }
+        sl__gpu_stats st;
+        sl__gpu_engine_stats(r.e, &st);
+        /* between batches only the fixed part stays (descriptors, nvJPEG's
+         * buffers), and nothing is allocated outside the pool */
+        if (epoch == 1) used_after_1 = st.device_used, free_after_1 = device_free(r.cu);
+        if (epoch > 1) {
+            CHECK_EQ(st.device_used, used_after_1);
+            CHECK_EQ(device_free(r.cu), free_after_1);
+        }
+        CHECK_LE(st.device_peak, st.device_pool_bytes);
+        if (epoch == 99) {
+            printf("device pool %llu bytes, peak used %llu, pinned peak %llu, used now %llu; %.0f samples/s\n",
+                   (unsigned long long)st.device_pool_bytes, (unsigned long long)st.device_peak,
+                   (unsigned long long)st.pinned_peak, (unsigned long long)st.device_used, st.rate);
+            CHECK_EQ(st.samples_hw + st.samples_hybrid, 100 * N);
+        }
+    }
+    for (int i = 0; i < N; i++) free(jp[i]);
+    rig_close(&r);
+}
+
+TEST(gpu_engines_release_everything) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open(&r, 64, 256ull << 20); /* keeps the context alive between engines */
+    unsigned long l;
+    unsigned char *jp = fx_jpeg_bytes(640, 480, 3, 0, 90, &l);
+    size_t before = 0;
+    for (int round = 0; round < 20; round++) {
+        sl__gpu_engine *e;
+        sl__gpu_config c = config(64);
+        CHECK_OK(sl__gpu_engine_new(&c, &r.host, &e, NULL, 0));
+        sl_image_info info;
+        CHECK_OK(sl_image_probe(jp, l, &info));
+        sl__plan p;
+        CHECK_OK(plan(&info, SL_PRESET_TRAIN, (uint64_t)round, 0, &p));
+        sl__gpu_item it;
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
+        const uint8_t *d = jp;
+        size_t len = l;
+        int status;
+        CHECK_OK(sl__gpu_decode_batch(e, 1, &d, &len, &it, r.dst, r.stride, &status, NULL));
+        CHECK_EQ(status, SL_GPU_DONE);
+        if (round % 2) CHECK_OK(sl__gpu_wait(e, NULL, 0)); /* free waits for the rest */
+        sl__gpu_engine_free(e);
+        size_t now = device_free(r.cu);
+        if (round == 1) before = now;
+        if (round > 1 && now != before)
+            SL_FAIL("round %d: device free memory %zu, was %zu after round 1", round, now, before);
+    }
+    free(jp);
+    rig_close(&r);
+}
