@@ -440,7 +440,10 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->prefetch > 1024) BAD("prefetch %u over 1024", c->prefetch);
     if (c->min_slots > 1024) BAD("min_slots %u over 1024", c->min_slots);
     if (c->budget == 0) BAD("budget is 0");
-    if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA)) BAD("unknown flags 0x%x", c->flags);
+    if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA | SL_FLAG_FAST)) BAD("unknown flags 0x%x", c->flags);
+    sl__recipe recipe;
+    int rc = sl__recipe_from_config(c, &recipe, err, errlen);
+    if (rc) return rc;
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
     return 0;
 #undef BAD
@@ -509,7 +512,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->nworkers = cfg->workers ? cfg->workers : affinity_cpus();
     ld->B = cfg->batch_size;
     ld->C = (cfg->flags & SL_FLAG_KEEP_ALPHA) ? 4 : 3;
-    ld->sample_bytes = (uint64_t)ld->C * cfg->size * cfg->size;
+    ld->sample_bytes = (uint64_t)ld->C * sl__recipe_out_h(cfg) * sl__recipe_out_w(cfg);
     ld->source_path = sl__strdup(&ld->budget, cfg->source, SL_MEM_INDEX);
     ld->cfg.source = ld->source_path;
     if (!ld->source_path) {
@@ -797,13 +800,13 @@ int sl_batch_field(const sl_batch *b, int i, sl_field *f) {
     const sl_loader *ld = b->ld;
     memset(f, 0, sizeof *f);
     if (i == 0) {
-        int64_t S = ld->cfg.size;
+        int64_t H = sl__recipe_out_h(&ld->cfg), W = sl__recipe_out_w(&ld->cfg);
         f->name = "image";
         f->data = b->image;
         f->dtype = SL_DTYPE_UINT8;
         f->ndim = 4;
-        f->shape[0] = b->n, f->shape[1] = ld->C, f->shape[2] = S, f->shape[3] = S;
-        f->strides[3] = 1, f->strides[2] = S, f->strides[1] = S * S, f->strides[0] = (int64_t)ld->sample_bytes;
+        f->shape[0] = b->n, f->shape[1] = ld->C, f->shape[2] = H, f->shape[3] = W;
+        f->strides[3] = 1, f->strides[2] = W, f->strides[1] = H * W, f->strides[0] = (int64_t)ld->sample_bytes;
         f->nbytes = (uint64_t)b->n * ld->sample_bytes;
     } else {
         f->name = i == 1 ? "label" : "index";

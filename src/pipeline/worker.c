@@ -142,7 +142,9 @@ int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *ds
     if ((rc = sl__sample_read(&f, buf, reason, rlen))) goto out;
     if ((rc = sl__probe(buf, f.size, &info, reason, rlen))) goto out;
     if ((rc = sl__check_pixels(&info, cfg->max_pixels, reason, rlen))) goto out;
-    sl__plan_params pp = {cfg->preset, cfg->size, cfg->seed, epoch, index, cfg->flags};
+    sl__recipe recipe; /* checked at create: cannot fail here */
+    if ((rc = sl__recipe_from_config(cfg, &recipe, reason, rlen))) goto out;
+    sl__plan_params pp = {&recipe, cfg->seed, epoch, index, NULL};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
     if ((rc = ensure(w, f.size, plan.mem, &lost, reason, rlen))) goto out;
     if (lost && f.size > w->rbase_cap) {
