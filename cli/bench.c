@@ -3,6 +3,8 @@
  *   [--budget 512M] [--workers N|auto] [--prefetch N] [--epochs N | --batches N]
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
  *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]
+ *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
+ *    --resize --fast --max-scans, cli/recipe.c]
  *
  * Runs the pipeline flat out, throws batches away, reports throughput and
  * memory. Memory is measured, not estimated: the process's RSS before the
@@ -21,6 +23,7 @@
 #include "../src/base/util.h"
 #include "cli.h"
 #include "common.h"
+#include "recipe.h"
 #include "sluice.h"
 
 static void usage(FILE *f) {
@@ -30,8 +33,10 @@ static void usage(FILE *f) {
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
             "                    [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]\n"
+            "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
-            "manifest .csv/.jsonl (path,label). Sizes take K, M, G suffixes (1024).\n");
+            "manifest .csv/.jsonl (path,label). Sizes take K, M, G suffixes (1024).\n",
+            sl_cli_recipe_usage);
 }
 
 static int parse_u64(const char *s, uint64_t *v) {
@@ -52,7 +57,11 @@ int sl_cli_bench(int argc, char **argv) {
     int json = 0;
     uint64_t epochs = 0, max_batches = 0, v;
     const char *dataset = NULL;
+    sl_cli_recipe ro = {&cfg.recipe, &cfg.size, &cfg.flags, &cfg.max_scans};
     for (int i = 1; i < argc; i++) {
+        int used = sl_cli_recipe_flag("bench", argc, argv, &i, &ro);
+        if (used < 0) return 2;
+        if (used) continue;
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_VAL()                                                              \
@@ -86,8 +95,6 @@ int sl_cli_bench(int argc, char **argv) {
                 fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
                 return 2;
             }
-        } else if (!strcmp(a, "--size")) {
-            NUM(cfg.size, 1, 16384);
         } else if (!strcmp(a, "--batch")) {
             NUM(cfg.batch_size, 1, 1u << 20);
         } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
@@ -212,6 +219,8 @@ int sl_cli_bench(int argc, char **argv) {
     size_t nrec = sl_loader_errors(ld, 0, recs, 5);
     char path[4096];
     const char *preset = cfg.preset == SL_PRESET_TRAIN ? "train" : "val";
+    uint32_t out_h, out_w;
+    sl_cli_out_dims(cfg.size, &cfg.recipe, &out_h, &out_w);
     if (json) {
         FILE *o = stdout;
         fprintf(o, "{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"seconds\": %.3f, \"samples_per_s\": %.1f", samples,
@@ -233,8 +242,8 @@ int sl_cli_bench(int argc, char **argv) {
             fprintf(o, "}");
         }
         fprintf(o, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, checksum, failed_batches);
-        fprintf(o, ", \"preset\": \"%s\", \"size\": %u, \"batch\": %u, \"seed\": %" PRIu64 ", \"epochs\": %" PRIu64, preset,
-                cfg.size, cfg.batch_size, cfg.seed, epochs_done);
+        fprintf(o, ", \"preset\": \"%s\", \"size\": %u, \"height\": %u, \"width\": %u, \"batch\": %u, \"seed\": %" PRIu64
+                   ", \"epochs\": %" PRIu64, preset, cfg.size, out_h, out_w, cfg.batch_size, cfg.seed, epochs_done);
         fprintf(o, ", \"dataset_samples\": %" PRIu64 ", \"index_seconds\": %.3f, \"consumer_wait_s\": %.3f",
                 sl_loader_dataset_size(ld), st.index_seconds, st.consumer_wait_s);
         fprintf(o, ", \"worker_busy_s\": %.3f, \"worker_idle_s\": %.3f, \"budget_wait_s\": %.3f", st.worker_busy_s,
@@ -247,7 +256,7 @@ int sl_cli_bench(int argc, char **argv) {
         fprintf(o, "}\n");
     } else {
         char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32];
-        printf("sluice bench: %s, preset %s %ux%u, batch %u, %u workers, %u slots\n", dataset, preset, cfg.size, cfg.size,
+        printf("sluice bench: %s, preset %s %ux%u (HxW), batch %u, %u workers, %u slots\n", dataset, preset, out_h, out_w,
                cfg.batch_size, st.workers, st.slots);
         printf("  %" PRIu64 " samples in %" PRIu64 " batches, %.2f s: %.1f samples/s (index %.3f s, consumer waited %.2f s)\n",
                samples, batches, secs, secs > 0 ? samples / secs : 0.0, st.index_seconds, st.consumer_wait_s);

@@ -354,10 +354,6 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         sl__msg(reason, rlen, "truncated JPEG: the data ends before its end-of-image marker");
         return SL_ECORRUPT;
     }
-    if (req->cancel && *req->cancel) {
-        sl__msg(reason, rlen, "decode cancelled");
-        return SL_ESTATE;
-    }
     /* A scan bomb (a legal header, one scan repeated hundreds of times)
      * costs a full pass over the image per scan: refused from its markers
      * before any of them is decoded. */

@@ -357,6 +357,7 @@ int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
         if ((rc = sink->begin(sink, &region))) goto out;
         for (uint32_t r = 0; r < req->h; r++) {
             const uint8_t *p = buf + (size_t)(req->y + r) * (size_t)row_bytes + xoff;
+            if ((rc = png_cancelled(req, reason, rlen))) goto out;
             if ((rc = sink->rows(sink, &p, r, 1))) goto out;
         }
         goto out;

@@ -19,8 +19,8 @@
 #define SL_MAX_SIDE 16384u     /* output side limit (as cfg.size) */
 #define SL_DEFAULT_MAX_SCANS 64u
 
-static int bad(char *reason, size_t rlen, const char *what, double v) {
-    sl__msg(reason, rlen, "%s %g out of range", what, v);
+static int bad(char *reason, size_t rlen, const char *what, double v, const char *range) {
+    sl__msg(reason, rlen, "%s %g is out of range %s", what, v, range);
     return SL_EINVAL;
 }
 
@@ -47,7 +47,8 @@ static int train_options(const sl_image_recipe *in, sl__recipe *o, char *reason,
     }
     if (in->hflip == SL_HFLIP_NEVER) o->hflip = 0.0;
     else if (in->hflip != 0) {
-        if (!(in->hflip > 0 && in->hflip <= 1.0)) return bad(reason, rlen, "hflip probability", in->hflip);
+        if (!(in->hflip > 0 && in->hflip <= 1.0))
+            return bad(reason, rlen, "hflip probability", in->hflip, "(0, 1] (SL_HFLIP_NEVER: never)");
         o->hflip = in->hflip;
     }
     return 0;
@@ -60,7 +61,7 @@ static int val_options(const sl_image_recipe *in, sl__recipe *o, char *reason, s
         return SL_EINVAL;
     }
     if (in->crop_pct != 0 && !(in->crop_pct >= 0.05 && in->crop_pct <= 1.0))
-        return bad(reason, rlen, "crop_pct (0.05..1)", in->crop_pct);
+        return bad(reason, rlen, "crop_pct", in->crop_pct, "[0.05, 1]");
     if (in->resize) {
         uint32_t side = SL_MAX(o->out_w, o->out_h);
         if (in->resize < side || in->resize > 4 * SL_MAX_SIDE) {
@@ -114,7 +115,7 @@ int sl__recipe_make(int preset, uint32_t size, const sl_image_recipe *in, uint32
     o->out_w = in->width ? in->width : size;
     o->out_h = in->height ? in->height : size;
     if (o->out_w == 0 || o->out_h == 0 || o->out_w > SL_MAX_SIDE || o->out_h > SL_MAX_SIDE) {
-        sl__msg(reason, rlen, "output size %ux%u out of range 1..%u", o->out_w, o->out_h, SL_MAX_SIDE);
+        sl__msg(reason, rlen, "output height x width %ux%u out of range 1..%u", o->out_h, o->out_w, SL_MAX_SIDE);
         return SL_EINVAL;
     }
     return preset == SL_PRESET_TRAIN ? train_options(in, o, reason, rlen) : val_options(in, o, reason, rlen);
