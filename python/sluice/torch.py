@@ -15,7 +15,7 @@ How a batch travels (CUDA):
     mean/std normalization (one fused addcmul, channels_last on request) run
     on that stream too, and an event marks the batch ready.
   * One batch is staged ahead: while you compute on batch k, batch k+1 is
-    copied and converted.
+    copied, converted and passed through your `transform` (if any).
   * Your (current) stream waits on the ready event; the tensors are
     record_stream()-ed on it, so the caching allocator never hands their
     memory to the side stream while your kernels still use it.
@@ -80,16 +80,35 @@ class Loader:
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs.
       channels_last  images in torch.channels_last memory format
+      transform      None, or fn(images, labels) -> (images, labels), run on each
+                     device batch after the dtype conversion and normalization,
+                     before it is yielded (see below)
 
-    ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
-    device. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
+    ``images`` is [N, C, height, width] of dtype on device, ``labels`` int64 [N]
+    on device.
+
+    ``transform`` is where GPU-side augmentation goes: torchvision v2
+    transforms (``v2.Compose([...])``, ``v2.MixUp``, ``v2.CutMix``),
+    RandAugment, random erasing. It receives the batch's two tensors, already
+    on ``device``, and returns two (a transform may change dtype or shape:
+    MixUp/CutMix return float soft labels [N, classes]); anything else is a
+    TypeError. On CUDA it runs on the loader's side stream, one batch ahead,
+    so it overlaps your compute on the previous batch; the tensors it returns
+    are handed to your stream safely. Its randomness is torch's (seed it with
+    ``torch.manual_seed``): unlike the crop and flip, it is not derived from
+    the loader's seed nor restored by ``load_state_dict``. A transform that
+    wants unnormalized input takes ``dtype=torch.uint8`` (or ``mean=None,
+    std=None`` for floats in [0, 1]) and normalizes itself. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
     ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
     counts the batches you have received (the one staged ahead is not lost).
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, **kwargs):
+                 std=IMAGENET_STD, channels_last=False, transform=None, **kwargs):
         self._base = None
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable (images, labels) -> (images, labels), got {transform!r}")
+        self._transform = transform
         self._pinned = None
         self._carry = None
         self._inflight = []  # (copy-done event, cpu batch) in issue order
@@ -178,6 +197,7 @@ class Loader:
                     torch.channels_last if self._channels_last else torch.contiguous_format))
                 torch.addcmul(self._bias, img, self._scale, out=images)
             del batch, img
+            images, labels = self._apply_transform(images, labels)
             self._state = None
             yield images, labels
             del images, labels
@@ -226,18 +246,30 @@ class Loader:
                 out = torch.empty(img_d.shape, dtype=self._dtype, device=dev, memory_format=(
                     torch.channels_last if self._channels_last else torch.contiguous_format))
                 torch.addcmul(self._bias, img_d, self._scale, out=out)
+            out, lab_d = self._apply_transform(out, lab_d)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         # The CPU views (and so the slot) live until the copy is done.
         self._inflight.append((copied, batch))
         return out, lab_d, ready, state
 
+    def _apply_transform(self, images, labels):
+        """The user's transform, its result checked."""
+        if self._transform is None:
+            return images, labels
+        res = self._transform(images, labels)
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise TypeError("sluice.torch: transform must return (images, labels), got "
+                            f"{type(res).__name__}")
+        return res[0], res[1]
+
     def _deliver(self, staged):
         out, lab_d, ready, state = staged
         cur = torch.cuda.current_stream(self._device)
         cur.wait_event(ready)
-        out.record_stream(cur)
-        lab_d.record_stream(cur)
+        for t in (out, lab_d):  # made on the side stream: used on yours now
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                t.record_stream(cur)
         self._state = state
         self._reap(self._max_inflight)
         return out, lab_d
