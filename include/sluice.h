@@ -73,9 +73,9 @@ enum { SL_ON_ERROR_SKIP = 0, SL_ON_ERROR_RAISE = 1 };
 #define SL_FLAG_EXIF       (1u << 1) /* apply EXIF orientation (default: ignored, as Pillow) */
 #define SL_FLAG_KEEP_ALPHA (1u << 2) /* 4 output channels, RGBA (alpha 255 where none) */
 /* JPEG DCT-domain downscaling all the way to the output size: fewer
- * instructions a sample, but no longer Pillow-exact (both measured in
- * docs/images.md). Without it, DCT scaling is used only where an
- * antialiased resize of at least 2x still follows. */
+ * instructions a sample on large images (up to 2x), but no longer within
+ * 1.0 of Pillow (both measured in docs/images.md). Without it, DCT scaling
+ * is used only where an antialiased resize of at least 3x still follows. */
 #define SL_FLAG_FAST       (1u << 3)
 
 /* ---- image recipes ------------------------------------------------------ */
