@@ -12,7 +12,6 @@
 #include "fixture.h" /* first: it defines _GNU_SOURCE */
 
 #include <math.h>
-#include <sys/wait.h>
 
 #include "ops/ops.h"
 
@@ -300,16 +299,11 @@ TEST(loader_non_square_output) {
 
 /* ---- the CLI flags ------------------------------------------------------ */
 
+/* sluice ARGS, stdout and stderr together */
 static int run(const char *args, char *out, size_t cap) {
-    const char *build = getenv("SL_BUILD");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/sluice' %s 2>&1", build ? build : "build", args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char all[2048];
+    snprintf(all, sizeof all, "%s 2>&1", args);
+    return fx_sluice(all, out, cap);
 }
 
 TEST(cli_recipe_flags) {
