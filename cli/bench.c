@@ -4,6 +4,8 @@
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
  *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif]
  *   [--fields FILE.json] [--json]
+ *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
+ *    --resize --fast --max-scans, cli/recipe.c]
  *
  * Runs the pipeline flat out, throws batches away, reports throughput and
  * memory. Memory is measured, not estimated: the process's RSS before the
@@ -21,6 +23,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "recipe.h"
 #include "sluice.h"
 
 #define FIELDS_MAX ((size_t)1 << 20) /* a schema file larger than this is a mistake */
@@ -33,10 +36,12 @@ static void usage(FILE *f) {
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
             "                    [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
             "                    [--fields FILE.json] [--json]\n"
+            "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
             "field's value). --fields: the schema, a JSON object of named fields\n"
-            "(docs/fields.md). Sizes take K, M, G suffixes (1024).\n");
+            "(docs/fields.md). Sizes take K, M, G suffixes (1024).\n",
+            sl_cli_recipe_usage);
 }
 
 typedef struct bench_opts {
@@ -68,7 +73,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
     sl_config *cfg = &o->cfg;
     uint64_t v = 0;
     struct { const char *name; uint64_t lo, hi; } nums[] = {
-        {"--size", 1, 16384}, {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
+        {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
         {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
@@ -78,14 +83,13 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
                     (unsigned long long)nums[i].lo, (unsigned long long)nums[i].hi, val);
             return 2;
         }
-        if (i == 0) cfg->size = (uint32_t)v;
-        else if (i == 1) cfg->batch_size = (uint32_t)v;
-        else if (i == 2) cfg->prefetch = (uint32_t)v;
-        else if (i == 3) o->epochs = v;
-        else if (i == 4) o->max_batches = v;
-        else if (i == 5) cfg->seed = v;
-        else if (i == 6) cfg->rank = (uint32_t)v;
-        else if (i == 7) cfg->world_size = (uint32_t)v;
+        if (i == 0) cfg->batch_size = (uint32_t)v;
+        else if (i == 1) cfg->prefetch = (uint32_t)v;
+        else if (i == 2) o->epochs = v;
+        else if (i == 3) o->max_batches = v;
+        else if (i == 4) cfg->seed = v;
+        else if (i == 5) cfg->rank = (uint32_t)v;
+        else if (i == 6) cfg->world_size = (uint32_t)v;
         else cfg->max_pixels = v;
         return 0;
     }
@@ -129,7 +133,11 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
 static int parse_args(bench_opts *o, int argc, char **argv) {
     sl_config_init(&o->cfg);
     o->cfg.flags |= SL_FLAG_CHECKSUM;
+    sl_cli_recipe ro = {&o->cfg.recipe, &o->cfg.size, &o->cfg.flags, &o->cfg.max_scans};
     for (int i = 1; i < argc; i++) {
+        int used = sl_cli_recipe_flag("bench", argc, argv, &i, &ro);
+        if (used < 0) return 2;
+        if (used) continue;
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -233,9 +241,13 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
         fprintf(f, "}");
     }
     fprintf(f, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, r->checksum, r->failed_batches);
-    fprintf(f, ", \"preset\": \"%s\", \"size\": %u, \"batch\": %u, \"seed\": %" PRIu64 ", \"epochs\": %" PRIu64,
-            o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", o->cfg.size, o->cfg.batch_size, o->cfg.seed,
-            r->epochs_done);
+    uint32_t out_h, out_w;
+    sl_cli_out_dims(o->cfg.size, &o->cfg.recipe, &out_h, &out_w);
+    fprintf(f,
+            ", \"preset\": \"%s\", \"size\": %u, \"height\": %u, \"width\": %u, \"batch\": %u, \"seed\": %" PRIu64
+            ", \"epochs\": %" PRIu64,
+            o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", o->cfg.size, out_h, out_w, o->cfg.batch_size,
+            o->cfg.seed, r->epochs_done);
     fprintf(f, ", \"dataset_samples\": %" PRIu64 ", \"index_seconds\": %.3f, \"consumer_wait_s\": %.3f",
             sl_loader_dataset_size(ld), st->index_seconds, st->consumer_wait_s);
     fprintf(f, ", \"worker_busy_s\": %.3f, \"worker_idle_s\": %.3f, \"budget_wait_s\": %.3f", st->worker_busy_s,
@@ -255,10 +267,13 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
     if (o->fields)
         printf("sluice bench: %s, fields from the schema, batch %u, %u workers, %u slots\n", o->dataset,
                o->cfg.batch_size, st->workers, st->slots);
-    else
-        printf("sluice bench: %s, preset %s %ux%u, batch %u, %u workers, %u slots\n", o->dataset,
-               o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", o->cfg.size, o->cfg.size, o->cfg.batch_size,
-               st->workers, st->slots);
+    else {
+        uint32_t out_h, out_w;
+        sl_cli_out_dims(o->cfg.size, &o->cfg.recipe, &out_h, &out_w);
+        printf("sluice bench: %s, preset %s %ux%u (HxW), batch %u, %u workers, %u slots\n", o->dataset,
+               o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", out_h, out_w, o->cfg.batch_size, st->workers,
+               st->slots);
+    }
     printf("  %" PRIu64 " samples in %" PRIu64 " batches, %.2f s: %.1f samples/s (index %.3f s, consumer waited %.2f s)\n",
            r->samples, r->batches, r->seconds, r->seconds > 0 ? r->samples / r->seconds : 0.0, st->index_seconds,
            st->consumer_wait_s);

@@ -1,6 +1,8 @@
 /*
- * sluice decode FILE [-o OUT.ppm] [--preset none|train|val] [--size 224]
- *   [--seed S --epoch E --index I] [--exif] [--max-pixels N]
+ * sluice decode FILE [-o OUT.ppm] [--preset none|train|val]
+ *   [--seed S --epoch E --index I] [--exif] [--max-pixels N] [recipe flags,
+ *   cli/recipe.c: --size N|H,W --interpolation --scale --ratio --hflip
+ *   --crop-pct --resize --fast --max-scans]
  *
  * Decodes one image exactly as the loader would and writes it as a binary
  * PPM (RGB), or prints its header with --info. For looking at what the
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "recipe.h"
 #include "sluice.h"
 
 static int read_all(const char *path, unsigned char **data, size_t *len) {
@@ -41,11 +44,15 @@ int sl_cli_decode(int argc, char **argv) {
     int info_only = 0;
     sl_decode_opts o;
     sl_decode_opts_init(&o);
+    sl_cli_recipe ro = {&o.recipe, &o.size, &o.flags, &o.max_scans};
     for (int i = 1; i < argc; i++) {
+        int used = sl_cli_recipe_flag("decode", argc, argv, &i, &ro);
+        if (used < 0) return 2;
+        if (used) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--info")) info_only = 1;
         else if (!strcmp(a, "--exif")) o.flags |= SL_FLAG_EXIF;
-        else if ((!strcmp(a, "-o") || !strcmp(a, "--preset") || !strcmp(a, "--size") || !strcmp(a, "--seed") ||
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--preset") || !strcmp(a, "--seed") ||
                   !strcmp(a, "--epoch") || !strcmp(a, "--index") || !strcmp(a, "--max-pixels")) && v) {
             i++;
             if (!strcmp(a, "-o")) out = v;
@@ -65,16 +72,16 @@ int sl_cli_decode(int argc, char **argv) {
                     fprintf(stderr, "sluice decode: %s takes a number, not '%s'\n", a, v);
                     return 2;
                 }
-                if (!strcmp(a, "--size")) o.size = (uint32_t)x;
-                else if (!strcmp(a, "--seed")) o.seed = x;
+                if (!strcmp(a, "--seed")) o.seed = x;
                 else if (!strcmp(a, "--epoch")) o.epoch = x;
                 else if (!strcmp(a, "--index")) o.index = x;
                 else o.max_pixels = x;
             }
         } else if (a[0] != '-' && !in) in = a;
         else {
-            fprintf(stderr, "usage: sluice decode FILE [-o OUT.ppm] [--info] [--preset none|train|val] [--size N]\n"
-                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n");
+            fprintf(stderr, "usage: sluice decode FILE [-o OUT.ppm] [--info] [--preset none|train|val]\n"
+                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n%s",
+                    sl_cli_recipe_usage);
             return 2;
         }
     }

@@ -76,6 +76,34 @@ enum { SL_ON_ERROR_SKIP = 0, SL_ON_ERROR_RAISE = 1 };
 #define SL_FLAG_CHECKSUM   (1u << 0) /* hash every delivered sample (sl_batch_checksum) */
 #define SL_FLAG_EXIF       (1u << 1) /* apply EXIF orientation (default: ignored, as Pillow) */
 #define SL_FLAG_KEEP_ALPHA (1u << 2) /* 4 output channels, RGBA (alpha 255 where none) */
+/* JPEG DCT-domain downscaling all the way to the output size: fewer
+ * instructions a sample on large images (up to 2x), but no longer within
+ * 1.0 of Pillow (both measured in docs/images.md). Without it, DCT scaling
+ * is used only where an antialiased resize of at least 3x still follows. */
+#define SL_FLAG_FAST       (1u << 3)
+
+/* ---- image recipes ------------------------------------------------------ */
+enum { SL_INTERP_BILINEAR = 0, SL_INTERP_BICUBIC = 1 }; /* Pillow-exact, antialiased */
+#define SL_HFLIP_NEVER (-1.0) /* recipe.hflip: never flip (0 means the default 0.5) */
+
+/*
+ * How a decoded image becomes the output, beyond preset and size. Every
+ * field's zero is today's default, so a zeroed recipe is the classic
+ * preset (torchvision RandomResizedCrop + flip 0.5; Resize(size*256/224) +
+ * CenterCrop). Checked when the loader is created (SL_EINVAL with a
+ * reason) and by sl_image_output_size / sl_image_decode.
+ */
+typedef struct sl_image_recipe {
+    uint32_t height, width;     /* output size; 0, 0: size x size. Both or neither */
+    int interpolation;          /* SL_INTERP_BILINEAR (0) or SL_INTERP_BICUBIC */
+    double scale_min, scale_max;/* train: area fraction range, 0 < min <= max <= 1 (0, 0: 0.08, 1) */
+    double ratio_min, ratio_max;/* train: w/h range, 0 < min <= max (0, 0: 3/4, 4/3) */
+    double hflip;               /* train: flip probability in (0, 1]; 0: 0.5; SL_HFLIP_NEVER: never */
+    double crop_pct;            /* val: resize to floor(size / crop_pct), then centre crop
+                                   (timm), 0 < crop_pct <= 1; 0: 224/256 (the classic 256 -> 224) */
+    uint32_t resize;            /* val: torchvision Resize(resize) + CenterCrop; >= the output's
+                                   sides; 0: from crop_pct. Not with crop_pct */
+} sl_image_recipe;
 
 typedef struct sl_config {
     size_t struct_size;   /* sizeof(sl_config) as the caller was built: set by sl_config_init */
@@ -100,6 +128,9 @@ typedef struct sl_config {
     const char *fields;   /* the schema: a JSON object of named fields (DESIGN.md,
                              docs/fields.md); NULL: "image" + "label" (+ "index") with
                              preset and size above */
+    /* -- appended; zero keeps the behaviour of callers that predate them -- */
+    sl_image_recipe recipe; /* recipe options (all zero: the classic presets) */
+    uint32_t max_scans;     /* JPEG scans a file may have (64); more: SL_ELIMIT before decoding */
 } sl_config;
 
 /* Fill cfg with the defaults above (source NULL, fields NULL) and record the
@@ -199,7 +230,8 @@ enum {
 
 /* Fields in schema order, then "<f>_len" for each field with "points", then
  * "index" int64 [n] (dataset sample index). Without a schema: 0 "image"
- * uint8 [n, C, size, size] (CHW, RGB), 1 "label" int64 [n], 2 "index". */
+ * uint8 [n, C, height, width] (CHW, RGB; size x size unless
+ * the recipe sets height and width), 1 "label" int64 [n], 2 "index". */
 SL_API int sl_batch_num_fields(const sl_batch *b);
 SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out);
 SL_API int sl_batch_find(const sl_batch *b, const char *name, sl_field *out);
@@ -326,14 +358,18 @@ typedef struct sl_decode_opts {
     uint32_t size;         /* output side for presets */
     uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
     uint64_t max_pixels, max_bytes;
-    uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
+    uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA, SL_FLAG_FAST */
+    /* -- appended; zero keeps the behaviour of callers that predate them -- */
+    sl_image_recipe recipe; /* as sl_config.recipe */
+    uint32_t max_scans;    /* as sl_config.max_scans (64) */
 } sl_decode_opts;
 
 SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
 #define sl_decode_opts_init(o) sl_decode_opts_init_sized((o), sizeof *(o))
 
-/* Bytes sl_image_decode writes: C*size*size for presets, C*W*H for NONE
- * (after EXIF rotation if asked). */
+/* Bytes sl_image_decode writes: C*height*width for presets (the recipe's
+ * height and width, else size x size), C*W*H for NONE (after EXIF rotation
+ * if asked). */
 SL_API int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o,
                                 uint32_t *width, uint32_t *height, uint32_t *channels);
 
@@ -349,6 +385,11 @@ SL_API int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, u
 
 /* "38.5 MiB" (powers of 1024) into buf (len >= 16); returns buf. */
 SL_API const char *sl_format_size(uint64_t bytes, char *buf, size_t len);
+/* The same for a recipe: the box and flip the train preset takes for sample
+ * (o->seed, o->epoch, o->index) of a width x height image under o->recipe
+ * (scale, ratio, hflip). 0, or SL_EINVAL for a bad recipe or size. */
+SL_API int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4],
+                                int *flip);
 
 /* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
 SL_API int sl_parse_size(const char *s, uint64_t *out);

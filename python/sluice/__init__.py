@@ -71,6 +71,50 @@ def _choice(name, value, choices):
     return choices[value]
 
 
+_INTERP = {"bilinear": _sluice.INTERP_BILINEAR, "bicubic": _sluice.INTERP_BICUBIC}
+
+
+def _pair(name, value, kind=float):
+    """(a, b) from a 2-sequence of numbers."""
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a pair (a, b), got {value!r}") from None
+    for v in (a, b):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must hold numbers, got {value!r}")
+    return kind(a), kind(b)
+
+
+def _recipe(preset, size, scale, ratio, interpolation, crop_pct, resize, hflip):
+    """(size, recipe dict for the extension) from the user's recipe options.
+    The library checks the ranges (ValueError with its reason)."""
+    r = {"interpolation": _choice("interpolation", interpolation, _INTERP)}
+    if isinstance(size, (tuple, list)) and len(size) == 2:
+        r["height"], r["width"] = _int("size height", size[0], 1, 1 << 16), _int("size width", size[1], 1, 1 << 16)
+        side = max(r["height"], r["width"])
+    elif isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        side = _int("size", size, 1, 1 << 16)
+    else:
+        raise TypeError(f"size must be an int or a pair of ints (height, width), got {size!r}")
+    r["scale_min"], r["scale_max"] = _pair("scale", scale)
+    r["ratio_min"], r["ratio_max"] = _pair("ratio", ratio)
+    if isinstance(hflip, bool) or not isinstance(hflip, numbers.Real):
+        raise TypeError(f"hflip must be a probability (a number in [0, 1]), got {hflip!r}")
+    if not 0.0 <= hflip <= 1.0:
+        raise ValueError(f"hflip must be a probability in [0, 1], got {hflip!r}")
+    r["hflip"] = float(hflip) if hflip > 0 else -1.0  # SL_HFLIP_NEVER
+    if preset == "train" and (crop_pct is not None or resize is not None):
+        raise ValueError("crop_pct and resize apply to preset='val' (train crops with scale and ratio)")
+    if crop_pct is not None:
+        if isinstance(crop_pct, bool) or not isinstance(crop_pct, numbers.Real):
+            raise TypeError(f"crop_pct must be a number in (0, 1], got {crop_pct!r}")
+        r["crop_pct"] = float(crop_pct)
+    if resize is not None:
+        r["resize"] = _int("resize", resize, 1, _U32)
+    return side, r
+
+
 def parse_size(size):
     """Bytes from an int or a string like "512M", "2G", "1.5G", "1000" (K, M, G, T
     suffixes are powers of 1024). Raises ValueError/TypeError saying what was wrong."""
@@ -161,7 +205,18 @@ class Loader:
       source       folder or manifest path
       batch_size   samples per batch (256)
       preset       "train" (RandomResizedCrop + flip) or "val" (resize + center crop)
-      size         output height = width (224)
+      size         output side (224), or (height, width)
+      scale, ratio train: RandomResizedCrop area fraction ((0.08, 1.0)) and w/h
+                   ((3/4, 4/3)) ranges
+      interpolation  "bilinear" or "bicubic" (Pillow-exact, antialiased)
+      hflip        train: horizontal flip probability (0.5; 0 never flips)
+      crop_pct     val: resize to size / crop_pct, then centre crop (timm); default
+                   224/256
+      resize       val: resize the short side to this, then centre crop
+                   (torchvision Resize(resize) + CenterCrop(size))
+      fast         JPEG DCT-domain downscaling down to the output size: faster,
+                   not Pillow-exact (see docs/images.md)
+      max_scans    JPEG scans a file may have (64); more is an error record
       shuffle      new seeded permutation each epoch (True)
       seed         seeds the order and the augmentation (0)
       drop_last    drop the uneven rank tail and the last short batch (False)
@@ -188,7 +243,9 @@ class Loader:
     def __init__(self, source, batch_size=256, preset="train", size=224, shuffle=True, seed=0,
                  drop_last=False, budget="512M", workers=None, prefetch=None, on_error="skip",
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
-                 exif=False, keep_alpha=False, max_error_records=None, fields=None):
+                 exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
+                 ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
+                 hflip=0.5, fast=False, max_scans=None, fields=None):
         self._ld = None
         if not isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}")
@@ -201,7 +258,6 @@ class Loader:
             raise FileNotFoundError(f"source {source!r} does not exist")
         kw = {
             "batch_size": _int("batch_size", batch_size, 1, _U32),
-            "size": _int("size", size, 1, 1 << 16),
             "preset": _choice("preset", preset, _PRESETS),
             "shuffle": _flag("shuffle", shuffle),
             "seed": _int("seed", seed),
@@ -231,9 +287,13 @@ class Loader:
             kw["max_bytes"] = _int("max_bytes", max_bytes, 1)
         if max_error_records is not None:
             kw["max_error_records"] = _int("max_error_records", max_error_records, 0, _U32)
+        kw["size"], kw["recipe"] = _recipe(preset, size, scale, ratio, interpolation, crop_pct, resize, hflip)
+        if max_scans is not None:
+            kw["max_scans"] = _int("max_scans", max_scans, 1, _U32)
         kw["flags"] = ((_sluice.FLAG_CHECKSUM if _flag("checksum", checksum) else 0)
                        | (_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
-                       | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0))
+                       | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0)
+                       | (_sluice.FLAG_FAST if _flag("fast", fast) else 0))
         if fields is not None:
             kw["fields"] = _schema_json(fields)
         self.fields = fields
@@ -367,12 +427,15 @@ class Loader:
 
 # ---- single images ---------------------------------------------------------
 def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=False,
-                 keep_alpha=False, max_pixels=None, max_bytes=None):
+                 keep_alpha=False, max_pixels=None, max_bytes=None, scale=(0.08, 1.0),
+                 ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
+                 hflip=0.5, fast=False, max_scans=None):
     """Decode one JPEG/PNG (bytes-like) with the library's own decode path.
 
     preset None: the full image, HWC uint8. "train"/"val": the preset's output,
-    CHW uint8 [C, size, size]; "train" randomness is that of sample ``index``
-    in ``epoch`` of a loader seeded with ``seed``.
+    CHW uint8 [C, height, width] (size is an int or (height, width)); "train"
+    randomness is that of sample ``index`` in ``epoch`` of a loader seeded
+    with ``seed``. The recipe options are those of :class:`Loader`.
     """
     import numpy as np
 
@@ -380,20 +443,26 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
         p = _sluice.TRANSFORM_NONE
     else:
         p = _choice("preset", preset, _PRESETS)
+    side, recipe = _recipe(preset, size, scale, ratio, interpolation, crop_pct, resize, hflip)
     flags = ((_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
-             | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0))
-    kw = {}
+             | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0)
+             | (_sluice.FLAG_FAST if _flag("fast", fast) else 0))
+    kw = {"recipe": recipe}
     if max_pixels is not None:
         kw["max_pixels"] = _int("max_pixels", max_pixels, 1)
     if max_bytes is not None:
         kw["max_bytes"] = _int("max_bytes", max_bytes, 1)
+    if max_scans is not None:
+        kw["max_scans"] = _int("max_scans", max_scans, 1, _U32)
     buf, shape = _sluice._decode_image(
-        data, p, _int("size", size, 1, 1 << 16), _int("seed", seed), _int("epoch", epoch),
-        _int("index", index), flags, **kw)
+        data, p, side, _int("seed", seed), _int("epoch", epoch), _int("index", index), flags, **kw)
     return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
 
 
-def train_crop(width, height, seed=0, epoch=0, index=0):
-    """The train preset's crop for a sample: (x, y, w, h, flip) in source pixels."""
+def train_crop(width, height, seed=0, epoch=0, index=0, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+               hflip=0.5):
+    """The train preset's crop for a sample: (x, y, w, h, flip) in source pixels,
+    for the given RandomResizedCrop ``scale`` and ``ratio`` and flip probability."""
+    _, recipe = _recipe("train", 1, scale, ratio, "bilinear", None, None, hflip)
     return _sluice.train_crop(_int("width", width, 1, _U32), _int("height", height, 1, _U32),
-                              _int("seed", seed), _int("epoch", epoch), _int("index", index))
+                              _int("seed", seed), _int("epoch", epoch), _int("index", index), recipe)

@@ -137,8 +137,10 @@ static int plan_one(const uint8_t *d, size_t n, int preset, unsigned size, unsig
                     size_t wl) {
     sl_image_info info;
     sl__plan p;
-    sl__plan_params pp = {preset, size, seed, epoch, index, 0};
-    int rc;
+    sl__recipe rcp;
+    int rc = sl__recipe_make(preset, size, NULL, 0, 0, &rcp, why, wl);
+    if (rc) return rc;
+    sl__plan_params pp = {&rcp, seed, epoch, index, NULL};
     if ((rc = sl__check_bytes(n, 64ull << 20, why, wl)) || (rc = sl__probe(d, n, &info, why, wl)) ||
         (rc = sl__check_pixels(&info, 1ull << 26, why, wl)) || (rc = sl__plan_sample(&info, &pp, &p, why, wl)))
         return rc;

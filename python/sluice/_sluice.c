@@ -161,6 +161,59 @@ static int conv_u32(PyObject *o, void *out) {
     return 1;
 }
 
+/* recipe: a dict whose keys are sl_image_recipe's field names (height,
+ * width, interpolation, scale_min, scale_max, ratio_min, ratio_max, hflip,
+ * crop_pct, resize); missing keys stay 0 (the default). The library checks
+ * the values; this checks only types and names. 0, or -1 with an exception. */
+static int recipe_from_dict(PyObject *d, sl_image_recipe *r) {
+    memset(r, 0, sizeof *r);
+    if (!d || d == Py_None) return 0;
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "recipe must be a dict, got %.100s", Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    static const struct { const char *name; char kind; size_t off; } fields[] = {
+        {"height", 'u', offsetof(sl_image_recipe, height)},
+        {"width", 'u', offsetof(sl_image_recipe, width)},
+        {"resize", 'u', offsetof(sl_image_recipe, resize)},
+        {"interpolation", 'i', offsetof(sl_image_recipe, interpolation)},
+        {"scale_min", 'd', offsetof(sl_image_recipe, scale_min)},
+        {"scale_max", 'd', offsetof(sl_image_recipe, scale_max)},
+        {"ratio_min", 'd', offsetof(sl_image_recipe, ratio_min)},
+        {"ratio_max", 'd', offsetof(sl_image_recipe, ratio_max)},
+        {"hflip", 'd', offsetof(sl_image_recipe, hflip)},
+        {"crop_pct", 'd', offsetof(sl_image_recipe, crop_pct)},
+    };
+    const size_t nf = sizeof fields / sizeof fields[0];
+    size_t found = 0;
+    for (size_t i = 0; i < nf; i++) {
+        PyObject *v = PyDict_GetItemString(d, fields[i].name); /* borrowed */
+        if (!v) continue;
+        found++;
+        char *at = (char *)r + fields[i].off;
+        if (fields[i].kind == 'u') {
+            if (!conv_u32(v, at)) return -1;
+        } else if (fields[i].kind == 'i') {
+            long x = PyLong_AsLong(v);
+            if (x == -1 && PyErr_Occurred()) return -1;
+            if (x < INT32_MIN || x > INT32_MAX) {
+                PyErr_Format(PyExc_OverflowError, "recipe %s %ld out of range", fields[i].name, x);
+                return -1;
+            }
+            *(int *)at = (int)x;
+        } else {
+            double x = PyFloat_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) return -1;
+            *(double *)at = x;
+        }
+    }
+    if (found != (size_t)PyDict_Size(d)) {
+        PyErr_SetString(PyExc_ValueError, "recipe has a key that is not a field of sl_image_recipe");
+        return -1;
+    }
+    return 0;
+}
+
 /* Add key = value (a new reference, stolen) to d. -1 if value is NULL or
  * the insert failed. */
 static int dict_put(PyObject *d, const char *key, PyObject *value) {
@@ -232,21 +285,25 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
                              "drop_last", "rank", "world_size", "workers", "prefetch",
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
-                             "flags", "max_error_records", "fields", NULL};
+                             "flags", "max_error_records", "fields", "recipe", "max_scans", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
-    PyObject *source = NULL;
+    PyObject *source = NULL, *recipe = NULL;
     const char *fields = NULL;
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&z", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
-            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields))
+            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans))
         return -1;
+    if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
+        Py_DECREF(source);
+        return -1;
+    }
     if (self->ld || self->source) {
         Py_DECREF(source);
         PyErr_SetString(PyExc_RuntimeError, "_Loader.__init__ called twice");
@@ -1109,31 +1166,36 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *arg) {
 }
 
 /* _decode_image(data, preset, size, seed, epoch, index, flags, max_pixels,
- * max_bytes) -> (bytearray, shape). preset -1: full image, HWC; else CHW.
- * max_pixels / max_bytes None: the library defaults. */
+ * max_bytes, recipe, max_scans) -> (bytearray, shape). preset -1: full
+ * image, HWC; else CHW. max_pixels / max_bytes None: the library defaults;
+ * recipe: a dict (recipe_from_dict); max_scans 0: the default. */
 static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"data", "preset", "size", "seed", "epoch", "index", "flags",
-                             "max_pixels", "max_bytes", NULL};
+                             "max_pixels", "max_bytes", "recipe", "max_scans", NULL};
     sl_decode_opts o;
     sl_decode_opts_init(&o);
     Py_buffer buf;
     int preset = SL_TRANSFORM_NONE;
-    PyObject *max_pixels = Py_None, *max_bytes = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iO&O&O&O&O&OO", kwlist, &buf, &preset, conv_u32,
+    PyObject *max_pixels = Py_None, *max_bytes = Py_None, *recipe = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iO&O&O&O&O&OOOO&", kwlist, &buf, &preset, conv_u32,
                                      &o.size, conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64,
-                                     &o.index, conv_u32, &o.flags, &max_pixels, &max_bytes))
+                                     &o.index, conv_u32, &o.flags, &max_pixels, &max_bytes, &recipe,
+                                     conv_u32, &o.max_scans))
         return NULL;
     o.preset = preset;
     if ((max_pixels != Py_None && !conv_u64(max_pixels, &o.max_pixels)) ||
-        (max_bytes != Py_None && !conv_u64(max_bytes, &o.max_bytes))) {
+        (max_bytes != Py_None && !conv_u64(max_bytes, &o.max_bytes)) || recipe_from_dict(recipe, &o.recipe) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
     }
     uint32_t w = 0, h = 0, c = 0;
+    char err[256] = "";
     int rc = sl_image_output_size(buf.buf, (size_t)buf.len, &o, &w, &h, &c);
     if (rc < 0) {
+        /* decode once more for the reason (it stops where the size did) */
+        sl_image_decode(buf.buf, (size_t)buf.len, &o, NULL, 0, err, sizeof err);
         PyBuffer_Release(&buf);
-        return raise_code(rc, "cannot decode the image", NULL);
+        return raise_code(rc, "cannot decode the image", err[0] ? err : NULL);
     }
     uint64_t n = (uint64_t)w * h; /* both < 2^32: fits */
     if (n > (uint64_t)PY_SSIZE_T_MAX / (c ? c : 1)) {
@@ -1146,7 +1208,6 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    char err[256] = "";
     Py_BEGIN_ALLOW_THREADS
     rc = sl_image_decode(buf.buf, (size_t)buf.len, &o, PyByteArray_AS_STRING(out), (size_t)n, err, sizeof err);
     Py_END_ALLOW_THREADS
@@ -1161,16 +1222,20 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"width", "height", "seed", "epoch", "index", NULL};
+    static char *kwlist[] = {"width", "height", "seed", "epoch", "index", "recipe", NULL};
     uint32_t w, h;
-    uint64_t seed = 0, epoch = 0, index = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&", kwlist, conv_u32, &w, conv_u32, &h,
-                                     conv_u64, &seed, conv_u64, &epoch, conv_u64, &index))
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    o.preset = SL_PRESET_TRAIN;
+    PyObject *recipe = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&O", kwlist, conv_u32, &w, conv_u32, &h,
+                                     conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64, &o.index, &recipe))
         return NULL;
+    if (recipe_from_dict(recipe, &o.recipe) < 0) return NULL;
     uint32_t box[4];
     int flip = 0;
-    int rc = sl_image_train_crop(w, h, seed, epoch, index, box, &flip);
-    if (rc < 0) return raise_code(rc, "train_crop failed", NULL);
+    int rc = sl_image_recipe_crop(w, h, &o, box, &flip);
+    if (rc < 0) return raise_code(rc, "train_crop failed", "bad size or recipe");
     return Py_BuildValue("(IIIIN)", box[0], box[1], box[2], box[3], PyBool_FromLong(flip));
 }
 
@@ -1182,9 +1247,10 @@ static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "sl_parse_size('512M') -> int."},
     {"probe_image", mod_probe_image, METH_O, "probe_image(bytes) -> dict (header only)."},
     {"_decode_image", (PyCFunction)(void (*)(void))mod_decode_image, METH_VARARGS | METH_KEYWORDS,
-     "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes) -> (bytearray, shape)"},
+     "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes, recipe, max_scans)"
+     " -> (bytearray, shape)"},
     {"train_crop", (PyCFunction)(void (*)(void))mod_train_crop, METH_VARARGS | METH_KEYWORDS,
-     "train_crop(width, height, seed=0, epoch=0, index=0) -> (x, y, w, h, flip)"},
+     "train_crop(width, height, seed=0, epoch=0, index=0, recipe=None) -> (x, y, w, h, flip)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
@@ -1230,7 +1296,8 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         add_int(m, "TRANSFORM_NONE", SL_TRANSFORM_NONE) < 0 ||
         add_int(m, "ON_ERROR_SKIP", SL_ON_ERROR_SKIP) < 0 || add_int(m, "ON_ERROR_RAISE", SL_ON_ERROR_RAISE) < 0 ||
         add_int(m, "FLAG_CHECKSUM", SL_FLAG_CHECKSUM) < 0 || add_int(m, "FLAG_EXIF", SL_FLAG_EXIF) < 0 ||
-        add_int(m, "FLAG_KEEP_ALPHA", SL_FLAG_KEEP_ALPHA) < 0 ||
+        add_int(m, "FLAG_KEEP_ALPHA", SL_FLAG_KEEP_ALPHA) < 0 || add_int(m, "FLAG_FAST", SL_FLAG_FAST) < 0 ||
+        add_int(m, "INTERP_BILINEAR", SL_INTERP_BILINEAR) < 0 || add_int(m, "INTERP_BICUBIC", SL_INTERP_BICUBIC) < 0 ||
         add_int(m, "STATE_VERSION", SL_STATE_VERSION) < 0 ||
         PyModule_AddStringConstant(m, "HEADER_VERSION", SL_VERSION_STRING) < 0)
         goto fail;

@@ -15,7 +15,7 @@ How a batch travels (CUDA):
     mean/std normalization (one fused addcmul, channels_last on request) run
     on that stream too, and an event marks the batch ready.
   * One batch is staged ahead: while you compute on batch k, batch k+1 is
-    copied and converted.
+    copied, converted and passed through your `transform` (if any).
   * Your (current) stream waits on the ready event; the tensors are
     record_stream()-ed on it, so the caching allocator never hands their
     memory to the side stream while your kernels still use it.
@@ -118,6 +118,8 @@ class Loader:
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs.
       channels_last  images in torch.channels_last memory format
+      transform      None, or a function run on each device batch after the dtype
+                     conversion and normalization, before it is yielded (see below)
       decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
                      workers where the GPU engine can run, else on the CPU;
                      "cpu": CPU workers only; "gpu": insist on the GPU engine
@@ -126,17 +128,35 @@ class Loader:
                      CUDA warning above). ``stats()["decode"]`` says which
                      engine decodes and ``["decode_reason"]`` why.
 
-    ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
-    device. With ``fields=``: a dict name -> tensor on device; image fields (and
-    sequences of images, and clips) get dtype and mean/std over their channel
-    axis (the third from last), every other field keeps its dtype. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
+    ``images`` is [N, C, height, width] of dtype on device, ``labels`` int64 [N]
+    on device. With ``fields=``: a dict name -> tensor on device; image fields
+    (and sequences of images, and clips) get dtype and mean/std over their
+    channel axis (the third from last), every other field keeps its dtype.
+
+    ``transform`` is where GPU-side augmentation goes: torchvision v2
+    transforms (``v2.Compose([...])``, ``v2.MixUp``, ``v2.CutMix``),
+    RandAugment, random erasing. Without ``fields=`` it receives the batch's
+    two tensors, already on ``device``, and returns two (a transform may
+    change dtype or shape: MixUp/CutMix return float soft labels [N,
+    classes]); with ``fields=`` it receives the dict and returns a dict;
+    anything else is a TypeError. On CUDA it runs on the loader's side
+    stream, one batch ahead, so it overlaps your compute on the previous
+    batch; the tensors it returns are handed to your stream safely. Its
+    randomness is torch's (seed it with ``torch.manual_seed``): unlike the
+    crop and flip, it is not derived from the loader's seed nor restored by
+    ``load_state_dict``. A transform that wants unnormalized input takes
+    ``dtype=torch.uint8`` (or ``mean=None, std=None`` for floats in [0, 1])
+    and normalizes itself. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
     ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
     counts the batches you have received (the one staged ahead is not lost).
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, decode="auto", **kwargs):
+                 std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", **kwargs):
         self._base = None
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable (images, labels) -> (images, labels), got {transform!r}")
+        self._transform = transform
         self._pinned = None
         self._carry = None
         self._inflight = []  # (copy-done event, cpu batch) in issue order
@@ -231,11 +251,17 @@ class Loader:
         return field.kind in ("image", "video") or (field.kind == "sequence" and field.dtype == "uint8"
                                                      and len(field.shape) >= 5)
 
-    def _outputs(self, batch, tensors):
-        """What a loop yields: (images, labels), or a dict of every output."""
-        if not self._dict:
-            return tensors["image"], tensors["label"]
-        return tensors
+    def _outputs(self, tensors):
+        """What a loop yields: (images, labels), or a dict of every output,
+        through the transform."""
+        if self._dict:
+            if self._transform is None:
+                return tensors
+            res = self._transform(tensors)
+            if not isinstance(res, dict):
+                raise TypeError(f"sluice.torch: transform must return the batch dict, got {type(res).__name__}")
+            return res
+        return self._apply_transform(tensors["image"], tensors["label"])
 
     def _iter_cpu(self):
         for batch in self.loader:
@@ -247,9 +273,9 @@ class Loader:
                 else:
                     tensors[name] = t.clone()  # lets the slot go once the pixels are converted
             del batch, t
-            self._state = None
-            out = self._outputs(None, tensors)
+            out = self._outputs(tensors)
             del tensors
+            self._state = None
             yield out
             del out
 
@@ -293,21 +319,33 @@ class Loader:
             copied.record(self._stream)
             for name, (t, pixels) in tensors.items():
                 tensors[name] = self._pixels(t) if pixels else t
+            out = self._outputs(tensors)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         # The CPU views (and so the slot) live until the copy is done.
         self._inflight.append((copied, batch))
-        return tensors, ready, state
+        return out, ready, state
+
+    def _apply_transform(self, images, labels):
+        """The user's transform, its result checked."""
+        if self._transform is None:
+            return images, labels
+        res = self._transform(images, labels)
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise TypeError("sluice.torch: transform must return (images, labels), got "
+                            f"{type(res).__name__}")
+        return res[0], res[1]
 
     def _deliver(self, staged):
-        tensors, ready, state = staged
+        out, ready, state = staged
         cur = torch.cuda.current_stream(self._device)
         cur.wait_event(ready)
-        for t in tensors.values():
-            t.record_stream(cur)
+        for t in (out.values() if isinstance(out, dict) else out):  # made on the side stream: used on yours now
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                t.record_stream(cur)
         self._state = state
         self._reap(self._max_inflight)
-        return self._outputs(None, tensors)
+        return out
 
     def _reap(self, keep):
         """Release CPU batches whose copies finished; wait for the oldest

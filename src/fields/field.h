@@ -20,6 +20,7 @@
 
 #include "../base/scratch.h"
 #include "../format/decode.h"
+#include "../ops/ops.h"
 #include "../source/source.h"
 #include "sluice.h"
 
@@ -29,13 +30,6 @@
 
 typedef struct sl__field sl__field;
 typedef struct sl__kind sl__kind;
-
-/* An image field's options. */
-typedef struct sl__image_spec {
-    int preset;      /* SL_PRESET_TRAIN / SL_PRESET_VAL */
-    uint32_t size;   /* output side */
-    uint32_t flags;  /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
-} sl__image_spec;
 
 struct sl__field {
     char name[SL__NAME_MAX];
@@ -51,7 +45,7 @@ struct sl__field {
     int has_len;                /* also emits int64 "<name>_len" ... */
     uint32_t len_count;         /* ... of len_count values a sample (1; a sequence's: its length) */
     /* kind options */
-    sl__image_spec image;
+    sl__recipe recipe;          /* image: preset, output size, crop/resize options (ops.h) */
     uint32_t count;             /* target: numbers; sequence: elements (0: from the first sample) */
     sl__field *of;              /* sequence: its element (owned by the schema) */
     void *opts;                 /* kind-private options (owned by the schema, freed by kind->fini) */

@@ -3,9 +3,13 @@
  * decoded only as far as its preset needs and resized straight into the
  * slot, uint8 [C, size, size] (CHW, RGB; RGBA with keep_alpha).
  *
- * Options: "preset" ("train" | "val"), "size", "exif", "keep_alpha";
- * unset ones come from the loader's configuration (cfg.preset, cfg.size,
- * cfg.flags), so the default schema is exactly the loader without fields.
+ * Options: "preset" ("train" | "val"), "size" (N or [height, width]),
+ * "interpolation" ("bilinear" | "bicubic"), "scale" and "ratio" ([min,
+ * max], train), "hflip" (probability; 0: never), "crop_pct" or "resize"
+ * (val), "exif", "keep_alpha", "fast", "max_scans" (docs/images.md has
+ * their torchvision/timm equivalents). Unset ones come from the loader's
+ * configuration (cfg.preset, cfg.size, cfg.recipe, cfg.flags,
+ * cfg.max_scans), so the default schema is exactly the loader without one.
  *
  * Memory: the file is read whole into the worker's scratch; the decoder's
  * need is bounded from the header (sl__plan_sample) and reserved before
@@ -19,26 +23,96 @@
 #include "field.h"
 #include "kind_util.h"
 
+/* A [a, b] pair of numbers, or absent. */
+static int opt_pair(const sl__field *f, json_t *o, const char *key, double *a, double *b, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return 0;
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
+        !json_is_number(json_array_get(v, 1))) {
+        sl__msg(err, errlen, "field \"%s\": \"%s\" must be a pair of numbers [min, max]", f->name, key);
+        return SL_EINVAL;
+    }
+    *a = json_number_value(json_array_get(v, 0));
+    *b = json_number_value(json_array_get(v, 1));
+    return 0;
+}
+
+/* "size": N or [height, width]. */
+static int opt_size(const sl__field *f, json_t *o, uint32_t *size, sl_image_recipe *r, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, "size");
+    if (!v) return 0;
+    if (json_is_array(v)) {
+        double h = 0, w = 0;
+        int rc = opt_pair(f, o, "size", &h, &w, err, errlen);
+        if (rc) return rc;
+        if (h != (uint32_t)h || w != (uint32_t)w || h < 1 || w < 1 || h > 16384 || w > 16384) {
+            sl__msg(err, errlen, "field \"%s\": \"size\" [height, width] must be whole numbers in 1..16384", f->name);
+            return SL_EINVAL;
+        }
+        r->height = (uint32_t)h, r->width = (uint32_t)w;
+        return 0;
+    }
+    uint64_t n = *size;
+    int rc = sl__opt_uint(f, o, "size", 1, 16384, &n, err, errlen);
+    *size = (uint32_t)n;
+    r->height = r->width = 0;
+    return rc;
+}
+
+static int opt_number(const sl__field *f, json_t *o, const char *key, double *out, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) {
+        sl__msg(err, errlen, "field \"%s\": \"%s\" must be a number", f->name, key);
+        return SL_EINVAL;
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
 static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen) {
     json_t *o = opts;
-    static const char *const allowed[] = {"preset", "size", "exif", "keep_alpha", NULL};
+    static const char *const allowed[] = {"preset", "size", "exif", "keep_alpha", "interpolation", "scale", "ratio",
+                                          "hflip", "crop_pct", "resize", "fast", "max_scans", NULL};
     static const char *const presets[] = {"train", "val", NULL};
-    int preset = cfg->preset == SL_PRESET_VAL ? 1 : 0;
+    static const char *const interps[] = {"bilinear", "bicubic", NULL};
+    /* unset options: the loader's own (so the default schema is the loader without one) */
+    sl_image_recipe r = cfg->recipe;
+    int preset = cfg->preset == SL_PRESET_VAL ? 1 : 0, interp = r.interpolation;
     int exif = (cfg->flags & SL_FLAG_EXIF) != 0, alpha = (cfg->flags & SL_FLAG_KEEP_ALPHA) != 0;
-    uint64_t size = cfg->size;
+    int fast = (cfg->flags & SL_FLAG_FAST) != 0;
+    uint32_t size = cfg->size;
+    uint64_t scans = cfg->max_scans, resize = r.resize;
+    double hflip = -2;
     int rc;
-    if ((rc = sl__opts_only(f, o, allowed, err, errlen)) || (rc = sl__opt_enum(f, o, "preset", presets, &preset, err, errlen)) ||
-        (rc = sl__opt_uint(f, o, "size", 1, 16384, &size, err, errlen)) ||
-        (rc = sl__opt_bool(f, o, "exif", &exif, err, errlen)) ||
-        (rc = sl__opt_bool(f, o, "keep_alpha", &alpha, err, errlen)))
+    if ((rc = sl__opts_only(f, o, allowed, err, errlen)) ||
+        (rc = sl__opt_enum(f, o, "preset", presets, &preset, err, errlen)) ||
+        (rc = opt_size(f, o, &size, &r, err, errlen)) || (rc = sl__opt_bool(f, o, "exif", &exif, err, errlen)) ||
+        (rc = sl__opt_bool(f, o, "keep_alpha", &alpha, err, errlen)) ||
+        (rc = sl__opt_bool(f, o, "fast", &fast, err, errlen)) ||
+        (rc = sl__opt_enum(f, o, "interpolation", interps, &interp, err, errlen)) ||
+        (rc = opt_pair(f, o, "scale", &r.scale_min, &r.scale_max, err, errlen)) ||
+        (rc = opt_pair(f, o, "ratio", &r.ratio_min, &r.ratio_max, err, errlen)) ||
+        (rc = opt_number(f, o, "hflip", &hflip, err, errlen)) ||
+        (rc = opt_number(f, o, "crop_pct", &r.crop_pct, err, errlen)) ||
+        (rc = sl__opt_uint(f, o, "resize", 1, 65535, &resize, err, errlen)) ||
+        (rc = sl__opt_uint(f, o, "max_scans", 1, 1u << 16, &scans, err, errlen)))
         return rc;
-    f->image.preset = preset ? SL_PRESET_VAL : SL_PRESET_TRAIN;
-    f->image.size = (uint32_t)size;
-    f->image.flags = (exif ? SL_FLAG_EXIF : 0) | (alpha ? SL_FLAG_KEEP_ALPHA : 0);
+    r.interpolation = interp;
+    r.resize = (uint32_t)resize;
+    if (hflip != -2) r.hflip = hflip == 0 ? SL_HFLIP_NEVER : hflip; /* in a schema, 0 means never */
+    uint32_t flags = (exif ? SL_FLAG_EXIF : 0) | (alpha ? SL_FLAG_KEEP_ALPHA : 0) | (fast ? SL_FLAG_FAST : 0);
+    char why[200];
+    if ((rc = sl__recipe_make(preset ? SL_PRESET_VAL : SL_PRESET_TRAIN, size, &r, flags, (uint32_t)scans, &f->recipe,
+                              why, sizeof why))) {
+        sl__msg(err, errlen, "field \"%s\": %s", f->name, why);
+        return rc;
+    }
     f->dtype = SL_DTYPE_UINT8;
     f->ndim = 3;
     f->shape[0] = alpha ? 4 : 3;
-    f->shape[1] = f->shape[2] = (int64_t)size;
+    f->shape[1] = f->recipe.out_h;
+    f->shape[2] = f->recipe.out_w;
     return 0;
 }
 
@@ -58,7 +132,7 @@ static int image_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     if ((rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
     if ((rc = sl__probe(buf, sf.size, &info, reason, rlen))) goto out;
     if ((rc = sl__check_pixels(&info, L->max_pixels, reason, rlen))) goto out;
-    sl__plan_params pp = {f->image.preset, f->image.size, L->seed ^ f->stream, L->epoch, L->index, f->image.flags};
+    sl__plan_params pp = {&f->recipe, L->seed ^ f->stream, L->epoch, L->index, L->cancel};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
     if ((rc = sl__scratch_reserve(s, sf.size, plan.mem, &lost, reason, rlen))) goto out;
     buf = sl__scratch_buf(s, sf.size);

@@ -48,6 +48,13 @@ typedef struct sl__decode_req {
     uint32_t channels;       /* 3 (RGB) or 4 (RGBA) */
     uint32_t px_bytes;       /* 4: rows may carry RGBX for channels 3 (a
                                 padding byte the sink ignores); 0: channels */
+    uint32_t max_scans;      /* JPEG: a file with more scans (SOS markers) is
+                                SL_ELIMIT before any decoding; 0: no limit */
+    const _Atomic int *cancel; /* not NULL: polled while decoding (libjpeg's
+                                progress monitor, between row batches); once
+                                it reads non-zero the decode stops with
+                                SL_ESTATE "decode cancelled". Owned by the
+                                caller, set from any thread */
 } sl__decode_req;
 
 /* What the decoder delivers: rows [0, h) of a region of the image as
@@ -79,7 +86,8 @@ sl__decoder *sl__decoder_new(void);
 void sl__decoder_free(sl__decoder *d);
 
 /* Decode the request. Returns 0, or SL_ECORRUPT / SL_EUNSUPPORTED /
- * SL_ELIMIT / SL_EBUDGET (quota) / a sink's error, with a reason. */
+ * SL_ELIMIT (scan limit) / SL_EBUDGET (quota) / SL_ESTATE (cancelled) / a
+ * sink's error, with a reason. */
 int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
                const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
                size_t rlen);

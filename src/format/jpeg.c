@@ -13,6 +13,12 @@
  * malloc; sl__jpeg_mem() bounds it from the header, the caller reserves
  * that from the budget, and max_memory_to_use makes libjpeg itself refuse
  * to pass the bound for its large arrays.
+ *
+ * Work: a file with more scans than req->max_scans is refused from its
+ * markers before decoding (each scan of a progressive file is a pass over
+ * the whole image, so a repeated scan is a cheap way to cost seconds), and
+ * a progress monitor stops the decode once req->cancel reads non-zero (or
+ * a scan past the limit shows up after all), as djpeg -maxscans does.
  */
 #include <jerror.h>
 #include <setjmp.h>
@@ -176,17 +182,70 @@ static int has_eoi(const uint8_t *d, size_t len) {
     return 0;
 }
 
+/* How many scans (SOS markers) the file holds, walking its markers as a
+ * decoder meets them: segments are skipped by their length (so a
+ * thumbnail inside APP1 is not counted), entropy-coded data is searched
+ * for 0xFF, after which 0x00 (a stuffed byte), RSTn and 0xFF fill are
+ * data and anything else is a marker. Stops at EOI or the end; never
+ * reads past len. Linear in len, allocates nothing. */
+static uint32_t count_scans(const uint8_t *d, size_t len) {
+    uint32_t scans = 0;
+    size_t pos = 2; /* after SOI */
+    while (pos + 1 < len) {
+        if (d[pos] != 0xFF) {
+            const uint8_t *ff = memchr(d + pos, 0xFF, len - pos);
+            if (!ff) break;
+            pos = (size_t)(ff - d);
+            continue;
+        }
+        uint8_t m = d[pos + 1];
+        if (m == 0xFF) {
+            pos++;
+        } else if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) {
+            pos += 2;
+        } else if (m == 0xD9) {
+            break;
+        } else {
+            if (pos + 4 > len) break;
+            if (m == 0xDA) scans++;
+            pos += 2 + be16(d + pos + 2);
+        }
+    }
+    return scans;
+}
+
 struct err_mgr {
     struct jpeg_error_mgr pub;
     jmp_buf jb;
     int truncated;
 };
 
+/* The progress monitor's view of the decode it watches (set per decode). */
+struct progress {
+    struct jpeg_progress_mgr pub; /* first: libjpeg hands us &pub */
+    struct err_mgr *err;
+    const _Atomic int *cancel;
+    uint32_t max_scans;
+    int stop; /* why the monitor ended the decode: SL_ESTATE (cancelled), SL_ELIMIT (scans) */
+};
+
 struct sl__decoder {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr err;
+    struct progress prog;
     int created;
 };
+
+/* Called by libjpeg once per iMCU row while it absorbs a multi-scan file
+ * and once per jpeg_read_scanlines/skip call: a cancel request or a scan
+ * past the limit ends the decode through the error handler's jump. */
+static void on_progress(j_common_ptr c) {
+    struct progress *p = (struct progress *)c->progress;
+    if (p->cancel && *p->cancel) p->stop = SL_ESTATE;
+    else if (p->max_scans && c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > (int)p->max_scans)
+        p->stop = SL_ELIMIT;
+    if (p->stop) longjmp(p->err->jb, 1);
+}
 
 /* Does the current message read like this? The message codes differ
  * between libjpeg builds, and in a process that already loaded another
@@ -274,7 +333,14 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         char msg[JMSG_LENGTH_MAX];
         d->err.pub.format_message((j_common_ptr)ci, msg);
         int code = d->err.pub.msg_code;
-        if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY || strstr(msg, "Backing store") ||
+        if (d->prog.stop == SL_ESTATE) {
+            sl__msg(reason, rlen, "decode cancelled");
+            rc = SL_ESTATE;
+        } else if (d->prog.stop == SL_ELIMIT) {
+            sl__msg(reason, rlen, "JPEG scan %d is over the max_scans limit of %u", ci->input_scan_number,
+                    req->max_scans);
+            rc = SL_ELIMIT;
+        } else if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY || strstr(msg, "Backing store") ||
             strstr(msg, "Insufficient memory")) {
             sl__msg(reason, rlen, "JPEG decoder needs more memory than its bound: %s", msg);
             rc = SL_EBUDGET;
@@ -288,6 +354,16 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         sl__msg(reason, rlen, "truncated JPEG: the data ends before its end-of-image marker");
         return SL_ECORRUPT;
     }
+    /* A scan bomb (a legal header, one scan repeated hundreds of times)
+     * costs a full pass over the image per scan: refused from its markers
+     * before any of them is decoded. */
+    uint32_t scans = req->max_scans ? count_scans(data, len) : 0;
+    if (scans > req->max_scans) {
+        sl__msg(reason, rlen, "JPEG has %u scans, over the max_scans limit of %u", scans, req->max_scans);
+        return SL_ELIMIT;
+    }
+    d->prog = (struct progress){{on_progress, 0, 0, 0, 0}, &d->err, req->cancel, req->max_scans, 0};
+    ci->progress = &d->prog.pub;
     if (q->used + lj > q->cap) {
         sl__msg(reason, rlen, "JPEG decode needs %llu bytes, quota %llu", (unsigned long long)lj,
                 (unsigned long long)q->cap);
@@ -353,6 +429,11 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
     JSAMPROW rows[ROWS_PER_READ];
     for (int i = 0; i < ROWS_PER_READ; i++) rows[i] = buf + (size_t)i * rowbytes;
     while (ci->output_scanline < ry1) {
+        if (req->cancel && *req->cancel) {
+            sl__msg(reason, rlen, "decode cancelled");
+            rc = SL_ESTATE;
+            goto out;
+        }
         uint32_t want = SL_MIN((uint32_t)ROWS_PER_READ, ry1 - ci->output_scanline);
         uint32_t y = ci->output_scanline - ry0;
         JDIMENSION got = jpeg_read_scanlines(ci, rows, want);
@@ -383,6 +464,7 @@ out:
     } else {
         jpeg_abort_decompress(ci);
     }
+    ci->progress = NULL; /* d->prog describes this decode only */
     sl__quota_free(q, buf);
     if (counted) q->used -= lj;
     return rc;

@@ -254,6 +254,13 @@ static int png_err(int e, const char *what, const sl__quota *q, char *reason, si
     return SL_ECORRUPT;
 }
 
+/* SL_ESTATE once the caller asked to stop (req->cancel), else 0. */
+static int png_cancelled(const sl__decode_req *req, char *reason, size_t rlen) {
+    if (!req->cancel || !*req->cancel) return 0;
+    sl__msg(reason, rlen, "decode cancelled");
+    return SL_ESTATE;
+}
+
 int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
                    const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
                    size_t rlen) {
@@ -330,14 +337,27 @@ int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
     const size_t xoff = (size_t)req->x * ch;
 
     if (info->progressive) {
-        /* Adam7 spreads every row over seven passes: decode it whole. */
-        if ((e = spng_decode_image(ctx, buf, (size_t)buf_bytes, fmt, flags))) {
+        /* Adam7 spreads every row over seven passes: decode it whole, row
+         * by row of each pass into its place (so a cancel is seen). */
+        if ((e = spng_decode_image(ctx, NULL, 0, fmt, flags | SPNG_DECODE_PROGRESSIVE))) {
             rc = png_err(e, "decode", q, reason, rlen);
             goto out;
+        }
+        for (;;) {
+            struct spng_row_info ri;
+            if ((rc = png_cancelled(req, reason, rlen))) goto out;
+            if ((e = spng_get_row_info(ctx, &ri)) == 0 && ri.row_num < info->height)
+                e = spng_decode_row(ctx, buf + (size_t)ri.row_num * (size_t)row_bytes, (size_t)row_bytes);
+            if (e == SPNG_EOI) break;
+            if (e) {
+                rc = png_err(e, "decode", q, reason, rlen);
+                goto out;
+            }
         }
         if ((rc = sink->begin(sink, &region))) goto out;
         for (uint32_t r = 0; r < req->h; r++) {
             const uint8_t *p = buf + (size_t)(req->y + r) * (size_t)row_bytes + xoff;
+            if ((rc = png_cancelled(req, reason, rlen))) goto out;
             if ((rc = sink->rows(sink, &p, r, 1))) goto out;
         }
         goto out;
@@ -351,6 +371,7 @@ int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
     }
     if ((rc = sink->begin(sink, &region))) goto out;
     for (uint32_t r = 0; r < (uint32_t)y1; r++) {
+        if ((rc = png_cancelled(req, reason, rlen))) goto out;
         e = spng_decode_row(ctx, buf, (size_t)row_bytes);
         /* SPNG_EOI comes with the image's last row, decoded */
         if (e != 0 && !(e == SPNG_EOI && r + 1 == info->height)) {

@@ -36,6 +36,8 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
     else if (p->preset != SL_PRESET_TRAIN && p->preset != SL_PRESET_VAL) why = "no preset (whole image wanted)";
     else if (p->orient != 1) why = "EXIF orientation to apply";
     else if (p->channels != 3) why = "alpha kept (4 channels)";
+    else if (p->ax.filter != SL_INTERP_BILINEAR || p->ay.filter != SL_INTERP_BILINEAR)
+        why = "bicubic (the GPU kernels resize bilinear only)";
     if (why) {
         sl__msg(reason, rlen, "for the CPU: %s", why);
         return SL_EUNSUPPORTED;
@@ -75,8 +77,8 @@ static int tap_range(const sl__axis_spec *a, uint32_t full, uint32_t *r0, uint32
 static int layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
     sl__gpu_desc *d = &w->desc;
     uint64_t W = it->ax.n, H = it->ay.n, off = 0, part;
-    uint64_t ksx = sl__axis_ksize(it->ax.in0, it->ax.in1, it->ax.total);
-    uint64_t ksy = sl__axis_ksize(it->ay.in0, it->ay.in1, it->ay.total);
+    uint64_t ksx = sl__axis_ksize(it->ax.in0, it->ax.in1, it->ax.total, SL_INTERP_BILINEAR);
+    uint64_t ksy = sl__axis_ksize(it->ay.in0, it->ay.in1, it->ay.total, SL_INTERP_BILINEAR);
     uint64_t parts[8][2] = {{(uint64_t)w->dw * 3, w->dh}, {3 * W, d->reg_h}, {W * 4, ksx}, {W, 4}, {W, 4},
                             {H * 4, ksy},                 {H, 4},             {H, 4}};
     uint64_t *fields[8] = {&d->src, &d->tmp, &d->kx, &d->minx, &d->cntx, &d->ky, &d->miny, &d->cnty};

@@ -43,16 +43,13 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_
                    char *err, size_t errlen) {
     if (!opts || (!data && len)) return SL_EINVAL;
     sl_decode_opts oc, *o = &oc;
+    sl__recipe recipe;
     int rc = copy_opts(&oc, opts, err, errlen);
     if (rc) return rc;
-    if (o->preset != SL_TRANSFORM_NONE && o->preset != SL_PRESET_TRAIN && o->preset != SL_PRESET_VAL) {
-        sl__msg(err, errlen, "unknown preset %d", o->preset);
-        return SL_EINVAL;
-    }
-    if ((rc = sl__check_bytes(len, o->max_bytes, err, errlen)) || (rc = sl__probe(data, len, info, err, errlen)) ||
-        (rc = sl__check_pixels(info, o->max_pixels, err, errlen)))
+    if ((rc = sl__recipe_from_opts(o, &recipe, err, errlen)) || (rc = sl__check_bytes(len, o->max_bytes, err, errlen)) ||
+        (rc = sl__probe(data, len, info, err, errlen)) || (rc = sl__check_pixels(info, o->max_pixels, err, errlen)))
         return rc;
-    sl__plan_params pp = {o->preset, o->size, o->seed, o->epoch, o->index, o->flags};
+    sl__plan_params pp = {&recipe, o->seed, o->epoch, o->index, NULL};
     return sl__plan_sample(info, &pp, p, err, errlen);
 }
 
@@ -93,11 +90,21 @@ int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o, void 
 
 int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, uint64_t epoch, uint64_t index,
                         uint32_t box[4], int *flip) {
-    if (!width || !height || !box) return SL_EINVAL;
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    o.preset = SL_PRESET_TRAIN;
+    o.seed = seed, o.epoch = epoch, o.index = index;
+    return sl_image_recipe_crop(width, height, &o, box, flip);
+}
+
+int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4], int *flip) {
+    if (!width || !height || !box || !o) return SL_EINVAL;
+    sl__recipe recipe;
+    int rc = sl__recipe_make(SL_PRESET_TRAIN, o->size ? o->size : 1, &o->recipe, o->flags, o->max_scans, &recipe,
+                             NULL, 0);
+    if (rc) return rc;
     sl__rng r;
-    sl__rng_init(&r, seed, epoch, index);
-    sl__rrc_box(width, height, &r, box);
-    int f = sl__rng_uniform(&r) < 0.5;
-    if (flip) *flip = f;
+    sl__rng_init(&r, o->seed, o->epoch, o->index);
+    sl__train_box(&recipe, width, height, &r, box, flip);
     return 0;
 }

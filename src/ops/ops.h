@@ -6,10 +6,11 @@
  *   sl__run()        decode that window straight into a resampler that
  *                    writes the output (CHW, flipped) into the caller's slot
  *
- * Resampling is Pillow's/torchvision's antialiased bilinear (a triangle
- * filter widened by the downscale factor; separable, horizontal pass then
- * vertical, 22-bit fixed point, uint8 between passes), so outputs match
- * Resize(antialias=True) on the same pixels.
+ * Resampling is Pillow's/torchvision's antialiased bilinear or bicubic (a
+ * triangle or a=-0.5 cubic filter widened by the downscale factor;
+ * separable, horizontal pass then vertical, 22-bit fixed point, uint8
+ * between passes), so outputs match Resize(antialias=True) on the same
+ * pixels.
  */
 #ifndef SL_OPS_H
 #define SL_OPS_H
@@ -30,12 +31,40 @@ double sl__rng_uniform(sl__rng *r); /* [0, 1) */
 uint64_t sl__rng_below(sl__rng *r, uint64_t n); /* [0, n), unbiased */
 
 /* One axis of a resize: outputs [first, first+n) of a resize of the box
- * [in0, in1) (source pixels) to total outputs, taps limited to [lo, hi). */
+ * [in0, in1) (source pixels) to total outputs, taps limited to [lo, hi),
+ * with Pillow's filter `filter` (SL_INTERP_*, 0 = bilinear). */
 typedef struct sl__axis_spec {
     double in0, in1;
     double lo, hi;
     uint32_t total, first, n;
+    int filter;
 } sl__axis_spec;
+
+/* A recipe resolved: every default filled in, every value checked. Built
+ * once from sl_config / sl_decode_opts (or, later, a schema field); plain
+ * data, nothing to free. */
+typedef struct sl__recipe {
+    int preset;              /* SL_PRESET_TRAIN, SL_PRESET_VAL, SL_TRANSFORM_NONE */
+    uint32_t out_w, out_h;   /* output (presets) */
+    int interp;              /* SL_INTERP_* */
+    double scale[2], ratio[2]; /* train: RandomResizedCrop ranges */
+    double hflip;            /* train: P(flip), 0..1 */
+    uint32_t resize;         /* val: short side after the resize, square output (0: cover) */
+    uint32_t cover_w, cover_h; /* val, non-square: the resize keeps the aspect and covers
+                                  cover_w x cover_h (timm ResizeKeepRatio) */
+    uint32_t flags;          /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA, SL_FLAG_FAST */
+    uint32_t max_scans;      /* JPEG scan limit, >= 1 */
+} sl__recipe;
+
+/* Resolve and check a recipe. 0, or SL_EINVAL with a reason naming the
+ * value. `in` may be NULL (all defaults); max_scans 0 means the default. */
+int sl__recipe_make(int preset, uint32_t size, const sl_image_recipe *in, uint32_t flags, uint32_t max_scans,
+                    sl__recipe *out, char *reason, size_t rlen);
+int sl__recipe_from_config(const sl_config *c, sl__recipe *out, char *reason, size_t rlen);
+int sl__recipe_from_opts(const sl_decode_opts *o, sl__recipe *out, char *reason, size_t rlen);
+/* Output height and width a (valid) configuration gives its images. */
+static inline uint32_t sl__recipe_out_h(const sl_config *c) { return c->recipe.height ? c->recipe.height : c->size; }
+static inline uint32_t sl__recipe_out_w(const sl_config *c) { return c->recipe.width ? c->recipe.width : c->size; }
 
 typedef struct sl__plan {
     int preset;              /* SL_PRESET_TRAIN, SL_PRESET_VAL, SL_TRANSFORM_NONE */
@@ -48,11 +77,12 @@ typedef struct sl__plan {
     uint64_t mem;            /* bytes the sample needs beyond the input bytes */
 } sl__plan;
 
+/* One sample's plan inputs. The recipe is borrowed for the call. cancel,
+ * when not NULL, is polled by the decoder (see sl__decode_req). */
 typedef struct sl__plan_params {
-    int preset;
-    uint32_t size;
+    const sl__recipe *recipe;
     uint64_t seed, epoch, index;
-    uint32_t flags;          /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA */
+    const _Atomic int *cancel;
 } sl__plan_params;
 
 /* Plan from the header. 0 or SL_EOVERFLOW/SL_EINVAL with a reason. */
@@ -70,7 +100,10 @@ int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info
 int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen);
 int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen);
 
-/* RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) box, torchvision's algorithm. */
-void sl__rrc_box(uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4]);
+/* RandomResizedCrop box (x, y, w, h) for the recipe's scale and ratio,
+ * torchvision's algorithm (10 tries, then the centre crop at the nearest
+ * allowed ratio), then the flip draw. Never fails: the box is inside the
+ * image and at least 1x1 for any width, height >= 1. */
+void sl__train_box(const sl__recipe *rc, uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4], int *flip);
 
 #endif

@@ -73,7 +73,10 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->prefetch > 1024) BAD("prefetch %u over 1024", c->prefetch);
     if (c->min_slots > 1024) BAD("min_slots %u over 1024", c->min_slots);
     if (c->budget == 0) BAD("budget is 0");
-    if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA)) BAD("unknown flags 0x%x", c->flags);
+    if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA | SL_FLAG_FAST)) BAD("unknown flags 0x%x", c->flags);
+    sl__recipe recipe;
+    int rc = sl__recipe_from_config(c, &recipe, err, errlen);
+    if (rc) return rc;
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
     return 0;
 #undef BAD

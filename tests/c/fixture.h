@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jpeglib.h>
@@ -276,6 +277,21 @@ FX_FN void fx_empty_dir(char *out, size_t len) {
     snprintf(out, len, "/tmp/sl_fixture_empty_XXXXXX");
     if (!mkdtemp(out)) SL_FAIL("fixture: mkdtemp: %s", strerror(errno));
     fx_track(out);
+}
+
+/* Run `sluice ARGS` (the CLI in $SL_BUILD, else build/) through the shell,
+ * capture its stdout (at most cap-1 bytes; add 2>&1 to ARGS for stderr
+ * too); returns its exit status, -1 if it did not exit. */
+FX_FN int fx_sluice(const char *args, char *out, size_t cap) {
+    const char *build = getenv("SL_BUILD");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s/sluice' %s", build ? build : "build", args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* The smallest budget sl_loader_create accepts for cfg (bisection; every

@@ -80,13 +80,21 @@ TEST(split_is_deterministic) {
 
 /* ---- items from the CPU path's plan -------------------------------------- */
 
+/* The classic preset's recipe at 224 (flags: SL_FLAG_*). */
+static sl__recipe test_recipe(int preset, uint32_t flags) {
+    sl__recipe r;
+    CHECK_OK(sl__recipe_make(preset, 224, NULL, flags, 0, &r, NULL, 0));
+    return r;
+}
+
 static sl_image_info jpeg_info(uint32_t w, uint32_t h) {
     sl_image_info info = {w, h, 3, SL_FORMAT_JPEG, 0, 1, 8};
     return info;
 }
 
 static int plan(const sl_image_info *info, int preset, uint64_t index, uint32_t flags, sl__plan *p) {
-    sl__plan_params pp = {preset, 224, 7, 3, index, flags};
+    sl__recipe rcp = test_recipe(preset, flags);
+    sl__plan_params pp = {&rcp, 7, 3, index, NULL};
     return sl__plan_sample(info, &pp, p, NULL, 0);
 }
 
@@ -121,7 +129,8 @@ TEST(item_carries_the_plans_crop_and_flip) {
 
 static void refuses(sl_image_info info, int preset, uint32_t flags, const char *why) {
     sl__plan p;
-    sl__plan_params pp = {preset, 224, 0, 0, 0, flags};
+    sl__recipe rcp = test_recipe(preset, flags);
+    sl__plan_params pp = {&rcp, 0, 0, 0, NULL};
     CHECK_OK(sl__plan_sample(&info, &pp, &p, NULL, 0));
     sl__gpu_item it;
     char reason[SL_GPU_REASON];
@@ -253,14 +262,14 @@ static void rig_close(gpu_rig *r) {
 static void cpu_resize(const uint8_t *rgb, uint32_t w, uint32_t h, const sl__plan *p, uint8_t *out) {
     sl__quota q = {1ull << 28, 0, 0, 0};
     sl__resampler rs;
-    sl__resampler_init(&rs, &p->ax, &p->ay, w, h, p->flip, &q);
+    sl__resampler_init(&rs, &p->ax, &p->ay, w, h, p->flip, &q, out);
     sl__region reg = {8, w, h, 0, 0, w, h, 3, 3};
     CHECK_OK(rs.sink.begin(&rs.sink, &reg));
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *row = rgb + (uint64_t)y * w * 3;
         CHECK_OK(rs.sink.rows(&rs.sink, &row, y, 1));
     }
-    CHECK_OK(sl__resampler_finish(&rs, out));
+    CHECK_OK(sl__resampler_finish(&rs));
     sl__resampler_fini(&rs);
 }
 
@@ -315,7 +324,8 @@ static void compare_with_cpu(gpu_rig *r, int preset, uint32_t n, uint64_t epoch,
         sl_image_info info;
         CHECK_OK(sl_image_probe(data[i], len[i], &info));
         sl__plan p;
-        sl__plan_params pp = {preset, 224, 11, epoch, i, 0};
+        sl__recipe rcp = test_recipe(preset, 0);
+    sl__plan_params pp = {&rcp, 11, epoch, i, NULL};
         CHECK_OK(sl__plan_sample(&info, &pp, &p, NULL, 0));
         CHECK_OK(sl__gpu_item_from_plan(&p, &info, n - 1 - i, &items[i], NULL, 0)); /* reversed positions */
     }
@@ -454,7 +464,8 @@ TEST(gpu_memory_flat_over_100_epochs) {
             for (int k = 0; k < B; k++) {
                 int i = b * B + k;
                 sl__plan p;
-                sl__plan_params pp = {SL_PRESET_TRAIN, 224, 5, epoch, (uint64_t)i, 0};
+                sl__recipe rcp = test_recipe(SL_PRESET_TRAIN, 0);
+    sl__plan_params pp = {&rcp, 5, epoch, (uint64_t)i, NULL};
                 CHECK_OK(sl__plan_sample(&info[i], &pp, &p, NULL, 0));
                 CHECK_OK(sl__gpu_item_from_plan(&p, &info[i], (uint32_t)k, &items[k], NULL, 0));
             }

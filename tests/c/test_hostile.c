@@ -342,7 +342,7 @@ TEST(png_idat_bomb) {
     CHECK_LE(b.n, 8u << 20);
     sl_image_info info;
     CHECK_OK(sl_image_probe(b.p, b.n, &info));
-    sl__decode_req req = {0, 0, w, h, 0, 0, 3, 0};
+    sl__decode_req req = {0, 0, w, h, 0, 0, 3, 0, 0, NULL};
     uint64_t cap = sl__png_mem(&info, &req);
     /* bounded by rows and chunk limits, not by the image */
     CHECK_LE(cap, 8u << 20);
@@ -422,7 +422,7 @@ TEST(png_mem_bound_holds) {
         CHECK_OK(sl__probe(files[i].p, files[i].n, &info, why, sizeof why));
         for (uint32_t ch = 3; ch <= 4; ch++) {
             sl__decode_req req = {info.width / 3, info.height / 4, info.width - info.width / 3,
-                                  info.height / 2 ? info.height / 2 : 1, 0, 0, ch, 0};
+                                  info.height / 2 ? info.height / 2 : 1, 0, 0, ch, 0, 0, NULL};
             sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
             count_sink c = {0};
             sl__row_sink sink = {cs_begin, cs_rows, &c};
@@ -459,7 +459,7 @@ TEST(png_quota_failure_injection) {
         sl_image_info info;
         char why[160];
         CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
-        sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 4, 0};
+        sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 4, 0, 0, NULL};
         sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
         count_sink c = {0};
         sl__row_sink sink = {cs_begin, cs_rows, &c};
@@ -664,4 +664,228 @@ TEST(truncated_jpeg_fails_for_every_crop) {
     }
     CHECK_OK(sl_image_decode(b.p, b.n, &o, out, sizeof out, why, sizeof why));
     free(b.p);
+}
+
+/* ---- bounded decode work: scan bombs and cancellation ------------------- */
+
+#include <jpeglib.h>
+
+/* Offsets of the SOS markers of a JPEG, walking its markers as a decoder
+ * does (segments by length, entropy data by 0xFF escapes); *eoi gets the
+ * offset of EOI. Returns the count (at most max recorded). */
+static uint32_t sos_offsets(const buf *b, size_t *at, uint32_t max, size_t *eoi) {
+    uint32_t n = 0;
+    size_t pos = 2;
+    *eoi = b->n;
+    while (pos + 1 < b->n) {
+        if (b->p[pos] != 0xFF || b->p[pos + 1] == 0x00 || b->p[pos + 1] == 0xFF ||
+            (b->p[pos + 1] >= 0xD0 && b->p[pos + 1] <= 0xD7)) {
+            pos++;
+            continue;
+        }
+        if (b->p[pos + 1] == 0xD9) {
+            *eoi = pos;
+            break;
+        }
+        if (b->p[pos + 1] == 0xDA && n < max) at[n] = pos;
+        n += b->p[pos + 1] == 0xDA;
+        pos += 2 + ((size_t)b->p[pos + 2] << 8 | b->p[pos + 3]);
+    }
+    return n;
+}
+
+/* A progressive JPEG of w x h (libjpeg's standard progression) whose last
+ * scan is repeated `repeats` more times before EOI: the header is legal,
+ * and every extra scan costs libjpeg a pass over the whole image.
+ * *scans gets the scan count of the result. */
+static buf scan_bomb(uint32_t w, uint32_t h, uint32_t repeats, uint32_t *scans) {
+    uint8_t *row = malloc((size_t)w * 3);
+    CHECK(row != NULL);
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    unsigned char *jp = NULL;
+    unsigned long jn = 0;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &jp, &jn);
+    c.image_width = w, c.image_height = h, c.input_components = 3, c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 85, TRUE);
+    jpeg_simple_progression(&c);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < h) {
+        for (uint32_t x = 0; x < w; x++)
+            row[3 * x] = (uint8_t)(x ^ c.next_scanline), row[3 * x + 1] = (uint8_t)(x * 3),
+            row[3 * x + 2] = (uint8_t)(c.next_scanline * 5);
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    buf src = {jp, jn, jn}, out = {0};
+    size_t at[64], eoi;
+    uint32_t n = sos_offsets(&src, at, 64, &eoi);
+    CHECK(n >= 2 && n <= 64);
+    b_put(&out, src.p, eoi);
+    for (uint32_t k = 0; k < repeats; k++) b_put(&out, src.p + at[n - 1], eoi - at[n - 1]);
+    b_put(&out, src.p + eoi, src.n - eoi);
+    free(jp);
+    size_t at2[1];
+    *scans = sos_offsets(&out, at2, 0, &eoi);
+    CHECK_EQ(*scans, n + repeats);
+    return out;
+}
+
+/* The scan bomb of the issue (300 repeats) is refused from its markers by
+ * every preset, with the count and the limit in the reason, before the
+ * decoder allocates anything. */
+TEST(jpeg_scan_bomb_refused_before_decoding) {
+    uint32_t scans;
+    buf b = scan_bomb(1024, 1024, 300, &scans);
+    char why[200], want[64];
+    snprintf(want, sizeof want, "JPEG has %u scans, over the max_scans limit of 64", scans);
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ(decode(&b, presets[k], 0, why, sizeof why), SL_ELIMIT);
+        CHECK_STR_CONTAINS(why, want);
+    }
+    sl_image_info info;
+    CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
+    CHECK(info.progressive);
+    sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, NULL};
+    sl__quota q = {sl__decode_mem(&info, &req), 0, 0, 0};
+    count_sink c = {0};
+    sl__row_sink sink = {cs_begin, cs_rows, &c};
+    sl__decoder *d = sl__decoder_new();
+    CHECK(d != NULL);
+    CHECK_EQ(sl__decode(d, b.p, b.n, &info, &req, &q, &sink, why, sizeof why), SL_ELIMIT);
+    CHECK_EQ(q.peak, 0);   /* nothing was allocated: no scan was decoded */
+    CHECK(!c.begun);
+    sl__decoder_free(d);
+    free(b.p);
+}
+
+/* max_scans is a bound, not a guess: a file with exactly that many scans
+ * decodes (the same pixels as with no limit), one more is SL_ELIMIT. */
+TEST(jpeg_max_scans_boundary) {
+    uint32_t scans;
+    buf b = scan_bomb(96, 64, 3, &scans);
+    sl_decode_opts o;
+    sl_decode_opts_init(&o);
+    o.preset = SL_PRESET_VAL;
+    o.size = 32;
+    uint8_t out[3 * 32 * 32], ref[3 * 32 * 32];
+    char why[200];
+    o.max_scans = 1000;
+    CHECK_OK(sl_image_decode(b.p, b.n, &o, ref, sizeof ref, why, sizeof why));
+    o.max_scans = scans;
+    CHECK_OK(sl_image_decode(b.p, b.n, &o, out, sizeof out, why, sizeof why));
+    CHECK(memcmp(out, ref, sizeof out) == 0);
+    o.max_scans = scans - 1;
+    CHECK_EQ(sl_image_decode(b.p, b.n, &o, out, sizeof out, why, sizeof why), SL_ELIMIT);
+    char want[80];
+    snprintf(want, sizeof want, "%u scans, over the max_scans limit of %u", scans, scans - 1);
+    CHECK_STR_CONTAINS(why, want);
+    free(b.p);
+}
+
+/* Through a loader: the bomb is one error record (SL_ELIMIT, the count in
+ * the reason); the good files around it are delivered. */
+TEST(loader_scan_bomb_is_an_error_record) {
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/sl_test_scans_XXXXXX");
+    CHECK(mkdtemp(tmp_root) != NULL);
+    atexit(cleanup);
+    uint32_t scans;
+    buf bomb = scan_bomb(1024, 768, 300, &scans);
+    put("a/bomb.jpg", &bomb);
+    const char *good[] = {"jpg_420.jpg", "jpg_progressive.jpg", "jpg_gray.jpg"};
+    for (int i = 0; i < 3; i++) {
+        buf g = corpus_file(good[i]);
+        char rel[64];
+        snprintf(rel, sizeof rel, "b/good_%d.jpg", i);
+        put(rel, &g);
+        free(g.p);
+    }
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = tmp_root;
+    cfg.batch_size = 4;
+    cfg.size = 32;
+    cfg.workers = 2;
+    cfg.budget = 64u << 20;
+    sl_loader *ld;
+    char err[256];
+    CHECK_OK(sl_loader_create(&cfg, &ld, err, sizeof err));
+    sl_batch *bt;
+    uint32_t delivered = 0;
+    while (sl_loader_next(ld, &bt) == 0) {
+        delivered += sl_batch_len(bt);
+        sl_loader_release(ld, bt);
+    }
+    CHECK_EQ(delivered, 3);
+    sl_error_record rec;
+    CHECK_EQ(sl_loader_errors(ld, 0, &rec, 1), 1);
+    CHECK_EQ(rec.code, SL_ELIMIT);
+    char want[64];
+    snprintf(want, sizeof want, "%u scans", scans);
+    CHECK_STR_CONTAINS(rec.reason, want);
+    sl_loader_destroy(ld);
+    free(bomb.p);
+}
+
+/* A sink that raises the cancel flag when the decode starts delivering. */
+typedef struct cancel_sink {
+    count_sink c;
+    _Atomic int *flag;
+} cancel_sink;
+static int cancel_begin(sl__row_sink *s, const sl__region *r) {
+    cancel_sink *k = s->ctx;
+    *k->flag = 1;
+    sl__row_sink inner = {cs_begin, cs_rows, &k->c};
+    return cs_begin(&inner, r);
+}
+static int cancel_rows(sl__row_sink *s, const uint8_t *const *rows, uint32_t y, uint32_t n) {
+    cancel_sink *k = s->ctx;
+    sl__row_sink inner = {cs_begin, cs_rows, &k->c};
+    return cs_rows(&inner, rows, y, n);
+}
+
+/* Cancel, set before the decode or raised once rows flow: JPEG (baseline:
+ * between row batches; progressive: libjpeg's progress monitor while it
+ * reads the scans), PNG and interlaced PNG (between rows). Every one
+ * stops with SL_ESTATE "decode cancelled", leaves the quota empty, and the
+ * decoder decodes the next file normally. */
+TEST(decode_cancel) {
+    const char *files[] = {"jpg_420.jpg", "jpg_progressive.jpg", "png_ct2_d8.png", "png_ct2_d8_il.png"};
+    for (int f = 0; f < 4; f++) {
+        if (files[f][0] == 'p' && !sl__png_available()) continue;
+        buf b = corpus_file(files[f]);
+        sl_image_info info;
+        char why[200];
+        CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
+        sl__decoder *d = sl__decoder_new();
+        CHECK(d != NULL);
+        for (int when = 0; when < 2; when++) { /* 0: before, 1: from the sink */
+            _Atomic int flag = when == 0;
+            sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, &flag};
+            sl__quota q = {sl__decode_mem(&info, &req), 0, 0, 0};
+            cancel_sink k = {.flag = &flag};
+            sl__row_sink sink = {when ? cancel_begin : cs_begin, when ? cancel_rows : cs_rows, when ? (void *)&k : &k.c};
+            why[0] = 0;
+            int rc = sl__decode(d, b.p, b.n, &info, &req, &q, &sink, why, sizeof why);
+            if (rc != SL_ESTATE) SL_FAIL("%s, cancel %s: rc %d (%s)", files[f], when ? "from the sink" : "before", rc, why);
+            CHECK_STR_CONTAINS(why, "decode cancelled");
+            CHECK_EQ(q.used, 0);
+            CHECK(k.c.next_row < info.height); /* stopped early */
+            /* the same decoder, no cancel: the whole image */
+            flag = 0;
+            sl__quota q2 = {sl__decode_mem(&info, &req), 0, 0, 0};
+            count_sink c = {0};
+            sl__row_sink all = {cs_begin, cs_rows, &c};
+            CHECK_OK(sl__decode(d, b.p, b.n, &info, &req, &q2, &all, why, sizeof why));
+            CHECK_EQ(c.next_row, info.height);
+        }
+        sl__decoder_free(d);
+        free(b.p);
+    }
 }

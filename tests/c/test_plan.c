@@ -1,5 +1,7 @@
 /* Tests of `sluice plan`: run the CLI over a small JPEG dataset of known
  * sizes made here with libjpeg, and check what it measures and predicts. */
+#include "fixture.h" /* first: it defines _GNU_SOURCE; fx_sluice runs the CLI */
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,15 +84,9 @@ static void remove_dataset(const char *dir) {
 
 /* Run `sluice plan args`, capture stdout (at most cap-1 bytes); returns the exit status. */
 static int run_plan(const char *args, char *out, size_t cap) {
-    const char *build = getenv("SL_BUILD");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s/sluice' plan %s", build ? build : "build", args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char all[2048];
+    snprintf(all, sizeof all, "plan %s", args);
+    return fx_sluice(all, out, cap);
 }
 
 static double num(const char *json, const char *path) {

@@ -2,7 +2,8 @@
  * Fuzz the single-image path end to end on one input: sl_image_probe, then
  * sl_image_output_size + sl_image_decode with each preset (a full decode,
  * NONE, under a 4 Mpx limit so the fuzzer never allocates huge buffers;
- * val; train, flipped and not). Neither may crash, read outside the input,
+ * val; train, flipped and not; recipes: bicubic, non-square, extreme crop
+ * ranges, crop_pct, fast). Neither may crash, read outside the input,
  * leak, or write outside the output; every failure must be a negative SL_E*
  * code with a reason; a success must fill exactly the size announced.
  */
@@ -17,9 +18,10 @@
 #define FUZZ_MAX_BYTES ((uint64_t)1 << 20)
 
 static void decode_one(const uint8_t *data, size_t size, int preset, uint32_t out_side, uint64_t index,
-                       uint32_t flags) {
+                       uint32_t flags, const sl_image_recipe *recipe) {
     sl_decode_opts o;
     sl_decode_opts_init(&o);
+    if (recipe) o.recipe = *recipe;
     o.preset = preset;
     o.size = out_side;
     o.seed = 1;
@@ -33,7 +35,8 @@ static void decode_one(const uint8_t *data, size_t size, int preset, uint32_t ou
     if (rc > 0) abort(); /* only 0 or a negative code */
     if (c != 3 && c != 4) abort();
     if ((uint64_t)w * h > FUZZ_MAX_PIXELS && preset == SL_TRANSFORM_NONE) abort();
-    if (preset != SL_TRANSFORM_NONE && (w != out_side || h != out_side)) abort();
+    uint32_t want_w = o.recipe.width ? o.recipe.width : out_side, want_h = o.recipe.height ? o.recipe.height : out_side;
+    if (preset != SL_TRANSFORM_NONE && (w != want_w || h != want_h)) abort();
     size_t n = (size_t)w * h * c;
     /* one guard byte past the end: the decoder must not touch it */
     uint8_t *out = malloc(n + 1);
@@ -67,10 +70,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (info.channels < 1 || info.channels > 4) abort();
     }
     /* Decoding runs even where probe failed: it must fail the same way. */
-    decode_one(data, size, SL_TRANSFORM_NONE, 0, 0, 0);
-    decode_one(data, size, SL_TRANSFORM_NONE, 0, 0, SL_FLAG_KEEP_ALPHA | SL_FLAG_EXIF);
-    decode_one(data, size, SL_PRESET_VAL, 64, 0, 0);
-    decode_one(data, size, SL_PRESET_TRAIN, 32, 0, 0);
-    decode_one(data, size, SL_PRESET_TRAIN, 48, 7, SL_FLAG_KEEP_ALPHA);
+    decode_one(data, size, SL_TRANSFORM_NONE, 0, 0, 0, NULL);
+    decode_one(data, size, SL_TRANSFORM_NONE, 0, 0, SL_FLAG_KEEP_ALPHA | SL_FLAG_EXIF, NULL);
+    decode_one(data, size, SL_PRESET_VAL, 64, 0, 0, NULL);
+    decode_one(data, size, SL_PRESET_TRAIN, 32, 0, 0, NULL);
+    decode_one(data, size, SL_PRESET_TRAIN, 48, 7, SL_FLAG_KEEP_ALPHA, NULL);
+    /* recipes: bicubic, non-square (vertical-first passes), extreme crop
+     * ranges, timm's crop_pct, DCT scaling down to the output */
+    const sl_image_recipe tall = {.height = 40, .width = 12, .interpolation = SL_INTERP_BICUBIC, .scale_min = 0.01,
+                                  .scale_max = 1.0, .ratio_min = 0.05, .ratio_max = 20.0, .hflip = 1.0};
+    const sl_image_recipe timm = {.height = 24, .width = 36, .interpolation = SL_INTERP_BICUBIC, .crop_pct = 0.95};
+    decode_one(data, size, SL_PRESET_TRAIN, 32, 3, SL_FLAG_FAST, &tall);
+    decode_one(data, size, SL_PRESET_VAL, 32, 0, 0, &timm);
     return 0;
 }

@@ -2,14 +2,15 @@
 """Write the seed corpus of the image decode fuzzer (tests/fuzz/corpus/decode/).
 
 Small JPEGs (baseline, progressive, grayscale, CMYK, restart markers, 4:4:4 /
-4:2:2 / 4:2:0, EXIF orientation) made with Pillow, and PNGs of every colour
+4:2:2 / 4:2:0, EXIF orientation, scan bombs of 60 and 70 scans) made with Pillow, and PNGs of every colour
 type and bit depth, interlaced and not, palette with tRNS, and ancillary
 chunks, made with the small encoder below (Pillow cannot write all of them).
 Every file stays under 4 KiB. Deterministic: the same bytes on every run.
 
     python3 tests/fuzz/make_seed_corpus.py [OUT_DIR]
 
-Also importable: tests use `png_encode` to build hostile PNGs.
+Also importable: tests use `png_encode` to build hostile PNGs and
+`jpeg_repeat_last_scan` to build scan bombs.
 """
 import io
 import os
@@ -154,6 +155,33 @@ def png_seeds():
     return seeds
 
 
+def jpeg_markers(data):
+    """(offset, marker) of each marker of a JPEG as a decoder meets them:
+    segments skipped by their length, entropy-coded data by its escapes."""
+    out, pos = [], 2
+    while pos + 1 < len(data):
+        m = data[pos + 1]
+        if data[pos] != 0xFF or m in (0x00, 0xFF) or 0xD0 <= m <= 0xD7:
+            pos += 1
+            continue
+        out.append((pos, m))
+        if m == 0xD9:
+            break
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return out
+
+
+def jpeg_repeat_last_scan(data, repeats):
+    """A scan bomb: the JPEG with its last scan (SOS to EOI) repeated
+    `repeats` more times. The header stays legal; each extra scan of a
+    progressive file costs the decoder a pass over the whole image."""
+    marks = jpeg_markers(data)
+    sos = [p for p, m in marks if m == 0xDA]
+    eoi = [p for p, m in marks if m == 0xD9][-1]
+    last = data[sos[-1]:eoi]
+    return data[:eoi] + last * repeats + data[eoi:]
+
+
 def jpeg_seeds():
     seeds = {}
     rgb = texture(24, 32, 3, 255, 11).astype(np.uint8)
@@ -181,6 +209,12 @@ def jpeg_seeds():
     seeds["jpg_exif_orient6.jpg"] = save(im, quality=70, exif=exif.tobytes())
     big = Image.fromarray(texture(96, 128, 3, 255, 12).astype(np.uint8), "RGB")
     seeds["jpg_128x96_q30.jpg"] = save(big, quality=30)
+    # scan bombs, small: 70 scans (over the default max_scans of 64: refused
+    # from the markers) and 60 (under it: libjpeg reads the repeats)
+    tiny = save(im.crop((0, 0, 8, 8)), quality=50, progressive=True)
+    base = sum(1 for _, m in jpeg_markers(tiny) if m == 0xDA)
+    seeds["jpg_scan_bomb_70.jpg"] = jpeg_repeat_last_scan(tiny, 70 - base)
+    seeds["jpg_scans_60.jpg"] = jpeg_repeat_last_scan(tiny, 60 - base)
     return seeds
 
 

@@ -31,11 +31,19 @@ def test_lightning_datamodule(dataset):
     assert f"2 epochs, {2 * n} samples seen" in r.stdout, r.stdout
 
 
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_ddp_torchrun_shards(dataset, tmp_path):
     pytest.importorskip("torch")
     dump = str(tmp_path / "seen")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                        "29517", os.path.join(EX, "ddp_torchrun.py"), dataset, "--batch", "8", "--size", "32",
+                        str(_free_port()), os.path.join(EX, "ddp_torchrun.py"), dataset, "--batch", "8", "--size", "32",
                         "--classes", str(len(CLASSES)), "--workers", "1", "--dump", dump],
                        env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -78,3 +78,16 @@ def test_torch_dict(tmp_path):
     std = torch.tensor(st.IMAGENET_STD).view(-1, 1, 1)
     back = (out["views"] * std + mean) * 255
     assert float(back.min()) > -0.5 and float(back.max()) < 255.5
+
+
+def test_image_field_recipe_equals_loader_options(dataset):
+    """A schema's image options are the loader's recipe options, byte for byte."""
+    opts = dict(size=(24, 32), interpolation="bicubic", scale=(0.5, 1.0), ratio=(0.9, 1.1), hflip=0.0)
+    fields = {"image": {"kind": "image", "size": [24, 32], "interpolation": "bicubic", "scale": [0.5, 1.0],
+                        "ratio": [0.9, 1.1], "hflip": 0},
+              "label": {"kind": "label"}}
+    kw = dict(batch_size=8, budget="64M", workers=2, checksum=True, seed=3)
+    with sluice.Loader(dataset, **kw, **opts) as a, sluice.Loader(dataset, **kw, fields=fields) as b:
+        sa = [(x.checksum, x["image"].shape) for x in a]
+        sb = [(x.checksum, x["image"].shape) for x in b]
+    assert sa == sb and sa[0][1] == (8, 3, 24, 32)

@@ -211,3 +211,50 @@ def test_cuda_budget_respected_with_pinned_memory(tmp_path):
         growth = _rss() - before
     overhead = 64 << 20  # thread stacks, library code, allocator slack (docs/python.md)
     assert growth <= budget + overhead, f"RSS grew {growth >> 20} MiB for a {budget >> 20} MiB budget"
+
+
+# ---- transform= (GPU-side augmentation hook) -----------------------------------
+
+def test_transform_runs_on_each_converted_batch(dataset):
+    """fn(images, labels) sees each batch after dtype and normalization, on
+    the loader's device, and what it returns is what the loop yields (here
+    a mixup-like blend with one-hot soft labels: dtype and shape change)."""
+    ref = reference(dataset, shuffle=False)
+    seen = []
+
+    def mix(images, labels):
+        seen.append((images.dtype, images.device.type, tuple(images.shape)))
+        soft = torch.nn.functional.one_hot(labels, len(CLASSES)).float()
+        return 0.5 * images + 0.5 * images.flip(0), 0.5 * soft + 0.5 * soft.flip(0)
+
+    dev = device_for_tests()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ld = st.Loader(dataset, device=dev, dtype=torch.float32, transform=mix, **kw(shuffle=False))
+    got = [(own(x), own(y)) for x, y in ld]
+    ld.close()
+    assert len(got) == len(ref) == len(seen)
+    assert all(s == (torch.float32, dev, (BS, 3, 32, 32)) for s in seen[:-1])
+    for (x, y), (u8, lab) in zip(got, ref):
+        norm = normalized(u8)
+        assert torch.allclose(x, 0.5 * norm + 0.5 * norm.flip(0), atol=1e-5)
+        soft = torch.nn.functional.one_hot(lab, len(CLASSES)).float()
+        assert torch.equal(y, 0.5 * soft + 0.5 * soft.flip(0))
+
+
+def test_transform_uint8_and_errors(dataset):
+    ref = reference(dataset, shuffle=False)
+    dev = device_for_tests()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ld = st.Loader(dataset, device=dev, dtype=torch.uint8, transform=lambda x, y: (255 - x, y + 1),
+                       **kw(shuffle=False))
+        x, y = next(iter(ld))
+        assert torch.equal(own(x), 255 - ref[0][0]) and torch.equal(own(y), ref[0][1] + 1)
+        ld.close()
+        with pytest.raises(TypeError, match="transform must be callable"):
+            st.Loader(dataset, device=dev, transform=42, **kw())
+        ld = st.Loader(dataset, device=dev, transform=lambda x, y: x, **kw())
+        with pytest.raises(TypeError, match=r"transform must return \(images, labels\)"):
+            next(iter(ld))
+        ld.close()
