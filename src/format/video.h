@@ -1,0 +1,153 @@
+/*
+ * Video clips through FFmpeg's libraries (libavformat, libavcodec,
+ * libswscale), built when SL_HAVE_FFMPEG is defined; without it every
+ * function here fails with SL_EUNSUPPORTED and a reason.
+ *
+ * The flow for one clip (what the worker does for a `kind: "video"` field):
+ *   sl__video_probe()    container and stream headers only: size, rotation,
+ *                        rate, frame count, codec; limits checked; nothing
+ *                        decoded
+ *   sl__video_plan()     which frames (temporal indices), one crop box and
+ *                        flip for all of them, and the bytes to reserve
+ *   reserve plan.mem     from the budget (SL_MEM_DECODER), a quota of
+ *                        plan.quota over it
+ *   sl__video_decode()   seek, decode forward as far as the clip needs,
+ *                        convert + crop + scale each needed frame straight
+ *                        into its place in the output [T][3][H][W]
+ *
+ * Frame indices. Frame i is the frame displayed at time
+ *     start + (i + 0.5) / rate
+ * where start is the first frame's timestamp and rate the stream's average
+ * frame rate: for a constant-rate stream that is exactly the i-th frame in
+ * presentation order (what ffmpeg's select=eq(n,i) picks); for a variable
+ * rate one it is the frame on screen at that moment of a nominal grid.
+ * With `fps` set, clip frame k is frame i0 + floor(k * rate / fps) (i0: the
+ * clip's first frame): the frame on screen at time k / fps after frame i0.
+ * Train draws i0 uniformly from the starts that fit the clip; val centres
+ * it. A clip longer than the video: see SL_CLIP_* below.
+ *
+ * Memory. Frame buffers are the decoder's (reference frames + the one being
+ * decoded + one held for display-time matching), allocated through our own
+ * get_buffer2 from the quota: the count is bounded from the stream's
+ * parameters (H.264: the level's DPB size; others: the codec's reference
+ * limit), their size from the coded size and pixel format, so a stream
+ * that lies about either fails its allocation cleanly (SL_EBUDGET record).
+ * FFmpeg's other allocations (demuxer tables, packets, codec tables,
+ * swscale filters) cannot be routed through hooks; they are bounded from
+ * the headers (probesize, encoded bytes, coded size) and reserved as
+ * plan.mem - plan.quota. Decoder threads: 1 per context (the loader's
+ * workers are the parallelism). av_max_alloc is NOT called: it is
+ * process-global (it would change every other FFmpeg user in the process,
+ * with no way to restore it) and caps one allocation, not a context's sum.
+ */
+#ifndef SL_VIDEO_H
+#define SL_VIDEO_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ops/ops.h"
+#include "../source/source.h"
+#include "decode.h"
+
+#define SL_CLIP_MAX_FRAMES 512 /* frames one clip may ask for */
+
+/* Limits checked from headers before anything is decoded; 0 (or NULL):
+ * none. codecs: comma-separated FFmpeg decoder names allowed
+ * ("h264,hevc,vp9"); NULL: SL_VIDEO_DEFAULT_CODECS. */
+typedef struct sl__video_limits {
+    uint64_t max_pixels; /* per frame (coded size) */
+    uint64_t max_frames; /* frames in the stream */
+    uint64_t max_bytes;  /* encoded bytes of the file */
+    double max_seconds;  /* stream duration */
+    const char *codecs;
+} sl__video_limits;
+
+/* Decoders whose frame buffers come from our allocator (AV_CODEC_CAP_DR1)
+ * and that decode on the calling thread. */
+#define SL_VIDEO_DEFAULT_CODECS "h264,hevc,vp8,vp9,mpeg4,mpeg2video,mpeg1video,mjpeg,h263"
+
+typedef struct sl__video_info {
+    uint32_t width, height;             /* displayed, after rotation */
+    uint32_t coded_width, coded_height; /* as decoded, before rotation */
+    int rotation;                       /* clockwise degrees to display: 0, 90, 180, 270 */
+    double fps;                         /* average frame rate */
+    double duration;                    /* seconds */
+    int64_t frames;                     /* frames in the stream (header or duration * fps) */
+    int64_t start_pts;                  /* first frame's timestamp, stream time base */
+    int tb_num, tb_den;                 /* stream time base */
+    int rate_num, rate_den;             /* the average frame rate as read */
+    int stream;                         /* index of the video stream */
+    int codec_id;                       /* AVCodecID */
+    int pix_fmt;                        /* AVPixelFormat from the header, -1 unknown */
+    int profile, level;                 /* from the header, < 0 unknown */
+    int codec_id_kind;                  /* SL__VC_* (video_impl.h) */
+    uint64_t file_bytes;
+    uint64_t demux_mem;                 /* the demuxer's memory after the header (index, buffers) */
+    char codec[16];                     /* codec name, "h264" */
+} sl__video_info;
+
+/* What a clip asks for more frames than the stream has. */
+enum {
+    SL_CLIP_PAD = 0,  /* repeat the last frame (default) */
+    SL_CLIP_LOOP = 1, /* wrap around to frame 0 */
+    SL_CLIP_ERROR = 2 /* SL_ELIMIT record: "clip needs N frames, video has M" */
+};
+
+typedef struct sl__clip_spec {
+    uint32_t frames;   /* T, 1..SL_CLIP_MAX_FRAMES */
+    uint32_t stride;   /* frames between clip frames (>= 1); ignored when fps > 0 */
+    double fps;        /* > 0: sample at this rate instead of stride */
+    uint32_t size;     /* output side (square, as the image presets) */
+    int preset;        /* SL_PRESET_TRAIN or SL_PRESET_VAL */
+    int short_clip;    /* SL_CLIP_PAD, SL_CLIP_LOOP or SL_CLIP_ERROR */
+} sl__clip_spec;
+
+typedef struct sl__clip_plan {
+    uint32_t frames;                     /* T */
+    int64_t frame[SL_CLIP_MAX_FRAMES];   /* frame index (see above) of each clip frame */
+    uint32_t out_w, out_h;               /* output frame size */
+    uint32_t box[4];                     /* crop (x, y, w, h), displayed pixels */
+    uint32_t scaled_w, scaled_h;         /* the box is scaled to this (displayed orientation) */
+    uint32_t win_x, win_y;               /* then the output window at this offset (val: centre) */
+    int flip;                            /* mirror horizontally (train) */
+    uint64_t out_bytes;                  /* T * 3 * out_h * out_w */
+    uint64_t quota;                      /* cap of the quota sl__video_decode allocates from */
+    uint64_t mem;                        /* bytes to reserve: quota + FFmpeg's own (>= quota) */
+} sl__clip_plan;
+
+/* 1 when this build decodes video. */
+int sl__video_available(void);
+
+/* Read the headers of bytes [f->offset, f->offset + f->size) of f->fd (a
+ * tar member works too: the demuxer reads through pread, never past the
+ * range), pick the best video stream, fill *info and check *lim. Nothing
+ * is decoded; whatever it opens is closed before it returns. Returns 0, or
+ * SL_EFORMAT (not a video container / no video stream), SL_ECORRUPT,
+ * SL_EUNSUPPORTED (codec off the allow-list or not built), SL_ELIMIT, with
+ * a reason naming the numbers. */
+int sl__video_probe(const sl__sample_file *f, const sl__video_limits *lim, sl__video_info *info,
+                    char *reason, size_t rlen);
+
+/* The clip's frames, crop and memory from the header alone. Draws from rng
+ * (seeded by the caller from (seed, epoch, index)) in a fixed order: the
+ * temporal offset (train), then the RandomResizedCrop box and the flip
+ * (sl__rrc_box, as images); val takes the centred clip and the val preset's
+ * resize + centre crop. Pure: returns 0, or SL_EINVAL (bad spec) /
+ * SL_ELIMIT (SL_CLIP_ERROR and too short) / SL_EOVERFLOW with a reason. */
+int sl__video_plan(const sl__video_info *info, const sl__clip_spec *spec, sl__rng *rng,
+                   sl__clip_plan *plan, char *reason, size_t rlen);
+
+/* Decode plan's frames into dst (plan->out_bytes bytes, uint8
+ * [T][3][out_h][out_w], RGB planes). Every allocation of ours and the
+ * decoder's frame buffers come from q (cap >= plan->quota, reserved in the
+ * budget by the caller with the rest of plan->mem). cancel (may be NULL):
+ * checked between packets; set, the decode stops with SL_ESTATE. On any
+ * return every FFmpeg object is freed and q is back where it started.
+ * Returns 0, or SL_ECORRUPT / SL_EFORMAT / SL_EUNSUPPORTED / SL_EBUDGET
+ * (quota) / SL_ESTATE, with a reason; dst is then partly written. */
+int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
+                     sl__quota *q, const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen);
+
+#endif
