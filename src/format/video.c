@@ -362,6 +362,28 @@ static uint64_t demux_mem(AVFormatContext *fmt) {
            (uint64_t)fmt->nb_streams * SL__VIDEO_PER_STREAM;
 }
 
+/* Profile and level of an H.264 or HEVC stream from its decoder
+ * configuration record (avcC / hvcC) or, for H.264, an Annex B SPS: the
+ * demuxers leave them unknown without decoding. */
+static void header_profile(const AVCodecParameters *par, int *profile, int *level) {
+    const uint8_t *x = par->extradata;
+    int n = par->extradata_size;
+    if (*profile >= 0 || !x) return;
+    if (par->codec_id == AV_CODEC_ID_H264) {
+        if (n >= 4 && x[0] == 1) {
+            *profile = x[1], *level = x[3];
+            return;
+        }
+        for (int i = 0; i + 6 < n; i++) /* 00 00 01 then an SPS NAL header (type 7) */
+            if (x[i] == 0 && x[i + 1] == 0 && x[i + 2] == 1 && (x[i + 3] & 0x1f) == 7) {
+                *profile = x[i + 4], *level = x[i + 6];
+                return;
+            }
+    } else if (par->codec_id == AV_CODEC_ID_HEVC && n >= 13 && x[0] == 1) {
+        *profile = x[1] & 0x1f, *level = x[12];
+    }
+}
+
 static int fill_info(AVFormatContext *fmt, int si, sl__video_info *info, char *reason, size_t rlen) {
     const AVStream *st = fmt->streams[si];
     const AVCodecParameters *par = st->codecpar;
@@ -370,6 +392,7 @@ static int fill_info(AVFormatContext *fmt, int si, sl__video_info *info, char *r
     info->codec_id_kind = codec_kind(par->codec_id);
     info->coded_width = (uint32_t)par->width, info->coded_height = (uint32_t)par->height;
     info->pix_fmt = par->format, info->profile = par->profile, info->level = par->level;
+    header_profile(par, &info->profile, &info->level);
     if (par->width <= 0 || par->height <= 0 || par->width > 65535 || par->height > 65535) {
         sl__msg(reason, rlen, "video stream header gives no usable frame size (%dx%d)", par->width, par->height);
         return SL_ECORRUPT;

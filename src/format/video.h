@@ -88,20 +88,15 @@ typedef struct sl__video_info {
     char codec[16];                     /* codec name, "h264" */
 } sl__video_info;
 
-/* What a clip asks for more frames than the stream has. */
-enum {
-    SL_CLIP_PAD = 0,  /* repeat the last frame (default) */
-    SL_CLIP_LOOP = 1, /* wrap around to frame 0 */
-    SL_CLIP_ERROR = 2 /* SL_ELIMIT record: "clip needs N frames, video has M" */
-};
-
 typedef struct sl__clip_spec {
     uint32_t frames;   /* T, 1..SL_CLIP_MAX_FRAMES */
     uint32_t stride;   /* frames between clip frames (>= 1); ignored when fps > 0 */
     double fps;        /* > 0: sample at this rate instead of stride */
     uint32_t size;     /* output side (square, as the image presets) */
     int preset;        /* SL_PRESET_TRAIN or SL_PRESET_VAL */
-    int short_clip;    /* SL_CLIP_PAD, SL_CLIP_LOOP or SL_CLIP_ERROR */
+    int short_clip;    /* SL_CLIP_PAD, SL_CLIP_LOOP or SL_CLIP_ERROR (sluice.h): a clip
+                          longer than the video repeats its last frame, wraps
+                          around, or is an SL_ELIMIT record */
 } sl__clip_spec;
 
 typedef struct sl__clip_plan {

@@ -34,6 +34,12 @@ int64_t sl__source_label(const sl__source *s, uint64_t i);
 /* Full path of sample i into buf: its length, or SL_EOVERFLOW. */
 int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len);
 
+/* What a folder source indexes: image files (torchvision's extensions) or
+ * video files (.mp4 .avi .mkv .webm .mov). */
+enum { SL__MEDIA_IMAGE = 0, SL__MEDIA_VIDEO = 1 };
+/* 1 when name (n bytes) ends, in any case, in one of media's extensions. */
+int sl__folder_ext_match(const char *name, size_t n, int media);
+
 /* An opened sample: bytes [offset, offset+size) of fd. */
 typedef struct sl__sample_file {
     int fd;

@@ -57,6 +57,7 @@ struct sl__source {
     uint32_t nchunks;
     uint32_t num_classes;
     uint64_t count;
+    int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
 };
 
 /* Appends; each returns 0 or SL_EBUDGET/SL_ENOMEM (chunk unchanged). */
