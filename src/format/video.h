@@ -145,4 +145,8 @@ int sl__video_plan(const sl__video_info *info, const sl__clip_spec *spec, sl__rn
 int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
                      sl__quota *q, const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen);
 
+/* Tests: make the quota allocation after the next n of sl__video_decode
+ * fail (n < 0: off). Process-wide; tests run each in its own process. */
+void sl__video_fail_after(long n);
+
 #endif

@@ -46,6 +46,8 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
     return SL_EUNSUPPORTED;
 }
 
+void sl__video_fail_after(long n) { (void)n; }
+
 #else /* SL_HAVE_FFMPEG */
 
 #include <libavcodec/avcodec.h>
@@ -91,6 +93,15 @@ typedef struct vdec {
 
 /* ---- frame buffers from the quota ---------------------------------------- */
 
+/* Tests: fail the allocation after the next n from the quota (< 0: off). */
+static long fail_after = -1;
+void sl__video_fail_after(long n) { fail_after = n; }
+
+static void *quota_alloc(sl__quota *q, size_t n) {
+    if (fail_after >= 0 && fail_after-- == 0) return NULL;
+    return sl__quota_alloc(q, n);
+}
+
 static void buf_free(void *opaque, uint8_t *data) {
     sl__quota_free(opaque, ((void **)data)[-1]);
 }
@@ -127,7 +138,7 @@ static int get_buffer(AVCodecContext *cc, AVFrame *f, int flags) {
         if (sizes[i] > SIZE_MAX / 4 || total > SIZE_MAX / 4) return AVERROR(EINVAL);
         if (sizes[i]) total += (sizes[i] + 16 + BUF_ALIGN - 1) & ~(size_t)(BUF_ALIGN - 1);
     }
-    uint8_t *raw = sl__quota_alloc(d->q, total + BUF_ALIGN + sizeof(void *));
+    uint8_t *raw = quota_alloc(d->q, total + BUF_ALIGN + sizeof(void *));
     if (!raw) {
         d->quota_failed = 1;
         return AVERROR(ENOMEM);
@@ -269,7 +280,7 @@ static int make_scaler(vdec *d, const AVFrame *f) {
                              0, 1 << 16, 1 << 16);
     d->sws_fmt = f->format;
     if (!d->direct) {
-        d->tmp = sl__quota_alloc(d->q, (size_t)3 * d->tw * d->th);
+        d->tmp = quota_alloc(d->q, (size_t)3 * d->tw * d->th);
         if (!d->tmp) return fail(d, SL_EBUDGET, "scaling buffer over the clip's quota", 0);
     }
     return 0;
@@ -421,7 +432,18 @@ static int pass(vdec *d, int64_t seek_ts, int rewind) {
     if (rc == DONE) return 0;
     if (rc) return rc;
     if (!d->prev->buf[0]) return fail(d, SL_ECORRUPT, "no frame could be decoded", 0);
-    while (d->next < d->groups) /* targets past the end: its last frame */
+    /* Targets past the last frame: the plan's padding (indices clamped to
+     * the header's last frame) gets that frame; a stream that ends more
+     * than SL__VIDEO_END_SLACK frames before a frame its header promised is
+     * truncated or corrupt. */
+    int64_t slack = av_rescale((int64_t)2 * SL__VIDEO_END_SLACK * d->info->rate_den, d->info->tb_den,
+                               2 * (int64_t)d->info->rate_num * d->info->tb_num);
+    if (d->when[d->groups - 1] > d->last_pts + slack) {
+        sl__msg(d->reason, d->rlen, "video ends before frame %lld that its header promises (%lld frames): truncated?",
+                (long long)d->plan->frame[d->order[d->first[d->groups - 1]]], (long long)d->info->frames);
+        return SL_ECORRUPT;
+    }
+    while (d->next < d->groups)
         if ((rc = emit(d, d->prev, d->next++))) return rc;
     return 0;
 }

@@ -25,6 +25,9 @@ enum { SL__VC_OTHER = 0, SL__VC_H264, SL__VC_HEVC, SL__VC_VP9, SL__VC_VP8, SL__V
 #define SL__VIDEO_DEMUX_BASE (512u << 10)
 #define SL__VIDEO_PER_INDEX_ENTRY 64       /* index entry + the demuxer's sample tables */
 #define SL__VIDEO_PER_STREAM (16u << 10)
+/* A stream may end this many frames before its header's count (rounded
+ * durations) before the clip counts as truncated. */
+#define SL__VIDEO_END_SLACK 2
 
 /* A byte range of a file, read with pread. */
 typedef struct sl__vrange {
