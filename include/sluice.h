@@ -333,11 +333,20 @@ typedef struct sl_video_info {
 SL_API int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info, char *errbuf,
                           size_t errlen);
 
-/* Decode the clip into out (out_len >= frames*3*size*size). frame_index
- * (may be NULL) receives the T frame indices used. Memory: what the
- * loader would reserve for it, allocated here and freed before return. */
+/* What a clip took: for inspection and tests. */
+typedef struct sl_video_clip {
+    uint32_t box[4];             /* crop (x, y, w, h) in displayed pixels */
+    int flip;                    /* mirrored (train) */
+    uint32_t scaled_w, scaled_h; /* the box is scaled to this ... */
+    uint32_t win_x, win_y;       /* ... and the size x size window at this offset kept (val) */
+    int64_t *frame_index;        /* caller's array of o->frames entries, or NULL: the frames used */
+} sl_video_clip;
+
+/* Decode the clip into out (out_len >= frames*3*size*size); clip (may be
+ * NULL) receives what was taken. Memory: what a loader would reserve for
+ * the clip, allocated here and freed before return. */
 SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len,
-                           int64_t *frame_index, char *errbuf, size_t errlen);
+                           sl_video_clip *clip, char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

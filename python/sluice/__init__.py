@@ -389,8 +389,10 @@ def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", s
                  codecs=None):
     """Decode one clip of a video file as a loader's ``kind: "video"`` field does.
 
-    Returns ``(clip, frame_indices)``: clip is uint8 ``[frames, 3, size, size]``
-    (RGB planes); frame_indices the stream frames used. ``frames`` every
+    Returns ``(clip, taken)``: clip is uint8 ``[frames, 3, size, size]`` (RGB
+    planes); taken a dict: ``frames`` (the stream's frame indices used),
+    ``box`` (x, y, w, h of the crop in displayed pixels), ``flip``, ``scaled``
+    and ``window`` (val: the box scaled to this size, then the centre window). ``frames`` every
     ``stride`` frames (or at ``fps`` when > 0); train: a seeded start and one
     RandomResizedCrop box + flip for every frame (the randomness of sample
     ``index`` in ``epoch`` of a loader seeded with ``seed``); val: the centred
@@ -399,10 +401,10 @@ def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", s
     """
     import numpy as np
 
-    buf, shape, idx = _sluice._decode_video(
+    buf, shape, taken = _sluice._decode_video(
         os.fspath(path), **_video_kw(frames, stride, fps, size, preset, short, seed, epoch, index,
                                      max_pixels, max_frames, max_bytes, max_seconds, codecs))
-    return np.frombuffer(buf, dtype=np.uint8).reshape(shape), idx
+    return np.frombuffer(buf, dtype=np.uint8).reshape(shape), taken
 
 
 def probe_video(path, max_pixels=None, max_frames=None, max_bytes=None, max_seconds=None, codecs=None):

@@ -1160,7 +1160,7 @@ static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
 
 /* _decode_video(path, frames, stride, fps, size, preset, short_clip, seed,
  * epoch, index, max_pixels, max_frames, max_bytes, max_seconds, codecs)
- * -> (bytearray, (T, 3, size, size), [frame indices]). Limits None: the
+ * -> (bytearray, (T, 3, size, size), {frames, box, flip, scaled, window}). Limits None: the
  * library defaults; codecs None: the default allow-list. */
 static int video_opts_parse(PyObject *args, PyObject *kw, sl_video_opts *o, PyObject **path, PyObject **codecs) {
     static char *kwlist[] = {"path", "frames", "stride", "fps", "size", "preset", "short_clip", "seed", "epoch",
@@ -1196,11 +1196,12 @@ static PyObject *mod_decode_video(PyObject *m, PyObject *args, PyObject *kw) {
     Py_ssize_t n = (Py_ssize_t)o.frames * 3 * o.size * o.size;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, n);
     int64_t idx[512];
+    sl_video_clip clip = {.frame_index = idx};
     char err[256] = "";
     int rc = SL_ENOMEM;
     if (out) {
         Py_BEGIN_ALLOW_THREADS
-        rc = sl_video_decode(PyBytes_AS_STRING(path), &o, PyByteArray_AS_STRING(out), (size_t)n, idx, err, sizeof err);
+        rc = sl_video_decode(PyBytes_AS_STRING(path), &o, PyByteArray_AS_STRING(out), (size_t)n, &clip, err, sizeof err);
         Py_END_ALLOW_THREADS
     }
     Py_DECREF(path);
@@ -1219,7 +1220,10 @@ static PyObject *mod_decode_video(PyObject *m, PyObject *args, PyObject *kw) {
         Py_DECREF(out);
         return NULL;
     }
-    return Py_BuildValue("(N(IIII)N)", out, o.frames, 3u, o.size, o.size, frames);
+    return Py_BuildValue("(N(IIII){sNs(IIII)sNs(II)s(II)})", out, o.frames, 3u, o.size, o.size, "frames", frames,
+                         "box", clip.box[0], clip.box[1], clip.box[2], clip.box[3], "flip",
+                         PyBool_FromLong(clip.flip), "scaled", clip.scaled_w, clip.scaled_h, "window", clip.win_x,
+                         clip.win_y);
 }
 
 static PyObject *mod_probe_video(PyObject *m, PyObject *args, PyObject *kw) {

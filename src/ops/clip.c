@@ -76,7 +76,15 @@ int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info
     return 0;
 }
 
-int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len, int64_t *frame_index,
+static void report(const sl__clip_plan *p, sl_video_clip *clip) {
+    memcpy(clip->box, p->box, sizeof clip->box);
+    clip->flip = p->flip;
+    clip->scaled_w = p->scaled_w, clip->scaled_h = p->scaled_h;
+    clip->win_x = p->win_x, clip->win_y = p->win_y;
+    if (clip->frame_index) memcpy(clip->frame_index, p->frame, p->frames * sizeof *clip->frame_index);
+}
+
+int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len, sl_video_clip *clip,
                     char *errbuf, size_t errlen) {
     sl_video_opts def;
     if (!o) sl_video_opts_init(&def), o = &def;
@@ -100,7 +108,7 @@ int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t 
         sl__quota q = {p->quota, 0, 0, 0};
         rc = sl__video_decode(&f, &vi, p, &q, NULL, out, errbuf, errlen);
     }
-    if (rc == 0 && frame_index) memcpy(frame_index, p->frame, p->frames * sizeof *frame_index);
+    if (rc == 0 && clip) report(p, clip);
     free(p);
     close(f.fd);
     return rc;
