@@ -237,6 +237,7 @@ int sl__video_probe(const sl__sample_file *f, const sl__video_limits *lim, sl__v
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/display.h>
+#include <pthread.h>
 
 int sl__video_available(void) { return 1; }
 
@@ -279,9 +280,20 @@ void sl__video_close(sl__vinput *in) {
     }
 }
 
+/* FFmpeg's cap on one allocation, set once for the process. Its demuxers
+ * size tables from counts in the header before reading them (a 3 KiB mp4
+ * asked for 1.1 GB in one malloc under the fuzzer); no per-context hook
+ * exists, so the cap is process-wide: it applies to every user of this
+ * libavutil in the process (PyAV, torchvision and OpenCV wheels bring
+ * their own copies and are not affected). Legitimate streams within the
+ * pixel limits stay far below it: frame buffers are ours, not FFmpeg's. */
+static pthread_once_t max_alloc_once = PTHREAD_ONCE_INIT;
+static void set_max_alloc(void) { av_max_alloc(SL__VIDEO_MAX_ALLOC); }
+
 /* Open the container on the sample's byte range: demuxers limited to the
  * ones video datasets use, probing and stream counts bounded. */
 int sl__video_open(const sl__sample_file *f, sl__vinput *in, char *reason, size_t rlen) {
+    pthread_once(&max_alloc_once, set_max_alloc);
     memset(in, 0, sizeof *in);
     in->range = (sl__vrange){f->fd, f->offset, f->size, 0};
     uint8_t *buf = av_malloc(SL__VIDEO_IO_BUF);
@@ -309,8 +321,13 @@ int sl__video_open(const sl__sample_file *f, sl__vinput *in, char *reason, size_
         char e[64];
         av_strerror(err, e, sizeof e);
         sl__video_close(in);
+        if (err == AVERROR(ENOMEM)) { /* a header asking past the cap, or the system refused */
+            sl__msg(reason, rlen, "video header asks for more memory than allowed (%u MiB in one allocation): %s",
+                    SL__VIDEO_MAX_ALLOC >> 20, e);
+            return SL_ECORRUPT;
+        }
         sl__msg(reason, rlen, "not a readable video container (mp4/mov, mkv/webm, avi): %s", e);
-        return err == AVERROR(ENOMEM) ? SL_ENOMEM : err == AVERROR_INVALIDDATA ? SL_EFORMAT : SL_ECORRUPT;
+        return err == AVERROR_INVALIDDATA ? SL_EFORMAT : SL_ECORRUPT;
     }
     return 0;
 }

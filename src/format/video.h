@@ -36,9 +36,10 @@
  * swscale filters) cannot be routed through hooks; they are bounded from
  * the headers (probesize, encoded bytes, coded size) and reserved as
  * plan.mem - plan.quota. Decoder threads: 1 per context (the loader's
- * workers are the parallelism). av_max_alloc is NOT called: it is
- * process-global (it would change every other FFmpeg user in the process,
- * with no way to restore it) and caps one allocation, not a context's sum.
+ * workers are the parallelism). av_max_alloc caps FFmpeg's single
+ * allocations at 64 MiB (video.c says why, and that it is process-wide):
+ * demuxers size tables from header counts before reading them, and a tiny
+ * file could otherwise ask for gigabytes.
  */
 #ifndef SL_VIDEO_H
 #define SL_VIDEO_H
