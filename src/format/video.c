@@ -77,13 +77,6 @@ static int plan_frames(const sl__video_info *info, const sl__clip_spec *spec, sl
     return 0;
 }
 
-/* Python's round() of k/2: half to even (as the image val preset). */
-static uint32_t half_round_even(uint32_t d) {
-    uint32_t k = d / 2;
-    if (d % 2 == 0) return k;
-    return (k % 2 == 0) ? k : k + 1;
-}
-
 /* Spatial part, the image presets' semantics on the displayed frame:
  * train crops the RandomResizedCrop box and scales it to size x size;
  * val scales the whole frame so its short side is size*256/224 and takes
@@ -98,21 +91,12 @@ static int plan_crop(const sl__video_info *info, const sl__clip_spec *spec, sl__
         p->scaled_w = p->scaled_h = S;
         return 0;
     }
-    uint32_t short_t = (uint32_t)((uint64_t)S * 256 / 224), rw, rh;
-    if (W <= H) {
-        rw = short_t;
-        rh = (uint32_t)((double)short_t * H / W);
-    } else {
-        rh = short_t;
-        rw = (uint32_t)((double)short_t * W / H);
-    }
-    if (rw < S || rh < S || rw > 65536 || rh > 65536) {
+    if (sl__val_geometry(W, H, S, &p->scaled_w, &p->scaled_h, &p->win_x, &p->win_y) || p->scaled_w > 65536 ||
+        p->scaled_h > 65536) {
         sl__msg(reason, rlen, "video %ux%u too thin for the val preset at size %u", W, H, S);
         return SL_EINVAL;
     }
     p->box[0] = p->box[1] = 0, p->box[2] = W, p->box[3] = H;
-    p->scaled_w = rw, p->scaled_h = rh;
-    p->win_x = half_round_even(rw - S), p->win_y = half_round_even(rh - S);
     return 0;
 }
 

@@ -70,6 +70,11 @@ int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info
 int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen);
 int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen);
 
+/* The val preset's geometry: a W x H image resized so its short side is
+ * S*256/224 (rw x rh), then the S x S window at (cx, cy) (torchvision's
+ * Resize + CenterCrop rounding). SL_EINVAL when too thin for it. */
+int sl__val_geometry(uint32_t W, uint32_t H, uint32_t S, uint32_t *rw, uint32_t *rh, uint32_t *cx, uint32_t *cy);
+
 /* RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) box, torchvision's algorithm. */
 void sl__rrc_box(uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4]);
 

@@ -77,6 +77,20 @@ static uint32_t half_round_even(uint32_t d) {
     return (k % 2 == 0) ? k : k + 1;
 }
 
+int sl__val_geometry(uint32_t W, uint32_t H, uint32_t S, uint32_t *rw, uint32_t *rh, uint32_t *cx, uint32_t *cy) {
+    uint32_t short_t = (uint32_t)((uint64_t)S * 256 / 224);
+    if (W <= H) {
+        *rw = short_t;
+        *rh = (uint32_t)((double)short_t * H / W);
+    } else {
+        *rh = short_t;
+        *rw = (uint32_t)((double)short_t * W / H);
+    }
+    if (*rw < S || *rh < S) return SL_EINVAL;
+    *cx = half_round_even(*rw - S), *cy = half_round_even(*rh - S);
+    return 0;
+}
+
 static void logical_dims(const sl_image_info *info, int orient, uint32_t *w, uint32_t *h) {
     if (orient >= 5) *w = info->height, *h = info->width;
     else *w = info->width, *h = info->height;
@@ -128,19 +142,11 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
         p->ay = (sl__axis_spec){y, (double)y + h, y, (double)y + h, S, 0, S};
         p->req = (sl__decode_req){x, y, w, h, S, S, p->channels, 4};
     } else if (p->preset == SL_PRESET_VAL) {
-        uint32_t short_t = (uint32_t)((uint64_t)S * 256 / 224), rw, rh;
-        if (W <= H) {
-            rw = short_t;
-            rh = (uint32_t)((double)short_t * H / W);
-        } else {
-            rh = short_t;
-            rw = (uint32_t)((double)short_t * W / H);
-        }
-        if (rw < S || rh < S) {
+        uint32_t rw, rh, cx, cy;
+        if (sl__val_geometry(W, H, S, &rw, &rh, &cx, &cy)) {
             sl__msg(reason, rlen, "image %ux%u too thin for the val preset", W, H);
             return SL_EINVAL;
         }
-        uint32_t cx = half_round_even(rw - S), cy = half_round_even(rh - S);
         p->ax = (sl__axis_spec){0, W, 0, W, rw, cx, S};
         p->ay = (sl__axis_spec){0, H, 0, H, rh, cy, S};
         uint32_t x0, x1, y0, y1;
