@@ -34,7 +34,7 @@ static int check_spec(const sl__video_info *info, const sl__clip_spec *spec, cha
         sl__msg(reason, rlen, "clip stride %u out of range (1 to 1000000, or set fps)", spec->stride);
         return SL_EINVAL;
     }
-    if (spec->fps < 0 || spec->fps > 1000 || !(info->fps > 0) || info->frames < 1) {
+    if ((spec->fps != 0 && !(spec->fps >= 0.001 && spec->fps <= 1000)) || !(info->fps > 0) || info->frames < 1) {
         sl__msg(reason, rlen, "clip fps %g or stream rate %g / %lld frames out of range", spec->fps, info->fps,
                 (long long)info->frames);
         return SL_EINVAL;
