@@ -96,6 +96,17 @@ def _extension():
         print("sluice: PNG support through libspng", file=sys.stderr)
     else:
         print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
+    ffmpeg = [_pkg_config(n) for n in ("libavformat", "libavcodec", "libswscale", "libavutil")]
+    if all(ffmpeg):
+        for inc, libdirs, libs in ffmpeg:
+            include_dirs += inc
+            library_dirs += libdirs
+            libraries += libs
+        macros.append(("SL_HAVE_FFMPEG", "1"))
+        print("sluice: video clips through FFmpeg's libraries", file=sys.stderr)
+    else:
+        print("sluice: FFmpeg's libraries not found (pkg-config): video samples will be error records",
+              file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
     # the library without src/monitor/ (sluice top's readers live in the CLI)
     sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)

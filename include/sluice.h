@@ -394,6 +394,67 @@ SL_API int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode
 /* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
 SL_API int sl_parse_size(const char *s, uint64_t *out);
 
+/* ---- video clips (no loader) -------------------------------------------
+ * One clip of a video file, decoded as a loader's `kind: "video"` field
+ * decodes it: T frames every `stride` (or at `fps`), a seeded temporal
+ * offset (train) or the centred clip (val), one crop for every frame with
+ * the image presets' semantics, uint8 [T][3][size][size] RGB planes. Needs
+ * a build with FFmpeg's libraries (SL_EUNSUPPORTED otherwise). */
+
+/* A clip asking for more frames than the video has. */
+enum {
+    SL_CLIP_PAD = 0,  /* repeat the last frame (default) */
+    SL_CLIP_LOOP = 1, /* wrap around to the first frame */
+    SL_CLIP_ERROR = 2 /* SL_ELIMIT */
+};
+
+typedef struct sl_video_opts {
+    uint32_t frames;       /* T (default 16) */
+    uint32_t stride;       /* frames between clip frames (default 2); unused when fps > 0 */
+    double fps;            /* > 0: sample at this rate instead of every stride frames */
+    uint32_t size;         /* output side (default 112) */
+    int preset;            /* SL_PRESET_TRAIN (default) or SL_PRESET_VAL */
+    int short_clip;        /* SL_CLIP_PAD (default), SL_CLIP_LOOP or SL_CLIP_ERROR */
+    uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
+    uint64_t max_pixels;   /* per frame (default 4096*2304); 0: none */
+    uint64_t max_frames;   /* frames in the video (default 1,000,000); 0: none */
+    uint64_t max_bytes;    /* encoded file size (default 4 GiB); 0: none */
+    double max_seconds;    /* duration (default 0: none) */
+    const char *codecs;    /* allowed codecs, "h264,hevc,vp9" (NULL: h264 hevc vp8 vp9 mpeg4
+                              mpeg2video mpeg1video mjpeg h263) */
+} sl_video_opts;
+
+SL_API void sl_video_opts_init(sl_video_opts *o);
+
+typedef struct sl_video_info {
+    uint32_t width, height; /* displayed (after rotation) */
+    int rotation;           /* clockwise degrees applied for display: 0, 90, 180, 270 */
+    double fps, duration;   /* average frame rate, seconds */
+    int64_t frames;         /* frames in the stream */
+    char codec[16];
+} sl_video_info;
+
+/* Headers only (nothing decoded), limits of o checked (o may be NULL: the
+ * defaults). 0, or SL_ENOENT/SL_EIO, SL_EFORMAT (no video stream),
+ * SL_ECORRUPT, SL_EUNSUPPORTED, SL_ELIMIT with a reason in errbuf. */
+SL_API int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info, char *errbuf,
+                          size_t errlen);
+
+/* What a clip took: for inspection and tests. */
+typedef struct sl_video_clip {
+    uint32_t box[4];             /* crop (x, y, w, h) in displayed pixels */
+    int flip;                    /* mirrored (train) */
+    uint32_t scaled_w, scaled_h; /* the box is scaled to this ... */
+    uint32_t win_x, win_y;       /* ... and the size x size window at this offset kept (val) */
+    int64_t *frame_index;        /* caller's array of o->frames entries, or NULL: the frames used */
+} sl_video_clip;
+
+/* Decode the clip into out (out_len >= frames*3*size*size); clip (may be
+ * NULL) receives what was taken. Memory: what a loader would reserve for
+ * the clip, allocated here and freed before return. */
+SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len,
+                           sl_video_clip *clip, char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,13 @@ need_deb pkg-config pkg-config
 need_deb libjpeg62-turbo-dev /usr/include/jpeglib.h
 need_deb libspng-dev /usr/include/spng.h
 need_deb libjansson-dev /usr/include/jansson.h
+# video clips (optional in the build, used when found): FFmpeg's libraries
+need_deb libavformat-dev /usr/include/x86_64-linux-gnu/libavformat/avformat.h
+need_deb libavcodec-dev /usr/include/x86_64-linux-gnu/libavcodec/avcodec.h
+need_deb libswscale-dev /usr/include/x86_64-linux-gnu/libswscale/swscale.h
+need_deb libavutil-dev /usr/include/x86_64-linux-gnu/libavutil/avutil.h
+# the video tests make their clips with the ffmpeg CLI
+[ $want_test = 1 ] && need_deb ffmpeg ffmpeg
 if [ $want_fuzz = 1 ]; then
   need_deb clang clang
   need_deb libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a

@@ -34,6 +34,7 @@ build_info = _sluice.version()
 
 __all__ = [
     "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
+    "decode_video", "probe_video",
     "BudgetError", "DecodeError", "SampleError", "SlotsHeldError", "__version__", "build_info",
 ]
 
@@ -466,3 +467,52 @@ def train_crop(width, height, seed=0, epoch=0, index=0, scale=(0.08, 1.0), ratio
     _, recipe = _recipe("train", 1, scale, ratio, "bilinear", None, None, hflip)
     return _sluice.train_crop(_int("width", width, 1, _U32), _int("height", height, 1, _U32),
                               _int("seed", seed), _int("epoch", epoch), _int("index", index), recipe)
+
+
+# ---- single video clips ------------------------------------------------------
+_SHORT_CLIP = {"pad": 0, "loop": 1, "error": 2}
+
+
+def _video_kw(frames, stride, fps, size, preset, short, seed, epoch, index, max_pixels, max_frames,
+              max_bytes, max_seconds, codecs):
+    kw = dict(frames=_int("frames", frames, 1, 512), stride=_int("stride", stride, 1, _U32),
+              fps=float(fps), size=_int("size", size, 1, 4096), preset=_choice("preset", preset, _PRESETS),
+              short_clip=_choice("short", short, _SHORT_CLIP), seed=_int("seed", seed),
+              epoch=_int("epoch", epoch), index=_int("index", index), max_seconds=float(max_seconds or 0),
+              codecs=codecs)
+    for name, v in (("max_pixels", max_pixels), ("max_frames", max_frames), ("max_bytes", max_bytes)):
+        if v is not None:
+            kw[name] = _int(name, v)
+    return kw
+
+
+def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", short="pad", seed=0,
+                 epoch=0, index=0, max_pixels=None, max_frames=None, max_bytes=None, max_seconds=None,
+                 codecs=None):
+    """Decode one clip of a video file as a loader's ``kind: "video"`` field does.
+
+    Returns ``(clip, taken)``: clip is uint8 ``[frames, 3, size, size]`` (RGB
+    planes); taken a dict: ``frames`` (the stream's frame indices used),
+    ``box`` (x, y, w, h of the crop in displayed pixels), ``flip``, ``scaled``
+    and ``window`` (val: the box scaled to this size, then the centre window). ``frames`` every
+    ``stride`` frames (or at ``fps`` when > 0); train: a seeded start and one
+    RandomResizedCrop box + flip for every frame (the randomness of sample
+    ``index`` in ``epoch`` of a loader seeded with ``seed``); val: the centred
+    clip, resize + centre crop. ``short``: a clip longer than the video
+    repeats its last frame ("pad"), wraps around ("loop") or fails ("error").
+    """
+    import numpy as np
+
+    buf, shape, taken = _sluice._decode_video(
+        os.fspath(path), **_video_kw(frames, stride, fps, size, preset, short, seed, epoch, index,
+                                     max_pixels, max_frames, max_bytes, max_seconds, codecs))
+    return np.frombuffer(buf, dtype=np.uint8).reshape(shape), taken
+
+
+def probe_video(path, max_pixels=None, max_frames=None, max_bytes=None, max_seconds=None, codecs=None):
+    """Stream headers only (nothing decoded), limits checked: a dict with
+    width, height (displayed), rotation, fps, duration, frames, codec."""
+    return _sluice._probe_video(
+        os.fspath(path), **{k: v for k, v in _video_kw(1, 1, 0, 1, "train", "pad", 0, 0, 0, max_pixels,
+                                                        max_frames, max_bytes, max_seconds, codecs).items()
+                            if k in ("max_pixels", "max_frames", "max_bytes", "max_seconds", "codecs")})

@@ -1239,6 +1239,94 @@ static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
     return Py_BuildValue("(IIIIN)", box[0], box[1], box[2], box[3], PyBool_FromLong(flip));
 }
 
+/* _decode_video(path, frames, stride, fps, size, preset, short_clip, seed,
+ * epoch, index, max_pixels, max_frames, max_bytes, max_seconds, codecs)
+ * -> (bytearray, (T, 3, size, size), {frames, box, flip, scaled, window}). Limits None: the
+ * library defaults; codecs None: the default allow-list. */
+static int video_opts_parse(PyObject *args, PyObject *kw, sl_video_opts *o, PyObject **path, PyObject **codecs) {
+    static char *kwlist[] = {"path", "frames", "stride", "fps", "size", "preset", "short_clip", "seed", "epoch",
+                             "index", "max_pixels", "max_frames", "max_bytes", "max_seconds", "codecs", NULL};
+    PyObject *lim[3] = {Py_None, Py_None, Py_None};
+    double max_seconds = 0;
+    sl_video_opts_init(o);
+    *codecs = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&O&dO&iiO&O&O&OOOdO", kwlist, PyUnicode_FSConverter, path,
+                                     conv_u32, &o->frames, conv_u32, &o->stride, &o->fps, conv_u32, &o->size,
+                                     &o->preset, &o->short_clip, conv_u64, &o->seed, conv_u64, &o->epoch, conv_u64,
+                                     &o->index, &lim[0], &lim[1], &lim[2], &max_seconds, codecs))
+        return 0;
+    uint64_t *dst[3] = {&o->max_pixels, &o->max_frames, &o->max_bytes};
+    for (int i = 0; i < 3; i++)
+        if (lim[i] != Py_None && !conv_u64(lim[i], dst[i])) return 0;
+    o->max_seconds = max_seconds;
+    if (*codecs != Py_None && !(o->codecs = PyUnicode_AsUTF8(*codecs))) return 0;
+    return 1;
+}
+
+static PyObject *mod_decode_video(PyObject *m, PyObject *args, PyObject *kw) {
+    sl_video_opts o;
+    PyObject *path = NULL, *codecs;
+    if (!video_opts_parse(args, kw, &o, &path, &codecs)) {
+        Py_XDECREF(path);
+        return NULL;
+    }
+    if (o.frames == 0 || o.frames > 512 || o.size == 0 || o.size > 4096) {
+        Py_DECREF(path);
+        return raise_code(SL_EINVAL, "cannot decode the video", "frames 1..512 and size 1..4096");
+    }
+    Py_ssize_t n = (Py_ssize_t)o.frames * 3 * o.size * o.size;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n);
+    int64_t idx[512];
+    sl_video_clip clip = {.frame_index = idx};
+    char err[256] = "";
+    int rc = SL_ENOMEM;
+    if (out) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = sl_video_decode(PyBytes_AS_STRING(path), &o, PyByteArray_AS_STRING(out), (size_t)n, &clip, err, sizeof err);
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(path);
+    if (!out) return NULL;
+    if (rc < 0) {
+        Py_DECREF(out);
+        return raise_code(rc, "cannot decode the video", err);
+    }
+    PyObject *frames = PyList_New(o.frames);
+    for (uint32_t k = 0; frames && k < o.frames; k++) {
+        PyObject *v = PyLong_FromLongLong(idx[k]);
+        if (!v) Py_CLEAR(frames);
+        else PyList_SET_ITEM(frames, k, v);
+    }
+    if (!frames) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(N(IIII){sNs(IIII)sNs(II)s(II)})", out, o.frames, 3u, o.size, o.size, "frames", frames,
+                         "box", clip.box[0], clip.box[1], clip.box[2], clip.box[3], "flip",
+                         PyBool_FromLong(clip.flip), "scaled", clip.scaled_w, clip.scaled_h, "window", clip.win_x,
+                         clip.win_y);
+}
+
+static PyObject *mod_probe_video(PyObject *m, PyObject *args, PyObject *kw) {
+    sl_video_opts o;
+    PyObject *path = NULL, *codecs;
+    if (!video_opts_parse(args, kw, &o, &path, &codecs)) {
+        Py_XDECREF(path);
+        return NULL;
+    }
+    sl_video_info info;
+    char err[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_video_probe(PyBytes_AS_STRING(path), &o, &info, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (rc < 0) return raise_code(rc, "cannot read the video", err);
+    return Py_BuildValue("{sIsIsisdsdsLss}", "width", info.width, "height", info.height, "rotation", info.rotation,
+                         "fps", info.fps, "duration", info.duration, "frames", (long long)info.frames, "codec",
+                         info.codec);
+}
+
 static PyMethodDef module_methods[] = {
     {"version", mod_version, METH_NOARGS, "sl_version(): the library actually loaded."},
     {"strerror", mod_strerror, METH_O, "sl_strerror(code)."},
@@ -1249,6 +1337,10 @@ static PyMethodDef module_methods[] = {
     {"_decode_image", (PyCFunction)(void (*)(void))mod_decode_image, METH_VARARGS | METH_KEYWORDS,
      "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes, recipe, max_scans)"
      " -> (bytearray, shape)"},
+    {"_decode_video", (PyCFunction)(void (*)(void))mod_decode_video, METH_VARARGS | METH_KEYWORDS,
+     "_decode_video(path, frames, stride, fps, size, preset, short_clip, seed, epoch, index, ...) -> (bytearray, shape, frames)"},
+    {"_probe_video", (PyCFunction)(void (*)(void))mod_probe_video, METH_VARARGS | METH_KEYWORDS,
+     "_probe_video(path, ...limits) -> dict (headers only)"},
     {"train_crop", (PyCFunction)(void (*)(void))mod_train_crop, METH_VARARGS | METH_KEYWORDS,
      "train_crop(width, height, seed=0, epoch=0, index=0, recipe=None) -> (x, y, w, h, flip)"},
     {NULL, NULL, 0, NULL}};

@@ -118,6 +118,7 @@ class Loader:
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs.
       channels_last  images in torch.channels_last memory format
+      video_layout   "TCHW" (default): clips [N, T, C, H, W]; "CTHW": [N, C, T, H, W]
       transform      None, or a function run on each device batch after the dtype
                      conversion and normalization, before it is yielded (see below)
       decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
@@ -152,7 +153,8 @@ class Loader:
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", **kwargs):
+                 std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", video_layout="TCHW",
+                 **kwargs):
         self._base = None
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable (images, labels) -> (images, labels), got {transform!r}")
@@ -188,6 +190,9 @@ class Loader:
         self._channels_last = bool(channels_last)
         self.loader = sluice.Loader(source, **kwargs)
         self._dict = kwargs.get("fields") is not None
+        if video_layout not in ("TCHW", "CTHW"):
+            raise ValueError(f'video_layout must be "TCHW" or "CTHW", got {video_layout!r}')
+        self._cthw = video_layout == "CTHW"
         # out = x * scale + bias == (x / 255 - mean) / std, in float32 opmath;
         # [C, 1, 1] broadcasts over the channel axis of [..., C, H, W]
         self._scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32).view(-1, 1, 1)
@@ -246,6 +251,13 @@ class Loader:
         out = torch.empty(img.shape, dtype=self._dtype, device=img.device, memory_format=fmt)
         return torch.addcmul(self._bias, img, self._scale, out=out)
 
+    def _layout(self, field, t):
+        """Clips as [N, C, T, H, W] when video_layout="CTHW" (what 3D CNNs take)."""
+        kind = field if isinstance(field, str) else field.kind
+        if kind == "video" and self._cthw:
+            return t.permute(0, 2, 1, 3, 4).contiguous()
+        return t
+
     @staticmethod
     def _is_pixels(field):
         return field.kind in ("image", "video") or (field.kind == "sequence" and field.dtype == "uint8"
@@ -269,7 +281,7 @@ class Loader:
             for name, field in batch.items():
                 t = torch.from_dlpack(field)
                 if self._is_pixels(field):
-                    tensors[name] = self._pixels(t)  # uint8: zero-copy, holds the slot until dropped
+                    tensors[name] = self._layout(field, self._pixels(t))  # uint8: zero-copy, holds the slot
                 else:
                     tensors[name] = t.clone()  # lets the slot go once the pixels are converted
             del batch, t
@@ -314,11 +326,11 @@ class Loader:
         with torch.cuda.stream(self._stream):
             for name, field in batch.items():
                 t = torch.from_dlpack(field).to(dev, non_blocking=True)
-                tensors[name] = (t, self._is_pixels(field))
+                tensors[name] = (t, self._is_pixels(field), field.kind)
             copied = torch.cuda.Event()
             copied.record(self._stream)
-            for name, (t, pixels) in tensors.items():
-                tensors[name] = self._pixels(t) if pixels else t
+            for name, (t, pixels, kind) in tensors.items():
+                tensors[name] = self._layout(kind, self._pixels(t)) if pixels else t
             out = self._outputs(tensors)
             ready = torch.cuda.Event()
             ready.record(self._stream)

@@ -48,7 +48,13 @@ struct sl__field {
     sl__recipe recipe;          /* image: preset, output size, crop/resize options (ops.h) */
     uint32_t count;             /* target: numbers; sequence: elements (0: from the first sample) */
     sl__field *of;              /* sequence: its element (owned by the schema) */
-    void *opts;                 /* kind-private options (owned by the schema, freed by kind->fini) */
+    union {                     /* the other kinds' options (plain data: nothing to free) */
+        struct {
+            sl__clip_spec spec;
+            sl__video_limits lim;
+            char codecs[256];
+        } video;
+    } u;
 };
 
 /* One sample being loaded by one worker: what a kind's load may use. */
@@ -66,6 +72,7 @@ struct sl__kind {
     const char *name;           /* the schema's "kind" */
     int id;                     /* SL_KIND_* */
     int value_type;             /* SL__VAL_* it asks the source for (0: none) */
+    int media;                  /* SL__MEDIA_* of its files (what a folder indexes) */
     /* Read the kind's options from the JSON object opts (a jansson json_t;
      * unknown keys are an error) and set f's output. err names the field. */
     int (*parse)(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen);
@@ -75,8 +82,6 @@ struct sl__kind {
     /* Load f of sample ld->index into dst (f->sample_bytes bytes); *len is
      * the "<name>_len" output when f->has_len. 0 or SL_E* with a reason. */
     int (*load)(sl__load *ld, const sl__field *f, uint8_t *dst, int64_t *len, char *reason, size_t rlen);
-    /* Free f->opts. May be NULL. */
-    void (*fini)(sl__field *f);
 };
 
 /* The kinds built in: image, label, target, sequence (and array, video
@@ -84,7 +89,16 @@ struct sl__kind {
 const sl__kind *sl__kind_find(const char *name);
 const char *sl__kind_names(void); /* "image, label, ..." for messages */
 
-extern const sl__kind sl__kind_image, sl__kind_label, sl__kind_target, sl__kind_sequence;
+extern const sl__kind sl__kind_image, sl__kind_label, sl__kind_target, sl__kind_sequence, sl__kind_video;
+
+/* The image recipe options of a field's JSON object (preset, size, scale,
+ * ratio, hflip, crop_pct, resize; interpolation, exif, keep_alpha, fast,
+ * max_scans where present), unset ones from cfg, resolved into *out. For
+ * the kinds that crop like images (image, video). default_size: the
+ * output side when the field gives no "size" (0: the loader's cfg->size,
+ * and its recipe's height and width). */
+int sl__recipe_opts(const sl__field *f, void *opts, const sl_config *cfg, uint32_t default_size, sl__recipe *out,
+                    char *err, size_t errlen);
 
 /* The schema: fields in the order given. */
 typedef struct sl__schema {

@@ -70,10 +70,9 @@ static int opt_number(const sl__field *f, json_t *o, const char *key, double *ou
     return 0;
 }
 
-static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen) {
+int sl__recipe_opts(const sl__field *f, void *opts, const sl_config *cfg, uint32_t default_size, sl__recipe *out,
+                    char *err, size_t errlen) {
     json_t *o = opts;
-    static const char *const allowed[] = {"preset", "size", "exif", "keep_alpha", "interpolation", "scale", "ratio",
-                                          "hflip", "crop_pct", "resize", "fast", "max_scans", NULL};
     static const char *const presets[] = {"train", "val", NULL};
     static const char *const interps[] = {"bilinear", "bicubic", NULL};
     /* unset options: the loader's own (so the default schema is the loader without one) */
@@ -81,12 +80,12 @@ static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err
     int preset = cfg->preset == SL_PRESET_VAL ? 1 : 0, interp = r.interpolation;
     int exif = (cfg->flags & SL_FLAG_EXIF) != 0, alpha = (cfg->flags & SL_FLAG_KEEP_ALPHA) != 0;
     int fast = (cfg->flags & SL_FLAG_FAST) != 0;
-    uint32_t size = cfg->size;
+    uint32_t size = default_size ? default_size : cfg->size;
+    if (default_size) r.height = r.width = 0;
     uint64_t scans = cfg->max_scans, resize = r.resize;
     double hflip = -2;
     int rc;
-    if ((rc = sl__opts_only(f, o, allowed, err, errlen)) ||
-        (rc = sl__opt_enum(f, o, "preset", presets, &preset, err, errlen)) ||
+    if ((rc = sl__opt_enum(f, o, "preset", presets, &preset, err, errlen)) ||
         (rc = opt_size(f, o, &size, &r, err, errlen)) || (rc = sl__opt_bool(f, o, "exif", &exif, err, errlen)) ||
         (rc = sl__opt_bool(f, o, "keep_alpha", &alpha, err, errlen)) ||
         (rc = sl__opt_bool(f, o, "fast", &fast, err, errlen)) ||
@@ -103,14 +102,23 @@ static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err
     if (hflip != -2) r.hflip = hflip == 0 ? SL_HFLIP_NEVER : hflip; /* in a schema, 0 means never */
     uint32_t flags = (exif ? SL_FLAG_EXIF : 0) | (alpha ? SL_FLAG_KEEP_ALPHA : 0) | (fast ? SL_FLAG_FAST : 0);
     char why[200];
-    if ((rc = sl__recipe_make(preset ? SL_PRESET_VAL : SL_PRESET_TRAIN, size, &r, flags, (uint32_t)scans, &f->recipe,
-                              why, sizeof why))) {
+    if ((rc = sl__recipe_make(preset ? SL_PRESET_VAL : SL_PRESET_TRAIN, size, &r, flags, (uint32_t)scans, out, why,
+                              sizeof why))) {
         sl__msg(err, errlen, "field \"%s\": %s", f->name, why);
         return rc;
     }
+    return 0;
+}
+
+static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen) {
+    static const char *const allowed[] = {"preset", "size", "exif", "keep_alpha", "interpolation", "scale", "ratio",
+                                          "hflip", "crop_pct", "resize", "fast", "max_scans", NULL};
+    int rc;
+    if ((rc = sl__opts_only(f, opts, allowed, err, errlen)) || (rc = sl__recipe_opts(f, opts, cfg, 0, &f->recipe, err, errlen)))
+        return rc;
     f->dtype = SL_DTYPE_UINT8;
     f->ndim = 3;
-    f->shape[0] = alpha ? 4 : 3;
+    f->shape[0] = (f->recipe.flags & SL_FLAG_KEEP_ALPHA) ? 4 : 3;
     f->shape[1] = f->recipe.out_h;
     f->shape[2] = f->recipe.out_w;
     return 0;
@@ -153,4 +161,4 @@ out:
     return rc;
 }
 
-const sl__kind sl__kind_image = {"image", SL_KIND_IMAGE, SL__VAL_FILE, image_parse, NULL, image_load, NULL};
+const sl__kind sl__kind_image = {"image", SL_KIND_IMAGE, SL__VAL_FILE, SL__MEDIA_IMAGE, image_parse, NULL, image_load};

@@ -20,7 +20,8 @@
 #include "field.h"
 #include "kind_util.h"
 
-static const sl__kind *const kinds[] = {&sl__kind_image, &sl__kind_label, &sl__kind_target, &sl__kind_sequence};
+static const sl__kind *const kinds[] = {&sl__kind_image, &sl__kind_label, &sl__kind_target, &sl__kind_sequence,
+                                        &sl__kind_video};
 
 const sl__kind *sl__kind_find(const char *name) {
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
@@ -28,7 +29,7 @@ const sl__kind *sl__kind_find(const char *name) {
     return NULL;
 }
 
-const char *sl__kind_names(void) { return "image, label, target, sequence"; }
+const char *sl__kind_names(void) { return "image, label, target, sequence, video"; }
 
 /* The stream of a randomness group. The group "image" is stream 0: the
  * stream the default schema and sl_image_train_crop use. */
@@ -189,6 +190,7 @@ uint32_t sl__schema_columns(sl__schema *sc, sl__colreq *req) {
         f->col = (int)n;
         req[n].key = f->key;
         req[n].type = f->kind->value_type;
+        req[n].media = f->of ? f->of->kind->media : f->kind->media;
         if (f->of) f->of->col = f->col;
         n++;
     }
@@ -213,10 +215,4 @@ int sl__schema_resolve(sl__schema *sc, const sl__source *src, char *err, size_t 
     return 0;
 }
 
-void sl__schema_fini(sl__schema *sc) {
-    for (uint32_t i = 0; i < sc->nfields; i++)
-        if (sc->fields[i].kind && sc->fields[i].kind->fini) sc->fields[i].kind->fini(&sc->fields[i]);
-    for (uint32_t i = 0; i < sc->nelems; i++)
-        if (sc->elems[i].kind && sc->elems[i].kind->fini) sc->elems[i].kind->fini(&sc->elems[i]);
-    memset(sc, 0, sizeof *sc);
-}
+void sl__schema_fini(sl__schema *sc) { memset(sc, 0, sizeof *sc); }

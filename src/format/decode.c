@@ -54,6 +54,23 @@ void *sl__quota_realloc(sl__quota *q, void *p, size_t n) {
     return nh + 1;
 }
 
+/* ---- limits ------------------------------------------------------------ */
+
+int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen) {
+    if (!max_bytes || bytes <= max_bytes) return 0;
+    sl__msg(reason, rlen, "file is %llu bytes, over the max_bytes limit of %llu", (unsigned long long)bytes,
+            (unsigned long long)max_bytes);
+    return SL_ELIMIT;
+}
+
+int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen) {
+    uint64_t px = (uint64_t)info->width * info->height;
+    if (!max_pixels || px <= max_pixels) return 0;
+    sl__msg(reason, rlen, "image is %ux%u = %llu pixels, over the max_pixels limit of %llu", info->width,
+            info->height, (unsigned long long)px, (unsigned long long)max_pixels);
+    return SL_ELIMIT;
+}
+
 int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen) {
     memset(info, 0, sizeof *info);
     if (len == 0) {

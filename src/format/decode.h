@@ -36,6 +36,12 @@ void *sl__quota_calloc(sl__quota *q, size_t count, size_t size);
 void *sl__quota_realloc(sl__quota *q, void *p, size_t n);
 void sl__quota_free(sl__quota *q, void *p);
 
+/* The per-sample limits, checked before anything is allocated: encoded
+ * size (from fstat or the buffer's length) and pixels (from the header).
+ * 0 or SL_ELIMIT with a reason; a limit of 0 means none. */
+int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen);
+int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen);
+
 /* Identify by content (not by name) and read the header. */
 int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
 

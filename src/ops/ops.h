@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../format/decode.h"
+#include "../format/video.h"
 #include "sluice.h"
 
 /* Deterministic per-sample randomness: depends only on (seed, epoch,
@@ -94,16 +95,40 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
 int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
             const sl__plan *p, sl__quota *q, uint8_t *dst, char *reason, size_t rlen);
 
-/* The per-sample limits, checked before anything is allocated: encoded
- * size (from fstat or the buffer's length) and pixels (from the header).
- * 0 or SL_ELIMIT with a reason; a limit of 0 means none. */
-int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen);
-int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen);
 
 /* RandomResizedCrop box (x, y, w, h) for the recipe's scale and ratio,
  * torchvision's algorithm (10 tries, then the centre crop at the nearest
  * allowed ratio), then the flip draw. Never fails: the box is inside the
  * image and at least 1x1 for any width, height >= 1. */
 void sl__train_box(const sl__recipe *rc, uint32_t width, uint32_t height, sl__rng *r, uint32_t box[4], int *flip);
+
+/* The val preset's geometry for a W x H image under the recipe: resized to
+ * rw x rh (short side to size*256/224, or the recipe's crop_pct / resize),
+ * then the output window at (cx, cy) (torchvision's Resize + CenterCrop
+ * rounding). 0, or SL_EINVAL / SL_ELIMIT (too thin or too elongated) with
+ * a reason. */
+int sl__val_geometry(const sl__recipe *rc, uint32_t W, uint32_t H, uint32_t *rw, uint32_t *rh, uint32_t *cx,
+                     uint32_t *cy, char *reason, size_t rlen);
+
+/* ---- video clips (clip.c): which frames, which crop ----------------------- */
+
+typedef struct sl__clip_spec {
+    uint32_t frames;   /* T, 1..SL_CLIP_MAX_FRAMES */
+    uint32_t stride;   /* frames between clip frames (>= 1); ignored when fps > 0 */
+    double fps;        /* > 0: sample at this rate instead of stride */
+    int short_clip;    /* SL_CLIP_PAD, SL_CLIP_LOOP or SL_CLIP_ERROR (sluice.h): a clip
+                          longer than the video repeats its last frame, wraps
+                          around, or is an SL_ELIMIT record */
+    sl__recipe recipe; /* preset, output size and the crop options, as an image field's */
+} sl__clip_spec;
+
+/* The clip's frames, crop and memory from the header alone. Draws from rng
+ * (seeded by the caller from (seed, epoch, index)) in a fixed order: the
+ * temporal offset (train), then the RandomResizedCrop box and the flip
+ * (sl__train_box, the recipe's, as images); val takes the centred clip and the val preset's
+ * resize + centre crop (sl__val_geometry). Pure: returns 0, or SL_EINVAL (bad spec) /
+ * SL_ELIMIT (SL_CLIP_ERROR and too short) / SL_EOVERFLOW with a reason. */
+int sl__video_plan(const sl__video_info *info, const sl__clip_spec *spec, sl__rng *rng,
+                   sl__clip_plan *plan, char *reason, size_t rlen);
 
 #endif

@@ -36,21 +36,6 @@
  * sizes (~500 px) 2 and 3 cost the same (1.04-1.08x). */
 #define SL_EXACT_DCT_FACTOR 3
 
-int sl__check_bytes(uint64_t bytes, uint64_t max_bytes, char *reason, size_t rlen) {
-    if (!max_bytes || bytes <= max_bytes) return 0;
-    sl__msg(reason, rlen, "file is %llu bytes, over the max_bytes limit of %llu", (unsigned long long)bytes,
-            (unsigned long long)max_bytes);
-    return SL_ELIMIT;
-}
-
-int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reason, size_t rlen) {
-    uint64_t px = (uint64_t)info->width * info->height;
-    if (!max_pixels || px <= max_pixels) return 0;
-    sl__msg(reason, rlen, "image is %ux%u = %llu pixels, over the max_pixels limit of %llu", info->width,
-            info->height, (unsigned long long)px, (unsigned long long)max_pixels);
-    return SL_ELIMIT;
-}
-
 /* Python's round() of k/2: half to even. */
 static uint32_t half_round_even(uint32_t d) {
     uint32_t k = d / 2;
@@ -105,11 +90,18 @@ static int val_resized(const sl__recipe *rc, uint32_t W, uint32_t H, uint32_t *r
 }
 
 /* Val: the resize, the centre crop of it, and the window its taps reach. */
+int sl__val_geometry(const sl__recipe *rc, uint32_t W, uint32_t H, uint32_t *rw, uint32_t *rh, uint32_t *cx,
+                     uint32_t *cy, char *reason, size_t rlen) {
+    int e = val_resized(rc, W, H, rw, rh, reason, rlen);
+    if (e) return e;
+    *cx = half_round_even(*rw - rc->out_w), *cy = half_round_even(*rh - rc->out_h);
+    return 0;
+}
+
 static int plan_val(const sl__recipe *rc, uint32_t W, uint32_t H, sl__plan *p, char *reason, size_t rlen) {
-    uint32_t rw, rh, Sw = rc->out_w, Sh = rc->out_h;
-    int rc_ = val_resized(rc, W, H, &rw, &rh, reason, rlen);
+    uint32_t rw, rh, cx, cy, Sw = rc->out_w, Sh = rc->out_h;
+    int rc_ = sl__val_geometry(rc, W, H, &rw, &rh, &cx, &cy, reason, rlen);
     if (rc_) return rc_;
-    uint32_t cx = half_round_even(rw - Sw), cy = half_round_even(rh - Sh);
     p->ax = (sl__axis_spec){0, W, 0, W, rw, cx, Sw, rc->interp};
     p->ay = (sl__axis_spec){0, H, 0, H, rh, cy, Sh, rc->interp};
     double support = rc->interp == SL_INTERP_BICUBIC ? 2.0 : 1.0;

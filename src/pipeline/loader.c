@@ -122,6 +122,16 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         free(ld);
         return rc;
     }
+    /* the loader's own struct (schema, layout, counters) is counted too */
+    if (sl__budget_try(ld->budget, sizeof *ld, SL_MEM_OTHER)) {
+        char b1[32], b2[32];
+        sl__msg(err, errlen, "budget of %s cannot hold the loader's own state (%s)", sl__fmt_bytes(c.budget, b1, sizeof b1),
+                sl__fmt_bytes(sizeof *ld, b2, sizeof b2));
+        sl__budget_fini(ld->budget);
+        free(ld);
+        return SL_EBUDGET;
+    }
+    ld->counted_self = 1;
     pthread_mutex_init(&ld->mu, NULL);
     pthread_mutex_init(&ld->errmu, NULL);
     pthread_cond_init(&ld->cv_work, NULL);
@@ -368,6 +378,7 @@ static void free_all(sl_loader *ld) {
     pthread_cond_destroy(&ld->cv_quiet);
     pthread_mutex_destroy(&ld->mu);
     pthread_mutex_destroy(&ld->errmu);
+    if (ld->counted_self) sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
     sl__budget_fini(&ld->own_budget);
     free(ld);
 }

@@ -76,6 +76,7 @@ struct sl_loader {
     char *fields_json;
     sl__budget *budget;      /* everything the loader holds is counted here */
     sl__budget own_budget;   /* the loader's own budget (what budget points at) */
+    int counted_self;        /* sizeof(sl_loader) is reserved in budget */
     sl__source *src;
     sl__schema schema;       /* the fields (fields/field.h) */
     sl__layout layout;       /* where each output lives in a slot */

@@ -40,17 +40,20 @@ struct linux_dirent64 {
 
 /* torchvision's IMG_EXTENSIONS, matched case-insensitively on the end of
  * the name. Python's str.lower() maps no non-ASCII character to these
- * ASCII letters, so ASCII folding gives the same answer. */
-static int image_ext(const char *name, size_t n) {
-    static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
-                                      ".pgm", ".tif",  ".tiff", ".webp"};
+ * ASCII letters, so ASCII folding gives the same answer. Video folders
+ * (the UCF101 / Kinetics layout) take the video containers instead. */
+int sl__folder_ext_match(const char *name, size_t n, int media) {
+    static const char *const image[] = {".jpg", ".jpeg", ".png",  ".ppm",  ".bmp",
+                                        ".pgm", ".tif",  ".tiff", ".webp", NULL};
+    static const char *const video[] = {".mp4", ".avi", ".mkv", ".webm", ".mov", NULL};
+    const char *const *ext = media == SL__MEDIA_VIDEO ? video : image;
     char low[5];
     size_t k = n < 5 ? n : 5;
     for (size_t i = 0; i < k; i++) {
         unsigned char c = (unsigned char)name[n - k + i];
         low[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     }
-    for (size_t e = 0; e < sizeof ext / sizeof *ext; e++) {
+    for (size_t e = 0; ext[e]; e++) {
         size_t m = strlen(ext[e]);
         if (m <= k && memcmp(low + k - m, ext[e], m) == 0) return 1;
     }
@@ -83,6 +86,7 @@ typedef struct scan {
     uint32_t nclasses;
     _Atomic uint32_t next;    /* next class to take */
     _Atomic int rc;           /* first fatal error; set, scanning stops */
+    int media;                /* SL__MEDIA_*: which extensions to index */
 } scan;
 
 static int tls_grow(sl__budget *b, void **p, uint64_t *cap, uint64_t need, size_t sz) {
@@ -141,7 +145,7 @@ static int scan_dir(scan *sc, scan_tls *t, sl__chunk *c, uint32_t q) {
                 uint64_t off;
                 if ((rc = sl__chunk_put(b, c, path, d.len + 1 + nl, &off))) goto out;
                 if ((rc = sl__chunk_add_dir(b, c, off, (uint32_t)(d.len + 1 + nl), q))) goto out;
-            } else if (image_ext(name, nl)) {
+            } else if (sl__folder_ext_match(name, nl, sc->media)) {
                 uint64_t off;
                 if ((rc = sl__chunk_put(b, c, name, nl, &off))) goto out;
                 if ((rc = sl__chunk_add_rec(b, c, off, (uint32_t)nl, q))) goto out;
@@ -248,7 +252,7 @@ static void budget_msg(sl__source *s, const char *root, int rc, char *err, size_
 int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *err, size_t errlen) {
     sl__budget *b = s->b;
     sl__chunk classes = {0};
-    scan sc = {.b = b, .rootfd = -1};
+    scan sc = {.b = b, .rootfd = -1, .media = s->media};
     int rc = 0;
 
     sc.rootfd = openat(s->basefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -307,10 +311,9 @@ int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *er
     }
     s->count = total;
     if (total == 0) {
-        sl__msg(err, errlen,
-                "%s: no image files in %u class folder%s (looked for .jpg .jpeg .png .ppm .bmp .pgm .tif "
-                ".tiff .webp, any case)",
-                root, s->nchunks, s->nchunks == 1 ? "" : "s");
+        sl__msg(err, errlen, "%s: no %s files in %u class folder%s (looked for %s, any case)", root,
+                s->media == SL__MEDIA_VIDEO ? "video" : "image", s->nchunks, s->nchunks == 1 ? "" : "s",
+                s->media == SL__MEDIA_VIDEO ? ".mp4 .avi .mkv .webm .mov" : ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp");
         rc = SL_EEMPTY;
     }
     goto out;

@@ -301,6 +301,8 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
             root_len = (size_t)w;
         }
         rc = set_base(s, root, root_len, err, errlen);
+        for (uint32_t k = 0; req && k < nreq; k++)
+            if (req[k].type == SL__VAL_FILE) s->media = req[k].media;
         if (!rc) rc = sl__folder_index(s, s->base, threads, err, errlen);
     } else {
         const char *slash = strrchr(path, '/');

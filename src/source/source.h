@@ -51,6 +51,7 @@ enum { SL__COL_FILE = 0, SL__COL_LABEL = 1 };
 typedef struct sl__colreq {
     const char *key;
     int type;
+    int media;   /* SL__MEDIA_*: a folder indexes this kind of file for a FILE request */
 } sl__colreq;
 
 /* Open path as a table of the requested columns (jsonl manifests), or, for
@@ -67,6 +68,12 @@ int sl__source_value(const sl__source *s, uint64_t i, uint32_t col, int *type, u
 /* Numbers [first, first+n) of an SL__VAL_NUMBERS (or INT) value into out
  * (those that exist): how many the value has in all, or SL_EINVAL. */
 int sl__source_numbers(const sl__source *s, uint64_t i, uint32_t col, uint32_t first, double *out, uint32_t n);
+
+/* What a folder source indexes: image files (torchvision's extensions) or
+ * video files (.mp4 .avi .mkv .webm .mov). */
+enum { SL__MEDIA_IMAGE = 0, SL__MEDIA_VIDEO = 1 };
+/* 1 when name (n bytes) ends, in any case, in one of media's extensions. */
+int sl__folder_ext_match(const char *name, size_t n, int media);
 
 /* An opened sample: bytes [offset, offset+size) of fd. */
 typedef struct sl__sample_file {

@@ -78,6 +78,7 @@ struct sl__source {
     sl__table *tab;    /* SL__KIND_TABLE */
     uint32_t ncols;    /* columns requested (0: the legacy file + label) */
     uint8_t colmap[64];/* legacy kinds opened with requests: column -> SL__COL_* */
+    int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
 };
 
 /* Appends; each returns 0 or SL_EBUDGET/SL_ENOMEM (chunk unchanged). */

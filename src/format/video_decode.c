@@ -1,0 +1,492 @@
+/*
+ * Video: decoding a planned clip (see video.h).
+ *
+ * One pass: open the container on the sample's byte range, seek to the
+ * keyframe at or before the first needed frame, decode forward. Frames
+ * arrive in presentation order; the clip's frames are matched by display
+ * time: target j (frame index i) is the frame on screen at
+ * start + (i + 0.5) / rate, i.e. the last frame whose timestamp is not
+ * after it. A frame is known to be that one when the next frame arrives
+ * later than the target, so the previous frame is held (a reference to
+ * the decoder's buffer, no copy) until then. The pass stops as soon as the
+ * last target is settled; targets past the end of the stream get its last
+ * frame.
+ *
+ * A seek lands on a keyframe by its decoding timestamp; with reordering
+ * that keyframe can be displayed after the first target. The pass then
+ * reports it and is run again from an earlier point (twice), then from the
+ * start of the stream.
+ *
+ * Conversion: swscale reads the crop box straight from the decoder's
+ * frame (plane pointers offset to the box, its origin aligned down to the
+ * chroma grid as ffmpeg's crop filter does), converts YUV to RGB with the
+ * frame's colour matrix and range, and scales with SWS_BILINEAR (ffmpeg's
+ * scale filter default, antialiased when shrinking) into planar RGB. For
+ * an unrotated train clip it writes into the output frame directly (and
+ * the flip mirrors rows in place); rotation (display matrix) and val's
+ * centre window go through one scaled-size buffer from the quota.
+ *
+ * Ownership: everything in vdec is released by vdec_fini on every path;
+ * frame buffers come from the quota through get_buffer and go back when
+ * the last AVBufferRef to them is dropped (by the decoder or by us), all
+ * before vdec_fini returns.
+ */
+#include "video.h"
+
+#include <string.h>
+
+#include "../base/util.h"
+#include "video_impl.h"
+
+#ifndef SL_HAVE_FFMPEG
+
+int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan, sl__quota *q,
+                     const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen) {
+    sl__msg(reason, rlen, "video support is not built in (sluice was built without FFmpeg's libraries)");
+    return SL_EUNSUPPORTED;
+}
+
+void sl__video_fail_after(long n) { (void)n; }
+
+#else /* SL_HAVE_FFMPEG */
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+
+#define BUF_ALIGN 64 /* frame plane and linesize alignment (AVX-512) */
+#define MISSED 1     /* a pass that sought past its first target */
+#define DONE 2       /* every target settled */
+
+typedef struct vdec {
+    const sl__video_info *info;
+    const sl__clip_plan *plan;
+    sl__quota *q;
+    const _Atomic int *cancel;
+    uint8_t *dst;
+    char *reason;
+    size_t rlen;
+
+    sl__vinput in;
+    AVCodecContext *cc;
+    AVPacket *pkt;
+    AVFrame *frame, *prev; /* prev: the last frame, held until the next one shows when it ended */
+    struct SwsContext *sws;
+    int sws_fmt;
+    uint32_t bx, by, bw, bh; /* the crop box, coded pixels */
+    uint32_t tw, th;         /* the box scaled, coded orientation */
+    int direct;              /* swscale writes the output frame itself */
+    uint8_t *tmp;            /* else: the scaled box, 3 planes tw x th (quota) */
+    uint64_t out_frame;      /* bytes of one output frame */
+    int quota_failed;        /* get_buffer was refused by the quota */
+
+    /* targets: clip positions sorted by frame index, grouped by index */
+    uint32_t order[SL_CLIP_MAX_FRAMES];
+    uint32_t first[SL_CLIP_MAX_FRAMES + 1]; /* group j is order[first[j] .. first[j+1]) */
+    int64_t when[SL_CLIP_MAX_FRAMES];       /* group j's display time, stream time base */
+    uint32_t groups, next;                  /* next: first group not yet written */
+    int sought;                             /* this pass began with a seek */
+    int64_t last_pts;
+} vdec;
+
+/* ---- frame buffers from the quota ---------------------------------------- */
+
+/* Tests: fail the allocation after the next n from the quota (< 0: off). */
+static long fail_after = -1;
+void sl__video_fail_after(long n) { fail_after = n; }
+
+static void *quota_alloc(sl__quota *q, size_t n) {
+    if (fail_after >= 0 && fail_after-- == 0) return NULL;
+    return sl__quota_alloc(q, n);
+}
+
+static void buf_free(void *opaque, uint8_t *data) {
+    sl__quota_free(opaque, ((void **)data)[-1]);
+}
+
+/* Linesizes for a frame w pixels wide that are multiples of every
+ * alignment the codec asks (as avcodec_default_get_buffer2 widens). */
+static int frame_linesizes(AVCodecContext *cc, const AVFrame *f, int linesize[4], int *h) {
+    int w = f->width, align[AV_NUM_DATA_POINTERS];
+    *h = f->height;
+    avcodec_align_dimensions2(cc, &w, h, align);
+    for (int tries = 0; tries < 16; tries++) {
+        if (av_image_fill_linesizes(linesize, f->format, w) < 0) return AVERROR(EINVAL);
+        int unaligned = 0;
+        for (int i = 0; i < 4; i++)
+            unaligned |= linesize[i] % BUF_ALIGN || (align[i] > 0 && linesize[i] % align[i]);
+        if (!unaligned) return 0;
+        w += w & ~(w - 1);
+    }
+    return AVERROR(EINVAL);
+}
+
+/* get_buffer2: one quota block per frame, planes BUF_ALIGN-aligned with
+ * FFmpeg's 16 bytes of padding after each. */
+static int get_buffer(AVCodecContext *cc, AVFrame *f, int flags) {
+    vdec *d = cc->opaque;
+    int linesize[4], h;
+    ptrdiff_t lsp[4];
+    size_t sizes[4], off[4], total = 0;
+    if (frame_linesizes(cc, f, linesize, &h) < 0) return AVERROR(EINVAL);
+    for (int i = 0; i < 4; i++) lsp[i] = linesize[i];
+    if (av_image_fill_plane_sizes(sizes, f->format, h, lsp) < 0) return AVERROR(EINVAL);
+    for (int i = 0; i < 4; i++) {
+        off[i] = total;
+        if (sizes[i] > SIZE_MAX / 4 || total > SIZE_MAX / 4) return AVERROR(EINVAL);
+        if (sizes[i]) total += (sizes[i] + 16 + BUF_ALIGN - 1) & ~(size_t)(BUF_ALIGN - 1);
+    }
+    uint8_t *raw = quota_alloc(d->q, total + BUF_ALIGN + sizeof(void *));
+    if (!raw) {
+        d->quota_failed = 1;
+        return AVERROR(ENOMEM);
+    }
+    uint8_t *base = (uint8_t *)(((uintptr_t)raw + sizeof(void *) + BUF_ALIGN - 1) & ~(uintptr_t)(BUF_ALIGN - 1));
+    ((void **)base)[-1] = raw;
+    f->buf[0] = av_buffer_create(base, total, buf_free, d->q, 0);
+    if (!f->buf[0]) {
+        sl__quota_free(d->q, raw);
+        return AVERROR(ENOMEM);
+    }
+    for (int i = 0; i < 4; i++) {
+        f->data[i] = sizes[i] ? base + off[i] : NULL;
+        f->linesize[i] = sizes[i] ? linesize[i] : 0;
+    }
+    f->extended_data = f->data;
+    return 0;
+}
+
+/* ---- set-up and tear-down ------------------------------------------------ */
+
+static int fail(vdec *d, int code, const char *what, int averr) {
+    char e[64] = "";
+    if (averr) av_strerror(averr, e, sizeof e);
+    sl__msg(d->reason, d->rlen, "%s%s%s", what, averr ? ": " : "", e);
+    return code;
+}
+
+static void vdec_fini(vdec *d) {
+    av_frame_free(&d->frame);
+    av_frame_free(&d->prev);
+    av_packet_free(&d->pkt);
+    avcodec_free_context(&d->cc); /* drops the decoder's references: its buffers go back to the quota */
+    sws_freeContext(d->sws);
+    d->sws = NULL;
+    sl__video_close(&d->in);
+    sl__quota_free(d->q, d->tmp);
+    d->tmp = NULL;
+}
+
+/* The file must still be what the probe saw. */
+static int check_stream(vdec *d) {
+    const sl__video_info *info = d->info;
+    if (info->stream < 0 || (unsigned)info->stream >= d->in.fmt->nb_streams)
+        return fail(d, SL_ECORRUPT, "the video stream is gone since the probe", 0);
+    const AVCodecParameters *par = d->in.fmt->streams[info->stream]->codecpar;
+    if ((int)par->codec_id != info->codec_id || (uint32_t)par->width != info->coded_width ||
+        (uint32_t)par->height != info->coded_height)
+        return fail(d, SL_ECORRUPT, "the video stream changed since the probe", 0);
+    for (unsigned i = 0; i < d->in.fmt->nb_streams; i++)
+        if ((int)i != info->stream) d->in.fmt->streams[i]->discard = AVDISCARD_ALL;
+    return 0;
+}
+
+/* A decoder on the calling thread (thread_count 1) whose frames come from
+ * get_buffer. */
+static int open_codec(vdec *d) {
+    AVStream *st = d->in.fmt->streams[d->info->stream];
+    const AVCodec *dec = avcodec_find_decoder(st->codecpar->codec_id);
+    if (!dec || !(dec->capabilities & AV_CODEC_CAP_DR1))
+        return fail(d, SL_EUNSUPPORTED, "no decoder for this stream that takes our frame buffers", 0);
+    d->cc = avcodec_alloc_context3(dec);
+    if (!d->cc) return fail(d, SL_ENOMEM, "cannot allocate the decoder", 0);
+    int err = avcodec_parameters_to_context(d->cc, st->codecpar);
+    if (err < 0) return fail(d, SL_ECORRUPT, "bad codec parameters", err);
+    d->cc->thread_count = 1;
+    d->cc->thread_type = 0;
+    d->cc->opaque = d;
+    d->cc->get_buffer2 = get_buffer;
+    d->cc->pkt_timebase = st->time_base;
+    if ((err = avcodec_open2(d->cc, dec, NULL)) < 0) return fail(d, SL_ECORRUPT, "cannot open the decoder", err);
+    return 0;
+}
+
+/* Sort the clip positions by frame index (stable) and group equal ones;
+ * each group's display time on the stream's nominal grid. */
+static void set_targets(vdec *d) {
+    const sl__clip_plan *p = d->plan;
+    for (uint32_t k = 0; k < p->frames; k++) {
+        uint32_t i = k;
+        while (i > 0 && p->frame[d->order[i - 1]] > p->frame[k]) {
+            d->order[i] = d->order[i - 1];
+            i--;
+        }
+        d->order[i] = k;
+    }
+    const sl__video_info *in = d->info;
+    int64_t num = (int64_t)in->rate_den * in->tb_den, den = 2 * (int64_t)in->rate_num * in->tb_num;
+    d->groups = 0;
+    for (uint32_t i = 0; i < p->frames; i++) {
+        int64_t idx = p->frame[d->order[i]];
+        if (i > 0 && idx == p->frame[d->order[i - 1]]) continue;
+        d->first[d->groups] = i;
+        d->when[d->groups++] = in->start_pts + av_rescale(2 * idx + 1, num, den);
+    }
+    d->first[d->groups] = p->frames;
+}
+
+/* ---- conversion ------------------------------------------------------------ */
+
+/* The plan's box (displayed pixels) in coded pixels, and the scaled size
+ * in the coded orientation. */
+static void coded_box(vdec *d) {
+    const sl__clip_plan *p = d->plan;
+    uint32_t x = p->box[0], y = p->box[1], w = p->box[2], h = p->box[3];
+    uint32_t W = d->info->coded_width, H = d->info->coded_height;
+    switch (d->info->rotation) {
+    case 90: d->bx = y, d->by = H - x - w, d->bw = h, d->bh = w; break;
+    case 180: d->bx = W - x - w, d->by = H - y - h, d->bw = w, d->bh = h; break;
+    case 270: d->bx = W - y - h, d->by = x, d->bw = h, d->bh = w; break;
+    default: d->bx = x, d->by = y, d->bw = w, d->bh = h; break;
+    }
+    int turn = d->info->rotation == 90 || d->info->rotation == 270;
+    d->tw = turn ? p->scaled_h : p->scaled_w;
+    d->th = turn ? p->scaled_w : p->scaled_h;
+    d->direct = d->info->rotation == 0 && p->win_x == 0 && p->win_y == 0 && p->scaled_w == p->out_w &&
+                p->scaled_h == p->out_h;
+}
+
+static int yuvj(int fmt) {
+    return fmt == AV_PIX_FMT_YUVJ420P || fmt == AV_PIX_FMT_YUVJ422P || fmt == AV_PIX_FMT_YUVJ444P ||
+           fmt == AV_PIX_FMT_YUVJ440P || fmt == AV_PIX_FMT_YUVJ411P;
+}
+
+/* The scaler for the first frame's pixel format (later frames must keep
+ * it); the box origin goes down to the chroma grid. */
+static int make_scaler(vdec *d, const AVFrame *f) {
+    const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(f->format);
+    if (!desc || (desc->flags & (AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_PAL)) ||
+        !sws_isSupportedInput(f->format))
+        return fail(d, SL_EUNSUPPORTED, "decoded pixel format not supported", 0);
+    d->bx &= ~((1u << desc->log2_chroma_w) - 1);
+    d->by &= ~((1u << desc->log2_chroma_h) - 1);
+    d->sws = sws_getContext((int)d->bw, (int)d->bh, f->format, (int)d->tw, (int)d->th, AV_PIX_FMT_GBRP, SWS_BILINEAR,
+                            NULL, NULL, NULL);
+    if (!d->sws) return fail(d, SL_ENOMEM, "cannot create the scaler", 0);
+    int full = f->color_range == AVCOL_RANGE_JPEG || yuvj(f->format);
+    sws_setColorspaceDetails(d->sws, sws_getCoefficients(f->colorspace), full, sws_getCoefficients(SWS_CS_DEFAULT), 1,
+                             0, 1 << 16, 1 << 16);
+    d->sws_fmt = f->format;
+    if (!d->direct) {
+        d->tmp = quota_alloc(d->q, (size_t)3 * d->tw * d->th);
+        if (!d->tmp) return fail(d, SL_EBUDGET, "scaling buffer over the clip's quota", 0);
+    }
+    return 0;
+}
+
+/* Write the scaled box (coded orientation, planes R G B of tw x th) into
+ * an output frame: the window, turned for display, mirrored if flipped. */
+static void place(const vdec *d, uint8_t *out) {
+    const sl__clip_plan *p = d->plan;
+    uint32_t W = p->out_w, H = p->out_h, tw = d->tw, th = d->th;
+    for (uint32_t c = 0; c < 3; c++) {
+        const uint8_t *t = d->tmp + (size_t)c * tw * th;
+        uint8_t *o = out + (size_t)c * W * H;
+        for (uint32_t y = 0; y < H; y++) {
+            for (uint32_t x = 0; x < W; x++) {
+                uint32_t dx = p->win_x + (p->flip ? W - 1 - x : x), dy = p->win_y + y, sx, sy;
+                switch (d->info->rotation) {
+                case 90: sx = dy, sy = th - 1 - dx; break;
+                case 180: sx = tw - 1 - dx, sy = th - 1 - dy; break;
+                case 270: sx = tw - 1 - dy, sy = dx; break;
+                default: sx = dx, sy = dy; break;
+                }
+                o[(size_t)y * W + x] = t[(size_t)sy * tw + sx];
+            }
+        }
+    }
+}
+
+static void mirror_rows(uint8_t *img, uint32_t w, uint32_t rows) {
+    for (uint32_t y = 0; y < rows; y++) {
+        uint8_t *r = img + (size_t)y * w;
+        for (uint32_t a = 0, b = w - 1; a < b; a++, b--) {
+            uint8_t t = r[a];
+            r[a] = r[b];
+            r[b] = t;
+        }
+    }
+}
+
+/* Convert frame f into output frame out (3 planes out_h x out_w). */
+static int convert(vdec *d, const AVFrame *f, uint8_t *out) {
+    int rc;
+    if ((uint32_t)f->width != d->info->coded_width || (uint32_t)f->height != d->info->coded_height)
+        return fail(d, SL_ECORRUPT, "frame size differs from the stream header", 0);
+    if (!d->sws && (rc = make_scaler(d, f))) return rc;
+    if (f->format != d->sws_fmt) return fail(d, SL_ECORRUPT, "pixel format changed mid-stream", 0);
+    const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(f->format);
+    const uint8_t *src[4] = {0};
+    int sls[4] = {0};
+    for (int i = 0; i < 4 && f->data[i]; i++) { /* as av_frame_apply_cropping computes plane offsets */
+        const AVComponentDescriptor *comp = NULL;
+        for (int c = 0; c < desc->nb_components && !comp; c++)
+            if (desc->comp[c].plane == i) comp = &desc->comp[c];
+        int chroma = i == 1 || i == 2;
+        uint32_t sx = chroma ? desc->log2_chroma_w : 0, sy = chroma ? desc->log2_chroma_h : 0;
+        src[i] = f->data[i] + (comp ? (size_t)(d->bx >> sx) * comp->step : 0) + (ptrdiff_t)(d->by >> sy) * f->linesize[i];
+        sls[i] = f->linesize[i];
+    }
+    uint8_t *t = d->direct ? out : d->tmp;
+    size_t plane = (size_t)d->tw * d->th;
+    uint8_t *dp[4] = {t + plane, t + 2 * plane, t, NULL}; /* GBRP planes G, B, R into R G B */
+    int ds[4] = {(int)d->tw, (int)d->tw, (int)d->tw, 0};
+    if (sws_scale(d->sws, src, sls, 0, (int)d->bh, dp, ds) != (int)d->th)
+        return fail(d, SL_ECORRUPT, "scaling the frame failed", 0);
+    if (!d->direct) place(d, out);
+    else if (d->plan->flip) mirror_rows(out, d->plan->out_w, 3 * d->plan->out_h);
+    return 0;
+}
+
+/* Write frame f to every clip position of group j. */
+static int emit(vdec *d, const AVFrame *f, uint32_t j) {
+    uint8_t *first = d->dst + (size_t)d->order[d->first[j]] * d->out_frame;
+    int rc = convert(d, f, first);
+    for (uint32_t i = d->first[j] + 1; rc == 0 && i < d->first[j + 1]; i++)
+        memcpy(d->dst + (size_t)d->order[i] * d->out_frame, first, d->out_frame);
+    return rc;
+}
+
+/* ---- the pass ---------------------------------------------------------------- */
+
+/* A decoded frame: settle every target displayed before it with the held
+ * frame (or with this one, if none is held: targets before the stream's
+ * first frame), then hold it. */
+static int on_frame(vdec *d) {
+    AVFrame *f = d->frame;
+    int64_t pts = f->best_effort_timestamp;
+    int held = d->prev->buf[0] != NULL;
+    if (pts == AV_NOPTS_VALUE) pts = held ? d->last_pts + 1 : d->info->start_pts;
+    if (!held && d->sought && pts > d->when[d->next]) return MISSED;
+    while (d->next < d->groups && d->when[d->next] < pts) {
+        int rc = emit(d, held ? d->prev : f, d->next);
+        if (rc) return rc;
+        d->next++;
+    }
+    av_frame_unref(d->prev);
+    av_frame_move_ref(d->prev, f);
+    d->last_pts = pts;
+    return d->next == d->groups ? DONE : 0;
+}
+
+static int receive(vdec *d) {
+    for (;;) {
+        int err = avcodec_receive_frame(d->cc, d->frame);
+        if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return 0;
+        if (err < 0)
+            return d->quota_failed ? fail(d, SL_EBUDGET, "decoder frames over the clip's quota", 0)
+                                   : fail(d, SL_ECORRUPT, "corrupt video", err);
+        int rc = on_frame(d);
+        av_frame_unref(d->frame);
+        if (rc) return rc;
+    }
+}
+
+static int send(vdec *d, const AVPacket *pkt) {
+    for (;;) {
+        int err = avcodec_send_packet(d->cc, pkt);
+        if (err == 0 || err == AVERROR_EOF) return receive(d);
+        if (err != AVERROR(EAGAIN))
+            return d->quota_failed ? fail(d, SL_EBUDGET, "decoder frames over the clip's quota", 0)
+                                   : fail(d, SL_ECORRUPT, "corrupt video", err);
+        int rc = receive(d); /* the decoder's output is full: drain, resend */
+        if (rc) return rc;
+    }
+}
+
+/* Seek (seek_ts, or the stream's start when AV_NOPTS_VALUE after a first
+ * pass) and decode until every target is settled. 0, MISSED or an error. */
+static int pass(vdec *d, int64_t seek_ts, int rewind) {
+    AVFormatContext *fmt = d->in.fmt;
+    int err, rc = 0;
+    d->sought = seek_ts != AV_NOPTS_VALUE;
+    if (d->sought || rewind) {
+        int64_t ts = d->sought ? seek_ts : d->info->start_pts;
+        if (av_seek_frame(fmt, d->info->stream, ts, AVSEEK_FLAG_BACKWARD) < 0 &&
+            av_seek_frame(fmt, d->info->stream, 0, AVSEEK_FLAG_BYTE) < 0)
+            return fail(d, SL_ECORRUPT, "cannot seek in the video", 0);
+        avcodec_flush_buffers(d->cc);
+    }
+    av_frame_unref(d->prev);
+    while (rc == 0) {
+        if (d->cancel && atomic_load(d->cancel)) return fail(d, SL_ESTATE, "video decode cancelled", 0);
+        err = av_read_frame(fmt, d->pkt);
+        if (err == AVERROR_EOF) break;
+        if (err < 0) return fail(d, err == AVERROR(ENOMEM) ? SL_ENOMEM : SL_ECORRUPT, "cannot read the video", err);
+        if (d->pkt->stream_index == d->info->stream) rc = send(d, d->pkt);
+        av_packet_unref(d->pkt);
+    }
+    if (rc == 0) rc = send(d, NULL); /* end of stream: drain the reordered frames */
+    if (rc == DONE) return 0;
+    if (rc) return rc;
+    if (!d->prev->buf[0]) return fail(d, SL_ECORRUPT, "no frame could be decoded", 0);
+    /* Targets past the last frame: the plan's padding (indices clamped to
+     * the header's last frame) gets that frame; a stream that ends more
+     * than SL__VIDEO_END_SLACK frames before a frame its header promised is
+     * truncated or corrupt. */
+    int64_t slack = av_rescale((int64_t)2 * SL__VIDEO_END_SLACK * d->info->rate_den, d->info->tb_den,
+                               2 * (int64_t)d->info->rate_num * d->info->tb_num);
+    if (d->when[d->groups - 1] > d->last_pts + slack) {
+        sl__msg(d->reason, d->rlen, "video ends before frame %lld that its header promises (%lld frames): truncated?",
+                (long long)d->plan->frame[d->order[d->first[d->groups - 1]]], (long long)d->info->frames);
+        return SL_ECORRUPT;
+    }
+    while (d->next < d->groups)
+        if ((rc = emit(d, d->prev, d->next++))) return rc;
+    return 0;
+}
+
+/* Passes from the keyframe before the first target, then from earlier
+ * points, then from the start, until a pass does not overshoot. */
+static int decode_clip(vdec *d) {
+    int64_t first = d->when[0], back = av_rescale(2, d->info->tb_den, d->info->tb_num); /* 2 s */
+    int64_t seek = d->plan->frame[d->order[0]] > 0 ? first : AV_NOPTS_VALUE;
+    for (int attempt = 0;; attempt++) {
+        d->next = 0;
+        int rc = pass(d, seek, attempt > 0);
+        if (rc != MISSED) return rc;
+        seek = attempt < 2 ? first - back * (attempt + 1) : AV_NOPTS_VALUE;
+        if (seek != AV_NOPTS_VALUE && seek <= d->info->start_pts) seek = AV_NOPTS_VALUE;
+    }
+}
+
+int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan, sl__quota *q,
+                     const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen) {
+    vdec d;
+    memset(&d, 0, sizeof d);
+    d.info = info, d.plan = plan, d.q = q, d.cancel = cancel, d.dst = dst, d.reason = reason, d.rlen = rlen;
+    d.out_frame = (uint64_t)3 * plan->out_w * plan->out_h;
+    if (plan->frames == 0 || plan->frames > SL_CLIP_MAX_FRAMES || info->rate_num <= 0 || info->tb_num <= 0) {
+        sl__msg(reason, rlen, "bad clip plan or stream info");
+        return SL_EINVAL;
+    }
+    int rc = sl__video_open(f, &d.in, reason, rlen);
+    if (rc) return rc;
+    d.pkt = av_packet_alloc();
+    d.frame = av_frame_alloc();
+    d.prev = av_frame_alloc();
+    if (!d.pkt || !d.frame || !d.prev) rc = fail(&d, SL_ENOMEM, "cannot allocate packet or frame", 0);
+    if (rc == 0) rc = check_stream(&d);
+    if (rc == 0) rc = open_codec(&d);
+    if (rc == 0) {
+        set_targets(&d);
+        coded_box(&d);
+        rc = decode_clip(&d);
+    }
+    vdec_fini(&d);
+    return rc;
+}
+
+#endif /* SL_HAVE_FFMPEG */

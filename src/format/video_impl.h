@@ -1,0 +1,60 @@
+/* Private to src/format/video*.c: the demuxer input, the constants of the
+ * memory bound, and helpers shared by the probe and the decoder. */
+#ifndef SL_VIDEO_IMPL_H
+#define SL_VIDEO_IMPL_H
+
+#include "video.h"
+
+/* Codec families the memory bound tells apart. */
+enum { SL__VC_OTHER = 0, SL__VC_H264, SL__VC_HEVC, SL__VC_VP9, SL__VC_VP8, SL__VC_MJPEG };
+
+/* Demuxers allowed (FFmpeg names; any name of a demuxer matches). */
+#define SL__VIDEO_FORMATS "mov,mp4,matroska,webm,avi"
+#define SL__VIDEO_IO_BUF (32 << 10)        /* AVIO read buffer */
+#define SL__VIDEO_PROBESIZE (1 << 20)      /* bytes the format probe may read */
+#define SL__VIDEO_MAX_STREAMS 32           /* more streams: the open fails */
+#define SL__VIDEO_MAX_ALLOC (64u << 20)    /* av_max_alloc: FFmpeg's largest single allocation */
+
+/* The memory bound (video.c, sl__video_plan_mem). The quota part is exact
+ * (our allocator enforces it); the FFmpeg part is an estimate from the
+ * headers whose margins the tests check by measuring the heap. */
+#define SL__VIDEO_FRAME_PAD 4096           /* per frame buffer: alignment, padding */
+#define SL__VIDEO_QUOTA_SLACK (64 << 10)
+#define SL__VIDEO_CODEC_BASE (2u << 20)    /* codec context, tables, bitstream reader */
+#define SL__VIDEO_CODEC_PER_PX 8           /* per-macroblock state, per pixel */
+#define SL__VIDEO_SWS_BASE (512u << 10)
+#define SL__VIDEO_DEMUX_BASE (512u << 10)
+#define SL__VIDEO_PER_INDEX_ENTRY 64       /* index entry + the demuxer's sample tables */
+#define SL__VIDEO_PER_STREAM (16u << 10)
+/* A stream may end this many frames before its header's count (rounded
+ * durations) before the clip counts as truncated. */
+#define SL__VIDEO_END_SLACK 2
+
+/* A byte range of a file, read with pread. */
+typedef struct sl__vrange {
+    int fd;
+    uint64_t offset, size, pos;
+} sl__vrange;
+
+struct AVIOContext;
+struct AVFormatContext;
+typedef struct sl__vinput {
+    sl__vrange range;
+    struct AVIOContext *io;
+    struct AVFormatContext *fmt;
+} sl__vinput;
+
+/* Open f's byte range as a container (no stream info read beyond the
+ * header). 0, or SL_EFORMAT / SL_ECORRUPT / SL_ENOMEM with a reason; on
+ * failure nothing is left open. */
+int sl__video_open(const sl__sample_file *f, sl__vinput *in, char *reason, size_t rlen);
+/* Close what sl__video_open opened (takes a half-open or zeroed input). */
+void sl__video_close(sl__vinput *in);
+
+/* Fill plan->out_bytes, quota and mem from info and the planned sizes. */
+/* FFmpeg's own allocations for this clip (estimate, see video.c). */
+uint64_t sl__video_lib_mem(const sl__video_info *info, const sl__clip_plan *p);
+/* Frame buffers the decoder may hold at once. */
+uint32_t sl__video_pool_frames(const sl__video_info *info);
+
+#endif
