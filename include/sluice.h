@@ -287,6 +287,28 @@ SL_API int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, u
 /* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
 SL_API int sl_parse_size(const char *s, uint64_t *out);
 
+/* ---- array dtypes and image formats (issue 10; appended) ---------------- */
+/* More SL_DTYPE_* values, for fields of kind array (the first three are
+ * above): every numeric numpy dtype but complex. */
+enum {
+    SL_DTYPE_INT8 = 4,
+    SL_DTYPE_INT16 = 5,
+    SL_DTYPE_INT32 = 6,
+    SL_DTYPE_UINT16 = 7,
+    SL_DTYPE_UINT32 = 8,
+    SL_DTYPE_UINT64 = 9,
+    SL_DTYPE_FLOAT16 = 10,
+    SL_DTYPE_FLOAT64 = 11,
+    SL_DTYPE_BOOL = 12 /* one byte, 0 or 1 */
+};
+/* Bytes per element of an SL_DTYPE_* (0 for an unknown code). */
+SL_API size_t sl_dtype_size(int dtype);
+/* numpy's name of an SL_DTYPE_* ("float32", "bool", ...), NULL if unknown. */
+SL_API const char *sl_dtype_name(int dtype);
+
+/* sl_image_info.format of a WebP file (lossy, lossless, with alpha). */
+enum { SL_FORMAT_WEBP = 3 };
+
 #ifdef __cplusplus
 }
 #endif
