@@ -91,6 +91,15 @@ def _extension():
         print("sluice: PNG support through libspng", file=sys.stderr)
     else:
         print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
+    webp = _find(["libwebp"], "webp/decode.h", "webp", "WEBP_ROOT")
+    if webp:
+        include_dirs += webp[0]
+        library_dirs += webp[1]
+        libraries += webp[2]
+        macros.append(("SL_HAVE_WEBP", "1"))
+        print("sluice: WebP support through libwebp", file=sys.stderr)
+    else:
+        print("sluice: libwebp not found: WebP samples will be error records", file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
     sources = sorted(glob.glob("src/**/*.c", recursive=True)) + ["python/sluice/_sluice.c"]
     return Extension(

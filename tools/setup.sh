@@ -24,6 +24,7 @@ need_deb cmake cmake
 need_deb pkg-config pkg-config
 need_deb libjpeg62-turbo-dev /usr/include/jpeglib.h
 need_deb libspng-dev /usr/include/spng.h
+need_deb libwebp-dev /usr/include/webp/decode.h
 if [ $want_fuzz = 1 ]; then
   need_deb clang clang
   need_deb libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a

@@ -71,9 +71,10 @@ int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, voi
  * A member's name splits at the first dot of its file part (after the last
  * '/'): the sample prefix is what comes before ("dir/000123"), the key what
  * comes after, lowercased as WebDataset does ("000123.Blur.npy" -> key
- * "blur.npy"). A name whose file part has no dot, or starts with one
- * ("._000123.jpg"), has no key: WebDataset drops such members, and so do
- * we (counted in sl__wds_grouper.skipped).
+ * "blur.npy"). A name whose file part has no dot, starts with one
+ * ("._000123.jpg") or ends with its first one ("000123.") has no key:
+ * WebDataset drops the first two kinds (an empty key could name no field),
+ * and we drop all three (counted in sl__wds_grouper.skipped).
  *
  * Consecutive members with the same prefix form one sample. A prefix that
  * comes back after other samples is refused (SL_ECORRUPT): WebDataset

@@ -19,7 +19,7 @@ int sl__wds_split(const char *name, size_t len, size_t *prefix_len, size_t *key_
     size_t file = len;
     while (file > 0 && name[file - 1] != '/') file--; /* file part starts here */
     const char *dot = memchr(name + file, '.', len - file);
-    if (!dot || dot == name + file) return -1;
+    if (!dot || dot == name + file || dot + 1 == name + len) return -1; /* no prefix, or no key */
     *prefix_len = (size_t)(dot - name);
     *key_off = *prefix_len + 1;
     return 0;
