@@ -13,9 +13,13 @@
  *                 gaps between them (one pread for many short runs);
  *   coalesce = 0: each run is read alone (straight into the slot when no
  *                 conversion is needed: no copy at all).
- * The plan picks coalesce when the gap between runs is at most
- * SL_ARRAY_GAP bytes (a gap costs a copy, a run a system call: measured
- * by bench/array_read.c, see docs/arrays.md).
+ * The plan picks coalesce when the gap between runs is under SL_ARRAY_GAP
+ * bytes: a gap costs a copy, a run a system call. On the development VM a
+ * pread costs ~2 us and the page cache copies ~1.8 GB/s: they break even
+ * near a 4 KiB gap (bench/array_read.c, numbers in docs/arrays.md: an HWC
+ * 256 crop of 720x1280x3 f32, gap 12 KiB, reads in 0.44 ms per run vs 0.93
+ * coalesced; a CHW crop, gap 4 KiB, 18.8 vs 24.5 ms; a 16384-of-120000
+ * points subset, gap ~100 B, 14.6 vs 0.9 ms).
  */
 #define _GNU_SOURCE
 #include "array.h"
@@ -28,7 +32,7 @@
 
 typedef unsigned long long ull;
 
-#define SL_ARRAY_GAP ((uint64_t)16 << 10)
+#define SL_ARRAY_GAP ((uint64_t)4 << 10)
 
 /* ---- the field's output --------------------------------------------------------- */
 
@@ -122,20 +126,7 @@ static int misfit(const sl__array_info *in, const sl__array_shape *f, const char
     return SL_EINVAL;
 }
 
-/* Where the file's runs go: innermost storage axis, and the typical gap
- * between consecutive runs in bytes (what decides coalescing). */
-static uint64_t run_gap(const sl__array_info *in, const sl__array_plan *p) {
-    uint32_t n = in->ndim, inner = in->fortran ? 0 : n - 1;
-    if (n == 0) return 0;
-    uint64_t gap = (in->shape[inner] - p->take[inner]) * in->itemsize;
-    if (p->subset) { /* rows skipped between selected ones, on average */
-        uint64_t row = in->itemsize, R = in->shape[0];
-        for (uint32_t i = 1; i < n; i++) row *= in->shape[i];
-        uint64_t skip = (R - p->take[0]) / (p->take[0] + 1);
-        gap = in->fortran ? skip * in->itemsize : skip * row;
-    }
-    return gap;
-}
+static uint64_t run_gap(const sl__array_info *in, const sl__array_plan *p);
 
 /* Scratch the read needs: its window (coalescing, or a converting read)
  * and the subset's bitmap, each with its quota header. */
@@ -189,7 +180,7 @@ int sl__array_plan_sample(const sl__array_info *in, const sl__array_spec *spec, 
         if (p->take[i] < field->shape[i] && !spec->pad_ndim && !(spec->points && i == 0))
             return misfit(in, field, "smaller than the field (no pad)", i, reason, rlen);
     }
-    p->coalesce = run_gap(in, p) <= SL_ARRAY_GAP;
+    p->coalesce = run_gap(in, p) < SL_ARRAY_GAP;
     p->scratch = plan_scratch(in, p);
     return 0;
 }
@@ -201,13 +192,18 @@ typedef struct reader {
     uint64_t base;          /* file offset of element 0 */
     const sl__array_info *in;
     const sl__array_plan *p;
-    uint32_t axis[SL_ARRAY_MAX_DIMS];   /* storage axis s -> logical axis */
+    uint32_t axis[SL_ARRAY_MAX_DIMS];    /* storage axis s -> logical axis */
     uint64_t fstride[SL_ARRAY_MAX_DIMS]; /* elements, per storage axis */
     uint64_t ostride[SL_ARRAY_MAX_DIMS]; /* output elements, per logical axis */
-    const uint64_t *bits;   /* the subset of axis 0, or NULL */
+    uint32_t run_level;     /* storage axis the runs go along; the axes inside it are folded in */
+    uint64_t fold;          /* elements of the folded axes: one step along run_level */
+    uint64_t ostep;         /* output elements between consecutive run elements */
+    int subset;             /* axis 0 is a subset (p->subset) */
+    const uint64_t *bits;   /* its bitmap, during the read */
     uint8_t *buf;           /* window of file bytes [wbeg, wend) (data-relative) */
     uint64_t cap, wbeg, wend, need_end;
     int direct;             /* no conversion: runs may be read straight into dst */
+    sl__convert_fn conv;
     uint8_t *dst;
     size_t osize;
     char *reason;
@@ -230,9 +226,9 @@ static int read_at(reader *r, void *buf, uint64_t n, uint64_t off) {
 }
 
 /* Convert n elements at data byte offset off (inside the window) to
- * output element oi, output elements ostep apart. */
-static void put(reader *r, uint64_t off, uint64_t n, uint64_t oi, uint64_t ostep) {
-    uint8_t *src = r->buf + (off - r->wbeg);
+ * output element oi, output elements r->ostep apart. */
+static void put(reader *r, uint64_t off, uint64_t n, uint64_t oi) {
+    uint8_t *src = r->buf + (off - r->wbeg), *dst = r->dst + oi * r->osize;
     uint32_t isz = r->in->itemsize;
     if (r->in->swap) { /* in place: every element belongs to one run only */
         for (uint64_t i = 0; i < n; i++) {
@@ -244,14 +240,15 @@ static void put(reader *r, uint64_t off, uint64_t n, uint64_t oi, uint64_t ostep
             }
         }
     }
-    sl__array_convert(r->in->dtype, r->p->out.dtype, src, r->dst + oi * r->osize, n, ostep * r->osize);
+    if (r->direct && r->ostep == 1) memcpy(dst, src, (size_t)(n * isz));
+    else r->conv(src, dst, n, r->ostep * r->osize);
 }
 
 /* One run: n elements from data element fe, to output element oi. */
-static int run(reader *r, uint64_t fe, uint64_t n, uint64_t oi, uint64_t ostep) {
+static int run(reader *r, uint64_t fe, uint64_t n, uint64_t oi) {
     uint32_t isz = r->in->itemsize;
     uint64_t off = fe * isz;
-    if (r->direct && !r->p->coalesce && ostep == 1)
+    if (r->direct && !r->p->coalesce && r->ostep == 1)
         return read_at(r, r->dst + oi * r->osize, n * isz, off);
     while (n > 0) {
         if (off < r->wbeg || off + isz > r->wend) { /* refill from here */
@@ -262,53 +259,54 @@ static int run(reader *r, uint64_t fe, uint64_t n, uint64_t oi, uint64_t ostep) 
             r->wbeg = off, r->wend = off + len;
         }
         uint64_t k = SL_MIN(n, (r->wend - off) / isz);
-        put(r, off, k, oi, ostep);
-        off += k * isz, oi += k * ostep, n -= k;
+        put(r, off, k, oi);
+        off += k * isz, oi += k * r->ostep, n -= k;
     }
     return 0;
 }
 
 static int bit(const uint64_t *b, uint64_t i) { return (int)(b[i >> 6] >> (i & 63) & 1); }
+static int is_subset(const reader *r, uint32_t a) { return a == 0 && r->subset; }
 
 /* Index set of logical axis a: [start, start + take), or the subset. */
 static uint64_t first_idx(const reader *r, uint32_t a) {
-    if (a == 0 && r->bits) {
-        uint64_t i = 0;
-        while (!bit(r->bits, i)) i++;
-        return i;
-    }
-    return r->p->start[a];
+    if (!is_subset(r, a)) return r->p->start[a];
+    uint64_t i = 0;
+    while (!bit(r->bits, i)) i++;
+    return i;
 }
 static uint64_t next_idx(const reader *r, uint32_t a, uint64_t i) {
-    if (a == 0 && r->bits) {
-        uint64_t R = r->in->shape[0];
-        for (i++; i < R && !bit(r->bits, i); i++) {}
-        return i;
-    }
-    return i + 1;
+    if (!is_subset(r, a)) return i + 1;
+    uint64_t R = r->in->shape[0];
+    for (i++; i < R && !bit(r->bits, i); i++) {}
+    return i;
 }
 
-/* Runs along the innermost storage axis a: one per group of consecutive
- * taken indices (a range is one group). */
-static int inner(reader *r, uint32_t a, uint64_t fbase, uint64_t obase) {
-    if (!(a == 0 && r->bits)) return run(r, fbase + r->p->start[a], r->p->take[a], obase, r->ostride[a]);
-    uint64_t R = r->in->shape[0], i = first_idx(r, 0), rank = 0;
+/* Runs along the run axis (storage level s = run_level): one per group of
+ * consecutive taken indices (a range is one group), each index carrying
+ * r->fold elements of the folded axes. */
+static int runs(reader *r, uint32_t s, uint64_t fbase, uint64_t obase) {
+    uint32_t a = r->axis[s];
+    uint64_t fs = r->fstride[s], os = r->ostride[a];
+    if (!is_subset(r, a))
+        return run(r, fbase + r->p->start[a] * fs, r->p->take[a] * r->fold, obase);
+    uint64_t R = r->in->shape[0], i = first_idx(r, a), rank = 0;
     while (i < R) {
         uint64_t j = i;
         while (j + 1 < R && bit(r->bits, j + 1)) j++;
-        int rc = run(r, fbase + i, j - i + 1, obase + rank * r->ostride[0], r->ostride[0]);
+        int rc = run(r, fbase + i * fs, (j - i + 1) * r->fold, obase + rank * os);
         if (rc) return rc;
         rank += j - i + 1;
-        i = next_idx(r, 0, j);
+        i = next_idx(r, a, j);
     }
     return 0;
 }
 
 /* Every combination of the outer storage axes' indices from level s on. */
 static int walk(reader *r, uint32_t s, uint64_t fbase, uint64_t obase) {
-    uint32_t n = r->p->ndim, a = r->axis[s];
-    if (s == n - 1) return inner(r, a, fbase, obase);
-    uint64_t end = (a == 0 && r->bits) ? r->in->shape[0] : r->p->start[a] + r->p->take[a];
+    if (s == r->run_level) return runs(r, s, fbase, obase);
+    uint32_t a = r->axis[s];
+    uint64_t end = is_subset(r, a) ? r->in->shape[0] : r->p->start[a] + r->p->take[a];
     for (uint64_t i = first_idx(r, a), k = 0; i < end && k < r->p->take[a]; i = next_idx(r, a, i), k++) {
         int rc = walk(r, s + 1, fbase + i * r->fstride[s], obase + k * r->ostride[a]);
         if (rc) return rc;
@@ -330,13 +328,15 @@ static uint64_t last_needed(const reader *r) {
     uint64_t e = 0;
     for (uint32_t s = 0; s < r->p->ndim; s++) {
         uint32_t a = r->axis[s];
-        uint64_t last = (a == 0 && r->bits) ? r->in->shape[0] - 1 : r->p->start[a] + r->p->take[a] - 1;
+        uint64_t last = is_subset(r, a) ? r->in->shape[0] - 1 : r->p->start[a] + r->p->take[a] - 1;
         e += last * r->fstride[s];
     }
     return (e + 1) * r->in->itemsize;
 }
 
-/* Strides and flags of r for in and p. */
+/* Strides, and the run level: inner storage axes taken whole, with no
+ * padding and no subset, fold into one longer run (an HWC crop reads
+ * rows of W x C elements, not C at a time). */
 static void reader_setup(reader *r, const sl__array_info *in, const sl__array_plan *p) {
     uint32_t n = p->ndim;
     for (uint32_t s = 0; s < n; s++) r->axis[s] = in->fortran ? n - 1 - s : s;
@@ -349,20 +349,44 @@ static void reader_setup(reader *r, const sl__array_info *in, const sl__array_pl
         r->ostride[a] = os;
         os *= p->out.shape[a];
     }
+    r->run_level = n - 1;
+    r->fold = 1;
+    r->ostep = r->ostride[r->axis[n - 1]];
+    while (r->run_level > 0) {
+        uint32_t a = r->axis[r->run_level], outer = r->axis[r->run_level - 1];
+        int whole = p->start[a] == 0 && p->take[a] == in->shape[a] && !is_subset(r, a);
+        if (!whole || r->ostride[outer] != r->ostride[a] * p->take[a]) break;
+        r->fold *= p->take[a];
+        r->run_level--;
+    }
     r->direct = p->out.dtype == in->dtype && !in->swap;
+    r->conv = sl__array_converter(in->dtype, p->out.dtype);
     r->osize = sl__dtype_size(p->out.dtype);
+}
+
+/* The typical gap in bytes between consecutive runs (what decides
+ * coalescing): the untaken part of the run axis, or for a subset the
+ * rows skipped between selected ones, on average. */
+static uint64_t run_gap(const sl__array_info *in, const sl__array_plan *p) {
+    if (p->ndim == 0) return 0;
+    reader r = {.in = in, .p = p, .subset = p->subset};
+    reader_setup(&r, in, p);
+    uint32_t a = r.axis[r.run_level];
+    uint64_t step = r.fstride[r.run_level] * in->itemsize; /* bytes per index of the run axis */
+    if (is_subset(&r, a)) return (in->shape[0] - p->take[0]) / (p->take[0] + 1) * step;
+    return (in->shape[a] - p->take[a]) * step;
 }
 
 int sl__array_read(const sl__sample_file *f, const sl__array_info *in, const sl__array_plan *p,
                    sl__quota *scratch, void *dst, uint64_t *len_out, char *reason, size_t rlen) {
     uint64_t end;
-    if (p->ndim != in->ndim || sl__add(in->data_offset, in->data_bytes, &end) || end > f->size) {
+    if (p->ndim != in->ndim || sl__add(in->data_offset, in->data_bytes, &end) || end > f->size ||
+        !sl__array_converter(in->dtype, p->out.dtype)) {
         sl__msg(reason, rlen, "array plan does not match the file (%llu bytes)", (ull)f->size);
         return SL_EINVAL;
     }
-    reader r = {.fd = f->fd, .base = f->offset + in->data_offset, .in = in, .p = p, .dst = dst,
-                .reason = reason, .rlen = rlen};
-    reader_setup(&r, in, p);
+    reader r = {.fd = f->fd, .base = f->offset + in->data_offset, .in = in, .p = p, .subset = p->subset,
+                .dst = dst, .reason = reason, .rlen = rlen};
     int rc = 0, empty = 0, padded = 0;
     for (uint32_t i = 0; i < p->ndim; i++) {
         empty |= p->take[i] == 0;
@@ -376,13 +400,16 @@ int sl__array_read(const sl__sample_file *f, const sl__array_info *in, const sl_
         choose_rows(p->subset_rng, in->shape[0], p->take[0], bits);
         r.bits = bits;
     }
-    if (!empty && (p->coalesce || !r.direct || in->fortran)) {
+    if (p->ndim) reader_setup(&r, in, p);
+    else r.direct = p->out.dtype == in->dtype && !in->swap, r.conv = sl__array_converter(in->dtype, p->out.dtype),
+         r.osize = sl__dtype_size(p->out.dtype), r.ostep = 1;
+    if (!empty && (p->coalesce || !r.direct || r.ostep != 1)) {
         r.cap = SL_MIN(SL_ARRAY_CHUNK, in->data_bytes);
         if (!(r.buf = sl__quota_alloc(scratch, (size_t)r.cap))) goto nomem;
     }
     if (!empty) {
         r.need_end = p->ndim ? last_needed(&r) : in->itemsize;
-        rc = p->ndim ? walk(&r, 0, 0, 0) : run(&r, 0, 1, 0, 1);
+        rc = p->ndim ? walk(&r, 0, 0, 0) : run(&r, 0, 1, 0);
     }
     sl__quota_free(scratch, r.buf);
     sl__quota_free(scratch, bits);

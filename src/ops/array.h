@@ -117,5 +117,9 @@ int sl__array_read(const sl__sample_file *f, const sl__array_info *in, const sl_
  * (dtype `to`, consecutive elements dst_stride bytes apart), with the
  * rules above. 0, or SL_EINVAL for an unknown dtype. */
 int sl__array_convert(int from, int to, const void *src, void *dst, uint64_t n, uint64_t dst_stride);
+/* The loop sl__array_convert uses for (from, to), NULL for an unknown
+ * dtype: for callers converting many short runs. Cannot fail. */
+typedef void (*sl__convert_fn)(const void *src, void *dst, uint64_t n, uint64_t dst_stride);
+sl__convert_fn sl__array_converter(int from, int to);
 
 #endif

@@ -161,10 +161,10 @@ static inline void st_f16(uint8_t *p, double v) {
     X(u8, UINT8) X(i8, INT8) X(i16, INT16) X(i32, INT32) X(i64, INT64) X(u16, UINT16) X(u32, UINT32) \
     X(u64, UINT64) X(f16, FLOAT16) X(f32, FLOAT32) X(f64, FLOAT64) X(b1, BOOL)
 
-typedef void (*conv_fn)(const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t stride);
-
 #define CONV(S, SC, SZ, D)                                                                         \
-    static void conv_##S##_##D(const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t stride) {    \
+    static void conv_##S##_##D(const void *s, void *d, uint64_t n, uint64_t stride) {              \
+        const uint8_t *src = s;                                                                    \
+        uint8_t *dst = d;                                                                          \
         for (uint64_t i = 0; i < n; i++) ST_##D(dst + i * stride, LD_##S(src + i * SZ));           \
     }
 #define CONV_ROW(D, DC) TYPES_S(CONV, D)
@@ -176,25 +176,24 @@ static const struct {
     int to;
     struct {
         int from;
-        conv_fn fn;
+        sl__convert_fn fn;
     } from[12];
 } conv_table[12] = {TYPES_D(ENTRY_ROW)};
 
-int sl__array_convert(int from, int to, const void *src, void *dst, uint64_t n, uint64_t dst_stride) {
-    size_t size = sl__dtype_size(from);
-    if (!size || !sl__dtype_size(to)) return SL_EINVAL;
-    if (from == to && dst_stride == size) { /* the common case: a plain copy */
-        memcpy(dst, src, (size_t)(n * size));
-        return 0;
-    }
+sl__convert_fn sl__array_converter(int from, int to) {
     for (int i = 0; i < 12; i++) {
         if (conv_table[i].to != to) continue;
-        for (int j = 0; j < 12; j++) {
-            if (conv_table[i].from[j].from == from) {
-                conv_table[i].from[j].fn(src, dst, n, dst_stride);
-                return 0;
-            }
-        }
+        for (int j = 0; j < 12; j++)
+            if (conv_table[i].from[j].from == from) return conv_table[i].from[j].fn;
     }
-    return SL_EINVAL;
+    return NULL;
+}
+
+int sl__array_convert(int from, int to, const void *src, void *dst, uint64_t n, uint64_t dst_stride) {
+    size_t size = sl__dtype_size(from);
+    sl__convert_fn fn = sl__array_converter(from, to);
+    if (!fn) return SL_EINVAL;
+    if (from == to && dst_stride == size) memcpy(dst, src, (size_t)(n * size)); /* a plain copy */
+    else fn(src, dst, n, dst_stride);
+    return 0;
 }

@@ -244,6 +244,14 @@ static void check_window(const float *full, const float *out, const sl__array_in
 }
 
 
+/* The HWC crop of the same full read: element (i, j, k) of the window. */
+static void check_window_hwc(const float *full, const float *out, const sl__array_info *a, const sl__array_plan *p) {
+    for (uint64_t i = 0; i < p->take[0]; i++)
+        for (uint64_t j = 0; j < p->take[1]; j++)
+            for (uint64_t k = 0; k < 3; k++)
+                CHECK(out[(i * p->take[1] + j) * 3 + k] == full[((i + p->start[0]) * a->shape[1] + j + p->start[1]) * 3 + k]);
+}
+
 TEST(crop_equals_slice_of_full_read_both_strategies) {
     sl__sample_file f = open_gen("voxel_chw.npy");
     sl__array_info a;
@@ -253,6 +261,24 @@ TEST(crop_equals_slice_of_full_read_both_strategies) {
     sl__array_plan fp;
     float *full = (float *)read_spec(&f, &a, &full_spec, 0, &fp, NULL);
     sl__array_spec spec = {.layout = "CHW", .crop = {16, 24}};
+    /* HWC: C folds into rows of W x C elements */
+    sl__sample_file fh = open_gen("pair_blur.npy");
+    sl__array_info ah;
+    CHECK_OK(header(&fh, &ah, why));
+    float *fullh = (float *)read_spec(&fh, &ah, &full_spec, 0, &fp, NULL);
+    sl__array_spec hwc = {.layout = "HWC", .crop = {9, 13}};
+    for (uint64_t idx = 0; idx < 10; idx++) {
+        sl__array_plan p;
+        float *out = (float *)read_spec(&fh, &ah, &hwc, idx, &p, NULL);
+        check_window_hwc(fullh, out, &ah, &p);
+        p.coalesce = !p.coalesce;
+        sl__quota q = {SL_ARRAY_CHUNK + 64, 0, 0, 0};
+        CHECK_OK(sl__array_read(&fh, &ah, &p, &q, out, NULL, why, sizeof why));
+        check_window_hwc(fullh, out, &ah, &p);
+        free(out);
+    }
+    free(fullh);
+    close(fh.fd);
     for (uint64_t idx = 0; idx < 20; idx++) {
         sl__array_plan p;
         float *out = (float *)read_spec(&f, &a, &spec, idx, &p, NULL);
