@@ -5,15 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/tmp/sluice-array-read}
-BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/libsluice.a" ]; then
-  cmake -S . -B "$BUILD" >/dev/null
-  cmake --build "$BUILD" --target sluice_static -j "$(nproc)" >/dev/null
-fi
+. bench/lib.sh
 mkdir -p "$DIR"
-LIBS="-ljpeg -lm -lpthread"
-for pc in spng libwebp; do
-  if pkg-config --exists $pc 2>/dev/null; then LIBS="$LIBS $(pkg-config --libs $pc)"; fi
-done
-gcc -std=gnu11 -O2 -Iinclude -Isrc bench/array_read.c "$BUILD/libsluice.a" $LIBS -o "$DIR/array_read"
+gcc -std=gnu11 -O2 -Iinclude -Isrc bench/array_read.c $SL_LINK -o "$DIR/array_read"
 "$DIR/array_read" "$DIR" "${2:-50}"

@@ -6,17 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/tmp/sluice-json}
 ROWS=${2:-1000000}
-BUILD=${BUILD:-build}
-if [ ! -f "$BUILD/libsluice.a" ]; then
-  cmake -S . -B "$BUILD" >/dev/null
-  cmake --build "$BUILD" --target sluice_static -j "$(nproc)" >/dev/null
-fi
+. bench/lib.sh
 mkdir -p "$DIR"
-LIBS="-ljpeg -lm -lpthread"
-for pc in spng libwebp; do
-  if pkg-config --exists $pc 2>/dev/null; then LIBS="$LIBS $(pkg-config --libs $pc)"; fi
-done
-gcc -std=gnu11 -O2 -Iinclude -Isrc bench/json_index.c "$BUILD/libsluice.a" $LIBS -ljansson -lcjson \
+gcc -std=gnu11 -O2 -Iinclude -Isrc bench/json_index.c $SL_LINK -ljansson -lcjson \
   -o "$DIR/json_index"
 M="$DIR/manifest-$ROWS.jsonl"
 [ -f "$M" ] || "$DIR/json_index" make "$M" "$ROWS"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "files.h"
 #include "fixture.h"
 #include "base/util.h"
 #include "format/array.h"
@@ -37,7 +38,7 @@ static char gen_dir[512];
 static const char *gen(void) {
     if (gen_dir[0]) return gen_dir;
     const char *src = getenv("SL_SRC"), *data = getenv("SL_TEST_DATA");
-    char script[512], stamp[600], tmp[600], cmd[2048];
+    char script[512], stamp[600], tmp[600], cmd[700];
     snprintf(script, sizeof script, "%s/tests/c/gen_arrays.py", src ? src : ".");
     struct stat st;
     if (stat(script, &st) != 0) SL_FAIL("%s: %s (is SL_SRC set?)", script, strerror(errno));
@@ -48,8 +49,7 @@ static const char *gen(void) {
     if (stat(stamp, &st) == 0) return gen_dir;
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", gen_dir);
     if (!mkdtemp(tmp)) SL_FAIL("mkdtemp %s: %s", tmp, strerror(errno));
-    snprintf(cmd, sizeof cmd, "python3 %s %s", script, tmp);
-    if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy is needed)", cmd);
+    run_python("tests/c/gen_arrays.py", tmp);
     if (rename(tmp, gen_dir) != 0) { /* another case made it first */
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
         CHECK(system(cmd) == 0);
@@ -78,17 +78,8 @@ static file slurp(const char *name) {
     return f;
 }
 
-/* A sample file: fd + size, opened on a generated file or on bytes. */
-static sl__sample_file open_gen(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", gen(), name);
-    sl__sample_file f = {open(path, O_RDONLY), 0, 0};
-    if (f.fd < 0) SL_FAIL("open %s: %s", path, strerror(errno));
-    struct stat st;
-    CHECK(fstat(f.fd, &st) == 0);
-    f.size = (uint64_t)st.st_size;
-    return f;
-}
+/* A generated file as a sample (or bytes: open_bytes). */
+static sl__sample_file open_gen(const char *name) { return open_sample(gen(), name); }
 
 static sl__sample_file open_bytes(const void *p, size_t n, uint64_t at) {
     int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);

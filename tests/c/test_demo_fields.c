@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "files.h"
 #include "fixture.h"
 #include "base/util.h"
 #include "format/array.h"
@@ -26,24 +27,13 @@ static const char *demo(void) {
     snprintf(dir, sizeof dir, "/tmp/sl_demo_fields_XXXXXX");
     if (!mkdtemp(dir)) SL_FAIL("mkdtemp: %s", strerror(errno));
     fx_track(dir);
-    const char *src = getenv("SL_SRC");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 %s/tools/make_demo_fields.py %s --pairs 6 --scans 16 2>/dev/null",
-             src ? src : ".", dir);
-    if (system(cmd) != 0) SL_FAIL("%s failed", cmd);
+    char args[512];
+    snprintf(args, sizeof args, "%s --pairs 6 --scans 16 2>/dev/null", dir);
+    run_python("tools/make_demo_fields.py", args);
     return dir;
 }
 
-static sl__sample_file open_rel(const char *rel) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", demo(), rel);
-    sl__sample_file f = {open(path, O_RDONLY), 0, 0};
-    if (f.fd < 0) SL_FAIL("open %s: %s", path, strerror(errno));
-    struct stat st;
-    CHECK(fstat(f.fd, &st) == 0);
-    f.size = (uint64_t)st.st_size;
-    return f;
-}
+static sl__sample_file open_rel(const char *rel) { return open_sample(demo(), rel); }
 
 /* ---- shards ------------------------------------------------------------------- */
 

@@ -113,6 +113,18 @@ static int scan(const buf *b, listing *l, char *err) {
     return rc;
 }
 
+/* The scan must fail with code and a reason holding why; b is freed and
+ * emptied for the next archive. Returns the members listed before. */
+static int refused(buf *b, int code, const char *why) {
+    listing l;
+    char err[256];
+    CHECK_EQ(scan(b, &l, err), code);
+    CHECK_STR_CONTAINS(err, why);
+    free(b->p);
+    *b = (buf){0};
+    return l.n;
+}
+
 static buf read_file(const char *path) {
     buf b = {0};
     FILE *f = fopen(path, "rb");
@@ -243,11 +255,7 @@ TEST(bad_checksum_refused) {
     member(&b, "000001.jpg", "x");
     end(&b);
     b.p[0] = 'y'; /* name changed, checksum not */
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "checksum mismatch at offset 0");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "checksum mismatch at offset 0");
 }
 
 TEST(negative_base256_size_refused) {
@@ -256,11 +264,7 @@ TEST(negative_base256_size_refused) {
     memset(neg, 0xFF, sizeof neg);
     header(&b, "000001.jpg", '0', 0, neg);
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "bad size field");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "bad size field");
 }
 
 TEST(base256_size_read) {
@@ -285,20 +289,12 @@ TEST(huge_size_refused) {
     uint8_t big[12] = {0x80, 0, 0, 0, 0x3F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xF0}; /* ~2^62 */
     header(&b, "000001.jpg", '0', 0, big);
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "past the end");
-    CHECK_EQ(l.n, 1); /* what came before stays valid */
+    CHECK_EQ(refused(&b, SL_ECORRUPT, "past the end"), 1); /* what came before stays valid */
     /* 2^63 and above: not a size at all */
-    free(b.p);
-    b = (buf){0};
     uint8_t over[12] = {0x80, 0, 0, 0, 0x80};
     header(&b, "000001.jpg", '0', 0, over);
     end(&b);
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "bad size field");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "bad size field");
 }
 
 TEST(truncated_member_refused) {
@@ -306,23 +302,14 @@ TEST(truncated_member_refused) {
     member(&b, "000000.jpg", "whole");
     header(&b, "000000.cls", '0', 5000, NULL);
     b_put(&b, "short", 5);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "declares 5000 bytes, past the end");
-    CHECK_EQ(l.n, 1);
-    free(b.p);
+    CHECK_EQ(refused(&b, SL_ECORRUPT, "declares 5000 bytes, past the end"), 1);
 }
 
 TEST(truncated_header_refused) {
     buf b = {0};
     member(&b, "000000.jpg", "whole");
     b_put(&b, "partial header", 14);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "truncated header at offset 1024");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "truncated header at offset 1024");
 }
 
 /* A size that swallows the next header: that member is data of the first
@@ -344,26 +331,20 @@ TEST(overlapping_size_swallows_next_header) {
     free(b.p);
 }
 
-static int refuses_name(const char *name, const char *why) {
+static void refuses_name(const char *name, const char *why) {
     buf b = {0};
     member(&b, name, "x");
     end(&b);
-    listing l;
-    char err[256];
-    int rc = scan(&b, &l, err);
-    CHECK_EQ(l.n, 0);
-    CHECK_STR_CONTAINS(err, why);
-    free(b.p);
-    return rc;
+    CHECK_EQ(refused(&b, SL_ECORRUPT, why), 0);
 }
 
 TEST(path_tricks_refused) {
-    CHECK_EQ(refuses_name("../000001.jpg", "'..' component"), SL_ECORRUPT);
-    CHECK_EQ(refuses_name("a/../../000001.jpg", "'..' component"), SL_ECORRUPT);
-    CHECK_EQ(refuses_name("/etc/000001.jpg", "absolute"), SL_ECORRUPT);
-    CHECK_EQ(refuses_name("./", "ends in '/'"), SL_ECORRUPT);
-    CHECK_EQ(refuses_name("./.", "empty name"), SL_ECORRUPT);
-    CHECK_EQ(refuses_name("", "empty name"), SL_ECORRUPT);
+    refuses_name("../000001.jpg", "'..' component");
+    refuses_name("a/../../000001.jpg", "'..' component");
+    refuses_name("/etc/000001.jpg", "absolute");
+    refuses_name("./", "ends in '/'");
+    refuses_name("./.", "empty name");
+    refuses_name("", "empty name");
 }
 
 TEST(path_normalised) {
@@ -385,11 +366,7 @@ TEST(pax_path_with_nul_refused) {
     pax(&b, "path", "000001\0.jpg", 11, 'x');
     member(&b, "ignored.jpg", "x");
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "NUL byte");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "NUL byte");
 }
 
 TEST(pax_path_and_size_apply_to_next_member_only) {
@@ -438,21 +415,13 @@ TEST(pax_bad_records_refused) {
         b_pad(&b);
         member(&b, "000001.jpg", "x");
         end(&b);
-        listing l;
-        char err[256];
-        CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-        CHECK_STR_CONTAINS(err, "pax record");
-        free(b.p);
+        refused(&b, SL_ECORRUPT, "pax record");
     }
     buf b = {0};
     pax(&b, "size", "12x", 3, 'x');
     member(&b, "000001.jpg", "x");
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "pax size '12x'");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "pax size '12x'");
 }
 
 TEST(long_names_over_limit_refused) {
@@ -462,20 +431,14 @@ TEST(long_names_over_limit_refused) {
     pax(&b, "path", name, SL_TAR_NAME_MAX + 1, 'x');
     member(&b, "x.jpg", "x");
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ELIMIT);
-    CHECK_STR_CONTAINS(err, "pax path of 4097 bytes");
-    free(b.p);
+    refused(&b, SL_ELIMIT, "pax path of 4097 bytes");
     b = (buf){0};
     header(&b, "././@LongLink", 'L', SL_TAR_NAME_MAX + 2, NULL);
     b_put(&b, name, SL_TAR_NAME_MAX + 2);
     b_pad(&b);
     member(&b, "x.jpg", "x");
     end(&b);
-    CHECK_EQ(scan(&b, &l, err), SL_ELIMIT);
-    CHECK_STR_CONTAINS(err, "GNU long name of 4098 bytes");
-    free(b.p);
+    refused(&b, SL_ELIMIT, "GNU long name of 4098 bytes");
 }
 
 TEST(gnu_long_name_with_inner_nul_refused) {
@@ -485,29 +448,19 @@ TEST(gnu_long_name_with_inner_nul_refused) {
     b_pad(&b);
     member(&b, "x.jpg", "x");
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_ECORRUPT);
-    CHECK_STR_CONTAINS(err, "NUL byte");
-    free(b.p);
+    refused(&b, SL_ECORRUPT, "NUL byte");
 }
 
 TEST(sparse_refused) {
     buf b = {0};
     header(&b, "000001.bin", 'S', 0, NULL);
     end(&b);
-    listing l;
-    char err[256];
-    CHECK_EQ(scan(&b, &l, err), SL_EUNSUPPORTED);
-    CHECK_STR_CONTAINS(err, "sparse");
-    free(b.p);
+    refused(&b, SL_EUNSUPPORTED, "sparse");
     b = (buf){0};
     pax(&b, "GNU.sparse.major", "1", 1, 'x');
     member(&b, "000001.bin", "x");
     end(&b);
-    CHECK_EQ(scan(&b, &l, err), SL_EUNSUPPORTED);
-    CHECK_STR_CONTAINS(err, "sparse");
-    free(b.p);
+    refused(&b, SL_EUNSUPPORTED, "sparse");
 }
 
 TEST(non_regular_members_skipped) {
