@@ -150,7 +150,7 @@ static long normalise(const char *raw, size_t n, char *out, uint64_t hdr, char *
 typedef struct pending {
     char name[SL_TAR_NAME_MAX + 1]; /* raw, from pax path or GNU 'L' */
     size_t name_len;
-    int has_name, name_from_pax;
+    int has_name;
     uint64_t size;
     int has_size;
 } pending;
@@ -199,7 +199,7 @@ static int pax_record(const char *rec, size_t len, size_t digits, int global, pe
         memcpy(p->name, v, vlen);
         p->name[vlen] = 0;
         p->name_len = vlen;
-        p->has_name = p->name_from_pax = 1;
+        p->has_name = 1;
     } else if (klen == 4 && !memcmp(kv, "size", 4)) {
         if (pax_decimal(v, vlen, &p->size)) {
             sl__msg(err, errlen, "tar: pax size '%.*s' at offset %llu is not a decimal number below 2^63",
@@ -280,7 +280,6 @@ static int gnu_long_name(const tar_in *in, uint64_t data, uint64_t size, pending
     p->name[n] = 0;
     p->name_len = n;
     p->has_name = 1;
-    p->name_from_pax = 0;
     return 0;
 }
 
@@ -370,7 +369,7 @@ static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, char *err, s
         }
         if (rc) return rc;
         if (!ext) { /* extended headers apply to the next member only */
-            p.has_name = p.has_size = p.name_from_pax = 0;
+            p.has_name = p.has_size = 0;
             first_hdr = UINT64_MAX;
         }
         off = end;
