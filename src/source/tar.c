@@ -243,13 +243,11 @@ static int pax_parse(const tar_in *in, uint64_t off, uint64_t end, int global, p
             /* too long to hold: only its key matters */
             const char *k = r + digits + 1;
             size_t kn = avail - digits - 1;
-            if ((kn >= 5 && !memcmp(k, "path=", 5)) || (kn >= 5 && !memcmp(k, "size=", 5)) ||
-                (kn >= 11 && !memcmp(k, "GNU.sparse.", 11))) {
-                if (kn >= 11 && !memcmp(k, "GNU.sparse.", 11)) {
-                    sl__msg(err, errlen, "tar: pax header at offset %llu describes a sparse file (not supported)",
-                            (ull)off);
-                    return SL_EUNSUPPORTED;
-                }
+            if (kn >= 11 && !memcmp(k, "GNU.sparse.", 11)) {
+                sl__msg(err, errlen, "tar: pax header at offset %llu describes a sparse file (not supported)", (ull)off);
+                return SL_EUNSUPPORTED;
+            }
+            if (kn >= 5 && (!memcmp(k, "path=", 5) || !memcmp(k, "size=", 5))) {
                 sl__msg(err, errlen, "tar: pax record of %llu bytes at offset %llu (path or size longer than %d)",
                         (ull)len, (ull)off, SL_TAR_NAME_MAX);
                 return SL_ELIMIT;

@@ -104,7 +104,7 @@ int sl__wds_split(const char *name, size_t len, size_t *prefix_len, size_t *key_
 /* Streaming grouper: feed it members (sl__wds_group_add is an
  * sl__tar_member_fn), then finish. The set of prefixes seen (for the
  * contiguity check) is kept in budget b under SL_MEM_INDEX and freed by
- * sl__wds_group_free; the grouper itself is ~13 KiB, caller-owned. */
+ * sl__wds_group_free; the grouper itself is ~14 KiB, caller-owned. */
 typedef struct sl__wds_grouper {
     sl__budget *b;
     sl__wds_sample_fn emit;

@@ -162,7 +162,7 @@ int sl__wds_group_finish(sl__wds_grouper *g, char *err, size_t errlen) { return 
 
 int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx,
                  uint64_t *samples, uint64_t *skipped, char *err, size_t errlen) {
-    /* ~13 KiB: too much for a small thread stack, so from the budget */
+    /* ~14 KiB: too much for a small thread stack, so from the budget */
     sl__wds_grouper *g = sl__alloc(b, sizeof *g, SL_MEM_INDEX);
     if (!g) {
         int rc = sl__nomem_code(b, sizeof *g);
