@@ -107,6 +107,15 @@ def _extension():
     else:
         print("sluice: FFmpeg's libraries not found (pkg-config): video samples will be error records",
               file=sys.stderr)
+    webp = _find(["libwebp"], "webp/decode.h", "webp", "WEBP_ROOT")
+    if webp:
+        include_dirs += webp[0]
+        library_dirs += webp[1]
+        libraries += webp[2]
+        macros.append(("SL_HAVE_WEBP", "1"))
+        print("sluice: WebP support through libwebp", file=sys.stderr)
+    else:
+        print("sluice: libwebp not found: WebP samples will be error records", file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
     # the library without src/monitor/ (sluice top's readers live in the CLI)
     sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)

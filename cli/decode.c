@@ -104,8 +104,12 @@ int sl_cli_decode(int argc, char **argv) {
     }
     if (info_only || !out) {
         printf("%s: %s %ux%u, %u channels, %d-bit%s, orientation %d\n", in,
-               info.format == SL_FORMAT_JPEG ? "JPEG" : "PNG", info.width, info.height, info.channels, info.bit_depth,
-               info.progressive ? (info.format == SL_FORMAT_JPEG ? ", progressive" : ", interlaced") : "",
+               info.format == SL_FORMAT_JPEG ? "JPEG" : info.format == SL_FORMAT_WEBP ? "WebP" : "PNG", info.width,
+               info.height, info.channels, info.bit_depth,
+               info.progressive ? (info.format == SL_FORMAT_JPEG   ? ", progressive"
+                                   : info.format == SL_FORMAT_WEBP ? ", decoded whole"
+                                                                   : ", interlaced")
+                                : "",
                info.orientation);
         if (!out) {
             free(data);

@@ -454,6 +454,8 @@ typedef struct sl_video_clip {
  * the clip, allocated here and freed before return. */
 SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len,
                            sl_video_clip *clip, char *errbuf, size_t errlen);
+/* sl_image_info.format of a WebP file (lossy, lossless, with alpha). */
+enum { SL_FORMAT_WEBP = 3 };
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@ need_deb libswscale-dev /usr/include/x86_64-linux-gnu/libswscale/swscale.h
 need_deb libavutil-dev /usr/include/x86_64-linux-gnu/libavutil/avutil.h
 # the video tests make their clips with the ffmpeg CLI
 [ $want_test = 1 ] && need_deb ffmpeg ffmpeg
+need_deb libwebp-dev /usr/include/webp/decode.h
 if [ $want_fuzz = 1 ]; then
   need_deb clang clang
   need_deb libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a

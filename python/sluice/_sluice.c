@@ -1153,7 +1153,10 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *arg) {
     if (rc < 0) return raise_code(rc, "cannot probe the image", NULL);
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    const char *fmt = info.format == SL_FORMAT_JPEG ? "jpeg" : info.format == SL_FORMAT_PNG ? "png" : "unknown";
+    const char *fmt = info.format == SL_FORMAT_JPEG   ? "jpeg"
+                      : info.format == SL_FORMAT_PNG  ? "png"
+                      : info.format == SL_FORMAT_WEBP ? "webp"
+                                                      : "unknown";
     if (PUT_U64(d, "width", info.width) < 0 || PUT_U64(d, "height", info.height) < 0 ||
         PUT_U64(d, "channels", info.channels) < 0 || PUT_S(d, "format", fmt) < 0 ||
         dict_put(d, "progressive", PyBool_FromLong(info.progressive)) < 0 ||

@@ -81,7 +81,9 @@ int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason
         return sl__jpeg_probe(data, len, info, reason, rlen);
     static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
     if (len >= 8 && !memcmp(data, png_sig, 8)) return sl__png_probe(data, len, info, reason, rlen);
-    sl__msg(reason, rlen, "not a JPEG or PNG file (first bytes %02x %02x %02x %02x)", data[0],
+    if (len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4))
+        return sl__webp_probe(data, len, info, reason, rlen);
+    sl__msg(reason, rlen, "not a JPEG, PNG or WebP file (first bytes %02x %02x %02x %02x)", data[0],
             len > 1 ? data[1] : 0, len > 2 ? data[2] : 0, len > 3 ? data[3] : 0);
     return SL_EFORMAT;
 }
@@ -90,6 +92,7 @@ uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req) {
     switch (info->format) {
     case SL_FORMAT_JPEG: return sl__jpeg_mem(info, req);
     case SL_FORMAT_PNG: return sl__png_mem(info, req);
+    case SL_FORMAT_WEBP: return sl__webp_mem(info, req);
     default: return 0;
     }
 }
@@ -106,15 +109,16 @@ int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_i
     switch (info->format) {
     case SL_FORMAT_JPEG: return sl__jpeg_decode(d, data, len, info, req, q, sink, reason, rlen);
     case SL_FORMAT_PNG: return sl__png_decode(data, len, info, req, q, sink, reason, rlen);
+    case SL_FORMAT_WEBP: return sl__webp_decode(data, len, info, req, q, sink, reason, rlen);
     default: sl__msg(reason, rlen, "unknown format"); return SL_EFORMAT;
     }
 }
 
 /* The runtime version names the formats this build decodes. */
 const char *sl_version(void) {
-    static char v[64];
+    static char v[80];
     if (!v[0])
-        snprintf(v, sizeof v, "%s (libjpeg %s, png %s)", SL_VERSION_STRING, "turbo",
-                 sl__png_available() ? "libspng" : "off");
+        snprintf(v, sizeof v, "%s (libjpeg %s, png %s, webp %s)", SL_VERSION_STRING, "turbo",
+                 sl__png_available() ? "libspng" : "off", sl__webp_available() ? "libwebp" : "off");
     return v;
 }

@@ -113,5 +113,13 @@ int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
                    const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
                    size_t rlen);
 int sl__png_available(void); /* 0 when built without libspng */
+/* WebP (webp.c): full resolution (scale_num 8), the window only (libwebp
+ * cropping), pushed to the sink from a window buffer in the quota. */
+int sl__webp_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
+uint64_t sl__webp_mem(const sl_image_info *info, const sl__decode_req *req);
+int sl__webp_decode(const uint8_t *data, size_t len, const sl_image_info *info,
+                    const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
+                    size_t rlen);
+int sl__webp_available(void); /* 0 when built without libwebp */
 
 #endif

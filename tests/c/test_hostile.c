@@ -300,7 +300,7 @@ TEST(neither_format) {
     }
     buf gif = {(uint8_t *)texts[0], strlen(texts[0]), 0};
     CHECK_EQ(decode(&gif, SL_PRESET_TRAIN, 0, why, sizeof why), SL_EFORMAT);
-    CHECK_STR_CONTAINS(why, "not a JPEG or PNG");
+    CHECK_STR_CONTAINS(why, "not a JPEG, PNG or WebP");
 }
 
 TEST(jpeg_65500_declared) {
@@ -574,7 +574,7 @@ static void loader_over_hostile_folder(int preset) {
     put("c/too_big.png", &big);
     const bad_file bad[] = {
         {"a/truncated.JPEG", SL_ECORRUPT, ""},  {"a/empty.JPEG", SL_EFORMAT, "empty"},
-        {"b/text.JPEG", SL_EFORMAT, "not a JPEG or PNG"}, {"b/huge.JPEG", SL_ELIMIT, "pixels"},
+        {"b/text.JPEG", SL_EFORMAT, "not a JPEG, PNG or WebP"}, {"b/huge.JPEG", SL_ELIMIT, "pixels"},
         {"c/bomb_dims.png", SL_ELIMIT, "pixels"}, {"c/bomb_ztxt.png", SL_ELIMIT, "chunk"},
         {"c/too_big.png", SL_ELIMIT, "bytes"},
     };

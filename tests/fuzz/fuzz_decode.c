@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc > 0) abort();
     if (rc == 0) {
         if (info.width == 0 || info.height == 0) abort();
-        if (info.format != SL_FORMAT_JPEG && info.format != SL_FORMAT_PNG) abort();
+        if (info.format != SL_FORMAT_JPEG && info.format != SL_FORMAT_PNG && info.format != SL_FORMAT_WEBP) abort();
         if (info.channels < 1 || info.channels > 4) abort();
     }
     /* Decoding runs even where probe failed: it must fail the same way. */

@@ -5,7 +5,8 @@ Small JPEGs (baseline, progressive, grayscale, CMYK, restart markers, 4:4:4 /
 4:2:2 / 4:2:0, EXIF orientation, scan bombs of 60 and 70 scans) made with Pillow, and PNGs of every colour
 type and bit depth, interlaced and not, palette with tRNS, and ancillary
 chunks, made with the small encoder below (Pillow cannot write all of them).
-Every file stays under 4 KiB. Deterministic: the same bytes on every run.
+WebPs (lossy, lossless, alpha, an animation) made with Pillow. Every file stays
+under 4 KiB. Deterministic: the same bytes on every run.
 
     python3 tests/fuzz/make_seed_corpus.py [OUT_DIR]
 
@@ -218,6 +219,31 @@ def jpeg_seeds():
     return seeds
 
 
+def webp_seeds():
+    """Lossy, lossy with alpha, lossless (with and without alpha), odd sizes,
+    and an animation (refused by the decoder: still a seed for its probe)."""
+    seeds = {}
+    rgb = Image.fromarray(texture(24, 32, 3, 255, 13).astype(np.uint8), "RGB")
+    rgba = Image.fromarray(texture(24, 32, 4, 255, 14).astype(np.uint8), "RGBA")
+
+    def save(img, **kw):
+        b = io.BytesIO()
+        img.save(b, "WEBP", **kw)
+        return b.getvalue()
+
+    seeds["webp_lossy.webp"] = save(rgb, quality=70)
+    seeds["webp_lossy_alpha.webp"] = save(rgba, quality=70)
+    seeds["webp_lossless.webp"] = save(rgb, lossless=True)
+    seeds["webp_lossless_alpha.webp"] = save(rgba, lossless=True)
+    seeds["webp_odd_17x13.webp"] = save(rgb.crop((0, 0, 17, 13)), quality=80)
+    seeds["webp_1x1.webp"] = save(rgb.crop((0, 0, 1, 1)), lossless=True)
+    frames = [rgb, rgb.transpose(Image.FLIP_LEFT_RIGHT)]
+    b = io.BytesIO()
+    frames[0].save(b, "WEBP", save_all=True, append_images=frames[1:], duration=40, quality=50)
+    seeds["webp_animated.webp"] = b.getvalue()
+    return seeds
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus", "decode")
@@ -225,6 +251,7 @@ def main():
     seeds = {}
     seeds.update(png_seeds())
     seeds.update(jpeg_seeds())
+    seeds.update(webp_seeds())
     for name, data in sorted(seeds.items()):
         assert len(data) < 4096, (name, len(data))
         with open(os.path.join(out, name), "wb") as f:

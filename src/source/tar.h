@@ -1,0 +1,159 @@
+/*
+ * Tar shards (the WebDataset layout): a member index built by scanning
+ * headers, members grouped into samples, and brace patterns for shard
+ * lists. Reading a member afterwards is one pread at its offset
+ * (sl__sample_file {fd, offset, size}).
+ *
+ * The scanner is our own parser, written for hostile input:
+ *  - formats: POSIX ustar (name + prefix), pax extended headers ('x': the
+ *    keys `path` and `size` are honoured, others skipped; 'g' global
+ *    headers are checked for syntax and ignored: they never rename or
+ *    resize a member), GNU long names ('L') and long link names ('K',
+ *    skipped: links are not members), GNU and v7 headers. Numeric fields
+ *    in octal or GNU base-256. Every header's checksum is verified
+ *    (unsigned sum, or the historic signed sum).
+ *  - members: regular files ('0', NUL, '7') are reported; links,
+ *    directories, devices and FIFOs ('1'-'6') are skipped without data (as
+ *    Python's tarfile reads them); unknown types are skipped over their
+ *    data; GNU sparse members ('S', or pax GNU.sparse.* keys) are refused
+ *    (SL_EUNSUPPORTED): their stored bytes are not the file's bytes.
+ *  - bounds: every size and offset is overflow-checked and must lie inside
+ *    the file; a member running past the end is SL_ECORRUPT (truncated
+ *    shard). Members cannot overlap: each header follows the previous
+ *    member's padded data. The archive ends at the first all-zero block,
+ *    or at end of file on a block boundary.
+ *  - names are normalised, never trusted: leading "./", empty and "."
+ *    components are dropped ("./a//b/./c.jpg" -> "a/b/c.jpg"); a name that
+ *    is absolute, holds a ".." component or a NUL byte, is empty, ends in
+ *    "/", or is longer than SL_TAR_NAME_MAX is refused (SL_ECORRUPT, or
+ *    SL_ELIMIT for the length) and the scan stops. Names are only ever
+ *    keys; nothing is opened by them.
+ * The scanner allocates nothing (buffers on the stack, under 16 KiB).
+ */
+#ifndef SL_TAR_H
+#define SL_TAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/mem.h"
+
+#define SL_TAR_NAME_MAX 4096 /* bytes of a normalised member name */
+
+/* A regular member: name[0, name_len) (NUL-terminated, normalised), its
+ * data at bytes [offset, offset + size) of the shard, its (first) header
+ * at header_offset. */
+typedef struct sl__tar_member {
+    const char *name;
+    size_t name_len;
+    uint64_t header_offset;
+    uint64_t offset;
+    uint64_t size;
+} sl__tar_member;
+
+/* Called once per regular member, in archive order. Return 0 to go on;
+ * anything else stops the scan and is returned (write a reason into err). */
+typedef int (*sl__tar_member_fn)(void *ctx, const sl__tar_member *m, char *err, size_t errlen);
+
+/* Scan the tar archive of file_size bytes in fd (pread; the file offset is
+ * not used). Returns 0, or SL_ECORRUPT / SL_ELIMIT / SL_EUNSUPPORTED /
+ * SL_EIO (with a sentence in err naming the header offset), or the
+ * callback's code. On failure, members already reported lie wholly inside
+ * the file and stay valid: the caller decides whether to keep them. */
+int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, char *err,
+                 size_t errlen);
+/* The same over an archive in memory (fuzzing, tests). */
+int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, void *ctx, char *err,
+                     size_t errlen);
+
+/* ---- WebDataset samples ---------------------------------------------------
+ *
+ * A member's name splits at the first dot of its file part (after the last
+ * '/'): the sample prefix is what comes before ("dir/000123"), the key what
+ * comes after, lowercased as WebDataset does ("000123.Blur.npy" -> key
+ * "blur.npy"). A name whose file part has no dot, starts with one
+ * ("._000123.jpg") or ends with its first one ("000123.") has no key:
+ * WebDataset drops the first two kinds (an empty key could name no field),
+ * and we drop all three (counted in sl__wds_grouper.skipped).
+ *
+ * Consecutive members with the same prefix form one sample. A prefix that
+ * comes back after other samples is refused (SL_ECORRUPT): WebDataset
+ * requires a sample's members to be contiguous, and would silently yield
+ * two half samples. A key twice in one sample is refused too (WebDataset
+ * raises on it).
+ */
+#define SL_WDS_MAX_MEMBERS 64 /* members (keys) in one sample */
+#define SL_WDS_KEY_MAX 128    /* bytes of one key */
+
+typedef struct sl__wds_member {
+    const char *key; /* NUL-terminated, lowercased */
+    size_t key_len;
+    uint64_t offset, size;
+} sl__wds_member;
+
+/* One sample: prefix[0, prefix_len) (NUL-terminated) and its n >= 1
+ * members in archive order. Pointers are valid during the call only.
+ * Return 0 to go on; anything else stops (with a reason in err). */
+typedef int (*sl__wds_sample_fn)(void *ctx, const char *prefix, size_t prefix_len,
+                                 const sl__wds_member *m, uint32_t n, char *err, size_t errlen);
+
+/* Split name[0, len): 0 with *prefix_len and *key_off (key = name +
+ * key_off, to len), or -1 when the name has no key. */
+int sl__wds_split(const char *name, size_t len, size_t *prefix_len, size_t *key_off);
+
+/* Streaming grouper: feed it members (sl__wds_group_add is an
+ * sl__tar_member_fn), then finish. The set of prefixes seen (for the
+ * contiguity check) is kept in budget b under SL_MEM_INDEX and freed by
+ * sl__wds_group_free; the grouper itself is ~14 KiB, caller-owned. */
+typedef struct sl__wds_grouper {
+    sl__budget *b;
+    sl__wds_sample_fn emit;
+    void *ctx;
+    uint64_t samples, skipped;
+    /* the sample being gathered */
+    char prefix[SL_TAR_NAME_MAX + 1];
+    size_t prefix_len;
+    uint32_t n;
+    sl__wds_member m[SL_WDS_MAX_MEMBERS];
+    char keys[SL_WDS_MAX_MEMBERS][SL_WDS_KEY_MAX + 1];
+    /* prefixes of finished samples: an arena of NUL-terminated names and
+     * an open-addressing table of (arena offset + 1), 0 = empty */
+    char *arena;
+    uint64_t arena_len, arena_cap;
+    uint64_t *table;
+    uint64_t table_cap, table_used;
+} sl__wds_grouper;
+
+void sl__wds_group_init(sl__wds_grouper *g, sl__budget *b, sl__wds_sample_fn emit, void *ctx);
+int sl__wds_group_add(void *grouper, const sl__tar_member *m, char *err, size_t errlen);
+/* Emit the last sample. 0 or the callback's / a budget code. */
+int sl__wds_group_finish(sl__wds_grouper *g, char *err, size_t errlen);
+void sl__wds_group_free(sl__wds_grouper *g);
+
+/* Scan one shard and emit its samples: init + sl__tar_scan + finish +
+ * free. Returns 0 or the first error (members of samples emitted before
+ * it are valid; see sl__tar_scan). *samples, *skipped: counts (may be
+ * NULL). */
+int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx,
+                 uint64_t *samples, uint64_t *skipped, char *err, size_t errlen);
+
+/* ---- shard lists -----------------------------------------------------------
+ *
+ * Brace patterns as the WebDataset tools (and bash) expand them:
+ * "train-{000000..000099}.tar" gives train-000000.tar ... train-000099.tar;
+ * "{a,b}-{0..2}.tar" gives a-0 a-1 a-2 b-0 b-1 b-2 (the leftmost brace
+ * varies slowest). A range {A..B} counts up or down; it is zero-padded to
+ * the wider of A and B when either is written with a leading zero.
+ * Unbalanced or nested braces, a range endpoint that is not a decimal
+ * number below 10^18, more than SL_BRACE_MAX names in all, or a name
+ * longer than SL_TAR_NAME_MAX are SL_EPARSE / SL_ELIMIT with a reason,
+ * before any name is emitted. A pattern with no brace yields itself.
+ */
+#define SL_BRACE_MAX 1000000
+
+typedef int (*sl__brace_fn)(void *ctx, const char *name, size_t len);
+/* Calls emit once per name in order; returns 0, an error above, or the
+ * callback's nonzero code (stopping there). Allocates nothing. */
+int sl__brace_expand(const char *pattern, sl__brace_fn emit, void *ctx, char *err, size_t errlen);
+
+#endif
