@@ -35,6 +35,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,7 @@ void sl_config_init(sl_config *c) {
     c->max_pixels = DEFAULT_MAX_PIXELS;
     c->max_bytes = DEFAULT_MAX_BYTES;
     c->max_error_records = 1000;
+    c->max_error_rate = 0.1;
 }
 
 static uint32_t affinity_cpus(void) {
@@ -98,6 +100,7 @@ static int slot_stride(uint32_t B, uint64_t sample_bytes, uint64_t *out) {
     s += align_up((uint64_t)B * 8, SLOT_ALIGN) * 3; /* label, index, hash */
     s += align_up((uint64_t)B, SLOT_ALIGN) * 2;     /* ok, err */
     s += align_up((uint64_t)B * SL_REASON_LEN, SLOT_ALIGN); /* reasons */
+    s += align_up((uint64_t)B * 4, SLOT_ALIGN);             /* refill holes */
     if (s < img) return SL_EOVERFLOW;
     *out = s;
     return 0;
@@ -118,6 +121,8 @@ static void slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base) {
     s->err = base;
     base += align_up(B, SLOT_ALIGN);
     s->reasons = (char *)base;
+    base += align_up(B * SL_REASON_LEN, SLOT_ALIGN);
+    s->rf_hole = (uint32_t *)base;
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
@@ -169,17 +174,38 @@ static sl_batch *open_batch(sl_loader *ld) {
     s->n = 0;
     s->discard = s->failed = s->marker = s->final = 0;
     s->checksum = 0;
+    s->rf_count = s->rf_claimed = 0;
+    s->rf_passes = 0;
     memset(s->ok, 0, ld->B);
     memset(s->err, 0, ld->B);
     return s;
 }
 
-/* Find work: the lowest-seqno filling slot with unclaimed positions, else a
- * newly opened batch. Positions at or past the tail are voids: settled
- * here without decoding. Returns 1 with c filled, 0 if nothing to do. */
+/* A refill of the round of the batch being committed (refill.c), which
+ * every later commit waits for: first in line. Returns 1 with c filled. */
+static int claim_refill(sl_loader *ld, claim *c) {
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        sl_batch *s = &ld->slots[i];
+        if (s->state != SLOT_FILLING || s->discard || s->gen != ld->gen || s->rf_claimed >= s->rf_count) continue;
+        uint32_t r = s->rf_claimed++;
+        c->slot = s;
+        c->pos = s->rf_hole[r];
+        c->sample = ld->seq[s->epoch & 1][s->rf_top - 1 - r];
+        c->epoch = s->epoch;
+        c->gen = s->gen;
+        return 1;
+    }
+    return 0;
+}
+
+/* Find work: a refill, else the lowest-seqno filling slot with unclaimed
+ * positions, else a newly opened batch. Positions at or past the tail are
+ * voids: settled here without decoding. Returns 1 with c filled, 0 if
+ * nothing to do. */
 static int claim_next(sl_loader *ld, claim *c) {
     for (;;) {
         if (ld->paused || ld->stop) return 0;
+        if (claim_refill(ld, c)) return 1;
         sl_batch *best = NULL;
         for (uint32_t i = 0; i < ld->nslots; i++) {
             sl_batch *s = &ld->slots[i];
@@ -212,47 +238,38 @@ static void slot_free(sl_loader *ld, sl_batch *s) {
     pthread_cond_broadcast(&ld->cv_work);
 }
 
-/* Move sample from position a to b (b < a) within a slot. */
-static void move_sample(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) {
-    memcpy(s->image + (uint64_t)b * ld->sample_bytes, s->image + (uint64_t)a * ld->sample_bytes, ld->sample_bytes);
-    s->label[b] = s->label[a];
-    s->index[b] = s->index[a];
-    s->hash[b] = s->hash[a];
-    s->ok[b] = 1;
-    s->ok[a] = 0;
-}
-
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer);
-
-/* Settle holes, decide n and whether the epoch ends here. Runs outside mu
- * by the one committer; tail is read and written only by it. */
-static void commit_slot(sl__worker *w, sl_batch *s) {
-    sl_loader *ld = w->ld;
-    uint64_t B = ld->B, k = s->batch, T = ld->tail;
+/* First commit pass: record the failures of the nominal positions that
+ * are still the batch's own (in position order). */
+static void commit_nominal(sl_loader *ld, sl_batch *s, uint64_t T) {
+    uint64_t B = ld->B, k = s->batch;
+    uint32_t errors = 0;
     s->cno = ++ld->commits;
     s->nerr = 0;
-    uint32_t have = 0, errors = 0;
     for (uint32_t j = 0; j < s->nominal; j++) {
         if (k * B + j >= T) {
             s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
         } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
             sl__record_error(ld, s, (uint64_t)s->index[j], -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
         }
-        have += s->ok[j];
         errors += s->err[j] != 0;
     }
-    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) {
-        s->failed = errors > 0;
-    } else {
-        /* refill holes from the tail, in position order */
-        uint32_t j = 0;
-        const uint32_t *order = ld->seq[s->epoch & 1]; /* made before dispatch */
-        while (have < B && T > (k + 1) * B) {
-            while (j < B && s->ok[j]) j++;
-            uint64_t p = --T;
-            fill_position(w, s, j, order[p], s->epoch, 0);
-            if (s->ok[j]) have++;
-        }
+    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) s->failed = errors > 0;
+}
+
+/* A commit pass: settle holes (a refill round, refill.c, if any can be
+ * filled: returns 1 and the batch goes on filling), else decide n and
+ * whether the epoch ends here (returns 0). Runs outside mu by the one
+ * committer; tail is written only by it (under mu, for the claimers). */
+static int commit_slot(sl__worker *w, sl_batch *s) {
+    sl_loader *ld = w->ld;
+    uint64_t B = ld->B, k = s->batch, T = ld->tail;
+    if (s->rf_passes == 0) commit_nominal(ld, s, T);
+    if (ld->cfg.on_error == SL_ON_ERROR_SKIP && sl__refill_pass(ld, s, &T)) {
+        pthread_mutex_lock(&ld->mu);
+        ld->tail = T;
+        s->pending += s->rf_count;
+        pthread_mutex_unlock(&ld->mu);
+        return 1;
     }
     uint32_t n = 0;
     if (!s->failed) {
@@ -260,7 +277,7 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
         uint32_t limit = SL_MAX(s->nominal, (uint32_t)B);
         for (uint32_t j = 0; j < limit; j++)
             if (s->ok[j]) {
-                if (j != n) move_sample(ld, s, j, n);
+                if (j != n) sl__slot_move(ld, s, j, n);
                 n++;
             }
     }
@@ -273,28 +290,33 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
     pthread_mutex_lock(&ld->mu);
     ld->tail = T;
     pthread_mutex_unlock(&ld->mu);
+    return 0;
 }
 
 /* Commit every resolved batch in order. mu held; may drop it while
- * committing. Returns how many batches it committed or dropped: a commit
- * can open work (the next epoch), so a caller about to sleep must look for
- * work again when this is not 0. */
+ * committing. Returns how many commit passes it made: a pass can open
+ * work (a refill round, the next epoch), so a caller about to sleep must
+ * look for work again when this is not 0. */
 static int try_commit(sl__worker *w) {
     sl_loader *ld = w->ld;
     int done = 0;
     while (!ld->committing && !ld->stop) {
         sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
-        if (!s || s->pending || s->claimed < s->nominal) return done;
+        if (!s || s->pending || s->claimed < s->nominal || s->rf_claimed < s->rf_count) return done;
         done++;
         uint64_t gen = ld->gen;
         ld->committing = 1;
         pthread_mutex_unlock(&ld->mu);
-        commit_slot(w, s);
+        int round = commit_slot(w, s);
         pthread_mutex_lock(&ld->mu);
         ld->committing = 0;
         pthread_cond_broadcast(&ld->cv_quiet);
         if (gen != ld->gen) { /* a reset came in meanwhile: stale */
             if (s->state == SLOT_FILLING) slot_free(ld, s);
+            continue;
+        }
+        if (round) { /* refills to claim: the batch is committed once they are done */
+            pthread_cond_broadcast(&ld->cv_work);
             continue;
         }
         s->state = SLOT_READY;
@@ -332,10 +354,9 @@ static int try_commit(sl__worker *w) {
 
 /* ---- workers -------------------------------------------------------------- */
 
-/* Decode sample into position j of s. A failure is recorded now (defer 0:
- * the committer's refills, which are final) or kept in the slot for the
- * commit to record if the position is still part of the batch then. */
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer) {
+/* Decode sample into position j of s. A failure is kept in the slot for
+ * the commit to record if the position is still part of the batch then. */
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
     sl_loader *ld = w->ld;
     char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
     reason[0] = 0;
@@ -350,8 +371,7 @@ static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sampl
             s->hash[j] = sl__hash64(dst, ld->sample_bytes, (uint64_t)s->label[j]);
     } else {
         s->ok[j] = 0;
-        s->err[j] = (uint8_t)-rc; /* codes are -1 .. -17 */
-        if (!defer && rc != SL_ESTATE) sl__record_error(ld, s, sample, rc, reason); /* ESTATE: shutting down */
+        s->err[j] = (uint8_t)-rc; /* codes are -1 .. -20 */
     }
 }
 
@@ -376,7 +396,7 @@ void sl__loader_run(sl__worker *w) {
         ld->active++;
         pthread_mutex_unlock(&ld->mu);
         uint64_t t0 = sl__now_ns();
-        fill_position(w, c.slot, c.pos, c.sample, c.epoch, 1);
+        fill_position(w, c.slot, c.pos, c.sample, c.epoch);
         atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&ld->mu);
         ld->active--;
@@ -442,6 +462,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->budget == 0) BAD("budget is 0");
     if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA)) BAD("unknown flags 0x%x", c->flags);
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
+    if (!(c->max_error_rate >= 0)) BAD("max_error_rate %g is not a fraction >= 0 (1 = never stop)", c->max_error_rate);
     return 0;
 #undef BAD
 }
@@ -464,9 +485,18 @@ static int alloc_fail_code(const sl_loader *ld, uint64_t n) {
     return SL_ENOMEM;
 }
 
-static void free_all(sl_loader *ld) {
-    if (ld->workers)
-        for (uint32_t i = 0; i < ld->nworkers; i++) sl__worker_fini(&ld->workers[i]);
+/* Free what the loader allocated. In a child of fork() the decoders are
+ * left alone: a decode may have been mid-call in the parent at the fork. */
+static void free_memory(sl_loader *ld, int in_child) {
+    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
+        sl__worker *w = &ld->workers[i];
+        if (!in_child) {
+            sl__worker_fini(w);
+        } else if (w->ld) {
+            sl__unmap_prepaid(w->rbig, w->rbig_cap);
+            sl__free(&ld->budget, w->rbase);
+        }
+    }
     sl__free(&ld->budget, ld->workers);
     sl__free(&ld->budget, ld->slots);
     sl__free(&ld->budget, ld->region);
@@ -476,13 +506,76 @@ static void free_all(sl_loader *ld) {
     sl__free(&ld->budget, ld->errs);
     sl__free(&ld->budget, ld->source_path);
     if (ld->src) sl__source_close(ld->src);
-    pthread_cond_destroy(&ld->cv_work);
-    pthread_cond_destroy(&ld->cv_ready);
-    pthread_cond_destroy(&ld->cv_quiet);
-    pthread_mutex_destroy(&ld->mu);
-    pthread_mutex_destroy(&ld->errmu);
+}
+
+static void free_all(sl_loader *ld) {
+    free_memory(ld, 0);
+    if (ld->sync_init) {
+        pthread_cond_destroy(&ld->cv_work);
+        pthread_cond_destroy(&ld->cv_ready);
+        pthread_cond_destroy(&ld->cv_quiet);
+        pthread_mutex_destroy(&ld->mu);
+        pthread_mutex_destroy(&ld->errmu);
+    }
     sl__budget_fini(&ld->budget);
     free(ld);
+}
+
+/* In a child of fork(): free this process's copy of the loader without
+ * touching a lock or a condition variable (the parent's threads may have
+ * held any of them at the fork, and they do not exist here, so waiting or
+ * destroying could hang forever). */
+static void destroy_in_child(sl_loader *ld) {
+    atomic_store(&ld->budget.waiters, 0); /* they were the parent's threads: nobody to wake */
+    free_memory(ld, 1);
+    free(ld);
+}
+
+/* mu, errmu and the condition variables (cv_ready on the monotonic clock,
+ * for sl_loader_next_timeout's deadline). 0, or SL_ESYS with none left. */
+static int init_sync(sl_loader *ld) {
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca)) return SL_ESYS;
+    int n = 0; /* objects made, in this order */
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_mutex_init(&ld->mu, NULL) == 0 && ++n &&
+        pthread_mutex_init(&ld->errmu, NULL) == 0 && ++n && pthread_cond_init(&ld->cv_work, NULL) == 0 && ++n &&
+        pthread_cond_init(&ld->cv_ready, &ca) == 0 && ++n && pthread_cond_init(&ld->cv_quiet, NULL) == 0)
+        ld->sync_init = 1;
+    pthread_condattr_destroy(&ca);
+    if (ld->sync_init) return 0;
+    if (n > 3) pthread_cond_destroy(&ld->cv_ready);
+    if (n > 2) pthread_cond_destroy(&ld->cv_work);
+    if (n > 1) pthread_mutex_destroy(&ld->errmu);
+    if (n > 0) pthread_mutex_destroy(&ld->mu);
+    return SL_ESYS;
+}
+
+/* Start the workers with every asynchronous signal blocked (they inherit
+ * the mask), so Ctrl-C and friends go to the caller's threads; synchronous
+ * ones (a fault) stay deliverable. 0 or SL_ESYS (the started ones stopped). */
+static int start_workers(sl_loader *ld, char *err, size_t errlen) {
+    sigset_t all, old;
+    sigfillset(&all);
+    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr)) {
+        sl__msg(err, errlen, "could not make thread attributes");
+        return SL_ESYS;
+    }
+    pthread_attr_setstacksize(&attr, (size_t)2 << 20);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = 0;
+    for (uint32_t i = 0; i < ld->nworkers && !rc; i++) {
+        if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
+            stop_workers(ld, i);
+            sl__msg(err, errlen, "could not start worker thread %u", i);
+            rc = SL_ESYS;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
 }
 
 int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t errlen) {
@@ -499,13 +592,16 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (ld->cfg.min_slots == 0) ld->cfg.min_slots = 1;
     if ((rc = sl__budget_init(&ld->budget, cfg->budget))) {
         free(ld);
+        sl__msg(err, errlen, "could not make the budget's lock");
         return rc;
     }
-    pthread_mutex_init(&ld->mu, NULL);
-    pthread_mutex_init(&ld->errmu, NULL);
-    pthread_cond_init(&ld->cv_work, NULL);
-    pthread_cond_init(&ld->cv_ready, NULL);
-    pthread_cond_init(&ld->cv_quiet, NULL);
+    if ((rc = init_sync(ld))) {
+        sl__budget_fini(&ld->budget);
+        free(ld);
+        sl__msg(err, errlen, "could not make the loader's locks");
+        return rc;
+    }
+    ld->sample_cap = sl__sample_cap(cfg->budget);
     ld->nworkers = cfg->workers ? cfg->workers : affinity_cpus();
     ld->B = cfg->batch_size;
     ld->C = (cfg->flags & SL_FLAG_KEEP_ALPHA) ? 4 : 3;
@@ -580,13 +676,15 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     workers_b = per_worker * ld->nworkers;
     uint64_t used = atomic_load(&ld->budget.used);
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
-    uint64_t minimum = used + workers_b + (uint64_t)sl__alloc_cost((size_t)SL_MIN(stride * min_slots, SIZE_MAX / 2)) +
-                       sizeof(sl_batch) * min_slots + 4096;
-    if (minimum > cfg->budget) {
+    /* the fixed part must leave a quarter of the budget for one sample (admit.c) */
+    uint64_t fixed_min = used + workers_b + (uint64_t)sl__alloc_cost((size_t)SL_MIN(stride * min_slots, SIZE_MAX / 2)) +
+                         sizeof(sl_batch) * min_slots + 4096;
+    uint64_t minimum = fixed_min > UINT64_MAX / 4 ? UINT64_MAX : (fixed_min * 4 + 2) / 3;
+    if (fixed_min + ld->sample_cap > cfg->budget || fixed_min > cfg->budget) {
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
-                "(batch %u x %ux%ux%u) + %u workers x %s scratch + %s index; "
-                "raise --budget to at least %s or lower batch size, size or workers",
+                "(batch %u x %ux%ux%u) + %u workers x %s scratch + %s index, with a quarter of the budget "
+                "kept for one sample's decode; raise --budget to at least %s or lower batch size, size or workers",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2),
                 (unsigned long long)min_slots, sl__fmt_bytes(stride, b3, sizeof b3), ld->B, ld->C, cfg->size, cfg->size,
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
@@ -597,15 +695,14 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (cfg->prefetch) {
         ld->nslots = cfg->prefetch;
     } else {
-        /* as many as fit, leaving room for scratch to grow, at most
-         * max(4, 4 * workers / batch) */
-        uint64_t room = cfg->budget - used - workers_b - 4096;
-        uint64_t growth = SL_MIN((uint64_t)ld->nworkers * (4u << 20), cfg->budget / 8);
-        uint64_t fit = room > growth ? (room - growth) / (stride + sizeof(sl_batch)) : 0;
+        /* as many as fit, leaving a sample's room (a quarter) for scratch
+         * to grow, at most max(4, 4 * workers / batch) */
+        uint64_t room = cfg->budget - used - workers_b - 4096 - ld->sample_cap;
+        uint64_t fit = room / (stride + sizeof(sl_batch));
         uint64_t cap = SL_MAX(4, (4ull * ld->nworkers + ld->B - 1) / ld->B);
         ld->nslots = (uint32_t)SL_MAX(SL_MIN(fit, cap), min_slots);
-        while (ld->nslots > min_slots &&
-               used + workers_b + sl__alloc_cost(stride * ld->nslots) + sizeof(sl_batch) * ld->nslots + 4096 > cfg->budget)
+        while (ld->nslots > min_slots && used + workers_b + sl__alloc_cost(stride * ld->nslots) +
+                                                 sizeof(sl_batch) * ld->nslots + 4096 + ld->sample_cap > cfg->budget)
             ld->nslots--;
     }
     ld->region_len = (size_t)(stride * ld->nslots);
@@ -638,6 +735,14 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
         }
     }
     sl__budget_fix(&ld->budget, atomic_load(&ld->budget.used));
+    if (sl__budget_headroom(&ld->budget) < ld->sample_cap) { /* allocation rounding ate into it */
+        sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it to %s",
+                sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(atomic_load(&ld->budget.fixed), b2, sizeof b2),
+                sl__fmt_bytes(minimum + minimum / 8, b3, sizeof b3));
+        rc = SL_EBUDGET;
+        goto fail;
+    }
+    if ((rc = sl__admit_check(ld, err, errlen))) goto fail;
 
     order_for(ld, 0);
     ld->d_epoch = 0;
@@ -646,23 +751,12 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     ld->d_open = 1;
     ld->cur_tail = per;
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, (size_t)2 << 20);
-    for (uint32_t i = 0; i < ld->nworkers; i++) {
-        if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
-            pthread_attr_destroy(&attr);
-            stop_workers(ld, i);
-            sl__msg(err, errlen, "could not start worker thread %u", i);
-            rc = SL_ESYS;
-            goto fail;
-        }
-    }
-    pthread_attr_destroy(&attr);
+    if ((rc = start_workers(ld, err, errlen))) goto fail;
     /* handshake: return only once every worker runs */
     pthread_mutex_lock(&ld->mu);
     while (ld->started < ld->nworkers) pthread_cond_wait(&ld->cv_ready, &ld->mu);
     pthread_mutex_unlock(&ld->mu);
+    sl__registry_add(ld);
     *out = ld;
     return 0;
 fail:
@@ -671,93 +765,187 @@ fail:
 }
 
 void sl_loader_destroy(sl_loader *ld) {
-    if (!ld) return;
+    if (!ld || !sl__registry_remove(ld)) return; /* NULL, or not a live loader (destroyed already) */
+    if (ld->forked) {
+        destroy_in_child(ld);
+        return;
+    }
     stop_workers(ld, ld->nworkers);
     free_all(ld);
 }
 
 /* ---- public: iteration ------------------------------------------------------ */
 
-int sl_loader_next(sl_loader *ld, sl_batch **out) {
-    if (!ld || !out) return SL_EINVAL;
-    *out = NULL;
-    pthread_mutex_lock(&ld->mu);
-    if (ld->poisoned) {
-        pthread_mutex_unlock(&ld->mu);
-        return SL_ESTATE;
+/* Hand batch s (the next in order, READY) to the consumer. mu held.
+ * Returns 0 with *out, SL_EEND / SL_ESAMPLE, SL_EERRORS (the guard tripped
+ * on it: not delivered, ld poisoned), or 1: nothing to hand (an empty
+ * marker inside the epoch), look again. */
+static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
+    ld->r_seqno++;
+    ld->ready--;
+    /* its failures become visible with it */
+    ld->nerrs_seen += s->nerr;
+    ld->epoch_errors += s->nerr;
+    if (s->nerr) {
+        ld->last_err = s->last_err;
+        ld->has_last_err = 1;
     }
+    atomic_store(&ld->delivered_cno, s->cno);
+    uint32_t n = s->marker || s->failed ? 0 : s->n;
+    ld->epoch_samples += n;
+    int rc = sl__guard_check(ld, s, n);
+    if (rc) {
+        slot_free(ld, s);
+        return rc;
+    }
+    if (s->final) {
+        ld->cur_epoch = s->epoch + 1;
+        ld->cur_batch = 0;
+        ld->cur_tail = ld->sampler.per_rank;
+        ld->epoch_samples = ld->epoch_errors = 0;
+    } else {
+        ld->cur_epoch = s->epoch;
+        ld->cur_batch = s->batch + 1;
+        ld->cur_tail = s->tail_after;
+    }
+    if (s->marker || s->failed) {
+        int failed = s->failed, final = s->final;
+        slot_free(ld, s);
+        if (failed) {
+            if (final) ld->pending_end = 1;
+            return SL_ESAMPLE;
+        }
+        return final ? SL_EEND : 1;
+    }
+    s->state = SLOT_HELD;
+    ld->held++;
+    if (s->final) ld->pending_end = 1;
+    ld->samples_out += s->n;
+    ld->batches_out++;
+    *out = s;
+    return 0;
+}
+
+/* sl_loader_next with mu held, waiting at most timeout_ns (< 0: forever). */
+static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
+    if (ld->poisoned) return SL_ESTATE;
     uint64_t t0 = sl__now_ns();
     if (!ld->t_first_ns) ld->t_first_ns = t0;
-    int rc;
+    struct timespec dl;
+    if (timeout_ns > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)timeout_ns;
+        dl.tv_sec += (time_t)(ns / 1000000000u);
+        dl.tv_nsec = (long)(ns % 1000000000u);
+    }
+    int rc, expired = 0;
     for (;;) {
+        if (atomic_load(&ld->source_gone)) {
+            rc = sl__poison_vanished(ld);
+            break;
+        }
         if (ld->pending_end) {
             ld->pending_end = 0;
             rc = SL_EEND;
             break;
         }
         sl_batch *s = slot_by_seqno(ld, ld->r_seqno, SLOT_READY);
-        if (s) {
-            ld->r_seqno++;
-            ld->ready--;
-            /* its failures become visible with it */
-            ld->nerrs_seen += s->nerr;
-            atomic_store(&ld->delivered_cno, s->cno);
-            if (s->final) {
-                ld->cur_epoch = s->epoch + 1;
-                ld->cur_batch = 0;
-                ld->cur_tail = ld->sampler.per_rank;
-            } else {
-                ld->cur_epoch = s->epoch;
-                ld->cur_batch = s->batch + 1;
-                ld->cur_tail = s->tail_after;
-            }
-            if (s->marker || s->failed) {
-                int failed = s->failed;
-                slot_free(ld, s);
-                if (failed) {
-                    if (s->final) ld->pending_end = 1;
-                    rc = SL_ESAMPLE;
-                    break;
-                }
-                if (s->final) {
-                    rc = SL_EEND;
-                    break;
-                }
-                continue;
-            }
-            s->state = SLOT_HELD;
-            ld->held++;
-            if (s->final) ld->pending_end = 1;
-            ld->samples_out += s->n;
-            ld->batches_out++;
-            *out = s;
-            rc = 0;
-            break;
-        }
+        if (s && (rc = deliver(ld, s, out)) != 1) break;
+        if (s) continue;
         if (ld->held >= ld->nslots) {
             rc = SL_EHELD;
             break;
         }
-        pthread_cond_wait(&ld->cv_ready, &ld->mu);
+        if (expired) {
+            rc = SL_ETIMEDOUT;
+            break;
+        }
+        if (timeout_ns < 0) pthread_cond_wait(&ld->cv_ready, &ld->mu);
+        else if (timeout_ns == 0 || pthread_cond_timedwait(&ld->cv_ready, &ld->mu, &dl) == ETIMEDOUT) expired = 1;
     }
     ld->wait_ns += sl__now_ns() - t0;
+    return rc;
+}
+
+int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->forked) return SL_ESTATE;
+    pthread_mutex_lock(&ld->mu);
+    int rc = next_locked(ld, out, (int64_t)timeout_ms * 1000000);
     pthread_mutex_unlock(&ld->mu);
     return rc;
 }
 
-void sl_loader_release(sl_loader *ld, sl_batch *b) {
-    if (!ld || !b) return;
+int sl_loader_next(sl_loader *ld, sl_batch **out) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
-    if (b->ld == ld && b->state == SLOT_HELD) {
-        ld->held--;
-        slot_free(ld, b);
-        pthread_cond_broadcast(&ld->cv_ready);
-    }
+    int rc = next_locked(ld, out, -1);
     pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+/* Is b one of ld's slots? By address only: b may point anywhere. */
+static int is_slot(const sl_loader *ld, const sl_batch *b) {
+    uintptr_t p = (uintptr_t)b, lo = (uintptr_t)ld->slots, hi = lo + (uintptr_t)ld->nslots * sizeof(sl_batch);
+    return p >= lo && p < hi && (p - lo) % sizeof(sl_batch) == 0;
+}
+
+void sl_loader_release(sl_loader *ld, sl_batch *b) {
+    if (!ld || !b || !sl__registry_enter(ld)) return; /* a destroyed loader: its batches went with it */
+    if (!ld->forked && is_slot(ld, b)) {
+        pthread_mutex_lock(&ld->mu);
+        if (b->state == SLOT_HELD) {
+            ld->held--;
+            slot_free(ld, b);
+            pthread_cond_broadcast(&ld->cv_ready);
+        }
+        pthread_mutex_unlock(&ld->mu);
+    }
+    sl__registry_leave();
+}
+
+int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
+    if (!cld) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) {
+        sl__msg(why, len,
+                "this loader was created in process %ld and this is process %ld, a child of fork(): its worker "
+                "threads did not survive the fork, so it cannot be used here; create a new loader after the fork",
+                ld->owner_pid, (long)getpid());
+        return SL_ESTATE;
+    }
+    pthread_mutex_lock(&ld->mu);
+    int code = ld->poisoned;
+    if (code) sl__msg(why, len, "%s", ld->poison_why);
+    else sl__msg(why, len, "%s", "");
+    pthread_mutex_unlock(&ld->mu);
+    return code;
+}
+
+int sl_loader_last_error(const sl_loader *cld, sl_error_record *out) {
+    if (!cld || !out) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) return SL_ESTATE;
+    pthread_mutex_lock(&ld->mu);
+    int rc = ld->has_last_err ? 0 : SL_EEND;
+    if (!rc) *out = ld->last_err;
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+int sl__loader_stopping(sl_loader *ld) {
+    pthread_mutex_lock(&ld->mu);
+    int stop = ld->stop;
+    pthread_mutex_unlock(&ld->mu);
+    return stop;
 }
 
 int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
     if (!ld) return SL_EINVAL;
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     if (ld->poisoned) {
         pthread_mutex_unlock(&ld->mu);
@@ -835,6 +1023,7 @@ int sl_loader_stats(const sl_loader *cld, sl_stats *o) {
     if (!cld || !o) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
     memset(o, 0, sizeof *o);
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     o->samples = ld->samples_out;
     o->batches = ld->batches_out;
@@ -877,10 +1066,15 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
         snprintf(e->rec.reason, sizeof e->rec.reason, "%s", reason && *reason ? reason : sl_strerror(code));
     }
     pthread_mutex_unlock(&ld->errmu);
+    /* the newest one of the batch, kept whatever max_error_records says */
+    s->last_err.index = index;
+    s->last_err.epoch = s->epoch;
+    s->last_err.code = code;
+    snprintf(s->last_err.reason, sizeof s->last_err.reason, "%s", reason && *reason ? reason : sl_strerror(code));
 }
 
 size_t sl_loader_errors(const sl_loader *cld, size_t first, sl_error_record *out, size_t max) {
-    if (!cld || !out) return 0;
+    if (!cld || !out || cld->forked) return 0;
     sl_loader *ld = (sl_loader *)cld;
     uint64_t seen = atomic_load(&ld->delivered_cno);
     pthread_mutex_lock(&ld->errmu);
@@ -894,6 +1088,7 @@ int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
     if (!cld || !st) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
     memset(st, 0, sizeof *st);
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     st->version = SL_STATE_VERSION;
     st->seed = ld->cfg.seed;
@@ -909,23 +1104,29 @@ int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
     return 0;
 }
 
+/* Could a loader be at st? sl_loader_get_state reports an epoch's end as
+ * (epoch + 1, 0, per_rank), so a state always has a next batch: batch <
+ * nbatches and a tail that leaves it a sample (a full one with drop_last). */
+static int state_reachable(const sl_loader *ld, const sl_state *st) {
+    uint64_t B = ld->B, start;
+    if (st->batch >= ld->nbatches || st->tail > ld->sampler.per_rank || sl__mul(st->batch, B, &start)) return 0;
+    return ld->cfg.drop_last ? start + B <= st->tail : start < st->tail;
+}
+
 int sl_loader_set_state(sl_loader *ld, const sl_state *st) {
     if (!ld || !st) return SL_EINVAL;
+    if (ld->forked) return SL_ESTATE;
     uint32_t flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
     if (st->version != SL_STATE_VERSION || st->seed != ld->cfg.seed || st->dataset_size != ld->sampler.n ||
         st->rank != ld->cfg.rank || st->world_size != ld->cfg.world_size || st->batch_size != ld->B ||
-        st->flags != flags || st->batch > ld->nbatches || st->tail > ld->sampler.per_rank ||
-        st->tail < st->batch * ld->B)
+        st->flags != flags || !state_reachable(ld, st))
         return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     if (ld->poisoned) {
         pthread_mutex_unlock(&ld->mu);
         return SL_ESTATE;
     }
-    if (st->batch >= ld->nbatches || !((ld->cfg.drop_last ? (st->batch + 1) * ld->B <= st->tail : st->batch * ld->B < st->tail)))
-        reset_pipeline(ld, st->epoch + 1, 0, ld->sampler.per_rank); /* saved right at an epoch's end */
-    else
-        reset_pipeline(ld, st->epoch, st->batch, st->tail);
+    reset_pipeline(ld, st->epoch, st->batch, st->tail);
     pthread_mutex_unlock(&ld->mu);
     return 0;
 }

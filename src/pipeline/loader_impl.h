@@ -56,6 +56,16 @@ struct sl_batch {
                             position failed; recorded at commit, so a position
                             that turns out void (the committer took it as a
                             refill, and recorded it then) is never recorded twice */
+    /* Refill rounds (refill.c): the holes a round fills, in position
+     * order; refill i of the round decodes order position rf_top - 1 - i
+     * into position rf_hole[i]. Claimed like nominal positions (pending
+     * counts them), so refills are parallel work. */
+    uint32_t *rf_hole;
+    uint32_t rf_count;   /* refills in the current round (0: none) */
+    uint32_t rf_claimed; /* handed out */
+    uint64_t rf_top;     /* the tail when the round began */
+    int rf_passes;       /* commit passes made (0: nominal failures not yet recorded) */
+    sl_error_record last_err; /* the newest failure recorded at its commit (nerr > 0) */
 };
 #define SL_REASON_LEN sizeof(((sl_error_record *)0)->reason)
 
@@ -75,6 +85,11 @@ typedef struct sl__worker {
 
 struct sl_loader {
     sl_config cfg;
+    /* process-wide registry of live loaders (registry.c) */
+    sl_loader *reg_next;
+    long owner_pid;          /* the process that created it */
+    int forked;              /* set in a child of fork() by the atfork handler */
+    uint64_t sample_cap;     /* most scratch growth one sample may have (admit.c) */
     char *source_path;
     sl__budget budget;
     sl__source *src;
@@ -105,7 +120,10 @@ struct sl_loader {
     int paused;              /* reset in progress: no claims */
     int stop;
     uint32_t started;
-    int poisoned;
+    int sync_init;           /* mu, errmu and the condition variables exist */
+    int poisoned;            /* 0, or the code that poisoned it (mu) */
+    char poison_why[320];    /* why, once poisoned (mu) */
+    _Atomic int source_gone; /* a worker found the dataset folder removed */
     /* dispatch */
     uint64_t d_epoch, d_batch;
     int d_open;              /* d_epoch's order is ready */
@@ -125,6 +143,10 @@ struct sl_loader {
     uint64_t t_first_ns;
     uint64_t samples_out, batches_out;
     uint64_t wait_ns;
+    uint64_t epoch_samples;  /* delivered in the current epoch */
+    uint64_t epoch_errors;   /* failures in the current epoch's delivered batches */
+    sl_error_record last_err;/* newest failure of a delivered batch (has_last_err) */
+    int has_last_err;
 
     /* Error records (errmu), appended by the committer in commit order and
      * visible once their batch is delivered, so what the consumer sees does
@@ -144,15 +166,62 @@ void sl__worker_fini(sl__worker *w);
 /* Give back the worker's scratch growth (called by the worker itself
  * before it waits for work). */
 void sl__worker_idle(sl__worker *w);
-/* Decode dataset sample index of epoch into dst. 0 or a code with reason. */
+/* Decode dataset sample index of epoch into dst. 0 or a code with reason.
+ * Transient system failures (SL_EAGAIN: out of file descriptors, ...; and
+ * SL_ENOMEM from the system) are waited out with a bounded backoff and
+ * retried, so they never become error records unless they last
+ * SL_TRANSIENT_MAX_S; SL_ESTATE if the loader closes meanwhile. */
 int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen);
 /* Record a failure for batch s being committed (committer only). */
 void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 
+#define SL_TRANSIENT_MAX_S 60
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
 
 /* loader.c, called by workers */
 void sl__loader_run(sl__worker *w);
+/* Has destroy begun? (a worker's retry loop stops waiting). */
+int sl__loader_stopping(sl_loader *ld);
+
+/* registry.c: live loaders, process-wide. A pthread_atfork child handler
+ * marks every loader registered at the fork as forked (no lock needed: the
+ * child has one thread; the registry's own lock is held across fork()). */
+void sl__registry_add(sl_loader *ld);
+/* 1 if ld was registered (and is no longer), 0 if it was not. */
+int sl__registry_remove(sl_loader *ld);
+/* 1 with the registry locked if ld is a live loader, else 0 (unlocked):
+ * for calls that must not touch a destroyed loader. sl__registry_leave
+ * unlocks. Lock order: registry, then ld->mu. */
+int sl__registry_enter(const sl_loader *ld);
+void sl__registry_leave(void);
+
+/* guard.c (mu held). The failure guard for batch s about to be delivered
+ * with n samples (its failures already counted): 0, or SL_EERRORS after
+ * poisoning ld. */
+int sl__guard_check(sl_loader *ld, const sl_batch *s, uint32_t n);
+/* Poison ld for a removed dataset folder: SL_ENOENT. */
+int sl__poison_vanished(sl_loader *ld);
+
+/* admit.c: the per-sample room and the check of ordinary samples at create. */
+/* Scratch growth (beyond a worker's baseline) a sample of file_bytes whose
+ * plan needs dec_bytes asks for; what sl__worker_sample's ensure() takes. */
+uint64_t sl__sample_growth(uint64_t file_bytes, uint64_t dec_bytes);
+/* The most growth one sample may have: a quarter of the budget. */
+uint64_t sl__sample_cap(uint64_t budget);
+/* At create (no worker running): read the headers of up to 32 samples
+ * spread evenly over the dataset and refuse (SL_EBUDGET with the numbers)
+ * when more than a tenth would need more than ld->sample_cap. Uses worker
+ * 0's read buffer. Unreadable or undecodable headers are left out. */
+int sl__admit_check(sl_loader *ld, char *err, size_t errlen);
+
+/* refill.c: refill rounds, committer side (see refill.c). mu not held. */
+/* Record the failures of the pass just finished, then start a refill
+ * round if the batch has holes and the tail has unused positions: returns
+ * 1 (a round began: the batch goes on filling) or 0 (settled). *T is the
+ * committer's tail, lowered by the round's positions. */
+int sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T);
+/* Move the sample at position a of s down to b (b < a); committer only. */
+void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b);
 
 #endif

@@ -10,11 +10,19 @@
  * give back, so waits cannot deadlock; after each sample a worker gives
  * its growth back whenever someone waits, and always before it goes idle
  * (an idle worker must not hold what a waiter needs: it may be idle exactly
- * because the batch waits for that waiter's sample). A need larger than the budget
- * can ever give (limit - fixed) is an SL_EBUDGET error record for that
- * sample, at once.
+ * because the batch waits for that waiter's sample). A need larger than
+ * the per-sample room (ld->sample_cap, a quarter of the budget: a rule
+ * that depends only on the sample and the configuration, admit.c) is an
+ * SL_EBUDGET error record for that sample, at once; create keeps that room
+ * out of the fixed part, so any smaller need is granted in the end.
+ *
+ * Transient failures. Out of file descriptors (EMFILE, ENFILE), EAGAIN,
+ * EINTR and the system refusing memory for a moment are not the sample's
+ * fault: the worker gives back its growth, sleeps (1 ms, doubling to
+ * 50 ms) and tries the sample again, for up to SL_TRANSIENT_MAX_S.
  */
 #include <string.h>
+#include <time.h>
 
 #include "../ops/ops.h"
 #include "loader_impl.h"
@@ -72,6 +80,12 @@ static int ensure(sl__worker *w, uint64_t file, uint64_t dec, int *lost, char *r
     uint64_t rneed = file > w->rbase_cap ? sl__map_cost((size_t)file) : 0;
     uint64_t dneed = dec > SL_WORKER_DEC_BASE ? dec - SL_WORKER_DEC_BASE : 0;
     *lost = 0;
+    if (rneed + dneed > w->ld->sample_cap || rneed + dneed < rneed) {
+        char x[32], y[32];
+        sl__msg(reason, rlen, "needs %s of scratch, over the %s a sample may have (a quarter of the budget)",
+                sl__fmt_bytes(rneed + dneed, x, sizeof x), sl__fmt_bytes(w->ld->sample_cap, y, sizeof y));
+        return SL_EBUDGET;
+    }
     if (rneed <= w->grow_read && dneed <= w->grow_dec) return 0;
     uint64_t dr = rneed > w->grow_read ? rneed - w->grow_read : 0;
     uint64_t dd = dneed > w->grow_dec ? dneed - w->grow_dec : 0;
@@ -126,7 +140,7 @@ static int ensure(sl__worker *w, uint64_t file, uint64_t dec, int *lost, char *r
     return 0;
 }
 
-int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen) {
+static int sample_once(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen) {
     sl_loader *ld = w->ld;
     const sl_config *cfg = &ld->cfg;
     sl__sample_file f;
@@ -165,6 +179,38 @@ out:
     sl__sample_close(&f);
     if (sl__budget_has_waiters(&ld->budget)) drop_growth(w);
     return rc;
+}
+
+static void sleep_us(uint64_t us) {
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *dst, char *reason, size_t rlen) {
+    sl_loader *ld = w->ld;
+    uint64_t t0 = 0, delay_us = 1000;
+    for (;;) {
+        int rc = sample_once(w, index, epoch, dst, reason, rlen);
+        if (rc == SL_ENOENT && sl__source_gone(ld->src)) {
+            atomic_store(&ld->source_gone, 1);
+            sl__msg(reason, rlen, "the dataset folder was removed");
+        }
+        if (rc != SL_EAGAIN && rc != SL_ENOMEM) return rc;
+        uint64_t now = sl__now_ns();
+        if (!t0) t0 = now;
+        if (now - t0 >= (uint64_t)SL_TRANSIENT_MAX_S * 1000000000u) {
+            size_t at = strlen(reason);
+            if (at + 1 < rlen) sl__msg(reason + at, rlen - at, " (retried for %d s)", SL_TRANSIENT_MAX_S);
+            return rc;
+        }
+        if (sl__loader_stopping(ld)) {
+            sl__msg(reason, rlen, "loader closing");
+            return SL_ESTATE;
+        }
+        drop_growth(w); /* hold nothing while waiting */
+        sleep_us(delay_us);
+        delay_us = SL_MIN(delay_us * 2, (uint64_t)50000);
+    }
 }
 
 void *sl__worker_main(void *arg) {

@@ -379,6 +379,16 @@ static const char *errno_reason(int e, char *tmp, size_t n) {
     }
 }
 
+/* Errors of the moment, not of the file: wait and retry (SL_EAGAIN). */
+static int transient(int e) {
+    return e == EMFILE || e == ENFILE || e == EAGAIN || e == EINTR || e == ENOMEM || e == ENOBUFS;
+}
+
+int sl__source_gone(const sl__source *s) {
+    struct stat st;
+    return s->basefd >= 0 && fstat(s->basefd, &st) == 0 && st.st_nlink == 0;
+}
+
 int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
                            size_t rlen) {
     f->fd = -1;
@@ -399,7 +409,7 @@ int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, 
     if (fd < 0) {
         int e = errno;
         sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
-        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : transient(e) ? SL_EAGAIN : SL_EIO;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -427,10 +437,11 @@ int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rl
         if (want > ((size_t)1 << 30)) want = (size_t)1 << 30;
         ssize_t r = pread(f->fd, p + got, (size_t)want, (off_t)(f->offset + got));
         if (r < 0) {
-            if (errno == EINTR) continue;
+            int e = errno;
+            if (e == EINTR) continue;
             sl__msg(reason, rlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
-                    (unsigned long long)f->size, errno_reason(errno, tmp, sizeof tmp));
-            return SL_EIO;
+                    (unsigned long long)f->size, errno_reason(e, tmp, sizeof tmp));
+            return transient(e) ? SL_EAGAIN : SL_EIO;
         }
         if (r == 0) {
             sl__msg(reason, rlen, "file shrank while reading (%llu of %llu bytes)", (unsigned long long)got,
