@@ -2,8 +2,11 @@
  * sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]
  *   [--budget 512M] [--workers N|auto] [--prefetch N] [--epochs N | --batches N]
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
- *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]
+ *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]
  *
+ * Exits 1 when the run did not do what was asked: the loader stopped (the
+ * failure-rate guard, a vanished dataset), no sample was delivered, or
+ * --on-error raise met a failure (the report is printed all the same).
  * Runs the pipeline flat out, throws batches away, reports throughput and
  * memory. Memory is measured, not estimated: the process's RSS before the
  * loader is created and its peak RSS (VmHWM) at the end, beside the
@@ -29,7 +32,7 @@ static void usage(FILE *f) {
             "                    [--budget 512M] [--workers N|auto] [--prefetch N]\n"
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
-            "                    [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]\n"
+            "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif] [--json]\n"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label). Sizes take K, M, G suffixes (1024).\n");
 }
@@ -120,6 +123,16 @@ int sl_cli_bench(int argc, char **argv) {
             NUM(cfg.world_size, 1, 1u << 20);
         } else if (!strcmp(a, "--max-pixels")) {
             NUM(cfg.max_pixels, 1, UINT64_MAX);
+        } else if (!strcmp(a, "--max-error-rate")) {
+            NEED_VAL();
+            char *end;
+            errno = 0;
+            double r = strtod(val, &end);
+            if (errno || end == val || *end || !(r >= 0 && r <= 1)) {
+                fprintf(stderr, "sluice bench: --max-error-rate takes a fraction from 0 to 1 (1: never stop), not '%s'\n", val);
+                return 2;
+            }
+            cfg.max_error_rate = r;
         } else if (!strcmp(a, "--no-shuffle")) {
             cfg.shuffle = 0;
         } else if (!strcmp(a, "--drop-last")) {
@@ -170,6 +183,7 @@ int sl_cli_bench(int argc, char **argv) {
     uint64_t checksum = 0, batches = 0, samples = 0, epochs_done = 0, failed_batches = 0;
     double t0 = now_s(), last = t0;
     int exit_code = 0;
+    char stopped[400] = ""; /* why the run stopped early, if it did */
     for (;;) {
         sl_batch *b;
         rc = sl_loader_next(ld, &b);
@@ -186,7 +200,10 @@ int sl_cli_bench(int argc, char **argv) {
             failed_batches++;
             if (json == 0) fprintf(stderr, "sluice bench: a batch was dropped (on_error=raise)\n");
         } else {
-            fprintf(stderr, "sluice bench: %s\n", sl_strerror(rc));
+            char why[320] = "";
+            sl_loader_poisoned(ld, why, sizeof why);
+            snprintf(stopped, sizeof stopped, "%s%s%s", sl_strerror(rc), why[0] ? ": " : "", why);
+            fprintf(stderr, "sluice bench: %s\n", stopped);
             exit_code = 1;
             break;
         }
@@ -205,6 +222,16 @@ int sl_cli_bench(int argc, char **argv) {
     }
     double secs = now_s() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
+    if (!exit_code && samples == 0) {
+        snprintf(stopped, sizeof stopped, "no sample was delivered");
+        fprintf(stderr, "sluice bench: %s\n", stopped);
+        exit_code = 1;
+    } else if (!exit_code && failed_batches) {
+        snprintf(stopped, sizeof stopped, "%llu batch(es) dropped: a sample failed (--on-error raise)",
+                 (unsigned long long)failed_batches);
+        fprintf(stderr, "sluice bench: %s\n", stopped);
+        exit_code = 1;
+    }
     sl_stats st;
     sl_loader_stats(ld, &st);
     uint64_t peak_rss = sl_cli_peak_rss_bytes();
@@ -233,6 +260,9 @@ int sl_cli_bench(int argc, char **argv) {
             fprintf(o, "}");
         }
         fprintf(o, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, checksum, failed_batches);
+        fprintf(o, ", \"stopped\": ");
+        if (stopped[0]) sl_cli_json_str(o, stopped);
+        else fprintf(o, "null");
         fprintf(o, ", \"preset\": \"%s\", \"size\": %u, \"batch\": %u, \"seed\": %" PRIu64 ", \"epochs\": %" PRIu64, preset,
                 cfg.size, cfg.batch_size, cfg.seed, epochs_done);
         fprintf(o, ", \"dataset_samples\": %" PRIu64 ", \"index_seconds\": %.3f, \"consumer_wait_s\": %.3f",

@@ -1,6 +1,14 @@
 #include "common.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/base/util.h"
+#include "sluice.h"
 
 void sl_cli_json_str(FILE *f, const char *s) {
     fputc('"', f);
@@ -37,3 +45,76 @@ static uint64_t status_kb(const char *key) {
 
 uint64_t sl_cli_rss_bytes(void) { return status_kb("VmRSS"); }
 uint64_t sl_cli_peak_rss_bytes(void) { return status_kb("VmHWM"); }
+
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+int sl_cli_open_file(const char *path, uint64_t max, int *fd, uint64_t *size, char *err, size_t errlen) {
+    *fd = -1;
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        sl__msg(err, errlen, "cannot open %s: %s", path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+    }
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        sl__msg(err, errlen, "cannot stat %s: %s", path, strerror(e));
+        return SL_EIO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        sl__msg(err, errlen, "%s is %s, not a regular file", path, file_kind(st.st_mode));
+        return SL_EIO;
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(f);
+        sl__msg(err, errlen, "%s is %llu bytes, over the limit of %llu", path, (unsigned long long)st.st_size,
+                (unsigned long long)max);
+        return SL_ELIMIT;
+    }
+    *fd = f;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int sl_cli_read_fd(int fd, void *buf, uint64_t size, char *err, size_t errlen) {
+    uint64_t got = 0;
+    while (got < size) {
+        ssize_t r = pread(fd, (char *)buf + got, (size_t)SL_MIN(size - got, (uint64_t)1 << 30), (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            sl__msg(err, errlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
+                    (unsigned long long)size, r < 0 ? strerror(errno) : "the file shrank");
+            return SL_EIO;
+        }
+        got += (uint64_t)r;
+    }
+    return 0;
+}
+
+int sl_cli_read_file(const char *path, uint64_t max, unsigned char **data, size_t *len, char *err, size_t errlen) {
+    int fd;
+    uint64_t size;
+    int rc = sl_cli_open_file(path, max, &fd, &size, err, errlen);
+    if (rc) return rc;
+    unsigned char *b = size < SIZE_MAX ? malloc(size ? (size_t)size : 1) : NULL;
+    if (!b) {
+        close(fd);
+        sl__msg(err, errlen, "no memory for the %llu bytes of %s", (unsigned long long)size, path);
+        return SL_ENOMEM;
+    }
+    rc = sl_cli_read_fd(fd, b, size, err, errlen);
+    close(fd);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *data = b;
+    *len = (size_t)size;
+    return 0;
+}
