@@ -8,9 +8,10 @@
  * code (SL_EERRORS, SL_ENOENT); later calls return SL_ESTATE;
  * sl_loader_poisoned() gives the code and the sentence.
  *
- * The guard counts delivered batches only (failures recorded at their
- * commit, samples handed over), so where it trips depends on the data and
- * the configuration, never on timing or the worker count.
+ * The guard counts batches as they are delivered (or dropped under
+ * on_error=raise): failures recorded at their commit, samples decoded. So
+ * where it trips depends on the data and the configuration, never on
+ * timing or the worker count. The batch it trips on is not delivered.
  */
 #include <string.h>
 
@@ -41,13 +42,13 @@ static int poison(sl_loader *ld, int code) {
     return code;
 }
 
-int sl__guard_check(sl_loader *ld, const sl_batch *s, uint32_t n) {
-    uint64_t failed = ld->nerrs_seen, tried = ld->samples_out + n + failed;
+int sl__guard_check(sl_loader *ld, const sl_batch *s) {
+    uint64_t failed = ld->nerrs_seen, tried = ld->good_seen + failed;
     double rate = ld->cfg.max_error_rate;
     char *why = ld->poison_why;
     size_t len = sizeof ld->poison_why;
-    if (s->final && ld->epoch_samples == 0 && ld->epoch_errors > 0) {
-        sl__msg(why, len, "every sample tried in epoch %llu failed (%llu failures, no sample delivered)",
+    if (s->final && ld->epoch_good == 0 && ld->epoch_errors > 0) {
+        sl__msg(why, len, "every sample tried in epoch %llu failed (%llu failures, none decoded)",
                 (unsigned long long)s->epoch, (unsigned long long)ld->epoch_errors);
     } else if (tried >= SL_ERROR_RATE_MIN_TRIED && rate < 1 && (double)failed > rate * (double)tried) {
         sl__msg(why, len, "%llu of %llu samples tried failed (%.1f%%), over max_error_rate %.1f%%",

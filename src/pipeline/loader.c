@@ -272,6 +272,8 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
         return 1;
     }
     uint32_t n = 0;
+    s->good = 0;
+    for (uint32_t j = 0; j < SL_MAX(s->nominal, (uint32_t)B); j++) s->good += s->ok[j];
     if (!s->failed) {
         /* compact: keep position order */
         uint32_t limit = SL_MAX(s->nominal, (uint32_t)B);
@@ -791,9 +793,9 @@ static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
         ld->has_last_err = 1;
     }
     atomic_store(&ld->delivered_cno, s->cno);
-    uint32_t n = s->marker || s->failed ? 0 : s->n;
-    ld->epoch_samples += n;
-    int rc = sl__guard_check(ld, s, n);
+    ld->good_seen += s->good;
+    ld->epoch_good += s->good;
+    int rc = sl__guard_check(ld, s);
     if (rc) {
         slot_free(ld, s);
         return rc;
@@ -802,7 +804,7 @@ static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
         ld->cur_epoch = s->epoch + 1;
         ld->cur_batch = 0;
         ld->cur_tail = ld->sampler.per_rank;
-        ld->epoch_samples = ld->epoch_errors = 0;
+        ld->epoch_good = ld->epoch_errors = 0;
     } else {
         ld->cur_epoch = s->epoch;
         ld->cur_batch = s->batch + 1;

@@ -38,6 +38,7 @@ struct sl_batch {
     uint32_t claimed;    /* positions handed out */
     uint32_t pending;    /* positions not finished */
     uint32_t n;          /* samples after commit */
+    uint32_t good;       /* samples decoded, delivered or not (on_error=raise drops them) */
     int discard;         /* stale: free once pending reaches 0 */
     int failed;          /* on_error=raise and a sample failed */
     int marker;          /* committed empty (dropped): an epoch boundary only */
@@ -143,8 +144,9 @@ struct sl_loader {
     uint64_t t_first_ns;
     uint64_t samples_out, batches_out;
     uint64_t wait_ns;
-    uint64_t epoch_samples;  /* delivered in the current epoch */
-    uint64_t epoch_errors;   /* failures in the current epoch's delivered batches */
+    uint64_t good_seen;      /* samples decoded in delivered or dropped batches (all epochs) */
+    uint64_t epoch_good;     /* the same, in the current epoch */
+    uint64_t epoch_errors;   /* failures in the current epoch's delivered or dropped batches */
     sl_error_record last_err;/* newest failure of a delivered batch (has_last_err) */
     int has_last_err;
 
@@ -197,9 +199,9 @@ int sl__registry_enter(const sl_loader *ld);
 void sl__registry_leave(void);
 
 /* guard.c (mu held). The failure guard for batch s about to be delivered
- * with n samples (its failures already counted): 0, or SL_EERRORS after
- * poisoning ld. */
-int sl__guard_check(sl_loader *ld, const sl_batch *s, uint32_t n);
+ * (or dropped), its samples and failures already counted: 0, or
+ * SL_EERRORS after poisoning ld. */
+int sl__guard_check(sl_loader *ld, const sl_batch *s);
 /* Poison ld for a removed dataset folder: SL_ENOENT. */
 int sl__poison_vanished(sl_loader *ld);
 

@@ -408,7 +408,11 @@ int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, 
     int fd = openat(absolute ? AT_FDCWD : s->basefd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         int e = errno;
-        sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
+        struct stat st;
+        if (e == ENXIO && fstatat(absolute ? AT_FDCWD : s->basefd, path, &st, 0) == 0 && S_ISSOCK(st.st_mode))
+            sl__msg(reason, rlen, "not a regular file (a socket)");
+        else
+            sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
         return e == ENOENT || e == ENOTDIR ? SL_ENOENT : transient(e) ? SL_EAGAIN : SL_EIO;
     }
     struct stat st;
@@ -421,7 +425,7 @@ int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, 
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         sl__msg(reason, rlen, "not a regular file (%s)",
-                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
         return SL_EIO;
     }
     f->fd = fd;
