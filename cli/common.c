@@ -54,12 +54,15 @@ static const char *file_kind(mode_t m) {
 int sl_cli_open_file(const char *path, uint64_t max, int *fd, uint64_t *size, char *err, size_t errlen) {
     *fd = -1;
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
     if (f < 0) {
         int e = errno;
-        sl__msg(err, errlen, "cannot open %s: %s", path, strerror(e));
+        if (e == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
+            sl__msg(err, errlen, "%s is %s, not a regular file", path, file_kind(st.st_mode));
+        else
+            sl__msg(err, errlen, "cannot open %s: %s", path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
     }
-    struct stat st;
     if (fstat(f, &st) != 0) {
         int e = errno;
         close(f);

@@ -795,7 +795,8 @@ static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
     atomic_store(&ld->delivered_cno, s->cno);
     ld->good_seen += s->good;
     ld->epoch_good += s->good;
-    int rc = sl__guard_check(ld, s);
+    /* failures because the dataset folder is gone: say that, not "too many failures" */
+    int rc = s->nerr && sl__source_gone(ld->src) ? sl__poison_vanished(ld) : sl__guard_check(ld, s);
     if (rc) {
         slot_free(ld, s);
         return rc;
