@@ -779,8 +779,9 @@ void sl_loader_destroy(sl_loader *ld) {
 /* ---- public: iteration ------------------------------------------------------ */
 
 /* Hand batch s (the next in order, READY) to the consumer. mu held.
- * Returns 0 with *out, SL_EEND / SL_ESAMPLE, SL_EERRORS (the guard tripped
- * on it: not delivered, ld poisoned), or 1: nothing to hand (an empty
+ * Returns 0 with *out, SL_EEND / SL_ESAMPLE, SL_EERRORS or SL_ENOENT (the
+ * guard tripped on it, or its failures come from a removed dataset
+ * folder: not delivered, ld poisoned), or 1: nothing to hand (an empty
  * marker inside the epoch), look again. */
 static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
     ld->r_seqno++;

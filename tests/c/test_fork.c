@@ -14,14 +14,6 @@
 #include "fixture.h"
 #include "sluice.h"
 
-static sl_loader *open_loader(const sl_config *c) {
-    sl_loader *ld = NULL;
-    char err[512] = "";
-    int rc = sl_loader_create(c, &ld, err, sizeof err);
-    if (rc) SL_FAIL("sl_loader_create: %s (%s)", sl_strerror(rc), err);
-    return ld;
-}
-
 /* Wait for pid at most secs; a child still running then is killed and the
  * test fails: a hang is the bug this file looks for. */
 static int wait_child(pid_t pid, int secs) {
@@ -78,9 +70,7 @@ static int child_calls(sl_loader *ld, sl_batch *held) {
 }
 
 TEST(fork_child_gets_estate_never_hangs) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 200, 0, 96, 400);
+    fx_dataset *d = fx_new(200, 0, 96, 400);
     sl_config c;
     sl_config_init(&c);
     c.source = d->root;
@@ -88,7 +78,7 @@ TEST(fork_child_gets_estate_never_hangs) {
     c.size = 64;
     c.workers = 4;
     c.budget = 64u << 20;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *held;
     CHECK_OK(sl_loader_next(ld, &held));
     /* fork again and again while the workers fill slots: some forks find
@@ -121,9 +111,7 @@ TEST(fork_child_gets_estate_never_hangs) {
 
 /* A loader made in the child after the fork is a loader like any other. */
 TEST(fork_child_makes_its_own_loader) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 24, 0, 48, 96);
+    fx_dataset *d = fx_new(24, 0, 48, 96);
     sl_config c;
     sl_config_init(&c);
     c.source = d->root;
@@ -131,7 +119,7 @@ TEST(fork_child_makes_its_own_loader) {
     c.size = 32;
     c.workers = 2;
     c.budget = 32u << 20;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {

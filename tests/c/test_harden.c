@@ -23,14 +23,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static sl_loader *open_loader(const sl_config *c) {
-    sl_loader *ld = NULL;
-    char err[512] = "";
-    int rc = sl_loader_create(c, &ld, err, sizeof err);
-    if (rc) SL_FAIL("sl_loader_create: %s (%s)", sl_strerror(rc), err);
-    return ld;
-}
-
 static void small_cfg(sl_config *c, const char *root) {
     sl_config_init(c);
     c->source = root;
@@ -101,9 +93,7 @@ static void put_bytes(const char *root, const char *rel, const void *p, size_t n
  * sample was refused when it needed more than budget - fixed part, and the
  * fixed part grows with the workers: 64 workers refused what 1 decoded.) */
 TEST(tight_budget_same_bytes_any_worker_count) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 60, 0, 64, 160);
+    fx_dataset *d = fx_new(60, 0, 64, 160);
     unsigned long jl;
     unsigned char *j = progressive_jpeg(3000, 2000, &jl); /* ~45 MiB of coefficients */
     put_bytes(d->root, "c00/big_a.jpg", j, jl);
@@ -119,7 +109,7 @@ TEST(tight_budget_same_bytes_any_worker_count) {
     run first = {0, 0, 0, 0};
     for (int i = 0; i < 4; i++) {
         c.workers = counts[i];
-        sl_loader *ld = open_loader(&c);
+        sl_loader *ld = fx_open(&c);
         run r = run_epoch(ld);
         CHECK_EQ(r.rc, SL_EEND);
         sl_error_record rec[8];
@@ -145,9 +135,7 @@ TEST(tight_budget_same_bytes_any_worker_count) {
 /* Create refuses a budget under which the dataset's ordinary samples would
  * be refused, with the numbers; a budget that holds them is accepted. */
 TEST(create_refuses_budget_for_ordinary_samples) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 2, 0, 64, 64);
+    fx_dataset *d = fx_new(2, 0, 64, 64);
     unsigned long jl;
     unsigned char *j = progressive_jpeg(2000, 1500, &jl); /* ~22 MiB of coefficients */
     char rel[64];
@@ -173,7 +161,7 @@ TEST(create_refuses_budget_for_ordinary_samples) {
     double v = strtod(at, NULL);
     CHECK(strstr(at, "MiB") != NULL);
     c.budget = (uint64_t)((v + 0.1) * (1 << 20));
-    ld = open_loader(&c);
+    ld = fx_open(&c);
     run r = run_epoch(ld);
     CHECK_EQ(r.rc, SL_EEND);
     CHECK_EQ(r.samples, 14);
@@ -240,7 +228,7 @@ static void refills_match_model(uint32_t workers) {
     c.workers = workers;
     c.max_error_rate = 1;
     model_epoch(d, c.batch_size, m);
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *b;
     uint32_t nb = 0;
     int rc;
@@ -283,15 +271,13 @@ TEST(refills_serial_rule_8_workers) { refills_match_model(8); }
  * were tried, at the same batch whatever the worker count, naming the rate
  * and the first failures; later calls get SL_ESTATE. */
 TEST(error_rate_guard_trips) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 160, 40, 48, 64);
+    fx_dataset *d = fx_new(160, 40, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
     uint64_t where[2];
     for (int w = 0; w < 2; w++) {
         c.workers = w ? 6 : 1;
-        sl_loader *ld = open_loader(&c);
+        sl_loader *ld = fx_open(&c);
         run r = run_epoch(ld);
         CHECK_EQ(r.rc, SL_EERRORS);
         where[w] = r.samples;
@@ -316,7 +302,7 @@ TEST(error_rate_guard_trips) {
     CHECK_EQ(where[0], where[1]);
     /* a rate the data stays under: the epoch ends normally */
     c.max_error_rate = 0.3;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     run r = run_epoch(ld);
     CHECK_EQ(r.rc, SL_EEND);
     CHECK_EQ(r.samples, 160);
@@ -328,14 +314,12 @@ TEST(error_rate_guard_trips) {
 /* Every file bad: the first epoch stops the loader (not an empty epoch),
  * however few samples that is, and even with max_error_rate 1. */
 TEST(every_sample_failing_stops) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 0, 12, 48, 64);
+    fx_dataset *d = fx_new(0, 12, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
     c.max_error_rate = 1;
     c.on_error = SL_ON_ERROR_SKIP;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *b;
     CHECK_EQ(sl_loader_next(ld, &b), SL_EERRORS);
     char why[400];
@@ -348,13 +332,11 @@ TEST(every_sample_failing_stops) {
 /* The dataset folder removed between epochs: SL_ENOENT saying so, not
  * empty epochs; the loader is poisoned. */
 TEST(vanished_source_is_an_error) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 24, 0, 48, 64);
+    fx_dataset *d = fx_new(24, 0, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
     c.prefetch = 2;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     run r = run_epoch(ld);
     CHECK_EQ(r.rc, SL_EEND);
     CHECK_EQ(r.samples, 24);
@@ -388,7 +370,7 @@ TEST(last_error_beyond_max_records) {
     c.shuffle = 0;
     c.on_error = SL_ON_ERROR_RAISE;
     c.max_error_records = 1;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_error_record e;
     CHECK_EQ(sl_loader_last_error(ld, &e), SL_EEND);
     int dropped = 0, rc;
@@ -413,8 +395,9 @@ TEST(last_error_beyond_max_records) {
 
 /* ---- transient failures -------------------------------------------------------- */
 
-static int open_fds(void) {
-    int n = 0, hi = 0;
+/* The highest file descriptor open now. */
+static int highest_fd(void) {
+    int hi = 0;
     DIR *dir = opendir("/proc/self/fd");
     CHECK(dir != NULL);
     struct dirent *e;
@@ -422,7 +405,6 @@ static int open_fds(void) {
         if (e->d_name[0] == '.') continue;
         int fd = atoi(e->d_name);
         if (fd > hi) hi = fd;
-        n++;
     }
     closedir(dir);
     return hi;
@@ -431,19 +413,17 @@ static int open_fds(void) {
 /* Out of file descriptors with 32 workers (RLIMIT_NOFILE just above what is
  * open, in a child process): every good image delivered, no error record. */
 TEST(emfile_waited_out) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 96, 0, 48, 96);
+    fx_dataset *d = fx_new(96, 0, 48, 96);
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
         sl_config c;
         small_cfg(&c, d->root);
         c.workers = 32;
-        sl_loader *ld = open_loader(&c);
+        sl_loader *ld = fx_open(&c);
         struct rlimit rl;
         getrlimit(RLIMIT_NOFILE, &rl);
-        rl.rlim_cur = (rlim_t)open_fds() + 3; /* two samples open at a time, for 32 workers */
+        rl.rlim_cur = (rlim_t)highest_fd() + 3; /* two samples open at a time, for 32 workers */
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(3);
         run r = run_epoch(ld);
         fprintf(stderr, "child: %llu samples, %llu errors, rc %d\n", (unsigned long long)r.samples,
@@ -464,17 +444,15 @@ TEST(emfile_waited_out) {
 /* Waiting in slices loses nothing: the batches a timed-next loop gets are
  * those of a plain loop; a timeout consumes nothing. */
 TEST(next_timeout_slices_lose_nothing) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 40, 4, 200, 640);
+    fx_dataset *d = fx_new(40, 4, 200, 640);
     sl_config c;
     small_cfg(&c, d->root);
     c.workers = 1;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     run plain = run_epoch(ld);
     CHECK_EQ(plain.rc, SL_EEND);
     sl_loader_destroy(ld);
-    ld = open_loader(&c);
+    ld = fx_open(&c);
     uint64_t cks = 0, samples = 0, timeouts = 0, polls = 0;
     int rc;
     sl_batch *b;
@@ -511,9 +489,7 @@ static void on_usr1(int s) {
 /* Workers block asynchronous signals: a process-directed signal always
  * lands on a thread of the caller, never on a worker. */
 TEST(signals_never_reach_workers) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 40, 0, 96, 320);
+    fx_dataset *d = fx_new(40, 0, 96, 320);
     main_thread = pthread_self();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -523,7 +499,7 @@ TEST(signals_never_reach_workers) {
     sl_config c;
     small_cfg(&c, d->root);
     c.workers = 8;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     for (int e = 0; e < 3; e++) {
         sl_batch *b;
         int rc;
@@ -542,19 +518,17 @@ TEST(signals_never_reach_workers) {
 /* A batch released after its loader was destroyed, and a second destroy:
  * both do nothing (ASan would see a use after free). */
 TEST(release_after_destroy_is_ignored) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 16, 0, 48, 64);
+    fx_dataset *d = fx_new(16, 0, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *b;
     CHECK_OK(sl_loader_next(ld, &b));
     sl_loader_destroy(ld);
     sl_loader_release(ld, b);
     sl_loader_destroy(ld);
     /* a batch pointer that is no slot of a live loader is ignored too */
-    sl_loader *ld2 = open_loader(&c);
+    sl_loader *ld2 = fx_open(&c);
     sl_batch *b2;
     CHECK_OK(sl_loader_next(ld2, &b2));
     sl_loader_release(ld2, (sl_batch *)((char *)b2 + 1));
@@ -571,12 +545,10 @@ TEST(release_after_destroy_is_ignored) {
 /* States no loader can be at are refused (before, tail 0 skipped to the
  * next epoch); the ones a loader reports are accepted. */
 TEST(unreachable_states_refused) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 20, 0, 48, 64);
+    fx_dataset *d = fx_new(20, 0, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_state st;
     CHECK_OK(sl_loader_get_state(ld, &st));
     CHECK_OK(sl_loader_set_state(ld, &st));
@@ -646,9 +618,7 @@ TEST(image_limits_zero_is_default) {
 
 /* max_error_rate must be a fraction >= 0 (NaN and negatives refused). */
 TEST(max_error_rate_validated) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 8, 0, 48, 64);
+    fx_dataset *d = fx_new(8, 0, 48, 64);
     sl_config c;
     small_cfg(&c, d->root);
     sl_loader *ld = NULL;
