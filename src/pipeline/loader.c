@@ -262,12 +262,16 @@ static void commit_nominal(sl_loader *ld, sl_batch *s, uint64_t T) {
  * committer; tail is written only by it (under mu, for the claimers). */
 static int commit_slot(sl__worker *w, sl_batch *s) {
     sl_loader *ld = w->ld;
-    uint64_t B = ld->B, k = s->batch, T = ld->tail;
+    uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T;
     if (s->rf_passes == 0) commit_nominal(ld, s, T);
-    if (ld->cfg.on_error == SL_ON_ERROR_SKIP && sl__refill_pass(ld, s, &T)) {
+    uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T) : 0;
+    if (m) { /* publish the round: its positions leave the tail, its refills become claims */
         pthread_mutex_lock(&ld->mu);
+        s->rf_top = top;
+        s->rf_count = m;
+        s->rf_claimed = 0;
+        s->pending += m;
         ld->tail = T;
-        s->pending += s->rf_count;
         pthread_mutex_unlock(&ld->mu);
         return 1;
     }
@@ -291,6 +295,7 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
         s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
     pthread_mutex_lock(&ld->mu);
     ld->tail = T;
+    s->rf_count = s->rf_claimed = 0;
     pthread_mutex_unlock(&ld->mu);
     return 0;
 }

@@ -62,9 +62,9 @@ struct sl_batch {
      * into position rf_hole[i]. Claimed like nominal positions (pending
      * counts them), so refills are parallel work. */
     uint32_t *rf_hole;
-    uint32_t rf_count;   /* refills in the current round (0: none) */
-    uint32_t rf_claimed; /* handed out */
-    uint64_t rf_top;     /* the tail when the round began */
+    uint32_t rf_count;   /* refills in the current round (0: none) (mu) */
+    uint32_t rf_claimed; /* handed out (mu) */
+    uint64_t rf_top;     /* the tail when the round began (mu) */
     int rf_passes;       /* commit passes made (0: nominal failures not yet recorded) */
     sl_error_record last_err; /* the newest failure recorded at its commit (nerr > 0) */
 };
@@ -218,11 +218,12 @@ uint64_t sl__sample_cap(uint64_t budget);
 int sl__admit_check(sl_loader *ld, char *err, size_t errlen);
 
 /* refill.c: refill rounds, committer side (see refill.c). mu not held. */
-/* Record the failures of the pass just finished, then start a refill
- * round if the batch has holes and the tail has unused positions: returns
- * 1 (a round began: the batch goes on filling) or 0 (settled). *T is the
- * committer's tail, lowered by the round's positions. */
-int sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T);
+/* Settle the round just finished (its failures recorded, its successes
+ * moved down), then plan the next one if the batch has holes and the tail
+ * has unused positions: returns its size m (rf_hole[0..m) filled, *T, the
+ * committer's tail, lowered by m; the caller publishes rf_top = the old
+ * *T and rf_count = m under mu), or 0: the batch is settled. */
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T);
 /* Move the sample at position a of s down to b (b < a); committer only. */
 void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b);
 

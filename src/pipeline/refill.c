@@ -33,6 +33,12 @@
  * Only the batch being committed (seqno c_seqno) can be in a round: a
  * later batch's commit waits for it, but the refills themselves run on
  * every worker, beside the nominal positions of later batches.
+ *
+ * Ownership: rf_hole and rf_passes belong to the committer between rounds
+ * (no claim is out: every refill of the last round was claimed and
+ * finished under mu before the batch was committable again); rf_count,
+ * rf_claimed and rf_top are read by claimers, so they change under mu
+ * only (loader.c's commit_slot publishes a round there).
  */
 #include <string.h>
 
@@ -63,22 +69,17 @@ static void settle_round(sl_loader *ld, sl_batch *s) {
         if (i != dst) sl__slot_move(ld, s, j, s->rf_hole[dst]); /* rf_hole ascends: down */
         dst++;
     }
-    s->rf_count = s->rf_claimed = 0;
 }
 
-int sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T) {
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T) {
     uint64_t B = ld->B, k = s->batch;
-    settle_round(ld, s);
-    s->rf_passes++;
+    if (s->rf_passes++) settle_round(ld, s);
     uint32_t have = 0;
     for (uint32_t j = 0; j < B; j++) have += s->ok[j];
     if (have >= B || *T <= (k + 1) * B) return 0;
     uint32_t m = (uint32_t)SL_MIN((uint64_t)(B - have), *T - (k + 1) * B), n = 0;
     for (uint32_t j = 0; j < B && n < m; j++)
         if (!s->ok[j]) s->rf_hole[n++] = j;
-    s->rf_top = *T;
-    s->rf_count = m;
-    s->rf_claimed = 0;
     *T -= m;
-    return 1;
+    return m;
 }
