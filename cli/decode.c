@@ -1,8 +1,8 @@
 /*
  * sluice decode FILE [-o OUT.ppm] [--preset none|train|val]
- *   [--seed S --epoch E --index I] [--exif] [--max-pixels N] [recipe flags,
- *   cli/recipe.c: --size N|H,W --interpolation --scale --ratio --hflip
- *   --crop-pct --resize --fast --max-scans]
+ *   [--seed S --epoch E --index I] [--exif] [--max-pixels N] [--max-bytes N]
+ *   [recipe flags, cli/recipe.c: --size N|H,W --interpolation --scale
+ *   --ratio --hflip --crop-pct --resize --fast --max-scans]
  *
  * Decodes one image exactly as the loader would and writes it as a binary
  * PPM (RGB), or prints its header with --info. For looking at what the
@@ -14,30 +14,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common.h"
 #include "recipe.h"
 #include "sluice.h"
-
-static int read_all(const char *path, unsigned char **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        unsigned char *nb = realloc(b, cap *= 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-        } else b = nb;
-    }
-    fclose(f);
-    if (!b) return -1;
-    *data = b;
-    *len = n;
-    return 0;
-}
 
 int sl_cli_decode(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
@@ -53,7 +32,8 @@ int sl_cli_decode(int argc, char **argv) {
         if (!strcmp(a, "--info")) info_only = 1;
         else if (!strcmp(a, "--exif")) o.flags |= SL_FLAG_EXIF;
         else if ((!strcmp(a, "-o") || !strcmp(a, "--preset") || !strcmp(a, "--seed") ||
-                  !strcmp(a, "--epoch") || !strcmp(a, "--index") || !strcmp(a, "--max-pixels")) && v) {
+                  !strcmp(a, "--epoch") || !strcmp(a, "--index") || !strcmp(a, "--max-pixels") ||
+                  !strcmp(a, "--max-bytes")) && v) {
             i++;
             if (!strcmp(a, "-o")) out = v;
             else if (!strcmp(a, "--preset")) {
@@ -75,12 +55,14 @@ int sl_cli_decode(int argc, char **argv) {
                 if (!strcmp(a, "--seed")) o.seed = x;
                 else if (!strcmp(a, "--epoch")) o.epoch = x;
                 else if (!strcmp(a, "--index")) o.index = x;
+                else if (!strcmp(a, "--max-bytes")) o.max_bytes = x;
                 else o.max_pixels = x;
             }
         } else if (a[0] != '-' && !in) in = a;
         else {
             fprintf(stderr, "usage: sluice decode FILE [-o OUT.ppm] [--info] [--preset none|train|val]\n"
-                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n%s",
+                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n"
+                            "                     [--max-bytes N]\n%s",
                     sl_cli_recipe_usage);
             return 2;
         }
@@ -91,14 +73,17 @@ int sl_cli_decode(int argc, char **argv) {
     }
     unsigned char *data;
     size_t len;
-    if (read_all(in, &data, &len)) {
-        fprintf(stderr, "sluice decode: cannot read %s: %s\n", in, strerror(errno));
+    char err[256] = "";
+    int rc = sl_cli_read_file(in, o.max_bytes ? o.max_bytes : (64ull << 20), &data, &len, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sluice decode: %s\n", err);
         return 1;
     }
     sl_image_info info;
-    int rc = sl_image_probe(data, len, &info);
+    rc = sl_image_probe(data, len, &info);
     if (rc) {
-        fprintf(stderr, "sluice decode: %s: %s\n", in, sl_strerror(rc));
+        sl_image_check(data, len, &o, NULL, NULL, NULL, err, sizeof err); /* the probe's reason */
+        fprintf(stderr, "sluice decode: %s: %s%s%s\n", in, sl_strerror(rc), err[0] ? ": " : "", err);
         free(data);
         return 1;
     }
@@ -117,8 +102,7 @@ int sl_cli_decode(int argc, char **argv) {
         }
     }
     uint32_t w, h, c;
-    char err[256] = "";
-    rc = sl_image_output_size(data, len, &o, &w, &h, &c);
+    rc = sl_image_check(data, len, &o, &w, &h, &c, err, sizeof err);
     unsigned char *px = rc ? NULL : malloc((size_t)w * h * c);
     if (!rc && !px) rc = SL_ENOMEM;
     if (!rc) rc = sl_image_decode(data, len, &o, px, (size_t)w * h * c, err, sizeof err);

@@ -107,37 +107,26 @@ static int plan_for(const plan_opts *o, uint32_t workers, uint32_t prefetch, uin
     return sl_loader_plan(&cfg, p, err, errlen);
 }
 
-/* Read a whole file of at most max bytes into *buf (grown with realloc). */
+/* Read a whole regular file of at most max bytes into *buf (grown with
+ * realloc), never blocking on what is not one (common.c). */
 static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? SL_ENOENT : SL_EIO;
-    int rc = 0;
-    *len = 0;
-    for (;;) {
-        if (*len == *cap) {
-            size_t nc = *cap ? *cap * 2 : (size_t)1 << 20;
-            if (nc > max + 1) nc = max + 1;
-            if (nc <= *cap) {
-                rc = SL_ELIMIT;
-                break;
-            }
-            unsigned char *p = realloc(*buf, nc);
-            if (!p) {
-                rc = SL_ENOMEM;
-                break;
-            }
-            *buf = p;
-            *cap = nc;
+    int fd;
+    uint64_t size;
+    int rc = sl_cli_open_file(path, max, &fd, &size, NULL, 0);
+    if (rc) return rc;
+    if (size > *cap || !*buf) {
+        size_t nc = (size_t)MAX(size, (uint64_t)1 << 20);
+        unsigned char *p = realloc(*buf, nc);
+        if (!p) {
+            close(fd);
+            return SL_ENOMEM;
         }
-        size_t r = fread(*buf + *len, 1, *cap - *len, f);
-        *len += r;
-        if (r == 0) {
-            if (ferror(f)) rc = SL_EIO;
-            break;
-        }
+        *buf = p;
+        *cap = nc;
     }
-    fclose(f);
-    if (!rc && *len > max) rc = SL_ELIMIT;
+    rc = sl_cli_read_fd(fd, *buf, size, NULL, 0);
+    close(fd);
+    *len = (size_t)size;
     return rc;
 }
 

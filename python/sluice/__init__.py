@@ -21,6 +21,7 @@ from . import _sluice
 from ._sluice import (  # noqa: F401  (re-exported)
     BudgetError,
     DecodeError,
+    ErrorRateError,
     Field,
     SampleError,
     SlotsHeldError,
@@ -35,7 +36,7 @@ build_info = _sluice.version()
 __all__ = [
     "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
     "decode_video", "probe_video",
-    "BudgetError", "DecodeError", "SampleError", "SlotsHeldError", "__version__", "build_info",
+    "BudgetError", "DecodeError", "ErrorRateError", "SampleError", "SlotsHeldError", "__version__", "build_info",
 ]
 
 _U32 = (1 << 32) - 1
@@ -227,6 +228,9 @@ class Loader:
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
       max_pixels, max_bytes  per-sample limits checked from headers (library defaults)
+      max_error_rate  stop (ErrorRateError) once more than this fraction of the samples
+                   tried failed, from 100 tried on (0.1; 1 = never); an epoch in which
+                   every sample failed always stops it
       checksum     hash every batch (Batch.checksum)
       exif         apply EXIF orientation
       keep_alpha   4 output channels (RGBA)
@@ -238,7 +242,15 @@ class Loader:
     the next epoch. Errors: ValueError/TypeError for bad arguments,
     FileNotFoundError for a missing source, BudgetError (a ValueError and a
     MemoryError) for a budget below the pipeline's minimum (the message states
-    it), SlotsHeldError when every slot is held by your views.
+    it), SlotsHeldError when every slot is held by your views, ErrorRateError
+    when too many samples fail, FileNotFoundError when the dataset folder is
+    removed while iterating, RuntimeError for a loader used in a child of
+    fork() (create one after the fork: in ``worker_init_fn``, or lazily in
+    the Dataset's ``__iter__``). Ctrl-C interrupts a waiting iteration
+    (KeyboardInterrupt) without losing the batch it waited for.
+
+    A Loader is not copyable or picklable (it owns threads and memory):
+    ``copy.copy``/``pickle`` raise TypeError.
     """
 
     def __init__(self, source, batch_size=256, preset="train", size=224, shuffle=True, seed=0,
@@ -246,7 +258,7 @@ class Loader:
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
-                 hflip=0.5, fast=False, max_scans=None, fields=None):
+                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None):
         self._ld = None
         if not isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}")
@@ -291,6 +303,12 @@ class Loader:
         kw["size"], kw["recipe"] = _recipe(preset, size, scale, ratio, interpolation, crop_pct, resize, hflip)
         if max_scans is not None:
             kw["max_scans"] = _int("max_scans", max_scans, 1, _U32)
+        if max_error_rate is not None:
+            if isinstance(max_error_rate, bool) or not isinstance(max_error_rate, numbers.Real):
+                raise TypeError(f"max_error_rate must be a number from 0 to 1, got {max_error_rate!r}")
+            if not 0 <= max_error_rate <= 1:
+                raise ValueError(f"max_error_rate must be from 0 to 1 (1: never stop), got {max_error_rate}")
+            kw["max_error_rate"] = float(max_error_rate)
         kw["flags"] = ((_sluice.FLAG_CHECKSUM if _flag("checksum", checksum) else 0)
                        | (_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
                        | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0)
@@ -404,6 +422,18 @@ class Loader:
         valid; the memory goes when the last of them is dropped."""
         if self._ld is not None:
             self._ld.close()
+
+    def __copy__(self):
+        raise TypeError("a sluice.Loader cannot be copied (it owns worker threads and its memory); "
+                        "create another Loader with the same arguments")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a sluice.Loader cannot be pickled (it owns worker threads and its memory); "
+                        "create the Loader in the process that iterates it (e.g. in the Dataset's "
+                        "__iter__ or a DataLoader's worker_init_fn)")
 
     @property
     def closed(self):

@@ -116,7 +116,8 @@ class Loader:
       dtype          torch.float16 (default), torch.bfloat16, torch.float32 or torch.uint8
       mean, std      per-channel, on the 0..1 scale (ImageNet by default): float
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
-                     x / 255. Not used for uint8 outputs.
+                     x / 255. Not used for uint8 outputs. With keep_alpha=True the
+                     defaults cover RGB and alpha is x / 255 (mean 0, std 1).
       channels_last  images in torch.channels_last memory format
       video_layout   "TCHW" (default): clips [N, T, C, H, W]; "CTHW": [N, C, T, H, W]
       transform      None, or a function run on each device batch after the dtype
@@ -181,6 +182,8 @@ class Loader:
             raise ValueError("mean and std go together: give both or neither")
         if mean is None:
             mean, std = (0.0,) * channels, (1.0,) * channels
+        if channels == 4 and mean is IMAGENET_MEAN and std is IMAGENET_STD:
+            mean, std = tuple(mean) + (0.0,), tuple(std) + (1.0,)  # alpha: x / 255
         mean = self._per_channel("mean", mean, channels)
         std = self._per_channel("std", std, channels)
         if any(s <= 0 for s in std):
@@ -431,6 +434,17 @@ class Loader:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def __copy__(self):
+        raise TypeError("a sluice.torch.Loader cannot be copied (it owns worker threads and its memory); "
+                        "create another one with the same arguments")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a sluice.torch.Loader cannot be pickled; create it in the process that "
+                        "iterates it")
 
     def __del__(self):
         try:

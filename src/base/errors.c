@@ -26,6 +26,9 @@ const char *sl_strerror(int code) {
     case SL_ESTATE: return "invalid state";
     case SL_EOVERFLOW: return "size overflow";
     case SL_ESYS: return "system call failed";
+    case SL_ETIMEDOUT: return "no batch ready in the time given";
+    case SL_EERRORS: return "too many samples failed";
+    case SL_EAGAIN: return "transient system condition (retry)";
     default: return "unknown error";
     }
 }

@@ -1,5 +1,6 @@
 /*
- * Manifests: CSV (`path,label`, RFC 4180) and JSONL ({"path": ..., "label":
+ * Manifests: CSV (`path,label`, RFC 4180; lines end with LF, CRLF or a
+ * lone CR) and JSONL ({"path": ..., "label":
  * ...} per line). Both parsers are strict, allocate nothing (decoded paths
  * go through a PATH_MAX stack buffer: a longer path could not be opened
  * anyway) and report the first error with its line number. They run on
@@ -59,6 +60,12 @@ static const char *bad_path(const obuf *o) {
 
 /* ---- CSV --------------------------------------------------------------- */
 
+/* Line ends: LF, CRLF, or a lone CR (old Mac files, some spreadsheet
+ * exports). Bytes of the line end at t[i] (a CR or an LF). */
+static size_t eol_len(const char *t, size_t i, size_t n) {
+    return t[i] == '\r' && i + 1 < n && t[i + 1] == '\n' ? 2 : 1;
+}
+
 int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, void *ctx, char *err,
                            size_t errlen) {
     char pbuf[PATH_MAX], lbuf[32];
@@ -67,12 +74,12 @@ int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, voi
     int first = 1;
     if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3; /* UTF-8 BOM */
     while (i < n) {
-        /* A blank line (spaces, tabs, CR only) is skipped. */
+        /* A blank line (spaces and tabs only) is skipped. */
         size_t j = i;
-        while (j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r')) j++;
+        while (j < n && (t[j] == ' ' || t[j] == '\t')) j++;
         if (j == n) break;
-        if (t[j] == '\n') {
-            i = j + 1;
+        if (t[j] == '\n' || t[j] == '\r') {
+            i = j + eol_len(t, j, n);
             line++;
             continue;
         }
@@ -104,21 +111,16 @@ int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, voi
                     put(o, c);
                     i++;
                 }
-                if (i < n && t[i] == '\r' && (i + 1 == n || t[i + 1] == '\n')) i++;
-                if (i < n && t[i] != ',' && t[i] != '\n') {
+                if (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
                     sl__msg(err, errlen, "line %llu: unexpected character after a closing quote", (ull)line);
                     return SL_EPARSE;
                 }
             } else {
-                while (i < n && t[i] != ',' && t[i] != '\n') {
+                while (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
                     if (t[i] == '"') {
                         sl__msg(err, errlen, "line %llu: quote inside an unquoted field (quote the whole field)",
                                 (ull)line);
                         return SL_EPARSE;
-                    }
-                    if (t[i] == '\r' && (i + 1 == n || t[i + 1] == '\n')) {
-                        i++; /* CRLF: the CR ends the field */
-                        break;
                     }
                     put(o, t[i]);
                     i++;
@@ -129,10 +131,10 @@ int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, voi
                 i++;
                 continue;
             }
-            break; /* at '\n' or the end */
+            break; /* at a line end or the end */
         }
-        if (i < n) { /* the '\n' */
-            i++;
+        if (i < n) { /* the line end */
+            i += eol_len(t, i, n);
             line++;
         }
         if (nf != 2) {
