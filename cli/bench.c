@@ -92,9 +92,10 @@ int sl_cli_bench(int argc, char **argv) {
             NUM(cfg.batch_size, 1, 1u << 20);
         } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
             NEED_VAL();
-            uint64_t sz;
-            if (sl_parse_size(val, &sz) || sz == 0) {
-                fprintf(stderr, "sluice bench: %s takes a size such as 512M or 2G, not '%s'\n", a, val);
+            uint64_t sz = 0;
+            char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+            if (sl_parse_size_msg(val, &sz, why, sizeof why) || sz == 0) {
+                fprintf(stderr, "sluice bench: %s: %s\n", a, why);
                 return 2;
             }
             if (!strcmp(a, "--budget")) cfg.budget = sz;
@@ -164,6 +165,7 @@ int sl_cli_bench(int argc, char **argv) {
     int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
+        if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers\n");
         return 1;
     }
     int tty = isatty(2); /* one-line progress on a terminal */

@@ -343,7 +343,11 @@ int sl_cli_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             o.seed = n;
         } else if (!strcmp(a, "--budget")) {
-            bad = sl_parse_size(v, &o.budget) != 0 || o.budget == 0;
+            char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+            if (sl_parse_size_msg(v, &o.budget, why, sizeof why) || o.budget == 0) {
+                fprintf(stderr, "sluice plan: --budget: %s\n", why);
+                return 2;
+            }
         } else {
             fprintf(stderr, "sluice plan: unknown flag %s\n", a);
             usage(stderr);

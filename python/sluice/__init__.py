@@ -28,8 +28,6 @@ from ._sluice import (  # noqa: F401  (re-exported)
 
 #: "0.1.0": the version of the libsluice built into this extension.
 __version__ = _sluice.version().split()[0]
-#: The full runtime version string, e.g. "0.1.0 (libjpeg turbo, png libspng)".
-build_info = _sluice.version()
 
 __all__ = [
     "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
@@ -358,6 +356,19 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
         data, p, _int("size", size, 1, 1 << 16), _int("seed", seed), _int("epoch", epoch),
         _int("index", index), flags, **kw)
     return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
+
+
+def build_info():
+    """What this build decodes: a dict with the keys ``version`` ("0.1.0"),
+    ``jpeg`` ("libjpeg-turbo 2.1.5 (libjpeg API 62)"), ``png`` ("libspng
+    0.7.3"), ``webp``, ``video`` (FFmpeg's libraries) and ``nvjpeg`` (the
+    library found at run time); a part this build lacks is None. From
+    sl_build_info()."""
+    info = {}
+    for item in _sluice.build_info().split(";"):
+        key, _, value = item.partition("=")
+        info[key] = None if value in ("off", "not loadable") else value
+    return info
 
 
 def train_crop(width, height, seed=0, epoch=0, index=0):

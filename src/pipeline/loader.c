@@ -586,7 +586,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
                 "(batch %u x %ux%ux%u) + %u workers x %s scratch + %s index; "
-                "raise --budget to at least %s or lower batch size, size or workers",
+                "raise the budget to at least %s or lower the batch size, image size or workers",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2),
                 (unsigned long long)min_slots, sl__fmt_bytes(stride, b3, sizeof b3), ld->B, ld->C, cfg->size, cfg->size,
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),

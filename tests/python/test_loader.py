@@ -28,7 +28,7 @@ def in_region(loader, addr, nbytes):
 
 def test_version():
     assert sluice.__version__ == "0.1.0"
-    assert sluice.build_info.startswith("0.1.0")
+    assert sluice.build_info()["version"] == "0.1.0"
 
 
 def test_one_epoch_covers_the_dataset_once(dataset):
@@ -435,7 +435,7 @@ def test_decode_probe_crop_parse(dataset):
     assert sluice.parse_size("512M") == 512 << 20
     assert sluice.parse_size("2G") == 2 << 30
     assert sluice.parse_size(1000) == 1000
-    with pytest.raises(ValueError, match="cannot parse size"):
+    with pytest.raises(ValueError, match="is not a size"):
         sluice.parse_size("12Q")
     with pytest.raises(sluice.DecodeError) as ei:
         sluice.decode_image(b"not an image at all")
