@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sl_cli_json_str(FILE *f, const char *s) {
@@ -37,3 +39,16 @@ static uint64_t status_kb(const char *key) {
 
 uint64_t sl_cli_rss_bytes(void) { return status_kb("VmRSS"); }
 uint64_t sl_cli_peak_rss_bytes(void) { return status_kb("VmHWM"); }
+
+int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "sluice %s: %s takes a whole number from %llu to %llu, not '%s'\n", cmd, flag,
+                (unsigned long long)lo, (unsigned long long)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
