@@ -80,18 +80,22 @@ class Loader:
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs.
       channels_last  images in torch.channels_last memory format
+      pin_memory     None/True: on CUDA, the slot region is pinned (page-locked)
+                     so copies overlap compute; False: not pinned (copies from
+                     pageable memory). True with device="cpu" is refused.
 
     ``images`` is [N, C, size, size] of dtype on device, ``labels`` int64 [N] on
     device. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
     ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
-    counts the batches you have received (the one staged ahead is not lost).
+    counts the batches you have received. Each ``for`` is one pass, as in
+    :class:`sluice.Loader`.
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, **kwargs):
+                 std=IMAGENET_STD, channels_last=False, pin_memory=None, **kwargs):
         self._base = None
         self._pinned = None
-        self._carry = None
+        self._carry = None  # a batch staged by a loop that ended early
         self._inflight = []  # (copy-done event, cpu batch) in issue order
         if dtype not in _DTYPES:
             raise TypeError(f"dtype must be one of {[str(d) for d in _DTYPES]}, got {dtype!r}")
@@ -101,6 +105,13 @@ class Loader:
             raise ValueError(f"device: {e}") from None
         if dev.type not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda', 'cuda:N' or 'cpu', got {device!r}")
+        if pin_memory is not None and not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be True, False or None, got {pin_memory!r}")
+        if pin_memory and dev.type == "cpu":
+            raise ValueError("pin_memory=True pins host memory for copies to a GPU, but device='cpu'; "
+                             "with device='cuda' sluice.torch.Loader pins its slot region and copies "
+                             "each batch to the GPU itself")
+        self._pin = pin_memory is not False
         if dev.type == "cuda" and not torch.cuda.is_available():
             _warn_no_cuda(device)
             dev = torch.device("cpu")
@@ -148,6 +159,9 @@ class Loader:
             self._stream = torch.cuda.Stream(dev)
             self._scale = self._scale.to(dev)
             self._bias = self._bias.to(dev)
+            if not self._pin:  # pin_memory=False
+                self._pinned = 0
+                return
             base, length = self.loader.slot_region()
             err = _cudart().cudaHostRegister(base, length, _CUDA_HOST_REGISTER_PORTABLE)
             if _cuda_ok(err):
@@ -161,13 +175,15 @@ class Loader:
 
     # -- iteration --
     def __iter__(self):
-        """(images, labels) for the rest of the current epoch."""
+        """(images, labels): one pass, as :class:`sluice.Loader`'s ``for``."""
+        if self.loader._begin_pass():
+            self._drop_staged()
         if self._device.type == "cuda":
             return self._iter_cuda()
         return self._iter_cpu()
 
     def _iter_cpu(self):
-        for batch in self.loader:
+        for batch in self.loader._batches():
             img = torch.from_dlpack(batch["image"])
             labels = torch.from_dlpack(batch["label"]).clone()  # tiny; lets the slot go
             if self._dtype == torch.uint8:
@@ -204,8 +220,10 @@ class Loader:
                 del out
             self._state = None  # epoch over: the loader's own state is exact
         finally:
-            # A loop left early keeps its staged batch for the next loop, so
-            # no batch is lost and state_dict() stays exact.
+            # A loop that ends early keeps its staged batch: after a SampleError
+            # or SlotsHeldError the next loop goes on with it (nothing skipped,
+            # state_dict() exact); after a break the next loop starts the next
+            # epoch and drops it (__iter__).
             if pending is not None:
                 self._carry = pending
 

@@ -351,7 +351,7 @@ def test_keep_alpha_gives_four_channels(dataset):
     ({"preset": "test"}, ValueError, "preset must be one of"),
     ({"preset": 1}, TypeError, "preset must be one of"),
     ({"on_error": "ignore"}, ValueError, "on_error must be one of"),
-    ({"budget": "lots"}, ValueError, "budget: cannot parse size 'lots'"),
+    ({"budget": "lots"}, ValueError, "budget: 'lots' is not a size"),
     ({"budget": -1}, ValueError, "budget: a size must be >= 0"),
     ({"budget": 1.5}, TypeError, "budget: a size must be an int or a string"),
     ({"budget": 0}, ValueError, "budget must be > 0"),
