@@ -29,6 +29,7 @@
 #define GAP 4                       /* pixels between tiles and around the grid */
 #define MAX_GRID_BYTES (1ull << 30) /* the canvas this command allocates, at most */
 #define MAX_CAPTIONS 4              /* caption lines under a tile */
+#define MAX_FIELDS 16               /* batch fields looked at */
 #define MAX_BATCH 1024
 
 static const unsigned char BACKGROUND[3] = {40, 40, 40};
@@ -51,6 +52,8 @@ typedef struct grid {
     uint32_t pic_w, pic_h; /* the picture area of a tile */
     uint32_t lines;        /* caption lines under it */
     uint32_t scale;        /* caption font scale */
+    uint32_t line_h;       /* height of a caption line */
+    uint32_t tile_h;       /* picture, 2 pixels, caption lines */
 } grid;
 
 /* Where sample i's tile is and which caption line the field being drawn got. */
@@ -108,10 +111,9 @@ static void render_caption(const grid *g, const sl_batch *b, const sl_field *f, 
              !class_name(g, ((const int64_t *)index.data)[i], cls, sizeof cls))
         snprintf(text, sizeof text, "%" PRId64 " %s", v, cls);
     else snprintf(text, sizeof text, "%" PRId64, v);
-    uint32_t line_h = SL_CLI_CELL_H * g->scale + 2;
     uint32_t max_chars = g->pic_w / (SL_CLI_CELL_W * g->scale);
-    sl_cli_draw_text(g->rgb, g->w, g->h, t->x + 1, t->y + g->pic_h + 2 + t->line * line_h, text, max_chars, g->scale,
-                     TEXT);
+    sl_cli_draw_text(g->rgb, g->w, g->h, t->x + 1, t->y + g->pic_h + 2 + t->line * g->line_h, text, max_chars,
+                     g->scale, TEXT);
 }
 
 static const render_fn renderers[SHOW__KINDS] = {
@@ -128,11 +130,12 @@ static int grid_layout(grid *g, const sl_field *picture, uint32_t ncaptions, uin
     g->pic_w = (uint32_t)picture->shape[3];
     g->lines = ncaptions;
     g->scale = g->pic_w >= 160 ? 2 : 1;
+    g->line_h = SL_CLI_CELL_H * g->scale + 2;
+    g->tile_h = g->pic_h + 2 + g->lines * g->line_h;
     g->cols = cols ? (cols < n ? cols : n) : 1;
     while (!cols && (uint64_t)g->cols * g->cols < n) g->cols++;
     g->rows = (n + g->cols - 1) / g->cols;
-    uint64_t tile_h = g->pic_h + 2 + (uint64_t)g->lines * (SL_CLI_CELL_H * g->scale + 2);
-    uint64_t w = (uint64_t)g->cols * (g->pic_w + GAP) + GAP, h = (uint64_t)g->rows * (tile_h + GAP) + GAP;
+    uint64_t w = (uint64_t)g->cols * (g->pic_w + GAP) + GAP, h = (uint64_t)g->rows * (g->tile_h + GAP) + GAP;
     if (w * h * 3 > MAX_GRID_BYTES) {
         fprintf(stderr, "sluice show: a %" PRIu64 "x%" PRIu64 " grid is over the %llu MiB this command draws: lower --batch or --size\n",
                 w, h, MAX_GRID_BYTES >> 20);
@@ -150,27 +153,29 @@ static int grid_layout(grid *g, const sl_field *picture, uint32_t ncaptions, uin
 }
 
 /* Draw every sample of b: the first picture field fills the tile, scalar
- * fields become caption lines. Returns 0 or -1 (message printed). */
+ * fields (the first MAX_CAPTIONS) become caption lines; of the batch's
+ * fields, the first MAX_FIELDS are looked at. Returns 0 or -1 (message
+ * printed). */
 static int draw_batch(grid *g, const sl_batch *b, uint32_t cols) {
-    sl_field fields[16], *picture = NULL;
-    int kinds[16], nfields = sl_batch_num_fields(b);
+    sl_field fields[MAX_FIELDS], *picture = NULL;
+    int kinds[MAX_FIELDS], nfields = sl_batch_num_fields(b);
     uint32_t ncaptions = 0;
-    if (nfields > 16) nfields = 16;
+    if (nfields > MAX_FIELDS) nfields = MAX_FIELDS;
     for (int k = 0; k < nfields; k++) {
         kinds[k] = sl_batch_field(b, k, &fields[k]) ? SHOW_SKIP : show_kind(&fields[k]);
         if (kinds[k] == SHOW_PICTURE && picture) kinds[k] = SHOW_SKIP; /* one picture a tile */
         if (kinds[k] == SHOW_PICTURE) picture = &fields[k];
-        if (kinds[k] == SHOW_CAPTION && ncaptions++ >= MAX_CAPTIONS) kinds[k] = SHOW_SKIP;
+        if (kinds[k] == SHOW_CAPTION && ncaptions == MAX_CAPTIONS) kinds[k] = SHOW_SKIP;
+        if (kinds[k] == SHOW_CAPTION) ncaptions++;
     }
     if (!picture) {
         fprintf(stderr, "sluice show: the batch has no picture field to draw\n");
         return -1;
     }
     uint32_t n = sl_batch_len(b);
-    if (grid_layout(g, picture, ncaptions < MAX_CAPTIONS ? ncaptions : MAX_CAPTIONS, n, cols)) return -1;
-    uint32_t tile_h = g->pic_h + 2 + g->lines * (SL_CLI_CELL_H * g->scale + 2);
+    if (grid_layout(g, picture, ncaptions, n, cols)) return -1;
     for (uint32_t i = 0; i < n; i++) {
-        tile t = {GAP + (i % g->cols) * (g->pic_w + GAP), GAP + (i / g->cols) * (tile_h + GAP), 0};
+        tile t = {GAP + (i % g->cols) * (g->pic_w + GAP), GAP + (i / g->cols) * (g->tile_h + GAP), 0};
         for (int k = 0; k < nfields; k++) {
             if (kinds[k] == SHOW_SKIP) continue;
             renderers[kinds[k]](g, b, &fields[k], i, &t);

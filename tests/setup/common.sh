@@ -3,6 +3,9 @@
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TEST_NAME=$(basename "$0" .sh)
+# run by `make test`: the make inside the copy must not inherit the outer
+# make's command-line variables or jobserver
+unset MAKEFLAGS MFLAGS MAKELEVEL
 
 skip() { echo "$TEST_NAME: SKIPPED: $*"; exit 0; }
 
