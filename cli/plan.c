@@ -344,6 +344,7 @@ int sl_cli_plan(int argc, char **argv) {
             o.seed = n;
         } else if (!strcmp(a, "--budget")) {
             char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+            bad = 0;
             if (sl_parse_size_msg(v, &o.budget, why, sizeof why) || o.budget == 0) {
                 fprintf(stderr, "sluice plan: --budget: %s\n", why);
                 return 2;
