@@ -106,11 +106,12 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         }
         fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
     } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
-        if (sl_parse_size(val, &v) == 0 && v > 0) {
+        char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+        if (sl_parse_size_msg(val, &v, why, sizeof why) == 0 && v > 0) {
             *(a[2] == 'b' ? &cfg->budget : &cfg->max_bytes) = v;
             return 0;
         }
-        fprintf(stderr, "sluice bench: %s takes a size such as 512M or 2G, not '%s'\n", a, val);
+        fprintf(stderr, "sluice bench: %s: %s\n", a, why);
     } else if (!strcmp(a, "--workers")) {
         if (!strcmp(val, "auto") || (parse_u64(val, &v) == 0 && v >= 1 && v <= 1024)) {
             cfg->workers = val[0] == 'a' ? 0 : (uint32_t)v;
@@ -338,6 +339,7 @@ int sl_cli_bench(int argc, char **argv) {
     rc = sl_loader_create(&o.cfg, &ld, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
+        if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers\n");
         free(o.fields);
         return 1;
     }

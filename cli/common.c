@@ -156,3 +156,16 @@ char *sl_cli_read_text(const char *path, size_t max) {
     }
     t[len] = 0;
     return t;}
+
+int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "sluice %s: %s takes a whole number from %llu to %llu, not '%s'\n", cmd, flag,
+                (unsigned long long)lo, (unsigned long long)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}

@@ -43,5 +43,9 @@ int sl_cli_open_file(const char *path, uint64_t max, int *fd, uint64_t *size, ch
 int sl_cli_read_fd(int fd, void *buf, uint64_t size, char *err, size_t errlen);
 /* Both, into a malloc'd buffer (*data, freed by the caller). */
 int sl_cli_read_file(const char *path, uint64_t max, unsigned char **data, size_t *len, char *err, size_t errlen);
+/* Parse v, the value of flag of `sluice cmd`, as a whole number in
+ * [lo, hi] (no sign, no suffix). Returns 0 and sets *out, or -1 after
+ * printing "sluice cmd: flag takes a whole number from lo to hi, not 'v'". */
+int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
 
 #endif

@@ -371,7 +371,12 @@ int sl_cli_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             o.seed = n;
         } else if (!strcmp(a, "--budget")) {
-            bad = sl_parse_size(v, &o.budget) != 0 || o.budget == 0;
+            char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+            bad = 0;
+            if (sl_parse_size_msg(v, &o.budget, why, sizeof why) || o.budget == 0) {
+                fprintf(stderr, "sluice plan: --budget: %s\n", why);
+                return 2;
+            }
         } else if (!strcmp(a, "--fields")) {
             free(o.fields);
             bad = !(o.fields = sl_cli_read_text(v, (size_t)1 << 20));

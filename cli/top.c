@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "  PID          root of the process tree to watch (a trainer and its workers);\n"
           "               without it, the machine's largest process trees by PSS\n"
           "  --interval S seconds between samples (1)\n"
-          "  --warn PCT   warn when usage passes PCT%% of the effective limit (90)\n"
+          "  --warn PCT   warn when usage passes PCT% of the effective limit (90)\n"
           "  --once       one sample, then exit\n"
           "  --json       JSON (one object a line) instead of the table\n"
           "  --log FILE   append each sample to FILE as a JSON line\n"

@@ -46,6 +46,12 @@ extern "C" {
 /* Runtime version, e.g. "0.1.0 (jpeg 62, png)": the library actually loaded. */
 SL_API const char *sl_version(void);
 SL_API unsigned sl_version_number(void);
+/* What this build decodes, as "key=value;..." with the keys version, jpeg,
+ * png, webp, video, nvjpeg in that order; a part not built in says "off"
+ * (nvjpeg, when built: the library found at run time, or "not loadable").
+ * E.g. "version=0.1.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
+ * 0.7.3;webp=off;video=off;nvjpeg=off". Static, never NULL, thread-safe. */
+SL_API const char *sl_build_info(void);
 
 /* ---- errors ------------------------------------------------------------ */
 enum {
@@ -452,8 +458,15 @@ SL_API const char *sl_format_size(uint64_t bytes, char *buf, size_t len);
 SL_API int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4],
                                 int *flip);
 
-/* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
+/* Parse "512M", "2G", "1.5GiB", "1000" (K, M, G, T, optionally followed by
+ * "i" or "iB": powers of 1024). Decimal units ("2GB") are refused. Returns
+ * 0 and sets *out, or SL_EINVAL (not a size) / SL_EOVERFLOW (over 64 bits)
+ * leaving *out unchanged. */
 SL_API int sl_parse_size(const char *s, uint64_t *out);
+/* As sl_parse_size; on failure also writes a sentence naming the input and
+ * what to write instead to errbuf (when not NULL), e.g. "size '2GB': did you
+ * mean 2G (GiB, powers of 1024)? ...". The one size rule of every front end. */
+SL_API int sl_parse_size_msg(const char *s, uint64_t *out, char *errbuf, size_t errlen);
 
 /* ---- video clips (no loader) -------------------------------------------
  * One clip of a video file, decoded as a loader's `kind: "video"` field

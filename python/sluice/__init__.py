@@ -13,11 +13,12 @@ loader. The slot goes back to the pool when the last view of it (the fields,
 and every numpy array or tensor made from them) is gone. See docs/python.md.
 """
 import gc
+import inspect
 import json
 import numbers
 import os
 
-from . import _sluice
+from . import _dataloader_names, _sluice
 from ._sluice import (  # noqa: F401  (re-exported)
     BudgetError,
     DecodeError,
@@ -30,8 +31,6 @@ from ._sluice import (  # noqa: F401  (re-exported)
 
 #: "0.1.0": the version of the libsluice built into this extension.
 __version__ = _sluice.version().split()[0]
-#: The full runtime version string, e.g. "0.1.0 (libjpeg turbo, png libspng)".
-build_info = _sluice.version()
 
 __all__ = [
     "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
@@ -238,8 +237,18 @@ class Loader:
                    {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
                    None: "image" + "label" with preset and size above
 
-    A ``for`` loop runs over the rest of the current epoch; the next loop runs
-    the next epoch. Errors: ValueError/TypeError for bad arguments,
+    PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
+    ``persistent_workers`` (no effect), ``prefetch_factor=None``,
+    ``pin_memory=False``; the others are refused naming sluice's option
+    (docs/python.md, "Coming from DataLoader").
+
+    Each ``for`` loop is one pass, as with a DataLoader: the first runs the
+    current epoch (0, or the one set_epoch/load_state_dict chose, from the
+    position it set); every later loop starts the next epoch from its first
+    batch, whether the loop before it finished or you left it early. A loop
+    the loader stopped (SampleError, SlotsHeldError) is not over: the next
+    loop goes on with it.
+    Errors: ValueError/TypeError for bad arguments,
     FileNotFoundError for a missing source, BudgetError (a ValueError and a
     MemoryError) for a budget below the pipeline's minimum (the message states
     it), SlotsHeldError when every slot is held by your views, ErrorRateError
@@ -258,8 +267,11 @@ class Loader:
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
-                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None):
+                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None,
+                 **dataloader_args):
         self._ld = None
+        self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
+        workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
         if not isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}")
         source = os.fspath(source)
@@ -319,12 +331,21 @@ class Loader:
         self.source = source
         self.batch_size = kw["batch_size"]
         self.rank, self.world_size = kw["rank"], kw["world_size"]
-        self._ld = _sluice._Loader(source, **kw)
+        try:
+            self._ld = _sluice._Loader(source, **kw)
+        except BudgetError as e:  # the library's sentence, then this front end's words
+            e.args = (f"{e.args[0]}; in Python: the budget=, batch_size=, size= and workers= "
+                      "arguments of sluice.Loader",)
+            raise
 
     # -- iteration --
     def __iter__(self):
-        """Batches for the rest of the current epoch (the next loop: the next epoch)."""
-        self._skip_pending_end()
+        """One pass: batches of one epoch (see the class docstring for which)."""
+        self._begin_pass()
+        yield from self._batches()
+
+    def _batches(self):
+        """The rest of the current epoch, from where the loader is."""
         while True:
             raw = self._next_raw()
             if raw is None:
@@ -334,22 +355,37 @@ class Loader:
             yield batch
             del batch  # hold nothing while waiting for the next one
 
-    def _skip_pending_end(self):
-        """A loop that stopped after the epoch's last batch without asking for
-        one more (as Lightning does, knowing len()) leaves the epoch's end
-        unread: a new loop starts the next epoch, not an empty one."""
-        ld = self._handle()
-        st = ld.get_state()
-        if st["batch"] == 0:
-            ld.set_epoch(st["epoch"])  # free when already there: drops only the unread end
+    def _begin_pass(self):
+        """Position the loader for a new ``for`` loop, as a DataLoader would:
+        where set_epoch/load_state_dict (or construction) put it, else at the
+        start of the epoch after the one the last pass was in. Returns True
+        when it moved the loader (batches staged ahead are then stale)."""
+        if self._positioned:
+            self._positioned = False
+            return False
+        st = self._handle().get_state()  # after the last delivered batch
+        # batch 0: the last pass took the epoch's last batch (the loader is at
+        # the next epoch's start already; set_epoch there costs nothing)
+        self._handle().set_epoch(st["epoch"] + (1 if st["batch"] else 0))
+        return True
 
     def next_batch(self):
         """The next batch, or None at the end of the epoch (then the next call
-        starts the next epoch)."""
+        starts the next epoch). It continues the current pass; a ``for`` after
+        it starts the next epoch, as after a loop."""
+        self._positioned = False
         raw = self._next_raw()
         return None if raw is None else Batch(raw)
 
     def _next_raw(self):
+        try:
+            return self._next_raw_once()
+        except (SampleError, SlotsHeldError):
+            # The loader stopped the pass, not you: the next loop goes on with it.
+            self._positioned = True
+            raise
+
+    def _next_raw_once(self):
         ld = self._handle()
         try:
             return ld.next()
@@ -380,8 +416,10 @@ class Loader:
         return self._handle().dataset_size()
 
     def set_epoch(self, epoch):
-        """Restart iteration at the start of ``epoch`` (batches you hold stay valid)."""
+        """Restart iteration at the start of ``epoch`` (batches you hold stay
+        valid); the next ``for`` runs it."""
         self._handle().set_epoch(_int("epoch", epoch))
+        self._positioned = True
 
     def state_dict(self):
         """Iteration state after the last delivered batch: a plain dict of ints."""
@@ -398,6 +436,7 @@ class Loader:
         if unknown:
             raise ValueError(f"load_state_dict: unknown keys {sorted(unknown)}")
         self._handle().set_state(dict(state))
+        self._positioned = True
 
     def stats(self):
         """Throughput, consumer wait, memory by category against the budget,
@@ -456,6 +495,10 @@ class Loader:
         return f"<sluice.Loader {self.source!r} batch_size={self.batch_size} {state}>"
 
 
+# sluice.Loader's own argument names (for "did you mean" on a typo)
+_ARGS = [n for n, p in inspect.signature(Loader).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
 # ---- single images ---------------------------------------------------------
 def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=False,
                  keep_alpha=False, max_pixels=None, max_bytes=None, scale=(0.08, 1.0),
@@ -488,6 +531,19 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
     buf, shape = _sluice._decode_image(
         data, p, side, _int("seed", seed), _int("epoch", epoch), _int("index", index), flags, **kw)
     return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
+
+
+def build_info():
+    """What this build decodes: a dict with the keys ``version`` ("0.1.0"),
+    ``jpeg`` ("libjpeg-turbo 2.1.5 (libjpeg API 62)"), ``png`` ("libspng
+    0.7.3"), ``webp``, ``video`` (FFmpeg's libraries) and ``nvjpeg`` (the
+    library found at run time); a part this build lacks is None. From
+    sl_build_info()."""
+    info = {}
+    for item in _sluice.build_info().split(";"):
+        key, _, value = item.partition("=")
+        info[key] = None if value in ("off", "not loadable") else value
+    return info
 
 
 def train_crop(width, height, seed=0, epoch=0, index=0, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),

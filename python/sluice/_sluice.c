@@ -1189,6 +1189,7 @@ static PyTypeObject FieldType = {
 
 /* ---- module functions ----------------------------------------------------- */
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(sl_version()); }
+static PyObject *mod_build_info(PyObject *m, PyObject *unused) { return PyUnicode_FromString(sl_build_info()); }
 
 static PyObject *mod_strerror(PyObject *m, PyObject *arg) {
     int code = PyLong_AsLong(arg);
@@ -1224,12 +1225,10 @@ static PyObject *mod_parse_size(PyObject *m, PyObject *arg) {
     const char *s = PyUnicode_AsUTF8(arg);
     if (!s) return NULL;
     uint64_t v;
-    int rc = sl_parse_size(s, &v);
+    char why[256];
+    int rc = sl_parse_size_msg(s, &v, why, sizeof why);
     if (rc < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "cannot parse size %R: expected a number with an optional K, M, G or T suffix "
-                     "(powers of 1024), e.g. '512M'",
-                     arg);
+        PyErr_SetString(PyExc_ValueError, why);
         return NULL;
     }
     return PyLong_FromUnsignedLongLong(v);
@@ -1429,6 +1428,7 @@ static PyObject *mod_probe_video(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyMethodDef module_methods[] = {
     {"version", mod_version, METH_NOARGS, "sl_version(): the library actually loaded."},
+    {"build_info", mod_build_info, METH_NOARGS, "sl_build_info(): 'key=value;...' of what this build decodes."},
     {"strerror", mod_strerror, METH_O, "sl_strerror(code)."},
     {"code_name", mod_code_name, METH_O, "'SL_EXXX' for a code."},
     {"mem_categories", mod_mem_categories, METH_NOARGS, "Memory category names, by index."},

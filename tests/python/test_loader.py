@@ -28,7 +28,7 @@ def in_region(loader, addr, nbytes):
 
 def test_version():
     assert sluice.__version__ == "0.1.0"
-    assert sluice.build_info.startswith("0.1.0")
+    assert sluice.build_info()["version"] == "0.1.0"
 
 
 def test_one_epoch_covers_the_dataset_once(dataset):
@@ -351,7 +351,7 @@ def test_keep_alpha_gives_four_channels(dataset):
     ({"preset": "test"}, ValueError, "preset must be one of"),
     ({"preset": 1}, TypeError, "preset must be one of"),
     ({"on_error": "ignore"}, ValueError, "on_error must be one of"),
-    ({"budget": "lots"}, ValueError, "budget: cannot parse size 'lots'"),
+    ({"budget": "lots"}, ValueError, "budget: 'lots' is not a size"),
     ({"budget": -1}, ValueError, "budget: a size must be >= 0"),
     ({"budget": 1.5}, TypeError, "budget: a size must be an int or a string"),
     ({"budget": 0}, ValueError, "budget must be > 0"),
@@ -435,7 +435,7 @@ def test_decode_probe_crop_parse(dataset):
     assert sluice.parse_size("512M") == 512 << 20
     assert sluice.parse_size("2G") == 2 << 30
     assert sluice.parse_size(1000) == 1000
-    with pytest.raises(ValueError, match="cannot parse size"):
+    with pytest.raises(ValueError, match="is not a size"):
         sluice.parse_size("12Q")
     with pytest.raises(sluice.DecodeError) as ei:
         sluice.decode_image(b"not an image at all")
