@@ -406,6 +406,92 @@ static int check_room(uint64_t bytes, char *err, size_t errlen) {
     return SL_ENOMEM;
 }
 
+/* ---- the memory cgroup ------------------------------------------------------ */
+
+static int read_u64(const char *path, uint64_t *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = "";
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok || buf[0] < '0' || buf[0] > '9') return -1; /* "max": no limit */
+    *v = strtoull(buf, NULL, 10);
+    return 0;
+}
+
+/* The value of key in a memory.stat file (0 if absent). */
+static uint64_t stat_key(const char *dir, const char *key) {
+    char path[PATH_MAX + 64], line[128];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    FILE *f = fopen(path, "r");
+    uint64_t v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ' ') v = strtoull(line + n + 1, NULL, 10);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Room left under one cgroup folder's memory limit, counting its
+ * reclaimable page cache (file pages less shmem) as room. */
+static int folder_room(const char *dir, int v1, uint64_t *room, uint64_t *limit) {
+    char p[PATH_MAX + 64];
+    uint64_t use;
+    snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    if (read_u64(p, limit) || *limit >= (1ull << 62)) return -1;
+    snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    if (read_u64(p, &use)) return -1;
+    uint64_t file = stat_key(dir, v1 ? "total_cache" : "file"), shmem = stat_key(dir, v1 ? "total_shmem" : "shmem");
+    uint64_t reclaimable = file > shmem ? file - shmem : 0;
+    *room = use - SL_MIN(use, reclaimable) >= *limit ? 0 : *limit - (use - SL_MIN(use, reclaimable));
+    return 0;
+}
+
+/* The least room under the memory limits of this process's cgroup and its
+ * ancestors (v1 memory controller, else v2); 0 and *room = UINT64_MAX
+ * where none is set. where names the tightest folder. */
+static void cgroup_room(uint64_t *room, uint64_t *limit, char *where, size_t len) {
+    char line[PATH_MAX], rel[PATH_MAX - 64] = "", dir[PATH_MAX];
+    int v1 = 0;
+    *room = *limit = UINT64_MAX;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path) continue;
+        if (strncmp(ctl, ":memory:", 8) == 0 || strstr(ctl, ",memory:") || strstr(ctl, ":memory,")) {
+            snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1), v1 = 1;
+            break;
+        }
+        if (strncmp(line, "0::", 3) == 0) snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1);
+    }
+    if (f) fclose(f);
+    for (;;) { /* this folder, then each parent up to the root */
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", v1 ? "/memory" : "", rel);
+        uint64_t r, l;
+        if (folder_room(dir, v1, &r, &l) == 0 && r < *room) {
+            *room = r, *limit = l;
+            snprintf(where, len, "%s", dir);
+        }
+        char *slash = strrchr(rel, '/');
+        if (!slash || !rel[0]) break;
+        *slash = 0;
+    }
+}
+
+/* /dev/shm and the memory cgroup must both hold the segment: a tmpfs page
+ * past a cgroup's limit is an OOM kill, not an error. */
+static int check_cgroup(uint64_t bytes, char *err, size_t errlen) {
+    uint64_t room, limit;
+    char where[PATH_MAX] = "", a[32], b[32], c[32];
+    cgroup_room(&room, &limit, where, sizeof where);
+    if (room >= bytes) return 0;
+    sl__msg(err, errlen, "node cache: the memory cgroup %s (limit %s) has %s of room, the cache needs %s: "
+            "give it less (cache=)", where, sl__fmt_bytes(limit, a, sizeof a), sl__fmt_bytes(room, b, sizeof b),
+            sl__fmt_bytes(bytes, c, sizeof c));
+    return SL_ENOMEM;
+}
+
 static int init_mutex(pthread_mutex_t *mu) {
     pthread_mutexattr_t a;
     if (pthread_mutexattr_init(&a)) return SL_ESYS;
@@ -423,6 +509,7 @@ static int create_segment(sl__cache *c, const sl__cache_opts *o, uint32_t entrie
     memset(&t, 0, sizeof t);
     sl__cache_layout(&t, o->keys, entries, nblocks, bs, 1);
     int rc = check_room(t.region_bytes, err, errlen);
+    if (rc == 0) rc = check_cgroup(t.region_bytes, err, errlen);
     if (rc) return rc;
     rc = posix_fallocate(c->fd, 0, (off_t)t.region_bytes);
     if (rc) {

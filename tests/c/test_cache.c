@@ -7,6 +7,8 @@
  * test_cache_shm.c, threads in test_cache_mt.c.
  */
 #define _GNU_SOURCE
+#include "fixture.h"
+
 #include <stdio.h>
 
 #include "cache_fixture.h"
@@ -398,4 +400,48 @@ TEST(refresh_at_new_epoch) {
     CHECK_EQ(atomic_load(&b.used), 0);
     sl__budget_fini(&b);
     cf_order_fini(&o);
+}
+
+/* Real JPEGs, good and corrupt: decoding the cached copy gives the same
+ * pixels, or the same failure, as decoding the file (the cache holds the
+ * file's bytes; a failure is decided by those bytes alone). */
+TEST(decode_same_from_cache) {
+    fx_dataset d;
+    fx_simple(&d, 10, 6, 40, 300);
+    sl__budget b;
+    script s;
+    for (int k = 0; k < 16; k++) s.next[k] = 10;
+    CHECK(d.files <= 16);
+    CHECK_OK(sl__budget_init(&b, 1 << 26));
+    sl__cache_opts o = {.capacity = 16 << 20, .keys = 16, .next_use = script_fn, .ctx = &s};
+    sl__cache *c;
+    CHECK_OK(sl__cache_create(&b, &o, &c, NULL, 0));
+    int failed = 0;
+    for (uint32_t k = 0; k < d.files; k++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s", d.root, d.rel[k]);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        static uint8_t file[1 << 20], cached[1 << 20], a[3 * 64 * 64], bpx[3 * 64 * 64];
+        size_t n = fread(file, 1, sizeof file, f), len = 0;
+        fclose(f);
+        CHECK_EQ(sl__cache_insert(c, k, 0, file, n), 1);
+        CHECK_EQ(sl__cache_get(c, k, 0, cached, sizeof cached, &len), 1);
+        CHECK_EQ(len, n);
+        sl_decode_opts opt;
+        sl_decode_opts_init(&opt);
+        opt.preset = SL_PRESET_TRAIN, opt.size = 64, opt.seed = 3, opt.epoch = 1, opt.index = k;
+        char e1[200] = "", e2[200] = "";
+        int r1 = sl_image_decode(file, n, &opt, a, sizeof a, e1, sizeof e1);
+        int r2 = sl_image_decode(cached, len, &opt, bpx, sizeof bpx, e2, sizeof e2);
+        CHECK_EQ(r1, r2);
+        CHECK(strcmp(e1, e2) == 0);
+        if (r1 == 0) CHECK(memcmp(a, bpx, sizeof a) == 0);
+        failed += r1 != 0;
+        CHECK_EQ(d.kind[k] != FX_GOOD, r1 != 0);
+    }
+    CHECK_EQ(failed, 6); /* truncated, garbage and empty files, two each */
+    sl__cache_destroy(c);
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
 }

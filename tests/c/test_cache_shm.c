@@ -462,3 +462,47 @@ TEST(segment_name) {
     CHECK_STR_CONTAINS(err, "/no/such/dir");
     rmdir(dir);
 }
+
+/* A memory cgroup without room for the segment: refused at create with
+ * the cgroup and the numbers (a tmpfs page past the limit would be an OOM
+ * kill). Needs a writable memory cgroup (root, v1 or v2): skipped where
+ * there is none. */
+TEST(memory_cgroup_too_small) {
+    char cg[128], name[96], path[200];
+    int v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
+    snprintf(cg, sizeof cg, "%s/sluice-cache-test-%ld", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory", (long)getpid());
+    if (mkdir(cg, 0755) != 0) {
+        printf("skipped: cannot make a memory cgroup (%s)\n", strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s", cg, v2 ? "memory.max" : "memory.limit_in_bytes");
+    FILE *f = fopen(path, "w");
+    int ok = f && fprintf(f, "%d\n", 64 << 20) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) {
+        rmdir(cg);
+        printf("skipped: cannot set a memory limit in %s\n", cg);
+        return;
+    }
+    seg_name(name, sizeof name, "cgroup");
+    pid_t pid = fork();
+    if (pid == 0) { /* into the cgroup, then ask for twice its limit */
+        snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+        FILE *p = fopen(path, "w");
+        if (!p || fprintf(p, "%ld\n", (long)getpid()) <= 0 || fclose(p) != 0) _exit(3);
+        sl__budget b;
+        sl__budget_init(&b, 1 << 20);
+        char err[400] = "";
+        int rc;
+        sl__cache *c = open_named(&b, name, 128 << 20, err, sizeof err, &rc);
+        printf("%s\n", err);
+        fflush(stdout);
+        _exit(rc == SL_ENOMEM && !c && strstr(err, "memory cgroup") && strstr(err, "limit 64.0 MiB") ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    rmdir(cg);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    CHECK(!seg_exists(name));
+}
