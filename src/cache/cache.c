@@ -285,9 +285,14 @@ void sl__cache_read(const sl__cache *c, const sl__cache_ref *ref, void *dst) {
 void sl__cache_release(sl__cache *c, sl__cache_ref *ref) {
     sl__cache_lock(c);
     sl__crec *rec = &sl__crecs(c->h)[ref->rec];
-    rec->pins--;
-    if (c->shared) sl__shm_pin_drop(c, ref->pin);
-    if (rec->state == REC_DOOMED && rec->pins == 0) sl__cache_rec_free(c, ref->rec);
+    /* a node cache's recovery drops the pins of records it found damaged:
+     * then our table no longer names the record, and there is nothing to give */
+    int held = !c->shared || sl__shm_pin_holds(c, ref->pin, ref->rec);
+    if (held) {
+        rec->pins--;
+        if (c->shared) sl__shm_pin_drop(c, ref->pin);
+        if (rec->state == REC_DOOMED && rec->pins == 0) sl__cache_rec_free(c, ref->rec);
+    }
     sl__cache_unlock(c);
 }
 

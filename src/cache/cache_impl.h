@@ -153,6 +153,8 @@ void sl__shm_punch_free(sl__cache *c);
 /* Pin table of this process: record r in a free entry; SL_NONE if full. */
 uint32_t sl__shm_pin_add(sl__cache *c, uint32_t r);
 void sl__shm_pin_drop(sl__cache *c, uint32_t slot);
+/* This process's pin table entry slot still names record r. */
+int sl__shm_pin_holds(sl__cache *c, uint32_t slot, uint32_t r);
 uint32_t sl__shm_processes(sl__cache *c);
 
 #endif

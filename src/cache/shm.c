@@ -152,6 +152,10 @@ void sl__shm_pin_drop(sl__cache *c, uint32_t slot) {
     p->npins--;
 }
 
+int sl__shm_pin_holds(sl__cache *c, uint32_t slot, uint32_t r) {
+    return slot < SL_CACHE_PINS && sl__cprocs(c->h)[c->proc].pin[slot] == r;
+}
+
 /* Give back what process slot i held: its pins, its unpublished records. */
 static void release_proc(sl__cache *c, uint32_t i) {
     sl__chdr *h = c->h;

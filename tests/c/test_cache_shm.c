@@ -229,6 +229,14 @@ static sl__cache *open_named(sl__budget *b, const char *name, uint64_t capacity,
     return c;
 }
 
+static sl__cache *must_open(sl__budget *b, const char *name, uint64_t capacity) {
+    char err[300] = "";
+    int rc;
+    sl__cache *c = open_named(b, name, capacity, err, sizeof err, &rc);
+    if (rc) SL_FAIL("%s: %s", name, err);
+    return c;
+}
+
 /* A child makes a segment and dies without detaching. */
 static void leave_stale(const char *name) {
     int fd[2];
@@ -264,16 +272,13 @@ TEST(stale_segment_reclaimed) {
     CHECK(seg_exists(a));
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1 << 20));
-    int rc;
-    sl__cache *c = open_named(&b, bname, 1 << 20, NULL, 0, &rc);
-    CHECK_OK(rc);
+    sl__cache *c = must_open(&b, bname, 1 << 20);
     CHECK(!seg_exists(a));
     sl__cache_destroy(c);
     CHECK(!seg_exists(bname));
 
     leave_stale(a);
-    c = open_named(&b, a, 1 << 20, NULL, 0, &rc);
-    CHECK_OK(rc);
+    c = must_open(&b, a, 1 << 20);
     sl__cache_stats st;
     sl__cache_stats_get(c, &st);
     CHECK_EQ(st.entries, 0);
@@ -353,9 +358,7 @@ TEST(shrink_punches_and_regrows) {
     seg_name(name, sizeof name, "shrink");
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1 << 20));
-    int rc;
-    sl__cache *c = open_named(&b, name, 4 << 20, NULL, 0, &rc);
-    CHECK_OK(rc);
+    sl__cache *c = must_open(&b, name, 4 << 20);
     sl__cache_stats st;
     sl__cache_stats_get(c, &st);
     uint64_t full = st.capacity, before = allocated(name);
@@ -399,9 +402,7 @@ TEST(dead_pins_reaped) {
     seg_name(name, sizeof name, "pins");
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1 << 20));
-    int rc;
-    sl__cache *c = open_named(&b, name, 1 << 20, NULL, 0, &rc);
-    CHECK_OK(rc);
+    sl__cache *c = must_open(&b, name, 1 << 20);
     uint8_t v[5000];
     cf_fill(v, sizeof v, 9);
     CHECK_EQ(sl__cache_insert(c, 9, 0, v, sizeof v), 1);
@@ -428,8 +429,7 @@ TEST(dead_pins_reaped) {
     sl__cache_stats_get(c, &st);
     CHECK_EQ(st.entries, 0);
     CHECK_EQ(st.bytes, 8192); /* evicted, but pinned by the dead: still held */
-    sl__cache *d = open_named(&b, name, 1 << 20, NULL, 0, &rc);
-    CHECK_OK(rc);
+    sl__cache *d = must_open(&b, name, 1 << 20);
     sl__cache_stats_get(c, &st);
     CHECK_EQ(st.bytes, 0);
     CHECK_EQ(st.reaped, 1);
