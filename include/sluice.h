@@ -168,6 +168,7 @@ enum {
     SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
     SL_MEM_OTHER,       /* error records, bookkeeping */
     SL_MEM_PINNED,      /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
+    SL_MEM_CACHE,       /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
     SL_MEM__COUNT
 };
 SL_API const char *sl_mem_category_name(int category);
@@ -317,8 +318,14 @@ typedef struct sl_stats {
     uint64_t fixed_bytes;      /* reserved at create (index, slots, worker baselines) */
     uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
     uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
-    uint64_t cache_hits, cache_misses; /* sample cache (none yet: 0) */
+    uint64_t cache_hits, cache_misses; /* sample cache lookups */
     double index_seconds;      /* time to index the source */
+    /* sample cache (appended; 0 without a cache). For a node cache these
+     * are the node's: every rank reports the same segment. */
+    uint64_t cache_bytes;        /* value bytes held now */
+    uint64_t cache_capacity;     /* value bytes allowed now */
+    uint64_t cache_evictions;
+    uint64_t storage_bytes_read; /* bytes read from storage (misses and uncached reads) */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */

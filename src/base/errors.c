@@ -32,7 +32,7 @@ const char *sl_strerror(int code) {
 unsigned sl_version_number(void) { return SL_VERSION_NUMBER; }
 
 const char *sl_mem_category_name(int c) {
-    static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned"};
+    static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned", "cache"};
     return c >= 0 && c < SL_MEM__COUNT ? names[c] : "unknown";
 }
 size_t sl_dtype_size(int dtype) {
