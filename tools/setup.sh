@@ -65,7 +65,7 @@ need_deb libavcodec-dev /usr/include/x86_64-linux-gnu/libavcodec/avcodec.h
 need_deb libswscale-dev /usr/include/x86_64-linux-gnu/libswscale/swscale.h
 need_deb libavutil-dev /usr/include/x86_64-linux-gnu/libavutil/avutil.h
 # the video tests make their clips with the ffmpeg CLI
-[ $want_test = 1 ] && need_deb ffmpeg ffmpeg
+[ $want_py = test ] && need_deb ffmpeg ffmpeg
 need_deb libwebp-dev /usr/include/webp/decode.h
 if [ $want_fuzz = 1 ]; then
   need_deb clang clang
@@ -143,5 +143,13 @@ if [ "$want_py" = test ] && ! py_has "$PY" torch; then
   pip_install "$PY" --timeout 30 --retries 1 --extra-index-url "$TORCH_CPU_INDEX" "$TORCH_SPEC" || \
     echo "setup: no CPU build of torch ($TORCH_SPEC) from pip's sources or $TORCH_CPU_INDEX" \
          "(log: /tmp/sluice-pip.log): the torch tests will be skipped" >&2
+fi
+# Lightning, for the test that trains examples/lightning_datamodule.py on the
+# CPU: only beside the installed torch (its requirement, torch >= 2.1, is met
+# by it, so pip pulls no other torch); without it that test skips.
+if [ "$want_py" = test ] && py_has "$PY" torch && ! py_has "$PY" lightning; then
+  echo "setup: installing lightning (for the Lightning example's test) into $PY"
+  pip_install "$PY" --timeout 30 --retries 1 lightning || \
+    echo "setup: could not install lightning (log: /tmp/sluice-pip.log): its example's test will be skipped" >&2
 fi
 exit 0
