@@ -249,7 +249,7 @@ typedef struct sl_image_info {
     uint32_t width, height;
     uint32_t channels;     /* in the file: 1 gray, 2 gray+alpha, 3, 4 (RGBA or CMYK) */
     int format;            /* SL_FORMAT_* */
-    int progressive;       /* JPEG progressive / PNG interlaced */
+    int progressive;       /* JPEG progressive or multi-scan / PNG interlaced */
     int orientation;       /* EXIF orientation 1..8 (1 when absent) */
     int bit_depth;
 } sl_image_info;

@@ -314,5 +314,5 @@ uint64_t sl__resampler_mem(const sl__axis_spec *sx, const sl__axis_spec *sy, uin
     m += SL_MIN(((uint64_t)cols + 2) * ((uint64_t)rows + 2) * 4, SL_WINDOW_MAX); /* transposed window */
     m += SL_MAX(((uint64_t)rows + 2) * 4, (uint64_t)sx->n) * 4; /* acc */
     m += ((uint64_t)rows + 2) * 4;                          /* col */
-    return m + 8 * 32;                                /* quota headers */
+    return m + 16 * SL_QUOTA_BLOCK_OVERHEAD;          /* quota block headers */
 }

@@ -572,7 +572,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     }
 
     /* 3. size the pool: minimum working set = slots + worker baselines */
-    uint64_t stride, per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE, workers_b;
+    uint64_t stride, per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK, workers_b;
     if ((rc = slot_stride(ld->B, ld->sample_bytes, &stride))) {
         sl__msg(err, errlen, "batch of %u x %llu bytes overflows", ld->B, (unsigned long long)ld->sample_bytes);
         goto fail;
@@ -648,7 +648,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
 
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, (size_t)2 << 20);
+    pthread_attr_setstacksize(&attr, (size_t)SL_WORKER_STACK);
     for (uint32_t i = 0; i < ld->nworkers; i++) {
         if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
             pthread_attr_destroy(&attr);

@@ -151,6 +151,8 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
 
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
+/* A worker thread's stack, counted (SL_MEM_OTHER) while the thread lives. */
+#define SL_WORKER_STACK ((uint64_t)2 << 20)
 
 /* loader.c, called by workers */
 void sl__loader_run(sl__worker *w);

@@ -28,6 +28,10 @@ int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
     w->rbase = sl__alloc(&ld->budget, SL_WORKER_READ_BASE, SL_MEM_SCRATCH);
     w->rbase_cap = SL_WORKER_READ_BASE;
     int rc = sl__budget_try(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
+    if (rc == 0 && sl__budget_try(&ld->budget, SL_WORKER_STACK, SL_MEM_OTHER)) { /* its thread's stack */
+        sl__budget_release(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
+        rc = SL_EBUDGET;
+    }
     if (!w->dec || !w->rbase || rc) {
         /* the budget is to blame only for a refused reservation, or a read
          * buffer it could not hold; otherwise the system refused */
@@ -35,8 +39,11 @@ int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
         int code = rc                                                                       ? SL_EBUDGET
                    : !w->rbase && used + sl__alloc_cost(SL_WORKER_READ_BASE) > ld->budget.limit ? SL_EBUDGET
                                                                                             : SL_ENOMEM;
-        if (rc == 0) sl__budget_release(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
         sl__decoder_free(w->dec);
+        if (rc == 0) {
+            sl__budget_release(&ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
+            sl__budget_release(&ld->budget, SL_WORKER_STACK, SL_MEM_OTHER);
+        }
         sl__free(&ld->budget, w->rbase);
         memset(w, 0, sizeof *w);
         return code;
@@ -49,6 +56,7 @@ static void drop_growth(sl__worker *w) {
     if (w->rbig) sl__unmap_prepaid(w->rbig, w->rbig_cap);
     w->rbig = NULL;
     w->rbig_cap = 0;
+    sl__decoder_trim(w->dec, SL_WORKER_DEC_BASE); /* unmapped before it is given back */
     sl__budget_release(b, w->grow_read, SL_MEM_SCRATCH);
     sl__budget_release(b, w->grow_dec, SL_MEM_DECODER);
     w->grow_read = w->grow_dec = 0;
@@ -59,9 +67,10 @@ void sl__worker_idle(sl__worker *w) { drop_growth(w); }
 void sl__worker_fini(sl__worker *w) {
     if (!w->ld) return;
     drop_growth(w);
-    sl__budget_release(&w->ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
-    sl__free(&w->ld->budget, w->rbase);
     sl__decoder_free(w->dec);
+    sl__budget_release(&w->ld->budget, SL_WORKER_DEC_BASE, SL_MEM_DECODER);
+    sl__budget_release(&w->ld->budget, SL_WORKER_STACK, SL_MEM_OTHER);
+    sl__free(&w->ld->budget, w->rbase);
     memset(w, 0, sizeof *w);
 }
 
@@ -149,17 +158,19 @@ int sl__worker_sample(sl__worker *w, uint64_t index, uint64_t epoch, uint8_t *ds
         buf = w->rbig;
         if ((rc = sl__sample_read(&f, buf, reason, rlen))) goto out;
     }
-    sl__quota q = {SL_WORKER_DEC_BASE + w->grow_dec, 0, 0, 0};
+    sl__quota q;
+    if ((rc = sl__decoder_quota(w->dec, SL_WORKER_DEC_BASE + w->grow_dec, &q, reason, rlen))) goto out;
     rc = sl__run(w->dec, buf, (size_t)f.size, &info, &plan, &q, dst, reason, rlen);
     if (rc == SL_EBUDGET && plan.mem < (UINT64_MAX >> 2)) {
         /* The decoder needed more than its bound from the header (another
-         * libjpeg build can): once more with twice the room, reserved like
-         * any growth, before calling the sample bad. */
+         * libjpeg build can; the arena refuses exactly at the bound): once
+         * more with twice the room, reserved like any growth, before
+         * calling the sample bad. */
         if ((rc = ensure(w, f.size, plan.mem * 2, &lost, reason, rlen))) goto out;
         if (lost && f.size > w->rbase_cap && (rc = sl__sample_read(&f, w->rbig, reason, rlen))) goto out;
         buf = f.size > w->rbase_cap ? w->rbig : w->rbase;
-        sl__quota q2 = {SL_WORKER_DEC_BASE + w->grow_dec, 0, 0, plan.mem};
-        rc = sl__run(w->dec, buf, (size_t)f.size, &info, &plan, &q2, dst, reason, rlen);
+        if ((rc = sl__decoder_quota(w->dec, SL_WORKER_DEC_BASE + w->grow_dec, &q, reason, rlen))) goto out;
+        rc = sl__run(w->dec, buf, (size_t)f.size, &info, &plan, &q, dst, reason, rlen);
     }
 out:
     sl__sample_close(&f);
