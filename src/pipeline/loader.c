@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "../ops/ops.h"
+#include "../base/budget.h"
 #include "../base/hash.h"
 #include "loader_impl.h"
 #include "../base/util.h"
@@ -439,7 +440,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->workers > 1024) BAD("workers %u over 1024", c->workers);
     if (c->prefetch > 1024) BAD("prefetch %u over 1024", c->prefetch);
     if (c->min_slots > 1024) BAD("min_slots %u over 1024", c->min_slots);
-    if (c->budget == 0) BAD("budget is 0");
+    if (c->budget == 0 && !c->shared_budget) BAD("budget is 0");
     if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA)) BAD("unknown flags 0x%x", c->flags);
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
     return 0;
@@ -482,7 +483,35 @@ static void free_all(sl_loader *ld) {
     pthread_mutex_destroy(&ld->mu);
     pthread_mutex_destroy(&ld->errmu);
     sl__budget_fini(&ld->budget);
+    if (ld->shared) sl__shared_unref(ld->cfg.shared_budget);
     free(ld);
+}
+
+/* ---- a shared budget (issue 8; the lead carries this into the rewrite) ------
+ * The loader's own budget becomes a child of the shared one. While the
+ * loader is created it is capped at what the shared budget has left, so
+ * the sizing below and its messages read as for a private budget of that
+ * size; once it runs the cap is lifted and only the shared limit binds. */
+static void attach_shared(sl_loader *ld) {
+    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
+    uint64_t limit = sl__budget_limit(core), used = atomic_load(&core->used);
+    uint64_t left = limit > used ? limit - used : 0;
+    atomic_store(&ld->budget.limit, left);
+    atomic_store(&ld->budget.ceiling, left);
+    ld->cfg.budget = left;
+    sl__budget_attach(&ld->budget, core);
+    sl__shared_ref(ld->cfg.shared_budget);
+    ld->shared = 1;
+}
+
+/* Say that the budget that was short is what a shared budget had left. */
+static void shared_reason(sl_loader *ld, char *err, size_t errlen) {
+    if (!ld->shared || !err || !errlen) return;
+    char tmp[512], x[32];
+    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
+    snprintf(tmp, sizeof tmp, "shared budget of %s (what its other loaders leave): %s",
+             sl__fmt_bytes(sl__budget_limit(core), x, sizeof x), err);
+    snprintf(err, errlen, "%s", tmp);
 }
 
 int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t errlen) {
@@ -500,6 +529,10 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if ((rc = sl__budget_init(&ld->budget, cfg->budget))) {
         free(ld);
         return rc;
+    }
+    if (cfg->shared_budget) {
+        attach_shared(ld);
+        cfg = &ld->cfg; /* sized against what the shared budget has left */
     }
     pthread_mutex_init(&ld->mu, NULL);
     pthread_mutex_init(&ld->errmu, NULL);
@@ -663,9 +696,11 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     pthread_mutex_lock(&ld->mu);
     while (ld->started < ld->nworkers) pthread_cond_wait(&ld->cv_ready, &ld->mu);
     pthread_mutex_unlock(&ld->mu);
+    if (ld->shared) sl__budget_unbind_limit(&ld->budget);
     *out = ld;
     return 0;
 fail:
+    if (rc == SL_EBUDGET) shared_reason(ld, err, errlen);
     free_all(ld);
     return rc;
 }
@@ -853,7 +888,7 @@ int sl_loader_stats(const sl_loader *cld, sl_stats *o) {
         o->worker_idle_s += (double)atomic_load(&ld->workers[i].idle_ns) / 1e9;
     }
     o->budget_wait_s = (double)atomic_load(&ld->budget.wait_ns) / 1e9;
-    o->budget_bytes = ld->budget.limit;
+    o->budget_bytes = sl__budget_limit(&ld->budget);
     o->accounted_bytes = atomic_load(&ld->budget.used);
     o->peak_accounted_bytes = atomic_load(&ld->budget.peak);
     o->fixed_bytes = atomic_load(&ld->budget.fixed);

@@ -77,6 +77,7 @@ struct sl_loader {
     sl_config cfg;
     char *source_path;
     sl__budget budget;
+    int shared;              /* budget is a child of cfg.shared_budget's (we hold a reference) */
     sl__source *src;
     sl__sampler sampler;
     uint32_t B;              /* batch size */
