@@ -74,7 +74,7 @@ uint64_t sl__gov_decide(const sl_governor_opts *o, sl__gov_state *st, const sl__
         return want;
     }
     uint64_t band = SL_MAX(16 * MIB, b->ceiling / 50);
-    if (want <= b->limit + band || b->limit >= b->ceiling) {
+    if (want <= b->limit || (want < b->ceiling && want <= b->limit + band)) { /* within the band */
         st->room_since_ns = 0;
         return b->limit;
     }
