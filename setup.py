@@ -1,7 +1,7 @@
 """Build the sluice Python package the ordinary way: `pip install .`
 
 The extension sluice._sluice is compiled from every C file of the library
-(src/**/*.c) plus python/sluice/_sluice.c, so the wheel needs no separate
+(src/**/*.c) plus python/sluice/_sluice.c and _budget.c, so the wheel needs no separate
 libsluice. libjpeg(-turbo) is required; libspng is used when found (then PNG
 support is built in, SL_HAVE_SPNG=1). Both are looked up with pkg-config,
 then in the usual folders (and JPEG_ROOT / SPNG_ROOT, unpacked packages).
@@ -92,7 +92,7 @@ def _extension():
     else:
         print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
-    sources = sorted(glob.glob("src/**/*.c", recursive=True)) + ["python/sluice/_sluice.c"]
+    sources = sorted(glob.glob("src/**/*.c", recursive=True)) + ["python/sluice/_sluice.c", "python/sluice/_budget.c"]
     return Extension(
         "sluice._sluice",
         sources=sources,
