@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
+#include "mem.h"
 #include "sluice.h"
 #include "util.h"
 
@@ -50,20 +50,7 @@ typedef struct links {
 _Static_assert(sizeof(links) <= SL_ARENA_ALIGN, "free links fit the smallest payload");
 #define L(b) ((links *)((b) + 1))
 
-static size_t page_size(void) {
-    static size_t ps;
-    if (!ps) {
-        long v = sysconf(_SC_PAGESIZE);
-        ps = v > 0 ? (size_t)v : 4096;
-    }
-    return ps;
-}
-
-size_t sl__arena_cost(size_t bytes) {
-    size_t ps = page_size();
-    if (bytes > SIZE_MAX - ps) return SIZE_MAX;
-    return (bytes + ps - 1) / ps * ps;
-}
+size_t sl__arena_cost(size_t bytes) { return sl__map_cost(bytes); }
 
 void sl__arena_init(sl__arena *a) { memset(a, 0, sizeof *a); }
 
@@ -108,7 +95,7 @@ int sl__arena_reserve(sl__arena *a, size_t bytes) {
         POISON(a->base, a->mapped);
     }
     /* pages are counted whole: the limit stays inside the counted bytes */
-    a->limit = bytes / page_size() * page_size();
+    a->limit = bytes / sl__page_size() * sl__page_size();
     a->top = a->last = 0;
     a->free = NULL;
     return 0;
@@ -116,7 +103,7 @@ int sl__arena_reserve(sl__arena *a, size_t bytes) {
 
 void sl__arena_trim(sl__arena *a, size_t bytes) {
     if (a->live) return; /* blocks live: the caller's bug; keep them valid */
-    size_t keep = bytes / page_size() * page_size();
+    size_t keep = bytes / sl__page_size() * sl__page_size();
     if (keep >= a->mapped) return;
     if (keep == 0) {
         unmap_all(a);

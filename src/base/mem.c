@@ -318,7 +318,7 @@ void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c) {
     pthread_mutex_unlock(&r->cmu);
 }
 
-static size_t page_size(void) {
+size_t sl__page_size(void) {
     static size_t ps;
     if (!ps) {
         long v = sysconf(_SC_PAGESIZE);
@@ -331,7 +331,7 @@ size_t sl__alloc_cost(size_t n) {
     if (n > SIZE_MAX - SL_HDR - 65536) return SIZE_MAX;
     size_t t = n + SL_HDR;
     if (t >= SL_MMAP_MIN) {
-        size_t ps = page_size();
+        size_t ps = sl__page_size();
         return (t + ps - 1) / ps * ps;
     }
     return t; /* malloc: counted at usable size, at least this */
@@ -451,7 +451,7 @@ const char *sl__fmt_bytes(uint64_t n, char *buf, size_t len) {
 }
 
 size_t sl__map_cost(size_t n) {
-    size_t ps = page_size();
+    size_t ps = sl__page_size();
     if (n > SIZE_MAX - ps) return SIZE_MAX;
     return (n + ps - 1) / ps * ps;
 }

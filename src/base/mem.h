@@ -147,6 +147,8 @@ void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);
 char *sl__strdup(sl__budget *b, const char *s, int cat);
+/* The system's page size. */
+size_t sl__page_size(void);
 /* Page-rounded size of a mapping of n bytes. */
 size_t sl__map_cost(size_t n);
 /* Move n counted bytes from one category to another. */

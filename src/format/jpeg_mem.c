@@ -75,16 +75,17 @@ static void check_pool(j_common_ptr c, int pool) {
     if (pool != JPOOL_IMAGE) ERREXIT1(c, JERR_BAD_POOL_ID, pool);
 }
 
-static void *alloc_small(j_common_ptr c, int pool, size_t n) {
+/* An object of n bytes; small ones share chunks. */
+static void *alloc_object(j_common_ptr c, int pool, size_t n, int large) {
     sl__jpeg_mm *m = mm_of(c);
     void *p;
     if (pool == JPOOL_PERMANENT) {
-        FORWARD(c, m, p = m->orig->alloc_small(c, pool, n));
+        FORWARD(c, m, p = large ? m->orig->alloc_large(c, pool, n) : m->orig->alloc_small(c, pool, n));
         return p;
     }
     check_pool(c, pool);
     n = round_up(c, n);
-    if (n > SMALL_MAX) return block(c, n, 0);
+    if (large || n > SMALL_MAX) return block(c, n, 0);
     if (m->small_left < n) {
         m->small = block(c, SMALL_CHUNK, 0);
         m->small_left = SMALL_CHUNK;
@@ -95,16 +96,8 @@ static void *alloc_small(j_common_ptr c, int pool, size_t n) {
     return p;
 }
 
-static void *alloc_large(j_common_ptr c, int pool, size_t n) {
-    sl__jpeg_mm *m = mm_of(c);
-    void *p;
-    if (pool == JPOOL_PERMANENT) {
-        FORWARD(c, m, p = m->orig->alloc_large(c, pool, n));
-        return p;
-    }
-    check_pool(c, pool);
-    return block(c, round_up(c, n), 0);
-}
+static void *alloc_small(j_common_ptr c, int pool, size_t n) { return alloc_object(c, pool, n, 0); }
+static void *alloc_large(j_common_ptr c, int pool, size_t n) { return alloc_object(c, pool, n, 1); }
 
 /* rows x row_bytes in one block, and the row pointers. */
 static void *alloc_rows(j_common_ptr c, int pool, size_t row_bytes, JDIMENSION rows, int zero) {
