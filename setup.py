@@ -3,7 +3,7 @@
 The package metadata is in pyproject.toml; this file builds the two
 compiled parts:
   * the extension sluice._sluice, compiled from every C file of the library
-    (src/**/*.c) plus python/sluice/_sluice.c, so the wheel needs no separate
+    (src/**/*.c) plus python/sluice/_sluice.c and _budget.c, so the wheel needs no separate
     libsluice;
   * the command-line tool, linked from the same library objects plus
     cli/**/*.c into sluice/bin/sluice inside the package. The `sluice`
@@ -137,7 +137,7 @@ def _extension():
         extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
     )
     # sluice._gpu (the GPU decode engine; CUDA is loaded at run time, never linked)
-    return [Extension("sluice._sluice", sources=sources + ["python/sluice/_sluice.c"], **ext),
+    return [Extension("sluice._sluice", sources=sources + ["python/sluice/_sluice.c", "python/sluice/_budget.c"], **ext),
             Extension("sluice._gpu", sources=sources + ["python/sluice/_gpu.c"], **ext)]
 
 

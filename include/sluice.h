@@ -152,6 +152,9 @@ typedef struct sl_config {
      * every sample failed stops it whatever the count. 0.1; 1 = never; 0 =
      * at the first failure once the minimum was tried. */
     double max_error_rate;
+    struct sl_budget *shared_budget; /* draw on this shared budget (sl_budget_create) instead of
+                                        a private one of cfg.budget bytes, which is then ignored;
+                                        the loader holds a reference (NULL: private, as before) */
 } sl_config;
 #define SL_ERROR_RATE_MIN_TRIED 100
 
@@ -409,7 +412,7 @@ typedef struct sl_image_info {
     uint32_t width, height;
     uint32_t channels;     /* in the file: 1 gray, 2 gray+alpha, 3, 4 (RGBA or CMYK) */
     int format;            /* SL_FORMAT_* */
-    int progressive;       /* JPEG progressive / PNG interlaced */
+    int progressive;       /* JPEG progressive or multi-scan / PNG interlaced */
     int orientation;       /* EXIF orientation 1..8 (1 when absent) */
     int bit_depth;
 } sl_image_info;
@@ -537,6 +540,100 @@ SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, 
                            sl_video_clip *clip, char *errbuf, size_t errlen);
 /* sl_image_info.format of a WebP file (lossy, lossless, with alpha). */
 enum { SL_FORMAT_WEBP = 3 };
+
+/* ---- shared budgets and the governor ----------------------------------- */
+/*
+ * One budget several loaders draw from (train and validation in one
+ * process): set cfg.shared_budget for each, and together they never hold
+ * more than its limit. Each loader keeps its own minimum working set
+ * (batch slots, worker baselines and stacks, index): creating a loader
+ * whose minimum does not fit what is left is refused with SL_EBUDGET and
+ * the numbers. Reference counted: each loader holds a reference;
+ * sl_budget_destroy drops the caller's, and the budget (its governor
+ * thread too) goes with the last reference.
+ */
+typedef struct sl_budget sl_budget;
+
+/* A budget of limit bytes (> 0): SL_EINVAL, SL_ENOMEM or SL_ESYS. */
+SL_API int sl_budget_create(uint64_t limit, sl_budget **out);
+/* Drop the caller's reference. NULL is ignored. */
+SL_API void sl_budget_destroy(sl_budget *b);
+
+/*
+ * Move the limit while loaders run; it is the new ceiling too (the most
+ * the governor may give). At once: no grant takes the total past it;
+ * each loader is asked to give back what is over (free batch slots,
+ * worker scratch; the cache its entries); a pending request that could
+ * never fit under it fails with SL_EBUDGET rather than wait. Growing lets
+ * waiting requests through and prefetch grow back. SL_EBUDGET with a
+ * reason when limit is below the loaders' minimum working sets.
+ */
+SL_API int sl_budget_set_limit(sl_budget *b, uint64_t limit, char *errbuf, size_t errlen);
+
+#define SL_BUDGET_STATS_LOADERS 8
+typedef struct sl_budget_info {
+    uint64_t limit;        /* live limit now */
+    uint64_t ceiling;      /* the limit set by the user: the governor keeps limit <= ceiling */
+    uint64_t used;         /* accounted now, all loaders together */
+    uint64_t peak;         /* high-water mark of used */
+    uint64_t fixed;        /* the loaders' minimum working sets (held for life) */
+    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
+    uint64_t mem_peak[SL_MEM__COUNT];
+    double wait_s;         /* summed over every thread that waited for budget */
+    uint32_t waiters;      /* threads waiting now */
+    uint32_t loaders;      /* loaders drawing on it now */
+    uint64_t loader_used[SL_BUDGET_STATS_LOADERS];  /* the first loaders (by creation): use now, */
+    uint64_t loader_peak[SL_BUDGET_STATS_LOADERS];  /* its high-water mark */
+    uint64_t loader_fixed[SL_BUDGET_STATS_LOADERS]; /* and minimum working set */
+    int governor;          /* 1 while a governor moves the limit */
+    uint64_t governor_moves;     /* limit changes it made */
+    uint64_t container_limit;    /* its last reading: the cgroup's limit (0: none), */
+    uint64_t container_usage;    /* the cgroup's working set (usage - inactive file), */
+    uint64_t mem_available;      /* MemAvailable, */
+    double psi_some_avg10;       /* PSI memory "some" avg10 (percent) */
+} sl_budget_info;
+
+SL_API int sl_budget_stats(const sl_budget *b, sl_budget_info *out);
+
+/*
+ * The governor: a thread of the budget that samples every period_ms the
+ * memory cgroup (v1 or v2: limit, usage, events), PSI memory pressure and
+ * MemAvailable, and moves the live limit to keep the process tree's
+ * cgroup under its limit minus margin: down at once when room runs out
+ * (pressure, an oom or max event), back up slowly (after the room has
+ * held for grow_after_ms, by at most a step each period) up to the
+ * ceiling. Loaders shed prefetch and scratch before anything fails. Each
+ * move is an event (sl_budget_events).
+ */
+typedef struct sl_governor_opts {
+    uint32_t period_ms;     /* sampling period (100) */
+    uint64_t margin;        /* keep the cgroup this far under its limit (0: 5% of it, at least 64 MiB) */
+    uint32_t grow_after_ms; /* room must last this long before the limit grows (1000) */
+    double psi_high;        /* PSI memory some avg10 (percent) that counts as pressure (10) */
+    const char *cgroup_dir; /* read this cgroup folder (v1 or v2), not the process's own (NULL) */
+} sl_governor_opts;
+
+SL_API void sl_governor_opts_init(sl_governor_opts *o);
+/* Start a governor on b; its ceiling is b's limit now. SL_ESTATE if one
+ * runs already, SL_ESYS if the thread cannot start. o NULL: defaults. */
+SL_API int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *errbuf, size_t errlen);
+/*
+ * budget="auto": a governed budget whose ceiling is what the container
+ * allows: the cgroup's limit minus margin, or without a cgroup limit
+ * MemAvailable minus margin, read now. SL_ENOENT when neither can be read.
+ */
+SL_API int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *errbuf, size_t errlen);
+
+typedef struct sl_budget_event {
+    double t;                /* seconds since the governor started */
+    uint64_t old_limit, new_limit;
+    uint64_t container_limit, container_usage, mem_available;
+    char reason[112];        /* why, with the numbers */
+} sl_budget_event;
+
+/* Copy up to max events starting at event first (the governor keeps the
+ * last 256; first counts from the first ever made); returns how many. */
+SL_API size_t sl_budget_events(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max);
 
 #ifdef __cplusplus
 }

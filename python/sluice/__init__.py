@@ -33,7 +33,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
 __version__ = _sluice.version().split()[0]
 
 __all__ = [
-    "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
+    "Loader", "Budget", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
     "decode_video", "probe_video",
     "BudgetError", "DecodeError", "ErrorRateError", "SampleError", "SlotsHeldError", "__version__", "build_info",
 ]
@@ -174,6 +174,81 @@ def _schema_json(fields):
         raise TypeError(f"fields: not JSON-serialisable: {e}") from None
 
 
+# ---- shared budgets ----------------------------------------------------------
+class Budget:
+    """One memory budget several loaders draw from (train and val in one process).
+
+        budget = sluice.Budget("4G")                       # a fixed limit
+        budget = sluice.Budget("4G", governor=True)        # 4G at most, less under pressure
+        budget = sluice.Budget("auto")                     # what the container allows, governed
+        train = sluice.Loader("train", budget=budget, ...)
+        val = sluice.Loader("val", budget=budget, preset="val", ...)
+
+    Together the loaders never hold more than the limit; each keeps its own
+    minimum working set, and a loader whose minimum does not fit what is left
+    is refused (BudgetError, with the numbers). ``set_limit()`` moves the limit
+    while they run; the governor moves it by itself to keep the container's
+    memory cgroup under its limit minus ``margin`` (reading the cgroup, PSI and
+    MemAvailable every ``period_ms``). ``stats()`` and ``events()`` show it.
+    Each loader holds the budget alive; ``close()`` drops this reference only.
+    """
+
+    def __init__(self, limit, governor=False, margin=None, period_ms=None, grow_after_ms=None,
+                 cgroup_dir=None):
+        kw = {"governor": _flag("governor", governor)}
+        if margin is not None:
+            kw["margin"] = parse_size(margin)
+        if period_ms is not None:
+            kw["period_ms"] = _int("period_ms", period_ms, 1, 60000)
+        if grow_after_ms is not None:
+            kw["grow_after_ms"] = _int("grow_after_ms", grow_after_ms, 0, 3600000)
+        if cgroup_dir is not None:
+            kw["cgroup_dir"] = os.fspath(cgroup_dir)
+        if isinstance(limit, str) and limit.strip().lower() == "auto":
+            self._b = _sluice._Budget(0, auto=True, **kw)
+        else:
+            try:
+                limit = parse_size(limit)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"budget: {e}") from None
+            if limit == 0:
+                raise ValueError("budget must be > 0 bytes")
+            self._b = _sluice._Budget(limit, **kw)
+
+    def set_limit(self, limit):
+        """Move the limit now (an int or "2G"); loaders give back what is over."""
+        self._b.set_limit(parse_size(limit))
+
+    def stats(self):
+        """limit, ceiling, used, peak, fixed, by category (mem, mem_peak), per loader
+        (loader_used/peak/fixed, by creation), waiters, and the governor's last readings."""
+        return self._b.stats()
+
+    def events(self, first=0):
+        """The governor's moves: dicts of t, old_limit, new_limit, container_limit,
+        container_usage, mem_available, reason."""
+        return self._b.events(_int("first", first))
+
+    def close(self):
+        self._b.close()
+
+    @property
+    def closed(self):
+        return self._b.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._b.closed:
+            return "<sluice.Budget closed>"
+        s = self._b.stats()
+        return f"<sluice.Budget limit={s['limit']} used={s['used']} loaders={s['loaders']}>"
+
+
 # ---- batches ---------------------------------------------------------------
 class Batch(dict):
     """One batch: a dict of :class:`Field` views, one per schema field, then
@@ -221,7 +296,11 @@ class Loader:
       shuffle      new seeded permutation each epoch (True)
       seed         seeds the order and the augmentation (0)
       drop_last    drop the uneven rank tail and the last short batch (False)
-      budget       bytes the loader may hold, int or "512M"/"2G" ("512M")
+      budget       bytes the loader may hold, int or "512M"/"2G" ("512M"); a shared
+                   sluice.Budget several loaders draw from; or "auto" (what the
+                   container allows, governed: see Budget)
+      governor     True: a governor moves this loader's budget (at most `budget`)
+                   to keep the container's memory cgroup under its limit
       workers      decode threads; None = the CPUs this process may run on
       prefetch     batch slots (in flight + held by you); None = as the budget allows
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
@@ -267,7 +346,7 @@ class Loader:
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
-                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None,
+                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
@@ -290,12 +369,23 @@ class Loader:
             "on_error": _choice("on_error", on_error, _ON_ERROR),
             "min_slots": 2,  # a `for` loop still holds the previous batch while asking for the next
         }
-        try:
-            kw["budget"] = parse_size(budget)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"budget: {e}") from None
-        if kw["budget"] == 0:
-            raise ValueError("budget must be > 0 bytes")
+        # budget: a size (private), a shared Budget, or "auto"; governor=True
+        # governs a private size (the loader then owns a Budget of its own)
+        self._budget = None
+        if isinstance(budget, Budget):
+            if _flag("governor", governor):
+                raise ValueError("governor=True goes with a size or 'auto'; a shared Budget has its own")
+            kw["shared_budget"] = budget._b
+        elif (isinstance(budget, str) and budget.strip().lower() == "auto") or _flag("governor", governor):
+            self._budget = Budget(budget, governor=True)
+            kw["shared_budget"] = self._budget._b
+        else:
+            try:
+                kw["budget"] = parse_size(budget)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"budget: {e}") from None
+            if kw["budget"] == 0:
+                raise ValueError("budget must be > 0 bytes")
         if workers is not None and workers != "auto":
             kw["workers"] = _int("workers", workers, 1, 4096)
         if prefetch is not None:
@@ -461,6 +551,8 @@ class Loader:
         valid; the memory goes when the last of them is dropped."""
         if self._ld is not None:
             self._ld.close()
+        if self._budget is not None:
+            self._budget.close()  # the loader keeps its own reference until it is gone
 
     def __copy__(self):
         raise TypeError("a sluice.Loader cannot be copied (it owns worker threads and its memory); "

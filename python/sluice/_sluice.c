@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_budget.h"
 #include "sluice.h"
 
 /* ---- DLPack (https://dmlc.github.io/dlpack), ABI version 1.0 ----------- */
@@ -310,7 +311,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
                              "drop_last", "rank", "world_size", "workers", "prefetch",
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
-                             "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", NULL};
+                             "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", "shared_budget", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL, *recipe = NULL;
@@ -318,13 +319,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&d", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
             conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans,
-            &cfg.max_error_rate))
+            &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget))
         return -1;
     if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
         Py_DECREF(source);
@@ -1488,7 +1489,8 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0 ||
         PyModule_AddObjectRef(m, "SampleError", SampleError) < 0 ||
         PyModule_AddObjectRef(m, "SlotsHeldError", SlotsHeldError) < 0 ||
-        PyModule_AddObjectRef(m, "ErrorRateError", ErrorRateError) < 0)
+        PyModule_AddObjectRef(m, "ErrorRateError", ErrorRateError) < 0 ||
+        sl_py_budget_add(m, BudgetError) < 0)
         goto fail;
     if (add_int(m, "PRESET_TRAIN", SL_PRESET_TRAIN) < 0 || add_int(m, "PRESET_VAL", SL_PRESET_VAL) < 0 ||
         add_int(m, "TRANSFORM_NONE", SL_TRANSFORM_NONE) < 0 ||

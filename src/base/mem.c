@@ -38,26 +38,27 @@ static int injected_failure(void) {
 
 int sl__budget_init(sl__budget *b, uint64_t limit) {
     memset(b, 0, sizeof *b);
-    b->limit = limit;
-    if (pthread_mutex_init(&b->mu, NULL)) return SL_ESYS;
-    if (pthread_cond_init(&b->cv, NULL)) {
+    atomic_store(&b->limit, limit);
+    atomic_store(&b->ceiling, limit);
+    b->stall_ns = SL_BUDGET_STALL_NS;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca)) return SL_ESYS;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* parked waits time out on it */
+    int rc = pthread_mutex_init(&b->mu, NULL) ? SL_ESYS : 0;
+    if (rc == 0 && pthread_cond_init(&b->cv, &ca)) {
         pthread_mutex_destroy(&b->mu);
-        return SL_ESYS;
+        rc = SL_ESYS;
     }
-    return 0;
+    if (rc == 0 && pthread_mutex_init(&b->cmu, NULL)) {
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        rc = SL_ESYS;
+    }
+    pthread_condattr_destroy(&ca);
+    return rc;
 }
 
-void sl__budget_fini(sl__budget *b) {
-    pthread_cond_destroy(&b->cv);
-    pthread_mutex_destroy(&b->mu);
-}
-
-void sl__budget_close(sl__budget *b) {
-    pthread_mutex_lock(&b->mu);
-    b->closed = 1;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-}
+static sl__budget *root_of(const sl__budget *b) { return b->parent ? b->parent : (sl__budget *)b; }
 
 static void note_peak(_Atomic uint64_t *peak, uint64_t v) {
     uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
@@ -65,12 +66,12 @@ static void note_peak(_Atomic uint64_t *peak, uint64_t v) {
     }
 }
 
-/* Count n if it fits; no queue check. */
-static int take(sl__budget *b, uint64_t n, int cat) {
+/* Count n on b alone if it fits b's own limit. */
+static int take_one(sl__budget *b, uint64_t n, int cat) {
     uint64_t u = atomic_load(&b->used);
     for (;;) {
         uint64_t nu;
-        if (sl__add(u, n, &nu) || nu > b->limit) return SL_EBUDGET;
+        if (sl__add(u, n, &nu) || nu > atomic_load(&b->limit)) return SL_EBUDGET;
         if (atomic_compare_exchange_weak(&b->used, &u, nu)) {
             note_peak(&b->peak, nu);
             note_peak(&b->cat_peak[cat], atomic_fetch_add(&b->cat[cat], n) + n);
@@ -79,74 +80,245 @@ static int take(sl__budget *b, uint64_t n, int cat) {
     }
 }
 
+static void give_one(sl__budget *b, uint64_t n, int cat) {
+    atomic_fetch_sub(&b->used, n);
+    atomic_fetch_sub(&b->cat[cat], n);
+}
+
+static void wake(sl__budget *r) {
+    if (atomic_load(&r->waiters) > 0) {
+        pthread_mutex_lock(&r->mu);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* Count n on b and its root: both or neither. No queue check. */
+static int take(sl__budget *b, uint64_t n, int cat) {
+    if (!b->parent) return take_one(b, n, cat);
+    if (take_one(b->parent, n, cat)) return SL_EBUDGET;
+    if (take_one(b, n, cat) == 0) return 0;
+    give_one(b->parent, n, cat);
+    wake(b->parent);
+    return SL_EBUDGET;
+}
+
+void sl__budget_attach(sl__budget *child, sl__budget *root) {
+    pthread_mutex_lock(&root->mu);
+    child->parent = root;
+    child->sibling = root->children;
+    root->children = child;
+    atomic_fetch_add(&root->fixed, atomic_load(&child->fixed));
+    pthread_mutex_unlock(&root->mu);
+}
+
+void sl__budget_unbind_limit(sl__budget *child) {
+    atomic_store(&child->limit, UINT64_MAX);
+    atomic_store(&child->ceiling, UINT64_MAX);
+}
+
+void sl__budget_fini(sl__budget *b) {
+    sl__budget *r = b->parent;
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        sl__budget **pp = &r->children;
+        while (*pp && *pp != b) pp = &(*pp)->sibling;
+        if (*pp) *pp = b->sibling;
+        atomic_fetch_sub(&r->fixed, atomic_load(&b->fixed));
+        for (int c = 0; c < SL_MEM__COUNT; c++) /* whatever the child still counts leaves with it */
+            give_one(r, atomic_load(&b->cat[c]), c);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        b->parent = NULL;
+    }
+    pthread_mutex_destroy(&b->cmu);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+}
+
+void sl__budget_close(sl__budget *b) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->mu);
+    b->closed = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 int sl__budget_try(sl__budget *b, uint64_t n, int cat) {
-    if (atomic_load(&b->waiters) > 0) return SL_EBUDGET;
+    if (atomic_load(&root_of(b)->waiters) > 0) return SL_EBUDGET;
     return take(b, n, cat);
 }
 
+static uint64_t room_under(uint64_t limit, uint64_t fixed) { return fixed >= limit ? 0 : limit - fixed; }
+
 uint64_t sl__budget_headroom(const sl__budget *b) {
-    uint64_t f = atomic_load(&((sl__budget *)b)->fixed);
-    return f >= b->limit ? 0 : b->limit - f;
+    const sl__budget *r = root_of(b);
+    uint64_t h = room_under(atomic_load(&r->limit), atomic_load(&r->fixed));
+    if (b != r) h = SL_MIN(h, room_under(atomic_load(&b->limit), atomic_load(&b->fixed)));
+    return h;
+}
+
+/* What could ever be granted to one waiter: under the ceiling. */
+static uint64_t ceiling_room(const sl__budget *b) {
+    const sl__budget *r = root_of(b);
+    uint64_t h = room_under(atomic_load(&r->ceiling), atomic_load(&r->fixed));
+    if (b != r) h = SL_MIN(h, room_under(atomic_load(&b->limit), atomic_load(&b->fixed)));
+    return h;
+}
+
+uint64_t sl__budget_limit(const sl__budget *b) {
+    const sl__budget *r = root_of(b);
+    return SL_MIN(atomic_load(&b->limit), atomic_load(&r->limit));
 }
 
 int sl__budget_has_waiters(const sl__budget *b) {
-    return atomic_load(&((sl__budget *)b)->waiters) > 0;
+    sl__budget *r = root_of(b);
+    return atomic_load(&r->waiters) > 0 || atomic_load(&r->used) > atomic_load(&r->limit);
 }
 
-int sl__budget_wait(sl__budget *b, uint64_t n, int cat) {
-    if (n > sl__budget_headroom(b)) return SL_EBUDGET;
-    if (atomic_load(&b->waiters) == 0 && take(b, n, cat) == 0) return 0;
-    uint64_t t0 = sl__now_ns();
-    int rc;
-    sl__waiter self = {NULL};
-    pthread_mutex_lock(&b->mu);
-    /* join the queue at its tail */
-    sl__waiter **pp = &b->queue;
+/* The first waiter in the queue that could fit under the limit now (the
+ * parked ones do not hold the others up). r->mu held. */
+static sl__waiter *first_fitting(sl__budget *r) {
+    uint64_t h = sl__budget_headroom(r);
+    for (sl__waiter *w = r->queue; w; w = w->next)
+        if (w->n <= h) return w;
+    return NULL;
+}
+
+static void park(sl__budget *r, uint64_t until_ns) {
+    struct timespec ts = {(time_t)(until_ns / 1000000000u), (long)(until_ns % 1000000000u)};
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* Queue self at r's tail and wait until it takes n, or fails. r->mu held. */
+static int queue_and_wait(sl__budget *b, sl__budget *r, sl__waiter *self, int cat) {
+    sl__waiter **pp = &r->queue;
     while (*pp) pp = &(*pp)->next;
-    *pp = &self;
-    atomic_fetch_add(&b->waiters, 1);
+    *pp = self;
+    atomic_fetch_add(&r->waiters, 1);
+    uint64_t parked = 0;
+    int rc;
     for (;;) {
-        if (b->closed) {
+        if (b->closed || r->closed) {
             rc = SL_ESTATE;
             break;
         }
-        if (n > sl__budget_headroom(b)) {
+        if (self->n > ceiling_room(b)) {
             rc = SL_EBUDGET;
             break;
         }
-        if (b->queue == &self && take(b, n, cat) == 0) {
+        if (self->n > sl__budget_headroom(b)) { /* the limit was lowered under it */
+            uint64_t now = sl__now_ns();
+            if (!parked) parked = now;
+            if (now - parked >= r->stall_ns) {
+                rc = SL_EBUDGET;
+                break;
+            }
+            park(r, parked + r->stall_ns);
+            continue;
+        }
+        parked = 0;
+        if (first_fitting(r) == self && take(b, self->n, cat) == 0) {
             rc = 0;
             break;
         }
-        pthread_cond_wait(&b->cv, &b->mu);
+        pthread_cond_wait(&r->cv, &r->mu);
     }
     /* leave the queue wherever we are in it, so an early leaver never
      * blocks the ones behind */
-    for (pp = &b->queue; *pp != &self; pp = &(*pp)->next) {
+    for (pp = &r->queue; *pp != self; pp = &(*pp)->next) {
     }
-    *pp = self.next;
-    atomic_fetch_sub(&b->waiters, 1);
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
+    *pp = self->next;
+    atomic_fetch_sub(&r->waiters, 1);
+    pthread_cond_broadcast(&r->cv);
+    return rc;
+}
+
+int sl__budget_wait(sl__budget *b, uint64_t n, int cat) {
+    sl__budget *r = root_of(b);
+    if (n > ceiling_room(b)) return SL_EBUDGET;
+    if (atomic_load(&r->waiters) == 0 && take(b, n, cat) == 0) return 0;
+    uint64_t t0 = sl__now_ns();
+    sl__waiter self = {NULL, n};
+    pthread_mutex_lock(&r->mu);
+    int rc = queue_and_wait(b, r, &self, cat);
+    pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&b->wait_ns, sl__now_ns() - t0);
+    if (b != r) atomic_fetch_add(&r->wait_ns, sl__now_ns() - t0);
     return rc;
 }
 
 void sl__budget_release(sl__budget *b, uint64_t n, int cat) {
     if (!n) return;
-    atomic_fetch_sub(&b->used, n);
-    atomic_fetch_sub(&b->cat[cat], n);
-    if (atomic_load(&b->waiters) > 0) {
-        pthread_mutex_lock(&b->mu);
-        pthread_cond_broadcast(&b->cv);
-        pthread_mutex_unlock(&b->mu);
-    }
+    give_one(b, n, cat);
+    if (b->parent) give_one(b->parent, n, cat);
+    wake(root_of(b));
 }
 
-void sl__budget_fix(sl__budget *b, uint64_t n) { atomic_fetch_add(&b->fixed, n); }
-void sl__budget_unfix(sl__budget *b, uint64_t n) { atomic_fetch_sub(&b->fixed, n); }
+void sl__budget_fix(sl__budget *b, uint64_t n) {
+    atomic_fetch_add(&b->fixed, n);
+    if (b->parent) atomic_fetch_add(&b->parent->fixed, n);
+}
 
-static size_t page_size(void) {
+void sl__budget_unfix(sl__budget *b, uint64_t n) {
+    atomic_fetch_sub(&b->fixed, n);
+    if (b->parent) atomic_fetch_sub(&b->parent->fixed, n);
+    wake(root_of(b)); /* headroom grew */
+}
+
+/* Ask consumers for what is over the limit, or tell them of room. */
+static void notify(sl__budget *r, int grew) {
+    pthread_mutex_lock(&r->cmu);
+    for (sl__consumer *c = r->consumers; c; c = c->next) {
+        if (grew) {
+            if (c->room) c->room(c->ctx);
+            continue;
+        }
+        uint64_t u = atomic_load(&r->used), l = atomic_load(&r->limit);
+        if (u <= l) break;
+        c->give_back(c->ctx, u - l);
+    }
+    pthread_mutex_unlock(&r->cmu);
+}
+
+int sl__budget_set_limit(sl__budget *b, uint64_t limit, int user, char *err, size_t errlen) {
+    if (b->parent) return SL_EINVAL;
+    char x[32], y[32];
+    pthread_mutex_lock(&b->mu);
+    uint64_t fixed = atomic_load(&b->fixed), old = atomic_load(&b->limit);
+    if (limit < fixed) {
+        pthread_mutex_unlock(&b->mu);
+        sl__msg(err, errlen, "limit %s is below the %s its loaders hold for life (their minimum working sets)",
+                sl__fmt_bytes(limit, x, sizeof x), sl__fmt_bytes(fixed, y, sizeof y));
+        return SL_EBUDGET;
+    }
+    if (user) atomic_store(&b->ceiling, limit);
+    else limit = SL_MIN(limit, atomic_load(&b->ceiling));
+    atomic_store(&b->limit, limit);
+    pthread_cond_broadcast(&b->cv); /* waiters re-evaluate: fit, park or give up */
+    pthread_mutex_unlock(&b->mu);
+    if (limit != old) notify(b, limit > old);
+    return 0;
+}
+
+void sl__budget_add_consumer(sl__budget *b, sl__consumer *c) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->cmu);
+    c->next = r->consumers;
+    r->consumers = c;
+    pthread_mutex_unlock(&r->cmu);
+}
+
+void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->cmu);
+    sl__consumer **pp = &r->consumers;
+    while (*pp && *pp != c) pp = &(*pp)->next;
+    if (*pp) *pp = c->next;
+    pthread_mutex_unlock(&r->cmu);
+}
+
+size_t sl__page_size(void) {
     static size_t ps;
     if (!ps) {
         long v = sysconf(_SC_PAGESIZE);
@@ -159,7 +331,7 @@ size_t sl__alloc_cost(size_t n) {
     if (n > SIZE_MAX - SL_HDR - 65536) return SIZE_MAX;
     size_t t = n + SL_HDR;
     if (t >= SL_MMAP_MIN) {
-        size_t ps = page_size();
+        size_t ps = sl__page_size();
         return (t + ps - 1) / ps * ps;
     }
     return t; /* malloc: counted at usable size, at least this */
@@ -285,14 +457,16 @@ const char *sl__fmt_bytes(uint64_t n, char *buf, size_t len) {
 const char *sl_format_size(uint64_t n, char *buf, size_t len) { return sl__fmt_bytes(n, buf, len); }
 
 size_t sl__map_cost(size_t n) {
-    size_t ps = page_size();
+    size_t ps = sl__page_size();
     if (n > SIZE_MAX - ps) return SIZE_MAX;
     return (n + ps - 1) / ps * ps;
 }
 
 void sl__budget_recat(sl__budget *b, uint64_t n, int from, int to) {
-    atomic_fetch_sub(&b->cat[from], n);
-    note_peak(&b->cat_peak[to], atomic_fetch_add(&b->cat[to], n) + n);
+    for (; b; b = b->parent) {
+        atomic_fetch_sub(&b->cat[from], n);
+        note_peak(&b->cat_peak[to], atomic_fetch_add(&b->cat[to], n) + n);
+    }
 }
 
 void *sl__map_prepaid(size_t n) {

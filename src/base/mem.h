@@ -2,18 +2,40 @@
  * The budget and its accounting allocator (think Redis zmalloc, SQLite
  * heap limits). Every byte the library holds is counted here: real
  * allocations (sl__alloc, page-rounded mmap for large ones) and
- * reservations for memory a third-party decoder allocates itself.
+ * reservations for memory a decoder arena maps.
+ *
+ * A budget is a root (a loader's private budget, or the core of a shared
+ * sl_budget) or a child attached to a root (a loader drawing on a shared
+ * budget). A child counts its own use (per-loader stats) and every grant
+ * is taken from its root too; the root's limit is the one that binds, its
+ * queue is where every waiter of every child waits.
  *
  * Invariants
- *  - used <= limit at all times: a request that does not fit fails (try)
- *    or waits (wait); nothing is ever counted past the limit.
- *  - fixed bytes (reserved at create and held for the loader's life) never
- *    come back, so a wait for more than limit - fixed fails at once with
- *    SL_EBUDGET: waiting cannot help it.
- *  - Waiters are served first-come first-served; while anyone waits, try
- *    requests fail, so a large request is never starved by small ones.
+ *  - Nothing is granted past the limit: a request that does not fit fails
+ *    (try) or waits (wait). The limit is live (sl__budget_set_limit): after
+ *    a shrink, used may stand over it until consumers give back (they are
+ *    asked, see sl__consumer); no new grant is made until it is under.
+ *  - fixed bytes (reserved at create and held for a loader's life) never
+ *    come back; a root's fixed is the sum of its children's. The limit is
+ *    never set below fixed.
+ *  - Waits. A request over ceiling - fixed can never be granted: SL_EBUDGET
+ *    at once (the ceiling is the limit the user set; the governor moves the
+ *    limit below it). A request over limit - fixed but under ceiling - fixed
+ *    (the limit was lowered by the governor) is parked: it does not block
+ *    the queue, and waits for the limit to grow back at most stall_ns, then
+ *    fails with SL_EBUDGET. Other waiters are served first-come
+ *    first-served: only the first waiter that could fit may take, and while
+ *    anyone waits, try requests fail, so a large request is never starved
+ *    by small ones.
  *  - A thread that waits must hold nothing it could give back (the caller's
  *    protocol: release growth, then wait), so waits cannot deadlock.
+ *    sl__budget_has_waiters tells holders of growth to give it back: it is
+ *    true while anyone waits or while the budget is over its limit.
+ *
+ * Locks: a root's mu protects its queue, closed flags, children and the
+ * limit's writers; cmu (taken before any loader lock, never under mu)
+ * serializes consumer notifications with consumer removal. Counters are
+ * atomics.
  */
 #ifndef SL_MEM_H
 #define SL_MEM_H
@@ -25,13 +47,29 @@
 
 #include "sluice.h"
 
-/* A thread waiting for budget: a node on its own stack, in the queue. */
+/* A thread waiting for budget: a node on its own stack, in the root's queue. */
 typedef struct sl__waiter {
     struct sl__waiter *next;
+    uint64_t n;
 } sl__waiter;
 
+/* Something holding budget it can give back (a loader's free slots and
+ * scratch, a cache's entries), registered with a root. */
+typedef struct sl__consumer {
+    /* The budget is want bytes over its limit: release what can go now
+     * (through sl__budget_release or sl__free) and return how much; the
+     * rest as it comes free. Called on the thread that moved the limit,
+     * with no budget lock held, never twice at once for one budget. */
+    uint64_t (*give_back)(void *ctx, uint64_t want);
+    /* The limit grew: room may be taken again. May be NULL. */
+    void (*room)(void *ctx);
+    void *ctx;
+    struct sl__consumer *next;
+} sl__consumer;
+
 typedef struct sl__budget {
-    uint64_t limit;
+    _Atomic uint64_t limit;   /* live limit (a child: UINT64_MAX once attached, the root binds) */
+    _Atomic uint64_t ceiling; /* the limit the user set; the governor moves limit below it */
     _Atomic uint64_t used;
     _Atomic uint64_t peak;
     _Atomic uint64_t fixed;
@@ -39,29 +77,60 @@ typedef struct sl__budget {
     _Atomic uint64_t cat_peak[SL_MEM__COUNT];
     _Atomic uint64_t wait_ns;
     _Atomic int waiters;
-    pthread_mutex_t mu;     /* protects queue and closed */
+    uint64_t stall_ns;        /* how long a parked waiter waits for the limit to grow back */
+    struct sl__budget *parent;   /* the root this child draws on; NULL: a root */
+    struct sl__budget *children; /* a root's attached children (mu) */
+    struct sl__budget *sibling;
+    pthread_mutex_t mu;       /* a root's: queue, closed flags, children */
     pthread_cond_t cv;
-    sl__waiter *queue;      /* waiters, first come first; only the head may take */
-    int closed;             /* set by sl__budget_close: waits return SL_ESTATE */
+    sl__waiter *queue;        /* a root's waiters, first come first */
+    int closed;               /* set by sl__budget_close: its waits return SL_ESTATE */
+    pthread_mutex_t cmu;      /* a root's: consumers and their notification */
+    sl__consumer *consumers;
 } sl__budget;
 
+#define SL_BUDGET_STALL_NS ((uint64_t)10 * 1000000000u)
+
 int sl__budget_init(sl__budget *b, uint64_t limit);
+/* Detaches a child (its fixed part leaves the root's) and destroys. */
 void sl__budget_fini(sl__budget *b);
-/* Wake every waiter with SL_ESTATE; later waits fail at once. */
+/* Make child (initialized, nothing counted yet) draw on root: from now on
+ * every grant is taken from both; the child's own limit stays as set
+ * (sl__budget_unbind_limit lifts it). */
+void sl__budget_attach(sl__budget *child, sl__budget *root);
+/* A child's own limit off: only its root's binds. */
+void sl__budget_unbind_limit(sl__budget *child);
+/* Wake every waiter of b (of a child: its own, in the root's queue) with
+ * SL_ESTATE; its later waits fail at once. */
 void sl__budget_close(sl__budget *b);
 
 /* Count n bytes under cat if they fit and nobody waits: 0 or SL_EBUDGET. */
 int sl__budget_try(sl__budget *b, uint64_t n, int cat);
-/* Count n bytes, waiting first-come first-served until they fit.
- * SL_EBUDGET at once if n > limit - fixed; SL_ESTATE if closed. */
+/* Count n bytes, waiting as stated above. SL_EBUDGET (never fits, or
+ * parked past stall_ns), SL_ESTATE if closed. */
 int sl__budget_wait(sl__budget *b, uint64_t n, int cat);
 void sl__budget_release(sl__budget *b, uint64_t n, int cat);
 /* Move n already-counted bytes into the fixed part (held for life). */
 void sl__budget_fix(sl__budget *b, uint64_t n);
 void sl__budget_unfix(sl__budget *b, uint64_t n);
-/* Bytes that could ever be granted to one waiter. */
+/* Bytes that could ever be granted to one waiter now: limit - fixed of
+ * the root. */
 uint64_t sl__budget_headroom(const sl__budget *b);
+/* The limit that binds b (its root's, or its own if lower). */
+uint64_t sl__budget_limit(const sl__budget *b);
+/* Someone waits, or the budget is over its limit: give growth back. */
 int sl__budget_has_waiters(const sl__budget *b);
+
+/* Move a root's live limit. user: the user's own setting, which is also
+ * the new ceiling; otherwise (the governor) limit <= ceiling is kept. 0,
+ * or SL_EBUDGET with a reason when limit < fixed (the minimum working
+ * sets of its loaders). Waiters are re-evaluated at once; consumers are
+ * asked to give back what is over, or told there is room. */
+int sl__budget_set_limit(sl__budget *b, uint64_t limit, int user, char *err, size_t errlen);
+/* Register or remove a consumer (on the root). Removal waits for a
+ * notification in progress to end. */
+void sl__budget_add_consumer(sl__budget *b, sl__consumer *c);
+void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c);
 
 /* Accounting allocator. The try-flavour: NULL when the budget or the
  * system refuses (the budget is left unchanged). Blocks of 64 KiB and more
@@ -81,6 +150,8 @@ size_t sl__alloc_counted(const void *p);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);
 char *sl__strdup(sl__budget *b, const char *s, int cat);
+/* The system's page size. */
+size_t sl__page_size(void);
 /* Page-rounded size of a mapping of n bytes. */
 size_t sl__map_cost(size_t n);
 /* Move n counted bytes from one category to another. */

@@ -26,6 +26,7 @@ int sl__scratch_init(sl__scratch *s, sl__budget *b, size_t read_base, uint64_t d
 }
 
 void sl__scratch_drop(sl__scratch *s) {
+    if (s->grow_dec && s->trim) s->trim(s->trim_ctx);
     if (s->rbig) sl__unmap_prepaid(s->rbig, s->rbig_cap);
     s->rbig = NULL;
     s->rbig_cap = 0;

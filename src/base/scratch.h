@@ -34,6 +34,11 @@ typedef struct sl__scratch {
     uint64_t grow_dec;   /* decoder room beyond the baseline (SL_MEM_DECODER) */
     uint64_t cap;        /* the most growth one sample may take (0: no cap), a rule that
                             depends only on the sample and the configuration */
+    /* Called before decoder room is given back, so the memory behind it
+     * (the decoder's arena) is unmapped first: resident memory never
+     * outgrows what is counted. May be NULL. */
+    void (*trim)(void *ctx);
+    void *trim_ctx;
 } sl__scratch;
 
 /* Take the baseline from b. 0, or SL_EBUDGET (the budget cannot hold it)

@@ -499,7 +499,7 @@ static int create_private(sl__cache *c, const sl__cache_opts *o, char *err, size
     sl__chdr *h = sl__alloc(c->b, (size_t)t.index_bytes, SL_MEM_CACHE);
     if (!h) {
         char a[32];
-        int budget = atomic_load(&c->b->used) + cost > c->b->limit;
+        int budget = atomic_load(&c->b->used) + cost > sl__budget_limit(c->b);
         sl__msg(err, errlen, "%s for the cache's index of %u samples (%s)",
                 budget ? "the budget has no room" : "out of memory", o->keys, sl__fmt_bytes(cost, a, sizeof a));
         return budget ? SL_EBUDGET : SL_ENOMEM;
@@ -544,7 +544,7 @@ int sl__cache_create(sl__budget *b, const sl__cache_opts *o, sl__cache **out, ch
     sl__cache *c = sl__calloc(b, 1, sizeof *c, SL_MEM_CACHE);
     if (!c) {
         sl__msg(err, errlen, "no room for the cache's handle");
-        return atomic_load(&b->used) + sl__alloc_cost(sizeof *c) > b->limit ? SL_EBUDGET : SL_ENOMEM;
+        return atomic_load(&b->used) + sl__alloc_cost(sizeof *c) > sl__budget_limit(b) ? SL_EBUDGET : SL_ENOMEM;
     }
     c->b = b;
     c->next_use = o->next_use;

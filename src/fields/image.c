@@ -145,16 +145,19 @@ static int image_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     if ((rc = sl__scratch_reserve(s, sf.size, plan.mem, &lost, reason, rlen))) goto out;
     buf = sl__scratch_buf(s, sf.size);
     if (lost && (rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
-    sl__quota q = {sl__scratch_dec_room(s), 0, 0, 0};
+    sl__quota q;
+    if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(s), &q, reason, rlen))) goto out;
     rc = sl__run(L->dec, buf, (size_t)sf.size, &info, &plan, &q, dst, reason, rlen);
     if (rc == SL_EBUDGET && plan.mem < (UINT64_MAX >> 2)) {
-        /* The decoder needed more than its bound from the header: once
-         * more with twice the room, reserved like any growth. */
+        /* The decoder needed more than its bound from the header (another
+         * libjpeg build can: a process may bind our libjpeg symbols to
+         * Pillow's or torchvision's copy; the arena refuses exactly at the
+         * bound): once more with twice the room, reserved like any growth. */
         if ((rc = sl__scratch_reserve(s, sf.size, plan.mem * 2, &lost, reason, rlen))) goto out;
         buf = sl__scratch_buf(s, sf.size);
         if (lost && (rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
-        sl__quota q2 = {sl__scratch_dec_room(s), 0, 0, plan.mem};
-        rc = sl__run(L->dec, buf, (size_t)sf.size, &info, &plan, &q2, dst, reason, rlen);
+        if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(s), &q, reason, rlen))) goto out;
+        rc = sl__run(L->dec, buf, (size_t)sf.size, &info, &plan, &q, dst, reason, rlen);
     }
 out:
     sl__sample_close(&sf);

@@ -101,7 +101,10 @@ static int video_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
         goto out;
     }
     if ((rc = sl__scratch_reserve(L->scratch, 0, plan.mem, &lost, reason, rlen))) goto out;
-    sl__quota q = {plan.quota, 0, 0, 0};
+    /* the frame pool from the worker's decoder arena: its pages are the ones counted */
+    sl__quota q;
+    if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(L->scratch), &q, reason, rlen))) goto out;
+    if (q.cap > plan.quota) q.cap = plan.quota; /* the rest of plan.mem is FFmpeg's own mallocs */
     rc = sl__video_decode(&sf, &info, &plan, &q, L->cancel, dst, reason, rlen);
 out:
     sl__sample_close(&sf);

@@ -1,58 +1,10 @@
-/* Format dispatch by content, and the per-sample quota allocator. */
+/* Format dispatch by content. The per-sample quota allocator is in quota.c. */
 #include "decode.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../base/util.h"
-
-/* Quota blocks carry their size so free/realloc can settle the count. */
-typedef struct qhdr {
-    uint64_t size;
-    uint64_t pad;
-} qhdr;
-
-void *sl__quota_alloc(sl__quota *q, size_t n) {
-    uint64_t total;
-    if (sl__add(n, sizeof(qhdr), &total) || sl__add(q->used, total, &total) || total > q->cap)
-        return NULL;
-    qhdr *h = malloc(n + sizeof(qhdr));
-    if (!h) return NULL;
-    h->size = n + sizeof(qhdr);
-    q->used += h->size;
-    if (q->used > q->peak) q->peak = q->used;
-    return h + 1;
-}
-
-void *sl__quota_calloc(sl__quota *q, size_t count, size_t size) {
-    uint64_t n;
-    if (sl__mul(count, size, &n) || n > SIZE_MAX) return NULL;
-    void *p = sl__quota_alloc(q, (size_t)n);
-    if (p) memset(p, 0, (size_t)n);
-    return p;
-}
-
-void sl__quota_free(sl__quota *q, void *p) {
-    if (!p) return;
-    qhdr *h = (qhdr *)p - 1;
-    q->used -= h->size;
-    free(h);
-}
-
-void *sl__quota_realloc(sl__quota *q, void *p, size_t n) {
-    if (!p) return sl__quota_alloc(q, n);
-    qhdr *h = (qhdr *)p - 1;
-    uint64_t old = h->size, total;
-    if (sl__add(n, sizeof(qhdr), &total)) return NULL;
-    if (total > old && (q->used + (total - old) > q->cap)) return NULL;
-    qhdr *nh = realloc(h, (size_t)total);
-    if (!nh) return NULL;
-    q->used = q->used - old + total;
-    if (q->used > q->peak) q->peak = q->used;
-    nh->size = total;
-    return nh + 1;
-}
 
 /* ---- limits ------------------------------------------------------------ */
 

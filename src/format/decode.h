@@ -21,16 +21,22 @@
 
 #include "sluice.h"
 
-/* A per-sample allocation allowance (single-threaded). Allocations past
- * cap fail. Memory comes from malloc; the cap was counted in the budget by
- * the caller, so the accounting holds. */
+/* A per-sample allocation allowance (single-threaded). With an arena
+ * (the loader's workers, sl_image_decode) every block comes from it and
+ * the arena's extent may not pass cap, so the bound holds for resident
+ * memory whatever the fragmentation; used is then the extent. Without one
+ * (arena NULL: a caller that set up no arena) blocks come from malloc and
+ * used is the sum of live blocks. The caller counted cap in its budget. */
+struct sl__arena;
 typedef struct sl__quota {
     uint64_t cap;
     uint64_t used;
     uint64_t peak;
-    uint64_t extra; /* room beyond the plan that a decoder's own allocator
-                       (libjpeg's) may take: set for a retry */
+    struct sl__arena *arena;
 } sl__quota;
+/* Most bytes one quota block costs beyond its request (header, rounding):
+ * bounds add it once per block they expect. */
+#define SL_QUOTA_BLOCK_OVERHEAD 48
 void *sl__quota_alloc(sl__quota *q, size_t n);
 void *sl__quota_calloc(sl__quota *q, size_t count, size_t size);
 void *sl__quota_realloc(sl__quota *q, void *p, size_t n);
@@ -86,10 +92,29 @@ typedef struct sl__row_sink {
  * request (decoder-internal memory included). */
 uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req);
 
-/* Reusable per-thread decoder state (libjpeg objects and the like). */
+/* Reusable per-thread decoder state (libjpeg objects and the like) and
+ * the decode arena every allocation of a sample comes from. */
 typedef struct sl__decoder sl__decoder;
+/* NULL when the system refuses. Maps nothing yet. */
 sl__decoder *sl__decoder_new(void);
+/* Unmaps the arena and frees everything. NULL is ignored. */
 void sl__decoder_free(sl__decoder *d);
+/* Bytes of a decoder's counted memory that are not its arena: the object,
+ * libjpeg's permanent pool (Huffman and quantization tables, source
+ * manager: a few KiB, allocated once per decoder with malloc). */
+#define SL_DECODER_SELF ((uint64_t)32 << 10)
+/* Bind q to d's arena for one sample: counted is what the caller holds
+ * counted for this decoder (SL_DECODER_SELF included); the arena's mapping
+ * becomes counted - SL_DECODER_SELF and q->cap its limit. 0, or SL_ENOMEM
+ * with a reason (the system refused the mapping), SL_EBUDGET when counted
+ * does not even cover SL_DECODER_SELF, SL_ESTATE when blocks of the last
+ * sample are still live (a leak: a bug). Between samples only. */
+int sl__decoder_quota(sl__decoder *d, uint64_t counted, sl__quota *q, char *reason, size_t rlen);
+/* Shrink the arena so the decoder holds at most counted bytes (between
+ * samples; before the caller gives the rest back). */
+void sl__decoder_trim(sl__decoder *d, uint64_t counted);
+/* Highest arena extent of the last sample decoded (tests, bounds). */
+uint64_t sl__decoder_peak(const sl__decoder *d);
 
 /* Decode the request. Returns 0, or SL_ECORRUPT / SL_EUNSUPPORTED /
  * SL_ELIMIT (scan limit) / SL_EBUDGET (quota) / SL_ESTATE (cancelled) / a

@@ -9,10 +9,12 @@
  * of two (1/8, 1/4, 1/2) that keeps the scaled window at least as large as
  * the output (so the resize after it stays a downscale); jpeg_crop_scanline
  * limits the columns, jpeg_skip_scanlines skips the rows above, and the
- * decode stops after the window's last row. Memory: libjpeg allocates with
- * malloc; sl__jpeg_mem() bounds it from the header, the caller reserves
- * that from the budget, and max_memory_to_use makes libjpeg itself refuse
- * to pass the bound for its large arrays.
+ * decode stops after the window's last row. Memory: libjpeg's memory
+ * manager is replaced (jpeg_mem.c), so every byte it allocates for an
+ * image comes from the sample's quota, in the worker's decode arena;
+ * sl__jpeg_mem() bounds it from the header and the caller reserves that
+ * from the budget. The arena refuses anything past it (libjpeg's own
+ * out-of-memory error, reported as SL_EBUDGET).
  *
  * Work: a file with more scans than req->max_scans is refused from its
  * markers before decoding (each scan of a progressive file is a pass over
@@ -28,8 +30,10 @@
 
 #include <jpeglib.h>
 
+#include "../base/arena.h"
 #include "../base/util.h"
 #include "decode.h"
+#include "jpeg_mem.h"
 
 #define ROWS_PER_READ 16
 #define JPEG_BASE_MEM ((uint64_t)256 << 10)
@@ -105,6 +109,10 @@ int sl__jpeg_probe(const uint8_t *d, size_t len, sl_image_info *info, char *reas
         } else if (m == 0xE1 && sn >= 6 && !memcmp(s, "Exif\0\0", 6)) {
             info->orientation = exif_orientation(s + 6, sn - 6);
         } else if (m == 0xDA) {
+            /* A first scan without every component means several scans:
+             * libjpeg then buffers the whole image's coefficients, as for
+             * a progressive file, and it is bounded (and reported) as one. */
+            if (have_sof && sn >= 1 && s[0] < info->channels) info->progressive = 1;
             break;
         }
         pos += seg;
@@ -144,10 +152,12 @@ static uint64_t libjpeg_mem(const sl_image_info *info) {
     uint64_t mem = JPEG_BASE_MEM + (uint64_t)info->channels * w16 * 96; /* row buffers, context */
     if (info->progressive) {
         /* whole-image coefficients: 64 x 2 bytes a block, every component
-         * counted at full resolution (4:4:4, the most), plus a quarter for
-         * iMCU padding and other libjpeg builds' pools */
-        uint64_t bw = ((uint64_t)info->width + 15) / 8 + 1, bh = ((uint64_t)info->height + 15) / 8 + 1;
-        mem += (uint64_t)info->channels * bw * bh * 160;
+         * counted at full resolution (4:4:4, the most); a component's
+         * blocks are padded to its sampling factor (at most 4), so 3 more
+         * a row and a column. libjpeg's allocations are counted exactly
+         * (jpeg_mem.c), so no slack for pool overheads is guessed. */
+        uint64_t bw = ((uint64_t)info->width + 7) / 8 + 3, bh = ((uint64_t)info->height + 7) / 8 + 3;
+        mem += (uint64_t)info->channels * bw * bh * sizeof(JBLOCK);
     }
     return mem;
 }
@@ -234,6 +244,8 @@ struct sl__decoder {
     struct err_mgr err;
     struct progress prog;
     int created;
+    sl__jpeg_mm mm;   /* cinfo's memory manager once created */
+    sl__arena arena;  /* every sample's allocations (see decode.h) */
 };
 
 /* Called by libjpeg once per iMCU row while it absorbs a multi-scan file
@@ -285,15 +297,51 @@ sl__decoder *sl__decoder_new(void) {
         return NULL;
     }
     jpeg_create_decompress(&d->cinfo);
+    sl__jpeg_mm_install(&d->mm, (j_common_ptr)&d->cinfo);
+    sl__arena_init(&d->arena);
     d->created = 1;
     return d;
 }
 
 void sl__decoder_free(sl__decoder *d) {
     if (!d) return;
-    if (d->created) jpeg_destroy_decompress(&d->cinfo);
+    if (d->created) {
+        jpeg_destroy_decompress(&d->cinfo);
+        sl__arena_fini(&d->arena);
+    }
     free(d);
 }
+
+int sl__decoder_quota(sl__decoder *d, uint64_t counted, sl__quota *q, char *reason, size_t rlen) {
+    memset(q, 0, sizeof *q);
+    if (counted < SL_DECODER_SELF) {
+        sl__msg(reason, rlen, "decoder memory of %llu bytes is below its fixed %llu", (unsigned long long)counted,
+                (unsigned long long)SL_DECODER_SELF);
+        return SL_EBUDGET;
+    }
+    uint64_t bytes = counted - SL_DECODER_SELF;
+    int rc = bytes > SIZE_MAX / 2 ? SL_ENOMEM : sl__arena_reserve(&d->arena, (size_t)bytes);
+    if (rc == SL_ESTATE) {
+        sl__msg(reason, rlen, "decode arena still holds %zu blocks of the last sample", d->arena.live);
+        return rc;
+    }
+    if (rc) {
+        sl__msg(reason, rlen, "the system refused a %llu-byte decode arena", (unsigned long long)bytes);
+        return SL_ENOMEM;
+    }
+    sl__arena_peak_reset(&d->arena);
+    q->cap = d->arena.limit;
+    q->arena = &d->arena;
+    return 0;
+}
+
+void sl__decoder_trim(sl__decoder *d, uint64_t counted) {
+    if (!d) return;
+    uint64_t bytes = counted > SL_DECODER_SELF ? counted - SL_DECODER_SELF : 0;
+    sl__arena_trim(&d->arena, (size_t)SL_MIN(bytes, (uint64_t)SIZE_MAX));
+}
+
+uint64_t sl__decoder_peak(const sl__decoder *d) { return sl__arena_peak(&d->arena); }
 
 /* Pillow's CMYK -> RGB (inverted first when an Adobe marker says so). */
 static void cmyk_to_rgb(uint8_t *row, uint32_t w, int inverted, uint32_t channels) {
@@ -323,8 +371,6 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
                     size_t rlen) {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     uint8_t *volatile buf = NULL;
-    uint64_t lj = libjpeg_mem(info) + q->extra;
-    volatile int counted = 0;
     volatile int rc = 0;
 
     if (len > (unsigned long)-1) return SL_ELIMIT;
@@ -364,14 +410,7 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
     }
     d->prog = (struct progress){{on_progress, 0, 0, 0, 0}, &d->err, req->cancel, req->max_scans, 0};
     ci->progress = &d->prog.pub;
-    if (q->used + lj > q->cap) {
-        sl__msg(reason, rlen, "JPEG decode needs %llu bytes, quota %llu", (unsigned long long)lj,
-                (unsigned long long)q->cap);
-        return SL_EBUDGET;
-    }
-    q->used += lj; /* libjpeg's own allocations, bounded by lj */
-    counted = 1;
-    ci->mem->max_memory_to_use = (long)lj;
+    sl__jpeg_mm_bind(&d->mm, (j_common_ptr)ci, q); /* libjpeg's image pool draws on q */
     jpeg_mem_src(ci, data, (unsigned long)len);
     jpeg_read_header(ci, TRUE);
     if (ci->image_width != info->width || ci->image_height != info->height) {
@@ -458,6 +497,7 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
 out:
     /* Early stop (rows below the window never decoded) or failure: abort
      * keeps the object reusable; a full read finishes normally. */
+    sl__jpeg_mm_bind(&d->mm, (j_common_ptr)ci, q); /* ours again after a longjmp out of libjpeg's */
     if (setjmp(d->err.jb) == 0) {
         if (rc == 0 && ci->output_scanline == ci->output_height) jpeg_finish_decompress(ci);
         else jpeg_abort_decompress(ci);
@@ -465,7 +505,7 @@ out:
         jpeg_abort_decompress(ci);
     }
     ci->progress = NULL; /* d->prog describes this decode only */
+    sl__jpeg_mm_unbind(&d->mm, (j_common_ptr)ci);
     sl__quota_free(q, buf);
-    if (counted) q->used -= lj;
     return rc;
 }

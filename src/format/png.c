@@ -165,10 +165,14 @@ uint64_t sl__png_mem(const sl_image_info *info, const sl__decode_req *req) {
     if (sl__add(total, row, &total)) return UINT64_MAX;
     /* Ancillary chunks: libspng counts what it keeps against the cache
      * limit before allocating it, and grows an inflate buffer only while
-     * it fits the cache left (realloc: the quota counts the block once).
-     * Each block's quota header (16 bytes) comes with at least 32 bytes
-     * counted in the cache, so headers add at most half the cache. */
-    if (sl__add(total, SL_PNG_CHUNK_CACHE + SL_PNG_CHUNK_CACHE / 2, &total)) return UINT64_MAX;
+     * it fits the cache left. Each quota block costs at most
+     * SL_QUOTA_BLOCK_OVERHEAD (48) bytes beyond its request and comes with
+     * at least 32 bytes counted in the cache, so blocks take at most 2.5x
+     * the cache. The arena bounds its extent, not live bytes: a buffer
+     * grown by realloc past a neighbour moves, leaving a hole of its old
+     * size, and holes of a doubling buffer add up to less than its last
+     * size: one more chunk's worth. */
+    if (sl__add(total, SL_PNG_CHUNK_CACHE * 5 / 2 + SL_PNG_CHUNK_MAX, &total)) return UINT64_MAX;
     if (sl__add(total, SL_PNG_FIXED, &total)) return UINT64_MAX;
     return total;
 #endif

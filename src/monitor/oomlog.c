@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "monitor/text.h"
+#include "base/sys/text.h"
 #include "sluice.h"
 
 /* "key:NkB" anywhere in s, in bytes. */

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/mem.h"
-#include "monitor/procfs.h"
+#include "base/sys/procfs.h"
 
 typedef struct sl__proc {
     int pid, ppid;

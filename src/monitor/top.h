@@ -12,12 +12,12 @@
 #include <stdio.h>
 
 #include "base/mem.h"
-#include "monitor/cgroup.h"
+#include "base/sys/cgroup.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
-#include "monitor/procfs.h"
+#include "base/sys/procfs.h"
 #include "monitor/proctree.h"
-#include "monitor/psi.h"
+#include "base/sys/psi.h"
 
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8

@@ -86,11 +86,13 @@ int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o, void 
     }
     sl__decoder *d = sl__decoder_new();
     if (!d) return SL_ENOMEM;
-    sl__quota q = {p.mem, 0, 0, 0};
-    rc = sl__run(d, data, len, &info, &p, &q, out, errbuf, errlen);
-    if (rc == SL_EBUDGET) { /* the header's bound was short for this libjpeg: once more, twice the room */
-        sl__quota q2 = {p.mem * 2, 0, 0, p.mem};
-        rc = sl__run(d, data, len, &info, &p, &q2, out, errbuf, errlen);
+    sl__quota q;
+    rc = sl__decoder_quota(d, p.mem + SL_DECODER_SELF, &q, errbuf, errlen);
+    if (rc == 0) rc = sl__run(d, data, len, &info, &p, &q, out, errbuf, errlen);
+    if (rc == SL_EBUDGET && p.mem < (UINT64_MAX >> 2)) {
+        /* the header's bound was short for this libjpeg build: once more, twice the room */
+        if ((rc = sl__decoder_quota(d, p.mem * 2 + SL_DECODER_SELF, &q, errbuf, errlen)) == 0)
+            rc = sl__run(d, data, len, &info, &p, &q, out, errbuf, errlen);
     }
     sl__decoder_free(d);
     return rc;

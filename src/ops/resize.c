@@ -441,5 +441,5 @@ uint64_t sl__resampler_mem(const sl__axis_spec *sx, const sl__axis_spec *sy, uin
         uint64_t ring = (uint64_t)ceil(2.0 * filter_support(sy->filter) * up) + 2;
         vfirst = (SL_MIN(ring, (uint64_t)sy->n) * 4 + 1) * ((uint64_t)cols + 2) * 4; /* vacc, vrow */
     }
-    return m + SL_MAX(hfirst, vfirst) + 8 * 32; /* quota headers */
+    return m + SL_MAX(hfirst, vfirst) + 16 * SL_QUOTA_BLOCK_OVERHEAD; /* quota block headers */
 }

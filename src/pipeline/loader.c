@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/budget.h"
 #include "../base/util.h"
 #include "loader_impl.h"
 
@@ -74,7 +75,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->workers > 1024) BAD("workers %u over 1024", c->workers);
     if (c->prefetch > 1024) BAD("prefetch %u over 1024", c->prefetch);
     if (c->min_slots > 1024) BAD("min_slots %u over 1024", c->min_slots);
-    if (c->budget == 0) BAD("budget is 0");
+    if (c->budget == 0 && !c->shared_budget) BAD("budget is 0");
     if (c->flags & ~(SL_FLAG_CHECKSUM | SL_FLAG_EXIF | SL_FLAG_KEEP_ALPHA | SL_FLAG_FAST)) BAD("unknown flags 0x%x", c->flags);
     sl__recipe recipe;
     int rc = sl__recipe_from_config(c, &recipe, err, errlen);
@@ -108,7 +109,8 @@ static int copy_config(sl_config *dst, const sl_config *cfg, char *err, size_t e
  * budget could not hold it (SL_EBUDGET) or the system refused (SL_ENOMEM). */
 static int alloc_fail_code(const sl_loader *ld, uint64_t n) {
     uint64_t used = atomic_load(&ld->budget->used), need;
-    if (n > SIZE_MAX || sl__add(used, sl__alloc_cost((size_t)n), &need) || need > ld->budget->limit) return SL_EBUDGET;
+    if (n > SIZE_MAX || sl__add(used, sl__alloc_cost((size_t)n), &need) || need > sl__budget_limit(ld->budget))
+        return SL_EBUDGET;
     return SL_ENOMEM;
 }
 
@@ -131,6 +133,41 @@ static int init_sync(sl_loader *ld) {
     return SL_ESYS;
 }
 
+/* A shared budget (sl_budget): the loader's own budget becomes a child of
+ * the shared one. While the loader is created it is capped at what the
+ * shared budget has left, so the sizing below and its messages read as for
+ * a private budget of that size; once it runs the cap is lifted
+ * (sl__budget_unbind_limit) and only the shared limit binds. */
+static void attach_shared(sl_loader *ld) {
+    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
+    uint64_t limit = sl__budget_limit(core), used = atomic_load(&core->used);
+    uint64_t left = limit > used ? limit - used : 0;
+    atomic_store(&ld->own_budget.limit, left);
+    atomic_store(&ld->own_budget.ceiling, left);
+    ld->cfg.budget = left;
+    sl__budget_attach(&ld->own_budget, core);
+    sl__shared_ref(ld->cfg.shared_budget);
+    ld->shared = 1;
+}
+
+/* Say that the budget that was short is what a shared budget had left. */
+static void shared_reason(sl_loader *ld, char *err, size_t errlen) {
+    if (!ld->shared || !err || !errlen) return;
+    char tmp[512], x[32];
+    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
+    snprintf(tmp, sizeof tmp, "shared budget of %s (what its other loaders leave): %s",
+             sl__fmt_bytes(sl__budget_limit(core), x, sizeof x), err);
+    snprintf(err, errlen, "%s", tmp);
+}
+
+/* Undo what step_new did before the locks exist. */
+static void free_new(sl_loader *ld) {
+    if (ld->counted_self) sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
+    sl__budget_fini(&ld->own_budget);
+    if (ld->shared) sl__shared_unref(ld->cfg.shared_budget);
+    free(ld);
+}
+
 /* A new loader holding its configuration, budget and locks; nothing else. */
 static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t errlen) {
     sl_config c;
@@ -145,25 +182,24 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         sl__msg(err, errlen, "could not make the budget's lock");
         return rc;
     }
+    if (c.shared_budget) attach_shared(ld); /* sized against what the shared budget has left */
     /* the loader's own struct (schema, layout, counters) is counted too */
     if (sl__budget_try(ld->budget, sizeof *ld, SL_MEM_OTHER)) {
         char b1[32], b2[32];
-        sl__msg(err, errlen, "budget of %s cannot hold the loader's own state (%s)", sl__fmt_bytes(c.budget, b1, sizeof b1),
-                sl__fmt_bytes(sizeof *ld, b2, sizeof b2));
-        sl__budget_fini(ld->budget);
-        free(ld);
+        sl__msg(err, errlen, "budget of %s cannot hold the loader's own state (%s)",
+                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), sl__fmt_bytes(sizeof *ld, b2, sizeof b2));
+        shared_reason(ld, err, errlen);
+        free_new(ld);
         return SL_EBUDGET;
     }
     ld->counted_self = 1;
     if ((rc = init_sync(ld))) {
-        sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
-        sl__budget_fini(ld->budget);
-        free(ld);
+        free_new(ld);
         sl__msg(err, errlen, "could not make the loader's locks");
         return rc;
     }
     ld->owner_pid = (long)getpid();
-    ld->sample_cap = sl__sample_cap(c.budget);
+    ld->sample_cap = sl__sample_cap(ld->cfg.budget);
     ld->nworkers = c.workers ? c.workers : affinity_cpus();
     ld->B = c.batch_size;
     *out = ld;
@@ -176,7 +212,7 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         char b1[32];
         rc = alloc_fail_code(ld, strlen(c.source) + (c.fields ? strlen(c.fields) : 0) + 2);
         sl__msg(err, errlen, "budget of %s cannot hold the source path and schema",
-                sl__fmt_bytes(c.budget, b1, sizeof b1));
+                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1));
         return rc;
     }
     return 0;
@@ -267,7 +303,8 @@ static uint64_t min_budget_for(uint64_t fixed) {
  * budget is the fixed part x 4/3. */
 static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl_config *cfg = &ld->cfg;
-    uint64_t stride = ld->layout.stride, per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE;
+    uint64_t stride = ld->layout.stride;
+    uint64_t per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK;
     uint64_t workers_b = per_worker * ld->nworkers, used = atomic_load(&ld->budget->used);
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = stride + sizeof(sl_batch);
@@ -455,6 +492,7 @@ static void free_all(sl_loader *ld) {
         pthread_mutex_destroy(&ld->errmu);
     }
     sl__budget_fini(&ld->own_budget);
+    if (ld->shared) sl__shared_unref(ld->cfg.shared_budget);
     free(ld);
 }
 
@@ -482,9 +520,11 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
     if (!rc) rc = step_workers(ld, err, errlen);
     if (rc) {
+        if (ld && rc == SL_EBUDGET) shared_reason(ld, err, errlen);
         if (ld) free_all(ld);
         return rc;
     }
+    if (ld->shared) sl__budget_unbind_limit(ld->budget);
     sl__registry_add(ld);
     *out = ld;
     return 0;
@@ -581,7 +621,7 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
         o->worker_idle_s += (double)atomic_load(&ld->workers[i].idle_ns) / 1e9;
     }
     o->budget_wait_s = (double)atomic_load(&ld->budget->wait_ns) / 1e9;
-    o->budget_bytes = ld->budget->limit;
+    o->budget_bytes = sl__budget_limit(ld->budget);
     o->accounted_bytes = atomic_load(&ld->budget->used);
     o->peak_accounted_bytes = atomic_load(&ld->budget->peak);
     o->fixed_bytes = atomic_load(&ld->budget->fixed);

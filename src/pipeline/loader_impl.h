@@ -91,7 +91,9 @@ struct sl_loader {
     char *source_path;       /* the configuration's strings, copied */
     char *fields_json;
     sl__budget *budget;      /* everything the loader holds is counted here */
-    sl__budget own_budget;   /* the loader's own budget (what budget points at) */
+    sl__budget own_budget;   /* the loader's own budget (what budget points at); with
+                                cfg.shared_budget, a child of the shared one */
+    int shared;              /* own_budget is a child of cfg.shared_budget's (we hold a reference) */
     int counted_self;        /* sizeof(sl_loader) is reserved in budget */
     sl__source *src;
     sl__schema schema;       /* the fields (fields/field.h) */
@@ -183,6 +185,7 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
 #define SL_TRANSIENT_MAX_S 60
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
+/* A worker thread's stack, counted (SL_MEM_OTHER) while the thread lives. */
 #define SL_WORKER_STACK ((size_t)2 << 20)
 
 /* engine.c: the slot machinery, run by workers and the consumer */

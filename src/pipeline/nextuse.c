@@ -22,7 +22,7 @@ int sl__nextuse_init(sl__nextuse *o, sl__budget *b, const sl__sampler *s, uint32
     o->inv[0] = sl__alloc(b, bytes, SL_MEM_INDEX);
     o->inv[1] = o->inv[0] ? sl__alloc(b, bytes, SL_MEM_INDEX) : NULL;
     if (!o->inv[1]) {
-        int code = atomic_load(&b->used) + 2 * sl__alloc_cost(bytes) > b->limit ? SL_EBUDGET : SL_ENOMEM;
+        int code = atomic_load(&b->used) + 2 * sl__alloc_cost(bytes) > sl__budget_limit(b) ? SL_EBUDGET : SL_ENOMEM;
         sl__nextuse_fini(o);
         return code;
     }

@@ -27,21 +27,37 @@
 #include "../base/util.h"
 #include "loader_impl.h"
 
+/* The decoder's arena is unmapped down to its baseline before the room
+ * behind it is given back (scratch.h: trim). */
+static void trim_decoder(void *ctx) {
+    sl__worker *w = ctx;
+    sl__decoder_trim(w->dec, SL_WORKER_DEC_BASE);
+}
+
 int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
     memset(w, 0, sizeof *w);
     w->ld = ld;
     w->id = id;
+    /* its thread's stack, counted while the thread lives */
+    if (sl__budget_try(ld->budget, SL_WORKER_STACK, SL_MEM_OTHER)) {
+        memset(w, 0, sizeof *w);
+        return SL_EBUDGET;
+    }
     int rc = sl__scratch_init(&w->scratch, ld->budget, SL_WORKER_READ_BASE, SL_WORKER_DEC_BASE);
     if (rc) {
+        sl__budget_release(ld->budget, SL_WORKER_STACK, SL_MEM_OTHER);
         memset(w, 0, sizeof *w);
         return rc;
     }
     w->scratch.cap = ld->sample_cap;
     if (!(w->dec = sl__decoder_new())) {
         sl__scratch_fini(&w->scratch);
+        sl__budget_release(ld->budget, SL_WORKER_STACK, SL_MEM_OTHER);
         memset(w, 0, sizeof *w);
         return SL_ENOMEM;
     }
+    w->scratch.trim = trim_decoder;
+    w->scratch.trim_ctx = w;
     return 0;
 }
 
@@ -49,8 +65,11 @@ void sl__worker_idle(sl__worker *w) { sl__scratch_drop(&w->scratch); }
 
 void sl__worker_fini(sl__worker *w) {
     if (!w->ld) return;
+    sl__scratch_drop(&w->scratch);
+    sl__decoder_free(w->dec); /* its arena unmapped before its room is given back */
+    w->scratch.trim = NULL;
     sl__scratch_fini(&w->scratch);
-    sl__decoder_free(w->dec);
+    sl__budget_release(w->ld->budget, SL_WORKER_STACK, SL_MEM_OTHER);
     memset(w, 0, sizeof *w);
 }
 

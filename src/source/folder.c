@@ -243,7 +243,7 @@ static void budget_msg(sl__source *s, const char *root, int rc, char *err, size_
         sl__msg(err, errlen,
                 "%s: the index needs more than %s of memory but the budget is %s (%s in use by others); "
                 "raise the budget",
-                root, sl__fmt_bytes(peak, need, sizeof need), sl__fmt_bytes(s->b->limit, lim, sizeof lim),
+                root, sl__fmt_bytes(peak, need, sizeof need), sl__fmt_bytes(sl__budget_limit(s->b), lim, sizeof lim),
                 sl__fmt_bytes(atomic_load(&s->b->used) - idx, used, sizeof used));
     else
         sl__msg(err, errlen, "%s: indexing failed: %s", root, sl_strerror(rc));

@@ -523,7 +523,7 @@ int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, siz
         close(fd);
         sl__msg(err, errlen, "%s: reading the %s manifest needs %s but the budget is %s (%s in use)%s", path,
                 sl__fmt_bytes(size, nb[0], 32), sl__fmt_bytes(sl__alloc_cost(size + 1), nb[1], 32),
-                sl__fmt_bytes(b->limit, nb[2], 32), sl__fmt_bytes(atomic_load(&b->used), nb[3], 32),
+                sl__fmt_bytes(sl__budget_limit(b), nb[2], 32), sl__fmt_bytes(atomic_load(&b->used), nb[3], 32),
                 rc == SL_EBUDGET ? "" : " (the system refused)");
         return rc;
     }
@@ -576,7 +576,7 @@ int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, siz
             /* dirs[0] above: the manifest's folder, the base itself. */
             rc = sl__nomem_code(b, need);
             sl__msg(err, errlen, "%s: the index of %llu samples needs %s; the budget is %s with %s in use%s", path,
-                    (ull)cnt.rows, sl__fmt_bytes(need, nb[0], 32), sl__fmt_bytes(b->limit, nb[1], 32),
+                    (ull)cnt.rows, sl__fmt_bytes(need, nb[0], 32), sl__fmt_bytes(sl__budget_limit(b), nb[1], 32),
                     sl__fmt_bytes(used0, nb[2], 32),
                     rc == SL_EBUDGET ? " (including the manifest text while it is parsed)" : " (the system refused)");
         } else {

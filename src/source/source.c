@@ -18,7 +18,7 @@
 
 int sl__nomem_code(const sl__budget *b, uint64_t want) {
     uint64_t used = atomic_load(&((sl__budget *)b)->used), need;
-    if (sl__add(used, sl__alloc_cost(want), &need) || need > b->limit) return SL_EBUDGET;
+    if (sl__add(used, sl__alloc_cost(want), &need) || need > sl__budget_limit(b)) return SL_EBUDGET;
     return SL_ENOMEM;
 }
 

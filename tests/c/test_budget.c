@@ -3,8 +3,12 @@
  * The budget and its accounting allocator (src/core/mem.c): try, wait and
  * release; first-come first-served waits; close; the headroom refusal;
  * high-water marks and categories; what the allocator counts; allocation
- * failure injection; and a concurrent stress that never sees the limit
- * passed.
+ * failure injection; a concurrent stress that never sees the limit
+ * passed; children drawing on a root; live limits (growth lets waiters
+ * through in FIFO order, a governor's shrink parks a request that no
+ * longer fits without holding up the queue and gives it up after
+ * stall_ns, a user's shrink refuses it at once, never below the fixed
+ * part) and consumers asked to give back what is over.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -14,6 +18,7 @@
 
 #include "check.h"
 #include "base/mem.h"
+#include "base/util.h"
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -415,3 +420,217 @@ TEST(concurrent_never_over_limit) {
     CHECK(!sl__budget_has_waiters(&b));
     sl__budget_fini(&b);
 }
+
+/* ---- children, live limits, consumers ------------------------------------------ */
+
+TEST(children_draw_on_their_root) {
+    sl__budget root, a, b;
+    CHECK_OK(sl__budget_init(&root, 1000));
+    CHECK_OK(sl__budget_init(&a, 1000));
+    CHECK_OK(sl__budget_init(&b, 1000));
+    sl__budget_attach(&a, &root);
+    sl__budget_attach(&b, &root);
+    sl__budget_unbind_limit(&a);
+    sl__budget_unbind_limit(&b);
+    CHECK_OK(sl__budget_try(&a, 600, SL_MEM_BATCHES));
+    sl__budget_fix(&a, 600);
+    CHECK_EQ(atomic_load(&root.fixed), 600);
+    CHECK_EQ(sl__budget_try(&b, 401, SL_MEM_SCRATCH), SL_EBUDGET); /* the root binds */
+    CHECK_OK(sl__budget_try(&b, 400, SL_MEM_SCRATCH));
+    CHECK_EQ(used(&root), 1000);
+    CHECK_EQ(used(&a), 600);
+    CHECK_EQ(used(&b), 400);
+    CHECK_EQ(sl__budget_headroom(&b), 400); /* limit - everyone's fixed */
+    CHECK_EQ(sl__budget_wait(&b, 401, SL_MEM_SCRATCH), SL_EBUDGET);
+    CHECK_EQ(sl__budget_limit(&b), 1000);
+    sl__budget_recat(&b, 100, SL_MEM_SCRATCH, SL_MEM_DECODER);
+    CHECK_EQ(atomic_load(&root.cat[SL_MEM_DECODER]), 100);
+    sl__budget_release(&b, 300, SL_MEM_SCRATCH);
+    sl__budget_release(&b, 100, SL_MEM_DECODER);
+    CHECK_EQ(used(&root), 600);
+    sl__budget_fini(&a); /* a leaves: its fixed part and what it held go with it */
+    CHECK_EQ(atomic_load(&root.fixed), 0);
+    CHECK_EQ(used(&root), 0);
+    sl__budget_fini(&b);
+    sl__budget_fini(&root);
+}
+
+/* A child's own limit binds too while set (a loader being created sees
+ * exactly what was left). */
+TEST(child_limit_binds_until_unbound) {
+    sl__budget root, a;
+    CHECK_OK(sl__budget_init(&root, 1000));
+    CHECK_OK(sl__budget_init(&a, 300));
+    sl__budget_attach(&a, &root);
+    CHECK_EQ(sl__budget_try(&a, 301, SL_MEM_OTHER), SL_EBUDGET);
+    CHECK_EQ(used(&root), 0); /* refused by the child: the root's share went back */
+    CHECK_EQ(sl__budget_headroom(&a), 300);
+    sl__budget_unbind_limit(&a);
+    CHECK_OK(sl__budget_try(&a, 301, SL_MEM_OTHER));
+    sl__budget_release(&a, 301, SL_MEM_OTHER);
+    sl__budget_fini(&a);
+    sl__budget_fini(&root);
+}
+
+static void start(pthread_t *t, waiter *w) { CHECK_EQ(pthread_create(t, NULL, wait_thread, w), 0); }
+
+TEST(growth_lets_waiters_through_in_order) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 800, SL_MEM_BATCHES));
+    _Atomic int order = 0;
+    waiter big = {&r, 300, -99, 0, &order, -1}, small = {&r, 100, -99, 0, &order, -1};
+    pthread_t tb, ts;
+    start(&tb, &big);
+    wait_until_waiters(&r, 1);
+    start(&ts, &small); /* fits now, but big came first */
+    wait_until_waiters(&r, 2);
+    sleep_ms(20);
+    CHECK_EQ(atomic_load(&small.done), 0);
+    CHECK_OK(sl__budget_set_limit(&r, 1100, 1, NULL, 0)); /* room for one of them: the first */
+    CHECK_EQ(pthread_join(tb, NULL), 0);
+    CHECK_OK(big.rc);
+    sleep_ms(20);
+    CHECK_EQ(atomic_load(&small.done), 0);
+    CHECK_OK(sl__budget_set_limit(&r, 1200, 1, NULL, 0));
+    CHECK_EQ(pthread_join(ts, NULL), 0);
+    CHECK_OK(small.rc);
+    CHECK_EQ(used(&r), 1200);
+    sl__budget_fini(&r);
+}
+
+/* The governor lowers the limit under a waiter: it parks (does not hold up
+ * a smaller one behind it), and goes through when the limit grows back. */
+TEST(governor_shrink_parks_a_request_until_growth) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 200, SL_MEM_BATCHES));
+    sl__budget_fix(&r, 200);
+    CHECK_OK(sl__budget_try(&r, 700, SL_MEM_SCRATCH)); /* growth someone holds */
+    CHECK_OK(sl__budget_set_limit(&r, 500, 0, NULL, 0)); /* governor: ceiling stays 1000 */
+    CHECK_EQ(atomic_load(&r.ceiling), 1000);
+    CHECK(sl__budget_has_waiters(&r)); /* over its limit: holders must give back */
+    _Atomic int order = 0;
+    waiter big = {&r, 500, -99, 0, &order, -1}, small = {&r, 100, -99, 0, &order, -1};
+    pthread_t tb, ts;
+    start(&tb, &big); /* 500 > 500 - 200: parked */
+    wait_until_waiters(&r, 1);
+    start(&ts, &small);
+    wait_until_waiters(&r, 2);
+    sl__budget_release(&r, 700, SL_MEM_SCRATCH); /* under the limit again */
+    CHECK_EQ(pthread_join(ts, NULL), 0);        /* the small one was not held up */
+    CHECK_OK(small.rc);
+    sleep_ms(30);
+    CHECK_EQ(atomic_load(&big.done), 0);
+    CHECK_OK(sl__budget_set_limit(&r, 1000, 0, NULL, 0));
+    CHECK_EQ(pthread_join(tb, NULL), 0);
+    CHECK_OK(big.rc);
+    CHECK_EQ(used(&r), 800);
+    sl__budget_fini(&r);
+}
+
+TEST(parked_request_gives_up_after_the_stall) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    r.stall_ns = 200 * 1000000ull;
+    CHECK_OK(sl__budget_set_limit(&r, 300, 0, NULL, 0));
+    _Atomic int order = 0;
+    waiter w = {&r, 600, -99, 0, &order, -1};
+    pthread_t t;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    start(&t, &w);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CHECK_EQ(w.rc, SL_EBUDGET);
+    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    CHECK(s >= 0.19); /* waited for growth, then gave up: never forever */
+    CHECK_EQ(atomic_load(&r.waiters), 0);
+    sl__budget_fini(&r);
+}
+
+/* The user's own shrink is the new ceiling: a request that can never fit
+ * under it is refused at once, a waiting one too. */
+TEST(user_shrink_refuses_what_can_never_fit) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 900, SL_MEM_SCRATCH));
+    _Atomic int order = 0;
+    waiter w = {&r, 600, -99, 0, &order, -1};
+    pthread_t t;
+    start(&t, &w);
+    wait_until_waiters(&r, 1);
+    CHECK_OK(sl__budget_set_limit(&r, 500, 1, NULL, 0));
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(w.rc, SL_EBUDGET);
+    CHECK_EQ(sl__budget_wait(&r, 501, SL_MEM_SCRATCH), SL_EBUDGET);
+    sl__budget_release(&r, 900, SL_MEM_SCRATCH);
+    CHECK_OK(sl__budget_wait(&r, 500, SL_MEM_SCRATCH));
+    sl__budget_release(&r, 500, SL_MEM_SCRATCH);
+    sl__budget_fini(&r);
+}
+
+TEST(limit_never_below_fixed) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 400, SL_MEM_BATCHES));
+    sl__budget_fix(&r, 400);
+    char err[256] = "";
+    CHECK_EQ(sl__budget_set_limit(&r, 399, 1, err, sizeof err), SL_EBUDGET);
+    CHECK_STR_CONTAINS(err, "minimum working sets");
+    CHECK_STR_CONTAINS(err, "399 B");
+    CHECK_EQ(atomic_load(&r.limit), 1000);
+    CHECK_OK(sl__budget_set_limit(&r, 400, 1, err, sizeof err));
+    sl__budget_release(&r, 400, SL_MEM_BATCHES);
+    sl__budget_fini(&r);
+}
+
+/* Consumers holding give-back-able bytes, as loaders (free slots) and a
+ * cache would. */
+typedef struct consumer {
+    sl__consumer c;
+    sl__budget *b;
+    uint64_t held;      /* bytes it holds */
+    uint64_t now_max;   /* how much it can give back at once */
+    int asked, told;
+} consumer;
+
+static uint64_t give_back(void *ctx, uint64_t want) {
+    consumer *k = ctx;
+    k->asked++;
+    uint64_t n = SL_MIN(SL_MIN(want, k->held), k->now_max);
+    sl__budget_release(k->b, n, SL_MEM_BATCHES);
+    k->held -= n;
+    return n;
+}
+static void room(void *ctx) { ((consumer *)ctx)->told++; }
+
+TEST(shrink_asks_consumers_to_give_back) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    consumer a = {{give_back, room, NULL, NULL}, &r, 300, 100, 0, 0};
+    consumer b = {{give_back, room, NULL, NULL}, &r, 400, 1000, 0, 0};
+    a.c.ctx = &a;
+    b.c.ctx = &b;
+    CHECK_OK(sl__budget_try(&r, 700, SL_MEM_BATCHES));
+    sl__budget_add_consumer(&r, &a.c);
+    sl__budget_add_consumer(&r, &b.c);
+    CHECK_OK(sl__budget_set_limit(&r, 500, 1, NULL, 0));
+    CHECK_LE(used(&r), 500); /* at once */
+    CHECK_EQ(a.held + b.held, used(&r));
+    CHECK_OK(sl__budget_set_limit(&r, 400, 1, NULL, 0));
+    CHECK_LE(used(&r), 400);
+    CHECK(a.asked + b.asked >= 2);
+    CHECK_OK(sl__budget_set_limit(&r, 900, 1, NULL, 0)); /* room: both told */
+    CHECK_EQ(a.told, 1);
+    CHECK_EQ(b.told, 1);
+    int asked = a.asked + b.asked;
+    CHECK_OK(sl__budget_set_limit(&r, 800, 1, NULL, 0)); /* under it already: nobody asked */
+    CHECK_EQ(a.asked + b.asked, asked);
+    sl__budget_remove_consumer(&r, &a.c);
+    sl__budget_remove_consumer(&r, &b.c);
+    sl__budget_release(&r, a.held + b.held, SL_MEM_BATCHES);
+    CHECK_EQ(used(&r), 0);
+    sl__budget_fini(&r);
+}
+

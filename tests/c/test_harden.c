@@ -95,7 +95,9 @@ static void put_bytes(const char *root, const char *rel, const void *p, size_t n
 TEST(tight_budget_same_bytes_any_worker_count) {
     fx_dataset *d = fx_new(60, 0, 64, 160);
     unsigned long jl;
-    unsigned char *j = progressive_jpeg(3000, 2000, &jl); /* ~45 MiB of coefficients */
+    /* ~100 MiB of coefficients: more than a quarter of what 64 workers and
+     * their stacks need, so every worker count refuses them alike */
+    unsigned char *j = progressive_jpeg(4500, 3000, &jl);
     put_bytes(d->root, "c00/big_a.jpg", j, jl);
     put_bytes(d->root, "c01/big_b.jpg", j, jl);
     put_bytes(d->root, "c02/big_c.jpg", j, jl);
@@ -420,6 +422,7 @@ TEST(emfile_waited_out) {
         sl_config c;
         small_cfg(&c, d->root);
         c.workers = 32;
+        c.budget = 192u << 20; /* 32 workers' stacks and scratch */
         sl_loader *ld = fx_open(&c);
         struct rlimit rl;
         getrlimit(RLIMIT_NOFILE, &rl);

@@ -101,7 +101,7 @@ TEST(known_sizes_json) {
     double enc_mean, dec_mean;
     make_dataset(dir, sizeof dir, &enc_mean, &dec_mean);
     static char out[1 << 16];
-    snprintf(args, sizeof args, "'%s' --json --no-python --batch 4 --size 32 --budget 8M --sample 100 --preset val", dir);
+    snprintf(args, sizeof args, "'%s' --json --no-python --batch 4 --size 32 --budget 12M --sample 100 --preset val", dir);
     CHECK_EQ(run_plan(args, out, sizeof out), 0);
     CHECK_EQ(num(out, "dataset_samples"), NIMG);
     /* --sample above the dataset: every file, each once. */
@@ -148,13 +148,13 @@ TEST(known_sizes_json) {
         double wr = (wk < cores ? wk : cores) * rate;
         CHECK(r > wr * 0.999 - 0.1 && r < wr * 1.001 + 0.1);
     }
-    /* 16 MiB a DataLoader worker: no row fits 8 MiB. */
+    /* 16 MiB a DataLoader worker: no row fits 12 MiB. */
     CHECK(strstr(out, "\"dataloader_fits\":true") == NULL);
-    /* sluice's own choice for 8 MiB, and the model predicts its reservation. */
+    /* sluice's own choice for 12 MiB, and the model predicts its reservation. */
     double cw = num(out, "choice.workers"), cs = num(out, "choice.slots");
     double fixed = num(out, "choice.fixed_bytes"), model = num(out, "choice.model_bytes");
     CHECK(cw >= 1 && cs >= 1);
-    CHECK(fixed <= 8 << 20);
+    CHECK(fixed <= 12 << 20);
     CHECK(model > fixed * 0.95 && model < fixed * 1.05);
     remove_dataset(dir);
 }
@@ -164,7 +164,7 @@ TEST(table_and_refusal) {
     double enc_mean, dec_mean;
     make_dataset(dir, sizeof dir, &enc_mean, &dec_mean);
     static char out[1 << 16];
-    snprintf(args, sizeof args, "'%s' --no-python --batch 4 --size 32 --budget 8M --sample 5", dir);
+    snprintf(args, sizeof args, "'%s' --no-python --batch 4 --size 32 --budget 12M --sample 5", dir);
     CHECK_EQ(run_plan(args, out, sizeof out), 0);
     CHECK_STR_CONTAINS(out, "5 sampled evenly");
     CHECK_STR_CONTAINS(out, "workers prefetch");

@@ -14,12 +14,12 @@
 
 #include "check.h"
 #include "base/mem.h"
-#include "monitor/cgroup.h"
+#include "base/sys/cgroup.h"
 #include "monitor/json.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
-#include "monitor/procfs.h"
-#include "monitor/psi.h"
+#include "base/sys/procfs.h"
+#include "base/sys/psi.h"
 #include "monitor/svg.h"
 #include "monitor/top.h"
 

@@ -120,11 +120,11 @@ static int grab_rows(sl__row_sink *s, const uint8_t *const *rows, uint32_t y, ui
  * quota is exactly sl__webp_mem's bound. */
 static uint8_t *decode_window(const uint8_t *d, size_t len, const sl_image_info *info, uint32_t x, uint32_t y,
                               uint32_t w, uint32_t h, uint32_t ch, long long *lib_peak) {
-    sl__decode_req req = {x, y, w, h, 0, 0, ch, 0};
+    sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = ch};
     grab g = {{grab_begin, grab_rows, NULL}, malloc((size_t)w * h * ch), w, h, ch, 0};
     g.sink.ctx = &g;
     uint64_t bound = sl__decode_mem(info, &req);
-    sl__quota q = {bound, 0, 0, 0};
+    sl__quota q = {.cap = bound};
     char why[256];
 #ifndef SL_SANITIZED
     atomic_store(&counted, 0);
@@ -211,7 +211,7 @@ TEST(memory_bound_holds_measured_peak) {
             CHECK_OK(sl__probe(d, len, &info, NULL, 0));
             for (int win = 0; win < 2; win++) { /* the whole image, then a train-like crop */
                 uint32_t w = win ? W / 3 + 1 : W, h = win ? H / 2 + 1 : H, x = win ? W / 3 : 0, y = win ? H / 4 : 0;
-                sl__decode_req req = {x, y, w, h, 0, 0, 3, 0};
+                sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = 3};
                 long long measured;
                 free(decode_window(d, len, &info, x, y, w, h, 3, &measured));
                 uint64_t bound = sl__decode_mem(&info, &req);
@@ -295,10 +295,10 @@ TEST(quota_refusal_is_clean) {
     uint8_t *d = make_webp(LOSSLESS, 300, 200, &len);
     sl_image_info info;
     CHECK_OK(sl__probe(d, len, &info, NULL, 0));
-    sl__decode_req req = {0, 0, 300, 200, 0, 0, 3, 0};
+    sl__decode_req req = {.w = 300, .h = 200, .channels = 3};
     grab g = {{grab_begin, grab_rows, NULL}, malloc(300 * 200 * 3), 300, 200, 3, 0};
     g.sink.ctx = &g;
-    sl__quota q = {sl__decode_mem(&info, &req) / 2, 0, 0, 0};
+    sl__quota q = {.cap = sl__decode_mem(&info, &req) / 2};
     char why[256];
     CHECK_EQ(sl__decode(NULL, d, len, &info, &req, &q, &g.sink, why, sizeof why), SL_EBUDGET);
     CHECK_STR_CONTAINS(why, "quota");

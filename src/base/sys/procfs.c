@@ -1,5 +1,5 @@
 /* procfs parsers and readers. See procfs.h. */
-#include "monitor/procfs.h"
+#include "base/sys/procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "monitor/text.h"
+#include "base/sys/text.h"
 #include "sluice.h"
 
 /* Value in kB of a "Key:   1234 kB" line, in bytes; returns 0 and leaves *v

@@ -4,13 +4,13 @@
  * parsers take text and the readers take a folder, so tests point them at
  * sample files. Private.
  */
-#ifndef SL_MONITOR_CGROUP_H
-#define SL_MONITOR_CGROUP_H
+#ifndef SL_SYS_CGROUP_H
+#define SL_SYS_CGROUP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "monitor/psi.h"
+#include "base/sys/psi.h"
 
 /* v1 writes "no limit" as a page-rounded 2^63-1; anything from 2^60 on is no limit. */
 #define SL_CGROUP_NO_LIMIT ((uint64_t)1 << 60)

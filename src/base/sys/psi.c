@@ -1,10 +1,10 @@
 /* PSI parser. See psi.h. */
-#include "monitor/psi.h"
+#include "base/sys/psi.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "monitor/text.h"
+#include "base/sys/text.h"
 #include "sluice.h"
 
 static int parse_line(const char *s, sl__psi_line *l) {

@@ -1,6 +1,6 @@
-/* Line iteration over text held in memory, for the monitor's parsers. Private. */
-#ifndef SL_MONITOR_TEXT_H
-#define SL_MONITOR_TEXT_H
+/* Line iteration over text held in memory, for the /proc, cgroup and PSI parsers. Private. */
+#ifndef SL_SYS_TEXT_H
+#define SL_SYS_TEXT_H
 
 #include <stddef.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Pressure stall information (/proc/pressure/memory, cgroup memory.pressure). Private. */
-#ifndef SL_MONITOR_PSI_H
-#define SL_MONITOR_PSI_H
+#ifndef SL_SYS_PSI_H
+#define SL_SYS_PSI_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,11 @@
 /*
- * procfs readers for `sluice top`: smaps_rollup, meminfo, /proc/PID/stat.
+ * procfs readers (for `sluice top` and the governor): smaps_rollup, meminfo,
+ * /proc/PID/stat.
  * Each parser takes text (so tests feed sample files); the readers only
  * fetch the text. All sizes are bytes. Private.
  */
-#ifndef SL_MONITOR_PROCFS_H
-#define SL_MONITOR_PROCFS_H
+#ifndef SL_SYS_PROCFS_H
+#define SL_SYS_PROCFS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Memory cgroup readers. See cgroup.h. */
-#include "monitor/cgroup.h"
+#include "base/sys/cgroup.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "monitor/procfs.h"
-#include "monitor/text.h"
+#include "base/sys/procfs.h"
+#include "base/sys/text.h"
 #include "sluice.h"
 
 int sl__cgroup_parse_limit(const char *text, int *has_limit, uint64_t *limit) {

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Resident memory against the budget (issue 8): the process's RSS growth over
+its level before the loader, for 1, 4, 8, 16, 32 workers, on large images and
+on an ImageNet-like set. Prints one table per dataset; nothing is asserted.
+
+Each run is `sluice bench DATA --budget B --workers N --epochs E --json` in its
+own process, which reports `rss_growth_bytes` (VmHWM at the end minus VmRSS
+before the loader) beside `peak_accounted_bytes`. With --baseline BIN (another
+build of `sluice`, e.g. one made from an older commit) every row is run with it
+too, in the same invocation, side by side.
+
+    bench/rss_bench.py [--sluice build/sluice] [--baseline /tmp/old/build/sluice]
+                       [--workers 1,4,8,16,32] [--budget 80M] [--epochs 2]
+                       [--large-images 16] [--imagenet-images 2000] [--work /tmp/rss_bench]
+
+Datasets (made once under --work, reused):
+  large     progressive 4:4:4 JPEGs of 3000x2000 (36 MB of decoder memory each),
+            two 40 Mpx PNGs, a few tiny JPEGs
+  imagenet  make_imagenet_like.py (SHARED=/work/shared by default) over its
+            photos: --imagenet-images images in 100 classes
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+MIB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+MAKE_LARGE = r"""
+import os, sys
+import numpy as np
+from PIL import Image
+root, n = sys.argv[1], int(sys.argv[2])
+d = os.path.join(root, "c0")
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(0)
+def img(w, h):
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h)], -1).astype(np.int16)
+    noise = rng.integers(-30, 30, size=(h // 4 + 1, w // 4 + 1, 3)).repeat(4, 0).repeat(4, 1)[:h, :w]
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+for i in range(n):
+    img(3000, 2000).save(os.path.join(d, f"p{i:03d}.jpg"), quality=90, progressive=True, subsampling=0)
+for i in range(2):
+    img(8000, 5000).save(os.path.join(d, f"big{i}.png"), compress_level=1)
+for i in range(8):
+    img(48, 32).save(os.path.join(d, f"t{i}.jpg"), quality=90)
+"""
+
+
+def make_large(work, n):
+    root = os.path.join(work, f"large{n}")
+    if not os.path.exists(os.path.join(root, ".done")):
+        subprocess.run([sys.executable, "-c", MAKE_LARGE, root, str(n)], check=True)
+        open(os.path.join(root, ".done"), "w").close()
+    return root
+
+
+def make_imagenet(work, n, shared):
+    root = os.path.join(work, f"imagenet{n}")
+    if not os.path.exists(os.path.join(root, ".done")):
+        script = os.path.join(shared, "bench", "make_imagenet_like.py")
+        subprocess.run([sys.executable, script, root, "--images", str(n), "--classes", "100", "--seed", "0"],
+                       check=True)
+        open(os.path.join(root, ".done"), "w").close()
+    return root
+
+
+def run(binary, data, workers, budget, epochs, batch):
+    cmd = [binary, "bench", data, "--budget", budget, "--workers", str(workers), "--epochs", str(epochs),
+           "--batch", str(batch), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def row(label, r):
+    budget = r["budget_bytes"]
+    return (f"{label:>9} {r['workers']:>7} {budget / MIB:>8.0f} {r['peak_accounted_bytes'] / MIB:>10.1f} "
+            f"{r['rss_growth_bytes'] / MIB:>10.1f} {r['rss_growth_bytes'] / budget:>8.2f} "
+            f"{r['samples_per_s']:>9.1f} {r['errors']:>6}")
+
+
+def table(name, data, args):
+    print(f"\n## {name}: {data}  (budget {args.budget}, {args.epochs} epochs, batch {args.batch})")
+    print(f"{'build':>9} {'workers':>7} {'budget':>8} {'accounted':>10} {'rss_grow':>10} {'grow/bud':>8} "
+          f"{'img/s':>9} {'errors':>6}")
+    print(f"{'':>9} {'':>7} {'MiB':>8} {'peak MiB':>10} {'MiB':>10} {'':>8} {'':>9} {'':>6}")
+    for w in args.workers:
+        r = run(args.sluice, data, w, args.budget, args.epochs, args.batch)
+        print(row("this", r), flush=True)
+        if args.baseline:
+            b = run(args.baseline, data, w, args.budget, args.epochs, args.batch)
+            print(row("baseline", b) + f"   rss growth this/baseline {r['rss_growth_bytes'] / max(1, b['rss_growth_bytes']):.2f}",
+                  flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sluice", default=os.path.join(HERE, "..", "build", "sluice"))
+    ap.add_argument("--baseline", default=None, help="another sluice binary to run beside it")
+    ap.add_argument("--workers", default="1,4,8,16,32", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--budget", default="256M")
+    ap.add_argument("--epochs", default=2, type=int)
+    ap.add_argument("--batch", default=8, type=int)
+    ap.add_argument("--large-images", default=16, type=int)
+    ap.add_argument("--imagenet-images", default=2000, type=int)
+    ap.add_argument("--shared", default=os.environ.get("SHARED", "/work/shared"))
+    ap.add_argument("--work", default="/tmp/rss_bench")
+    ap.add_argument("--only", choices=["large", "imagenet"], default=None)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    with open("/proc/cpuinfo") as f:
+        cpus = sum(1 for line in f if line.startswith("processor"))
+    print(f"# rss_bench: {cpus} CPUs, {args.sluice}" + (f" vs {args.baseline}" if args.baseline else ""))
+    if args.only in (None, "large"):
+        table("large images", make_large(args.work, args.large_images), args)
+    if args.only in (None, "imagenet"):
+        table("ImageNet-like", make_imagenet(args.work, args.imagenet_images, args.shared), args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+/*
+ * The public shared budget: sl_budget_create / set_limit / stats / events /
+ * destroy, the governor's start, budget="auto".
+ *
+ * Ownership: refs counts the creator's reference and one per loader
+ * attached; the last sl__shared_unref stops the governor and frees. The
+ * governor's stack is counted in the core's fixed part while it runs.
+ */
+#include "budget.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "governor.h"
+#include "util.h"
+
+struct sl_budget {
+    sl__budget core;
+    _Atomic int refs;
+    pthread_mutex_t mu;   /* gov's start */
+    sl__governor *gov;
+};
+
+int sl_budget_create(uint64_t limit, sl_budget **out) {
+    if (!out) return SL_EINVAL;
+    *out = NULL;
+    if (limit == 0) return SL_EINVAL;
+    sl_budget *b = calloc(1, sizeof *b);
+    if (!b) return SL_ENOMEM;
+    int rc = sl__budget_init(&b->core, limit);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    pthread_mutex_init(&b->mu, NULL);
+    atomic_store(&b->refs, 1);
+    *out = b;
+    return 0;
+}
+
+sl__budget *sl__shared_core(sl_budget *b) { return &b->core; }
+
+void sl__shared_ref(sl_budget *b) { atomic_fetch_add(&b->refs, 1); }
+
+void sl__shared_unref(sl_budget *b) {
+    if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+    if (b->gov) {
+        sl__governor_stop(b->gov);
+        sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
+        sl__budget_unfix(&b->core, SL_GOVERNOR_STACK);
+    }
+    pthread_mutex_destroy(&b->mu);
+    sl__budget_fini(&b->core);
+    free(b);
+}
+
+void sl_budget_destroy(sl_budget *b) {
+    if (b) sl__shared_unref(b);
+}
+
+int sl_budget_set_limit(sl_budget *b, uint64_t limit, char *err, size_t errlen) {
+    if (!b || limit == 0) return SL_EINVAL;
+    return sl__budget_set_limit(&b->core, limit, 1, err, errlen);
+}
+
+int sl_budget_stats(const sl_budget *cb, sl_budget_info *o) {
+    if (!cb || !o) return SL_EINVAL;
+    sl_budget *b = (sl_budget *)cb;
+    sl__budget *r = &b->core;
+    memset(o, 0, sizeof *o);
+    o->limit = atomic_load(&r->limit);
+    o->ceiling = atomic_load(&r->ceiling);
+    o->used = atomic_load(&r->used);
+    o->peak = atomic_load(&r->peak);
+    o->fixed = atomic_load(&r->fixed);
+    for (int c = 0; c < SL_MEM__COUNT; c++) {
+        o->mem[c] = atomic_load(&r->cat[c]);
+        o->mem_peak[c] = atomic_load(&r->cat_peak[c]);
+    }
+    o->wait_s = (double)atomic_load(&r->wait_ns) / 1e9;
+    o->waiters = (uint32_t)atomic_load(&r->waiters);
+    pthread_mutex_lock(&r->mu);
+    uint32_t n = 0;
+    for (sl__budget *c = r->children; c; c = c->sibling) n++;
+    o->loaders = n;
+    /* children are kept newest first: index them by creation */
+    uint32_t i = n;
+    for (sl__budget *c = r->children; c; c = c->sibling) {
+        i--;
+        if (i >= SL_BUDGET_STATS_LOADERS) continue;
+        o->loader_used[i] = atomic_load(&c->used);
+        o->loader_peak[i] = atomic_load(&c->peak);
+        o->loader_fixed[i] = atomic_load(&c->fixed);
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&b->mu);
+    if (b->gov) sl__governor_stats(b->gov, o);
+    pthread_mutex_unlock(&b->mu);
+    return 0;
+}
+
+int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *err, size_t errlen) {
+    if (!b) return SL_EINVAL;
+    char x[32];
+    pthread_mutex_lock(&b->mu);
+    int rc = 0;
+    if (b->gov) {
+        sl__msg(err, errlen, "a governor already runs on this budget");
+        rc = SL_ESTATE;
+    } else if (sl__budget_try(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER)) {
+        sl__msg(err, errlen, "the budget cannot hold the governor thread's %s stack",
+                sl__fmt_bytes(SL_GOVERNOR_STACK, x, sizeof x));
+        rc = SL_EBUDGET;
+    } else {
+        sl__budget_fix(&b->core, SL_GOVERNOR_STACK);
+        if ((rc = sl__governor_start(&b->core, o, &b->gov))) {
+            sl__budget_unfix(&b->core, SL_GOVERNOR_STACK);
+            sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
+            sl__msg(err, errlen, "could not start the governor thread");
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *err, size_t errlen) {
+    if (!out) return SL_EINVAL;
+    *out = NULL;
+    sl_governor_opts d;
+    if (!o) {
+        sl_governor_opts_init(&d);
+        o = &d;
+    }
+    sl__gov_reading r;
+    sl__gov_read(o->cgroup_dir, &r);
+    uint64_t room = r.has_cgroup_limit ? r.cg_limit : r.has_available ? r.mem_available : 0;
+    uint64_t margin = o->margin ? o->margin : SL_MAX((uint64_t)64 << 20, room / 20);
+    if (!room) {
+        sl__msg(err, errlen, "budget=\"auto\": neither a cgroup memory limit nor MemAvailable could be read");
+        return SL_ENOENT;
+    }
+    if (room <= margin) {
+        char x[32], y[32];
+        sl__msg(err, errlen, "budget=\"auto\": the container allows %s, not more than the %s margin",
+                sl__fmt_bytes(room, x, sizeof x), sl__fmt_bytes(margin, y, sizeof y));
+        return SL_EBUDGET;
+    }
+    /* the ceiling: all the container allows; the governor brings the live
+     * limit down to what is left at its first sample */
+    int rc = sl_budget_create(room - margin, out);
+    if (rc) return rc;
+    if ((rc = sl_budget_govern(*out, o, err, errlen))) {
+        sl_budget_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+size_t sl_budget_events(const sl_budget *cb, uint64_t first, sl_budget_event *out, size_t max) {
+    if (!cb || !out) return 0;
+    sl_budget *b = (sl_budget *)cb;
+    pthread_mutex_lock(&b->mu);
+    size_t n = b->gov ? sl__governor_events(b->gov, first, out, max) : 0;
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}

@@ -1,0 +1,83 @@
+/*
+ * Large test images and the process's resident memory, header-only (for
+ * test_arena.c and test_rss.c).
+ *
+ *  - bx_jpeg(): a JPEG of w x h written with libjpeg's compressor in one
+ *    of the layouts that make a decoder hold the most: baseline 4:2:0
+ *    (strips only), progressive 4:4:4 and sequential multi-scan 4:4:4
+ *    (one component a scan), both of which buffer every coefficient of the
+ *    image; or grayscale.
+ *  - bx_rss(): VmRSS / VmHWM of this process from /proc/self/status, and
+ *    bx_reset_peak() (clear_refs 5) so the peak starts now.
+ */
+#ifndef SL_BIGIMG_H
+#define SL_BIGIMG_H
+
+#include "fixture.h"
+
+enum { BX_BASELINE_420 = 0, BX_PROGRESSIVE_444, BX_MULTISCAN_444, BX_GRAY_PROGRESSIVE };
+
+/* A JPEG in memory (malloc'd by libjpeg; the caller frees). */
+FX_FN unsigned char *bx_jpeg(uint32_t w, uint32_t h, int layout, uint64_t seed, unsigned long *len) {
+    uint8_t *px = fx_texture(w, h, seed, 0);
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    unsigned char *out = NULL;
+    *len = 0;
+    jpeg_mem_dest(&c, &out, len);
+    c.image_width = w;
+    c.image_height = h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    if (layout == BX_GRAY_PROGRESSIVE) jpeg_set_colorspace(&c, JCS_GRAYSCALE);
+    if (layout != BX_BASELINE_420)
+        for (int i = 0; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+    static jpeg_scan_info scans[3];
+    if (layout == BX_PROGRESSIVE_444 || layout == BX_GRAY_PROGRESSIVE) jpeg_simple_progression(&c);
+    if (layout == BX_MULTISCAN_444) {
+        for (int i = 0; i < 3; i++) scans[i] = (jpeg_scan_info){1, {i, 0, 0, 0}, 0, 63, 0, 0};
+        c.scan_info = scans;
+        c.num_scans = 3;
+    }
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < h) {
+        JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * 3);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(px);
+    return out;
+}
+
+/* Bytes of "VmRSS:" or "VmHWM:" (the key with its colon) of this process. */
+FX_FN uint64_t bx_status(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t v = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl)) {
+            v = strtoull(line + kl, NULL, 10) * 1024;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+FX_FN uint64_t bx_rss(void) { return bx_status("VmRSS:"); }
+FX_FN uint64_t bx_hwm(void) { return bx_status("VmHWM:"); }
+
+/* Reset VmHWM to the current RSS (Linux 4.0+). 0 when it worked. */
+FX_FN int bx_reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * The budget is the process's real memory: with 8 and 16 workers over the
+ * images that make decoders hold the most (progressive and multi-scan
+ * 4:4:4 JPEGs of 6 Mpx, whose whole-image coefficients take 36 MB each,
+ * large baseline ones, tiny ones), over several epochs, the process's
+ * resident memory grows by at most budget + 48 MiB over its level before
+ * the loader (VmHWM, the kernel's own high-water mark, reset just before),
+ * and comes back near that level after destroy. Before decoder memory came
+ * from a counted arena, 8 workers grew RSS by 304 MB under an 80 MiB
+ * budget. The budgets are the smallest near which a 6 Mpx progressive
+ * image is admitted (its decode needs ~43 MiB, at most a quarter of the
+ * budget) with the workers' stacks counted.
+ *
+ * Under ASan resident memory includes the sanitizer's shadow and
+ * quarantine, which are not the library's: the bound is checked in the
+ * plain build only (the run still goes through every path under ASan).
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+
+#include "bigimg.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_MEANINGFUL
+#define RSS_MEANINGFUL 1
+#endif
+
+#define SLACK ((uint64_t)48 << 20)
+
+/* An ImageFolder of large and tiny images; returns its root. */
+static void make_big_set(char *root, size_t len) {
+    snprintf(root, len, "/tmp/sl_rss_XXXXXX");
+    if (!mkdtemp(root)) SL_FAIL("mkdtemp: %s", strerror(errno));
+    fx_track(root);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/c0", root);
+    CHECK(mkdir(dir, 0755) == 0);
+    struct {
+        uint32_t w, h;
+        int layout, count;
+    } kinds[] = {{3000, 2000, BX_PROGRESSIVE_444, 6}, {2000, 3000, BX_MULTISCAN_444, 2},
+                 {4000, 3000, BX_BASELINE_420, 2},    {48, 32, BX_PROGRESSIVE_444, 6}};
+    int k = 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        for (int j = 0; j < kinds[i].count; j++, k++) {
+            unsigned long n;
+            unsigned char *jpg = bx_jpeg(kinds[i].w, kinds[i].h, kinds[i].layout, (uint64_t)k, &n);
+            char path[400];
+            snprintf(path, sizeof path, "%s/img_%03d.jpg", dir, k);
+            fx_write(path, jpg, n);
+            free(jpg);
+        }
+}
+
+static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
+    char root[256];
+    make_big_set(root, sizeof root);
+    malloc_trim(0); /* what making the files took goes back before the baseline */
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = root;
+    cfg.batch_size = 4;
+    cfg.workers = workers;
+    cfg.budget = budget;
+    cfg.flags |= SL_FLAG_CHECKSUM;
+    int have_peak = bx_reset_peak() == 0;
+    uint64_t base = bx_rss();
+    sl_loader *ld;
+    char err[512] = "";
+    int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
+    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
+    uint64_t samples = 0, max_rss = 0;
+    for (int e = 0; e < epochs; e++) {
+        sl_batch *b;
+        while ((rc = sl_loader_next(ld, &b)) == 0) {
+            samples += sl_batch_len(b);
+            sl_loader_release(ld, b);
+            uint64_t r = bx_rss();
+            if (r > max_rss) max_rss = r;
+        }
+        CHECK_EQ(rc, SL_EEND);
+    }
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    uint64_t hwm = have_peak ? bx_hwm() : max_rss;
+    sl_error_record rec;
+    if (st.errors && sl_loader_errors(ld, 0, &rec, 1)) SL_FAIL("sample %llu failed: %s", (unsigned long long)rec.index, rec.reason);
+    CHECK_EQ(samples, 16ull * epochs);
+    CHECK_LE(st.peak_accounted_bytes, budget);
+    sl_loader_destroy(ld);
+    malloc_trim(0);
+    uint64_t after = bx_rss();
+    printf("%u workers, budget %llu MiB: RSS %llu MiB before, peak +%llu MiB (sampled +%llu), peak accounted %llu MiB, "
+           "after destroy +%lld KiB\n",
+           workers, (unsigned long long)(budget >> 20), (unsigned long long)(base >> 20),
+           (unsigned long long)((hwm - base) >> 20), (unsigned long long)((max_rss - base) >> 20),
+           (unsigned long long)(st.peak_accounted_bytes >> 20), (long long)((int64_t)(after - base) / 1024));
+    if (!RSS_MEANINGFUL) return;
+    CHECK_LE(hwm, base + budget + SLACK);
+    CHECK_LE(after, base + (16u << 20)); /* thread stacks cached by glibc: only their touched pages */
+}
+
+TEST(rss_bound_8_workers_large_progressive_and_444) { run_bound(8, (uint64_t)176 << 20, 2); }
+
+TEST(rss_bound_16_workers_tight_budget_three_epochs) { run_bound(16, (uint64_t)192 << 20, 3); }

@@ -1,0 +1,134 @@
+"""Memory from Python: the process's resident memory stays within the budget
+(8 workers over large progressive 4:4:4 JPEGs and a 40 Mpx PNG, several
+epochs, back near the start after close()), and sluice.Budget shared by
+loaders, with set_limit and stats."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import sluice
+
+MIB = 1 << 20
+
+_MAKE_BIG = r"""
+import os, sys
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+d = os.path.join(root, "c0")
+os.makedirs(d)
+rng = np.random.default_rng(0)
+def img(w, h):
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h)], -1).astype(np.int16)
+    noise = rng.integers(-30, 30, size=(h // 4 + 1, w // 4 + 1, 3)).repeat(4, 0).repeat(4, 1)[:h, :w]
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+for i in range(5):
+    img(3000, 2000).save(os.path.join(d, f"p{i}.jpg"), quality=90, progressive=True, subsampling=0)
+img(8000, 5000).save(os.path.join(d, "big.png"), compress_level=1)
+for i in range(4):
+    img(40, 30).save(os.path.join(d, f"t{i}.jpg"), quality=90)
+"""
+
+
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory):
+    """5 progressive 4:4:4 JPEGs of 3000x2000, a 40 Mpx PNG, 4 tiny JPEGs;
+    made in a child process so this one's memory stays where it was."""
+    root = str(tmp_path_factory.mktemp("big"))
+    subprocess.run([sys.executable, "-c", _MAKE_BIG, root], check=True)
+    return root
+
+
+def test_rss_stays_within_budget_over_epochs(big_dataset):
+    budget = 224 * MIB
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM starts from here
+        have_peak = True
+    except OSError:
+        have_peak = False
+    base = _status("VmRSS:")
+    loader = sluice.Loader(big_dataset, batch_size=2, budget=budget, workers=8, size=224, seed=1)
+    peak_sampled = base
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            assert batch["image"].shape[1:] == (3, 224, 224)
+            del batch
+            peak_sampled = max(peak_sampled, _status("VmRSS:"))
+    st = loader.stats()
+    assert st["errors"] == 0, loader.errors()
+    assert st["peak_accounted_bytes"] <= budget
+    loader.close()
+    after = _status("VmRSS:")
+    peak = _status("VmHWM:") if have_peak else peak_sampled
+    print(f"RSS before {base >> 20} MiB, peak +{(peak - base) >> 20} MiB, after close +{(after - base) >> 20} MiB,"
+          f" peak accounted {st['peak_accounted_bytes'] >> 20} MiB of {budget >> 20}")
+    assert peak - base <= budget + 48 * MIB
+    assert after - base <= 24 * MIB
+
+
+def test_budget_shared_by_train_and_val(dataset):
+    budget = sluice.Budget("64M")
+    train = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget)
+    val = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget, preset="val")
+    n = sum(len(b["label"]) for b in train) + sum(len(b["label"]) for b in val)
+    assert n == 128
+    s = budget.stats()
+    assert s["loaders"] == 2 and s["limit"] == 64 * MIB and s["peak"] <= s["limit"]
+    assert s["fixed"] == sum(s["loader_fixed"])
+    assert train.stats()["budget_bytes"] == 64 * MIB
+    with pytest.raises(sluice.BudgetError, match="minimum working sets"):
+        budget.set_limit(s["fixed"] - 1)
+    budget.set_limit("48M")  # while they run
+    assert budget.stats()["limit"] == 48 * MIB
+    assert sum(len(b["label"]) for b in train) == 64  # delivery goes on
+    budget.close()  # the loaders keep it alive
+    assert sum(len(b["label"]) for b in val) == 64
+    train.close()
+    val.close()
+
+
+def test_loader_over_what_is_left_is_refused(dataset):
+    probe = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget="64M")
+    need = probe.stats()["fixed_bytes"]
+    probe.close()
+    with sluice.Budget(need + need // 2) as budget:
+        one = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget)
+        with pytest.raises(sluice.BudgetError, match="shared budget of .* minimum working set"):
+            sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget)
+        assert budget.stats()["loaders"] == 1
+        one.close()
+
+
+def test_governed_budgets(dataset):
+    with sluice.Budget("64M", governor=True, period_ms=20) as b:
+        s = b.stats()
+        assert s["governor"] and s["ceiling"] == 64 * MIB and s["limit"] <= 64 * MIB
+        assert s["mem_available"] > 0
+        assert isinstance(b.events(), list)
+    ld = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget="auto")
+    assert sum(len(b["label"]) for b in ld) == 64
+    ld.close()
+    ld = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget="64M", governor=True)
+    assert ld.stats()["budget_bytes"] <= 64 * MIB
+    ld.close()
+    with pytest.raises(ValueError, match="governor=True goes with a size"):
+        sluice.Loader(dataset, budget=sluice.Budget("64M"), governor=True)
+    with pytest.raises(ValueError, match="budget must be > 0"):
+        sluice.Budget(0)
+    closed = sluice.Budget("1M")
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        closed.stats()
