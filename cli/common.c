@@ -155,7 +155,8 @@ char *sl_cli_read_text(const char *path, size_t max) {
         return NULL;
     }
     t[len] = 0;
-    return t;}
+    return t;
+}
 
 int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
     char *end;
