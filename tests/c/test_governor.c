@@ -29,29 +29,10 @@
 
 #include "bigimg.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-
 #define MIB ((uint64_t)1 << 20)
 #define CG_LIMIT (512 * MIB)
 #define CEILING (256 * MIB)
 #define HOG (288 * MIB)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static int write_file(const char *dir, const char *name, const char *text) {
     char p[600];
@@ -130,9 +111,9 @@ static void hog(int go_fd) {
         void *p = mmap(NULL, step, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) _exit(3);
         memset(p, (int)i + 1, step);
-        sleep_ms(100);
+        bx_sleep_ms(100);
     }
-    sleep_ms(2000);
+    bx_sleep_ms(2000);
     _exit(0);
 }
 
@@ -161,16 +142,16 @@ typedef struct job {
 static void *sampler(void *arg) {
     job *j = arg;
     uint64_t last_samples = 0;
-    double last_t = now_s();
+    double last_t = bx_now_s();
     printf("%6s %10s %10s %10s %10s %6s %8s  %s\n", "t_s", "cg_limit", "cg_usage", "live_lim", "used", "slots", "img/s",
            "phase");
     while (!atomic_load(&j->stop)) {
-        sleep_ms(500);
+        bx_sleep_ms(500);
         sl_budget_info st;
         sl_budget_stats(j->b, &st);
         sl_stats ls;
         sl_loader_stats(j->ld, &ls);
-        double t = now_s();
+        double t = bx_now_s();
         uint64_t s = atomic_load(&j->samples);
         const char *phase = j->hog_start == 0 ? "before" : j->hog_end == 0 ? "hog" : "after";
         printf("%6.1f %9lluM %9lluM %9lluM %9lluM %6u %8.1f  %s\n", t - j->t0, (unsigned long long)(CG_LIMIT >> 20),
@@ -205,7 +186,7 @@ static void consume(job *j, const scenario *sc, FILE *sums) {
     if (rc) SL_FAIL("next: %s", sl_strerror(rc));
     atomic_fetch_add(&j->samples, sl_batch_len(bt));
     if (sums) fprintf(sums, "%llu\n", (unsigned long long)sl_batch_checksum(bt));
-    if (sc->step_ms) sleep_ms(sc->step_ms);
+    if (sc->step_ms) bx_sleep_ms(sc->step_ms);
     sl_loader_release(j->ld, bt);
 }
 
@@ -247,7 +228,7 @@ static int run_job(const char *cg, int v, const char *data, const scenario *sc) 
     if (sl_budget_govern(j.b, &go, err, sizeof err)) SL_FAIL("govern: %s", err);
     sl_config cfg = job_cfg(data, sc, j.b);
     if (sl_loader_create(&cfg, &j.ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    j.t0 = now_s();
+    j.t0 = bx_now_s();
     pthread_t ts;
     CHECK_EQ(pthread_create(&ts, NULL, sampler, &j), 0);
     uint64_t kills0 = oom_kills(cg, v);
@@ -255,7 +236,7 @@ static int run_job(const char *cg, int v, const char *data, const scenario *sc) 
     double t_done = 0;
     for (;;) {
         consume(&j, sc, sums);
-        double t = now_s() - j.t0;
+        double t = bx_now_s() - j.t0;
         sl_budget_info st;
         sl_budget_stats(j.b, &st);
         if (!hog_started && t > 1.5) {
@@ -312,14 +293,14 @@ static int in_cgroup(const char *data, const scenario *sc) {
     if (p == 0) _exit(run_job(cg, v, data, sc));
     int st;
     CHECK(waitpid(p, &st, 0) == p);
-    for (int i = 0; i < 50 && rmdir(cg) != 0; i++) sleep_ms(100);
+    for (int i = 0; i < 50 && rmdir(cg) != 0; i++) bx_sleep_ms(100);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);
     return 1;
 }
 
 TEST(governor_makes_room_for_a_hog_in_a_memory_cgroup) {
-#ifdef SANITIZED
+#if BX_SANITIZED
     printf("skipped: sanitizer shadow memory would be charged to the cgroup\n");
     return;
 #else
@@ -353,7 +334,7 @@ TEST(governor_makes_room_for_a_hog_in_a_memory_cgroup) {
  * back after it).
  */
 TEST(governor_retires_slots_for_a_hog) {
-#ifdef SANITIZED
+#if BX_SANITIZED
     printf("skipped: sanitizer shadow memory would be charged to the cgroup\n");
     return;
 #else

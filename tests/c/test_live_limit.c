@@ -14,36 +14,13 @@
  *    retired slots back and fixes them: a later shrink retires none.
  */
 #define _GNU_SOURCE
-#include <time.h>
-
 #include "bigimg.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
-#define RSS_MEANINGFUL 1
-#endif
 
 #define MIB ((uint64_t)1 << 20)
 #define BATCH 16
 #define EPOCHS 3
 #define MAXB 64 /* batches recorded */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* 8 prefetched slots of 16 samples of 3x256x256 (3 MiB each), 2 of them
  * fixed; checksums on. */
@@ -60,6 +37,21 @@ static sl_config slot_cfg(const fx_dataset *d, sl_budget *b) {
     cfg.flags = SL_FLAG_CHECKSUM;
     cfg.shared_budget = b;
     return cfg;
+}
+
+/* A loader of slot_cfg over a new dataset of n images, on a new shared
+ * budget of 128 MiB. */
+static sl_loader *slot_loader(uint32_t n, fx_dataset **d, sl_budget **b) {
+    *d = fx_new(n, 0, 200, 320);
+    CHECK_OK(sl_budget_create(128 * MIB, b));
+    sl_config cfg = slot_cfg(*d, *b);
+    return fx_open(&cfg);
+}
+
+static void slot_done(sl_loader *ld, sl_budget *b, fx_dataset *d) {
+    sl_loader_destroy(ld);
+    sl_budget_destroy(b);
+    free(d);
 }
 
 typedef struct run {
@@ -99,7 +91,7 @@ static void settle(sl_loader *ld) {
     for (int i = 0; i < 1000; i++) {
         CHECK_OK(sl_loader_stats(ld, &st));
         if (st.slots_ready + st.slots_held >= st.slots) return;
-        sleep_ms(5);
+        bx_sleep_ms(5);
     }
     SL_FAIL("slots never filled: %u ready, %u held of %u", st.slots_ready, st.slots_held, st.slots);
 }
@@ -131,13 +123,13 @@ TEST(shrink_retires_slots_and_delivery_is_unchanged) {
     CHECK_OK(sl_budget_stats(b, &bi));
     uint64_t limit = fixed + 8 * MIB; /* two elastic slots and a sample's room */
     CHECK(bi.used > limit + 8 * MIB);
-    double t0 = now_s(), t_under = -1;
+    double t0 = bx_now_s(), t_under = -1;
     char err[256] = "";
     if (sl_budget_set_limit(b, limit, err, sizeof err)) SL_FAIL("set_limit: %s", err);
     while (got.n < 2 * total / 3) {
         take(ld, &got, 0);
         CHECK_OK(sl_budget_stats(b, &bi));
-        if (t_under < 0 && bi.used <= limit) t_under = now_s() - t0;
+        if (t_under < 0 && bi.used <= limit) t_under = bx_now_s() - t0;
     }
     settle(ld);
     CHECK_OK(sl_budget_stats(b, &bi));
@@ -152,19 +144,19 @@ TEST(shrink_retires_slots_and_delivery_is_unchanged) {
     CHECK_EQ(st.slots + st.slots_retired, 8);
     CHECK_EQ(st.errors, 0);
     CHECK_EQ(st.fixed_bytes, fixed);
-    if (RSS_MEANINGFUL) /* the retired slots' pages went back, not only their count */
+    if (BX_RSS_MEANINGFUL) /* the retired slots' pages went back, not only their count */
         CHECK_LE(rss_shrunk + (uint64_t)st.slots_retired * 3 * MIB, rss_full + 4 * MIB);
 
     /* growing back: the slots come back, one try-request each */
     if (sl_budget_set_limit(b, 128 * MIB, err, sizeof err)) SL_FAIL("set_limit: %s", err);
-    double t1 = now_s();
+    double t1 = bx_now_s();
     while (got.n < total) {
         take(ld, &got, 0);
         CHECK_OK(sl_loader_stats(ld, &st));
         if (st.slots == 8) break;
     }
     printf("grown back: %u slots live after %.3f s, %llu retirements, %llu reactivations\n", st.slots,
-           now_s() - t1, (unsigned long long)st.slot_retirements, (unsigned long long)st.slot_reactivations);
+           bx_now_s() - t1, (unsigned long long)st.slot_retirements, (unsigned long long)st.slot_reactivations);
     CHECK_EQ(st.slots, 8);
     CHECK_EQ(st.slot_reactivations, st.slot_retirements);
     while (got.n < total) take(ld, &got, 0);
@@ -182,11 +174,9 @@ TEST(shrink_retires_slots_and_delivery_is_unchanged) {
 }
 
 TEST(a_consumer_holding_batches_keeps_getting_the_next) {
-    fx_dataset *d = fx_new(128, 0, 200, 320);
+    fx_dataset *d;
     sl_budget *b;
-    CHECK_OK(sl_budget_create(128 * MIB, &b));
-    sl_config cfg = slot_cfg(d, b);
-    sl_loader *ld = fx_open(&cfg);
+    sl_loader *ld = slot_loader(128, &d, &b);
     run got = {{0}, 0};
     sl_batch *held[3];
     for (int i = 0; i < 3; i++) held[i] = take(ld, &got, 1);
@@ -216,17 +206,13 @@ TEST(a_consumer_holding_batches_keeps_getting_the_next) {
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.errors, 0);
     CHECK_EQ(st.slots, st.slots_min);
-    sl_loader_destroy(ld);
-    sl_budget_destroy(b);
-    free(d);
+    slot_done(ld, b, d);
 }
 
 TEST(pinning_the_region_fixes_the_slots) {
-    fx_dataset *d = fx_new(64, 0, 200, 320);
+    fx_dataset *d;
     sl_budget *b;
-    CHECK_OK(sl_budget_create(128 * MIB, &b));
-    sl_config cfg = slot_cfg(d, b);
-    sl_loader *ld = fx_open(&cfg);
+    sl_loader *ld = slot_loader(64, &d, &b);
     run got = {{0}, 0};
     take(ld, &got, 0);
     sl_stats st;
@@ -255,7 +241,5 @@ TEST(pinning_the_region_fixes_the_slots) {
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.slots, 8);
     CHECK_EQ(st.errors, 0);
-    sl_loader_destroy(ld);
-    sl_budget_destroy(b);
-    free(d);
+    slot_done(ld, b, d);
 }
