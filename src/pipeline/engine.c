@@ -94,13 +94,28 @@ void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) { sl__lay
 
 static uint32_t live_floor(const sl_loader *ld) { return SL_MAX(ld->min_live, ld->held + 1); }
 
-/* FREE slot s gives its pages and bytes back. */
-static void slot_retire(sl_loader *ld, sl_batch *s) {
-    madvise(s->base, ld->pitch, MADV_DONTNEED);
+/* Pinned (or locked) pages cannot be given back: every live slot becomes
+ * fixed for life, and none is retired again. */
+static void fix_slots(sl_loader *ld) {
+    if (ld->pinned) return;
+    ld->pinned = 1;
+    ld->retire_debt = 0;
+    sl__budget_fix(ld->budget, (uint64_t)(ld->live - ld->min_live) * ld->pitch);
+}
+
+/* FREE slot s gives its pages and bytes back: 1, or 0 (it stays FREE)
+ * when the system will not drop its pages (mlock'd: MADV_DONTNEED refuses
+ * locked pages), and then the slots are fixed. */
+static int slot_retire(sl_loader *ld, sl_batch *s) {
+    if (madvise(s->base, ld->pitch, MADV_DONTNEED) != 0) {
+        fix_slots(ld);
+        return 0;
+    }
     s->state = SLOT_RETIRED;
     ld->live--;
     ld->retirements++;
     sl__budget_release(ld->budget, ld->pitch, SL_MEM_BATCHES);
+    return 1;
 }
 
 /* Retire FREE slots, highest id first (dispatch takes the lowest), until
@@ -108,9 +123,7 @@ static void slot_retire(sl_loader *ld, sl_batch *s) {
 static uint64_t retire_free(sl_loader *ld, uint64_t want) {
     uint64_t got = 0;
     for (uint32_t i = ld->nslots; i-- > 0 && got < want && !ld->pinned && ld->live > live_floor(ld);) {
-        if (ld->slots[i].state != SLOT_FREE) continue;
-        slot_retire(ld, &ld->slots[i]);
-        got += ld->pitch;
+        if (ld->slots[i].state == SLOT_FREE && slot_retire(ld, &ld->slots[i])) got += ld->pitch;
     }
     return got;
 }
@@ -121,12 +134,11 @@ static uint64_t retire_free(sl_loader *ld, uint64_t want) {
 static void slot_free(sl_loader *ld, sl_batch *s) {
     s->discard = 0;
     if (ld->retire_debt && !sl__budget_over(ld->budget)) ld->retire_debt = 0;
-    if (ld->retire_debt && !ld->pinned && ld->live > live_floor(ld)) {
-        slot_retire(ld, s);
+    s->state = SLOT_FREE;
+    if (ld->retire_debt && !ld->pinned && ld->live > live_floor(ld) && slot_retire(ld, s)) {
         ld->retire_debt = ld->retire_debt > ld->pitch ? ld->retire_debt - ld->pitch : 0;
         return;
     }
-    s->state = SLOT_FREE;
     pthread_cond_broadcast(&ld->cv_work);
 }
 
@@ -143,6 +155,7 @@ static uint32_t reactivate(sl_loader *ld, uint32_t most) {
         uint64_t elastic = (uint64_t)(ld->live + 1 - ld->min_live) * ld->pitch;
         if (elastic + ld->sample_cap > sl__budget_headroom(ld->budget)) break;
         if (sl__budget_try(ld->budget, ld->pitch, SL_MEM_BATCHES)) break;
+        if (ld->pinned) sl__budget_fix(ld->budget, ld->pitch); /* locked after it retired */
         s->state = SLOT_FREE;
         ld->live++;
         ld->reactivations++;
@@ -194,9 +207,7 @@ int sl__slots_pin(sl_loader *ld, char *err, size_t errlen) {
         }
     }
     if (!rc && !ld->pinned) {
-        ld->pinned = 1; /* pinned pages cannot be given back: the slots are fixed for life */
-        ld->retire_debt = 0;
-        sl__budget_fix(ld->budget, (uint64_t)(ld->nslots - ld->min_live) * ld->pitch);
+        fix_slots(ld);
         pthread_cond_broadcast(&ld->cv_work);
     }
     pthread_mutex_unlock(&ld->mu);

@@ -11,9 +11,12 @@
  *  - A consumer holding batches keeps getting the next one: live slots
  *    never fall below what it holds + 1 (nor below min_slots).
  *  - Handing the region out for pinning (sl_loader_slot_region) brings
- *    retired slots back and fixes them: a later shrink retires none.
+ *    retired slots back and fixes them: a later shrink retires none; so do
+ *    pages locked with mlockall, which MADV_DONTNEED cannot drop.
  */
 #define _GNU_SOURCE
+#include <sys/mman.h>
+
 #include "bigimg.h"
 
 
@@ -240,6 +243,35 @@ TEST(pinning_the_region_fixes_the_slots) {
     for (int i = 0; i < 6; i++) take(ld, &got, 0);
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.slots, 8);
+    CHECK_EQ(st.errors, 0);
+    slot_done(ld, b, d);
+}
+
+/* Locked pages (mlockall) cannot be dropped: the first retirement that
+ * MADV_DONTNEED refuses fixes the slots instead, and delivery goes on. */
+TEST(locked_pages_fix_the_slots) {
+    if (BX_SANITIZED || mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+        printf("skipped: %s\n", BX_SANITIZED ? "sanitizer shadow memory" : "mlockall refused (RLIMIT_MEMLOCK)");
+        return;
+    }
+    fx_dataset *d;
+    sl_budget *b;
+    sl_loader *ld = slot_loader(64, &d, &b);
+    run got = {{0}, 0};
+    for (int i = 0; i < 4; i++) take(ld, &got, 0);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    uint64_t fixed0 = st.fixed_bytes;
+    char err[256] = "";
+    if (sl_budget_set_limit(b, fixed0 + 4 * MIB, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+    for (int i = 0; i < 6; i++) take(ld, &got, 0);
+    CHECK_OK(sl_loader_stats(ld, &st));
+    munlockall();
+    printf("locked: %u slots live, %u retired, fixed %llu -> %llu MiB\n", st.slots, st.slots_retired,
+           (unsigned long long)(fixed0 >> 20), (unsigned long long)(st.fixed_bytes >> 20));
+    CHECK_EQ(st.slots_retired, 0);
+    CHECK_EQ(st.slots, 8);
+    CHECK(st.fixed_bytes >= fixed0 + 6 * 3 * MIB);
     CHECK_EQ(st.errors, 0);
     slot_done(ld, b, d);
 }
