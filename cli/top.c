@@ -5,8 +5,8 @@
  *
  * Memory of a training job as the kernel sees it: system memory, the memory
  * cgroup and the effective limit, PSI, the process tree's PSS/RSS/USS, GPU
- * memory, kernel OOM kills, and a warning with the time left at the current
- * slope. The work is in src/monitor/top.c; this file parses flags and loops.
+ * memory, kernel OOM kills, the governors of sluice budgets, and a warning
+ * with the time left at the current slope. The work is in src/monitor/top.c; this file parses flags and loops.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +37,9 @@ static void usage(FILE *f) {
           "  --count N    stop after N samples\n"
           "  --rows N     process rows shown (20)\n"
           "  --nvml-lib   NVML library to load (libnvidia-ml.so.1)\n"
-          "  --plot OUT   draw the memory timeline of a log as SVG, then exit\n",
+          "  --plot OUT   draw the memory timeline of a log as SVG, then exit\n"
+          "Governed sluice budgets of the watched processes are shown from their status\n"
+          "files in $SLUICE_STATUS_DIR, else /dev/shm, else $XDG_RUNTIME_DIR.\n",
           f);
 }
 

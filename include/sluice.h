@@ -133,7 +133,8 @@ typedef struct sl_config {
     uint32_t world_size;  /* number of ranks (1) */
     uint32_t workers;     /* decode threads; 0 = CPUs in the affinity mask */
     uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4 */
-    uint32_t min_slots;   /* refuse a budget that holds fewer slots (1) */
+    uint32_t min_slots;   /* refuse a budget that holds fewer slots; slots past it are
+                             elastic, retired under a lowered limit (1) */
     uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
     int on_error;         /* SL_ON_ERROR_SKIP or SL_ON_ERROR_RAISE (skip) */
     uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26; 0 = the default) */
@@ -251,7 +252,11 @@ SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, ch
 
 /*
  * The one region all batch slots are carved from (for pinning it with
- * cudaHostRegister and the like). Fixed for the loader's lifetime.
+ * cudaHostRegister and the like). Fixed for the loader's lifetime. Pinned
+ * pages cannot be given back, so from this call on the loader's slots are
+ * fixed in the budget: slots retired under a lowered limit come back first
+ * (SL_EBUDGET if the budget cannot hold them now) and none is retired
+ * again. SL_ESTATE in a child of fork().
  */
 SL_API int sl_loader_slot_region(const sl_loader *ld, void **base, size_t *len);
 
@@ -312,13 +317,13 @@ typedef struct sl_stats {
     double worker_idle_s;      /* summed over workers: waiting for a free slot */
     double budget_wait_s;      /* summed over workers: waiting for budget */
     uint32_t workers;
-    uint32_t slots;            /* batch slots carved */
+    uint32_t slots;            /* batch slots live (carved, less those retired) */
     uint32_t slots_held;       /* held by the consumer now */
     uint32_t slots_ready;      /* decoded, waiting for the consumer */
     uint64_t budget_bytes;
     uint64_t accounted_bytes;  /* now */
     uint64_t peak_accounted_bytes;
-    uint64_t fixed_bytes;      /* reserved at create (index, slots, worker baselines) */
+    uint64_t fixed_bytes;      /* held for life (index, min_slots slots, worker baselines) */
     uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
     uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
     uint64_t cache_hits, cache_misses; /* sample cache lookups */
@@ -329,6 +334,13 @@ typedef struct sl_stats {
     uint64_t cache_capacity;     /* value bytes allowed now */
     uint64_t cache_evictions;
     uint64_t storage_bytes_read; /* bytes read from storage (misses and uncached reads) */
+    /* Elastic batch slots (appended, mem2: issue 8 item 3). Slots past
+     * min_slots are counted but not fixed: a lowered limit retires free
+     * ones (their pages go back), a grown one brings them back. */
+    uint32_t slots_retired;      /* retired now: slots + slots_retired = slots carved */
+    uint32_t slots_min;          /* never retired (min_slots) */
+    uint64_t slot_retirements;   /* slots retired since create */
+    uint64_t slot_reactivations; /* slots brought back since create */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */

@@ -542,7 +542,10 @@ class Loader:
         return self._handle().sample_path(_int("index", index))
 
     def slot_region(self):
-        """(address, length) of the one memory region all batch slots live in."""
+        """(address, length) of the one memory region all batch slots live in,
+        for pinning it. From this call on the slots are fixed in the budget
+        (pinned pages cannot be given back): BudgetError while a lowered limit
+        keeps some retired and the budget cannot hold them again."""
         return self._handle().slot_region()
 
     # -- lifetime --

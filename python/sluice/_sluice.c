@@ -615,6 +615,11 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_U64(d, "batches_per_epoch", sl_loader_len(self->ld)) < 0 ||
         PUT_U64(d, "batches_alive_in_python", (uint64_t)self->held) < 0)
         goto fail;
+    /* elastic batch slots (mem2: issue 8 item 3) */
+    if (PUT_U64(d, "slots_retired", st.slots_retired) < 0 || PUT_U64(d, "slots_min", st.slots_min) < 0 ||
+        PUT_U64(d, "slot_retirements", st.slot_retirements) < 0 ||
+        PUT_U64(d, "slot_reactivations", st.slot_reactivations) < 0)
+        goto fail;
     Py_DECREF(mem);
     Py_DECREF(peak);
     return d;

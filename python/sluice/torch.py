@@ -240,7 +240,13 @@ class Loader:
             if not self._pin:  # pin_memory=False
                 self._pinned = 0
                 return
-            base, length = self.loader.slot_region()
+            try:  # pinned slots are fixed in the budget: refused while a lowered limit keeps some retired
+                base, length = self.loader.slot_region()
+            except sluice.BudgetError as e:
+                self._pinned = 0
+                warnings.warn(f"sluice.torch: the slot region cannot be pinned now ({e}); copies will not "
+                              "overlap compute", RuntimeWarning, stacklevel=3)
+                return
             err = _cudart().cudaHostRegister(base, length, _CUDA_HOST_REGISTER_PORTABLE)
             if _cuda_ok(err):
                 self._base = base

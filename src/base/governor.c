@@ -1,11 +1,13 @@
 /* The governor. See governor.h for the policy. */
 #include "governor.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "status.h"
 #include "sys/cgroup.h"
 #include "sys/procfs.h"
 #include "sys/psi.h"
@@ -13,6 +15,8 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define EVENTS 256 /* the ring keeps the last this many moves */
+#define PUBLISHED 8 /* moves in the status file */
+#define PUBLISH_NS 1000000000ull /* the status file is rewritten at least this often */
 
 void sl_governor_opts_init(sl_governor_opts *o) {
     memset(o, 0, sizeof *o);
@@ -145,7 +149,7 @@ void sl__gov_read(const char *dir, sl__gov_reading *r) {
     }
 }
 
-/* ---- the thread ------------------------------------------------------------------ */
+/* ---- the governor ------------------------------------------------------------------ */
 
 struct sl__governor {
     sl__budget *b;
@@ -161,6 +165,9 @@ struct sl__governor {
     uint64_t moves;
     sl_budget_event ev[EVENTS];
     uint64_t nev;           /* events ever made; the ring holds the last EVENTS */
+    /* the status file for `sluice top` (the thread's only, after start) */
+    sl__status status;
+    uint64_t published_ns, published_nev, published_limit, published_ceiling;
 };
 
 static void log_move(sl__governor *g, uint64_t now, uint64_t old, uint64_t nu, const sl__gov_reading *r,
@@ -179,6 +186,72 @@ static void log_move(sl__governor *g, uint64_t now, uint64_t old, uint64_t nu, c
     pthread_mutex_unlock(&g->mu);
 }
 
+/* ---- the status file ------------------------------------------------------------ */
+
+typedef struct text {
+    char *p;
+    size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) t->len = SL_MIN(t->len + (size_t)n, t->cap - 1);
+}
+
+/* s as a JSON string: quotes, backslashes and control characters escaped. */
+static void put_str(text *t, const char *s) {
+    put(t, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') put(t, "\\%c", c);
+        else if (c < 0x20) put(t, "\\u%04x", c);
+        else put(t, "%c", c);
+    }
+    put(t, "\"");
+}
+
+/* The budget's limit, ceiling and use, the last readings and moves. */
+static void publish(sl__governor *g, uint64_t now) {
+    char buf[12288];
+    text t = {buf, 0, sizeof buf};
+    typedef unsigned long long ull;
+    sl__budget *b = g->b;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    put(&t, "{\"version\":%d,\"pid\":%ld,\"start_time\":%llu,\"id\":%u,\"time\":%.3f,\"t\":%.3f,",
+        SL_STATUS_VERSION, g->status.pid, (ull)g->status.start_time, g->status.id,
+        (double)wall.tv_sec + (double)wall.tv_nsec / 1e9, (double)(now - g->t0_ns) / 1e9);
+    g->published_limit = atomic_load(&b->limit);
+    g->published_ceiling = atomic_load(&b->ceiling);
+    put(&t, "\"limit_bytes\":%llu,\"ceiling_bytes\":%llu,\"used_bytes\":%llu,\"fixed_bytes\":%llu,",
+        (ull)g->published_limit, (ull)g->published_ceiling, (ull)atomic_load(&b->used), (ull)atomic_load(&b->fixed));
+    pthread_mutex_lock(&g->mu);
+    const sl__gov_reading *r = &g->last;
+    put(&t, "\"container_limit_bytes\":%llu,\"container_usage_bytes\":%llu,\"mem_available_bytes\":%llu,"
+        "\"psi_some_avg10\":%.2f,\"moves\":%llu,\"events\":[",
+        (ull)(r->has_cgroup_limit ? r->cg_limit : 0), (ull)r->cg_ws, (ull)r->mem_available, r->psi_some10,
+        (ull)g->moves);
+    uint64_t from = g->nev > PUBLISHED ? g->nev - PUBLISHED : 0;
+    for (uint64_t i = from; i < g->nev; i++) {
+        const sl_budget_event *e = &g->ev[i % EVENTS];
+        put(&t, "%s{\"t\":%.3f,\"old_limit_bytes\":%llu,\"new_limit_bytes\":%llu,\"reason\":", i > from ? "," : "",
+            e->t, (ull)e->old_limit, (ull)e->new_limit);
+        put_str(&t, e->reason);
+        put(&t, "}");
+    }
+    g->published_nev = g->nev;
+    pthread_mutex_unlock(&g->mu);
+    put(&t, "]}\n");
+    sl__status_write(&g->status, buf, t.len);
+    g->published_ns = now;
+}
+
+/* ---- the thread ------------------------------------------------------------------ */
+
 static void step(sl__governor *g) {
     sl__gov_reading r;
     sl__gov_read(g->dir[0] ? g->dir : NULL, &r);
@@ -192,6 +265,10 @@ static void step(sl__governor *g) {
     pthread_mutex_unlock(&g->mu);
     if (want != gb.limit && sl__budget_set_limit(g->b, want, 0, NULL, 0) == 0)
         log_move(g, now, gb.limit, atomic_load(&g->b->limit), &r, reason);
+    /* at once for a move (the user's too), else once a second for the use */
+    if (g->nev != g->published_nev || atomic_load(&g->b->limit) != g->published_limit ||
+        atomic_load(&g->b->ceiling) != g->published_ceiling || now - g->published_ns >= PUBLISH_NS)
+        publish(g, now);
 }
 
 static void *governor_main(void *arg) {
@@ -220,6 +297,7 @@ int sl__governor_start(sl__budget *b, const sl_governor_opts *o, sl__governor **
     if (g->o.cgroup_dir) snprintf(g->dir, sizeof g->dir, "%s", g->o.cgroup_dir);
     g->o.cgroup_dir = NULL;
     g->t0_ns = sl__now_ns();
+    sl__status_open(&g->status); /* no folder: nothing published, the governor runs all the same */
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -233,6 +311,7 @@ int sl__governor_start(sl__budget *b, const sl_governor_opts *o, sl__governor **
     int rc = pthread_create(&g->thread, &attr, governor_main, g);
     pthread_attr_destroy(&attr);
     if (rc) {
+        sl__status_close(&g->status);
         pthread_cond_destroy(&g->cv);
         pthread_mutex_destroy(&g->mu);
         free(g);
@@ -249,6 +328,7 @@ void sl__governor_stop(sl__governor *g) {
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     pthread_join(g->thread, NULL);
+    sl__status_close(&g->status);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);

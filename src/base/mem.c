@@ -176,6 +176,11 @@ int sl__budget_has_waiters(const sl__budget *b) {
     return atomic_load(&r->waiters) > 0 || atomic_load(&r->used) > atomic_load(&r->limit);
 }
 
+int sl__budget_over(const sl__budget *b) {
+    sl__budget *r = root_of(b);
+    return atomic_load(&r->used) > atomic_load(&r->limit);
+}
+
 /* The first waiter in the queue that could fit under the limit now (the
  * parked ones do not hold the others up). r->mu held. */
 static sl__waiter *first_fitting(sl__budget *r) {
@@ -309,12 +314,16 @@ void sl__budget_add_consumer(sl__budget *b, sl__consumer *c) {
     pthread_mutex_unlock(&r->cmu);
 }
 
+void sl__budget_forget_consumer(sl__budget *b, sl__consumer *c) {
+    sl__consumer **pp = &root_of(b)->consumers;
+    while (*pp && *pp != c) pp = &(*pp)->next;
+    if (*pp) *pp = c->next;
+}
+
 void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c) {
     sl__budget *r = root_of(b);
     pthread_mutex_lock(&r->cmu);
-    sl__consumer **pp = &r->consumers;
-    while (*pp && *pp != c) pp = &(*pp)->next;
-    if (*pp) *pp = c->next;
+    sl__budget_forget_consumer(b, c);
     pthread_mutex_unlock(&r->cmu);
 }
 

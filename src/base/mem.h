@@ -120,6 +120,9 @@ uint64_t sl__budget_headroom(const sl__budget *b);
 uint64_t sl__budget_limit(const sl__budget *b);
 /* Someone waits, or the budget is over its limit: give growth back. */
 int sl__budget_has_waiters(const sl__budget *b);
+/* The total of b's root stands over its limit (a lowered limit that has
+ * not been given back to yet). */
+int sl__budget_over(const sl__budget *b);
 
 /* Move a root's live limit. user: the user's own setting, which is also
  * the new ceiling; otherwise (the governor) limit <= ceiling is kept. 0,
@@ -131,6 +134,9 @@ int sl__budget_set_limit(sl__budget *b, uint64_t limit, int user, char *err, siz
  * notification in progress to end. */
 void sl__budget_add_consumer(sl__budget *b, sl__consumer *c);
 void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c);
+/* In a child of fork() only (one thread, the parent's threads may have held
+ * cmu at the fork): unlink c without taking a lock. */
+void sl__budget_forget_consumer(sl__budget *b, sl__consumer *c);
 
 /* Accounting allocator. The try-flavour: NULL when the budget or the
  * system refuses (the budget is left unchanged). Blocks of 64 KiB and more

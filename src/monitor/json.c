@@ -87,56 +87,62 @@ static int skip(cur *c) {
     }
 }
 
-int sl__json_number(const char *s, size_t len, const char *path, double *out) {
-    cur c = {s, s + len, 0};
+/* Move c to the value at path (see sl__json_number). 0, SL_ENOENT, SL_EPARSE. */
+static int seek(cur *c, const char *path) {
     while (*path) {
         const char *dot = strchr(path, '.');
         size_t kl = dot ? (size_t)(dot - path) : strlen(path);
-        ws(&c);
-        if (c.s >= c.e) return SL_EPARSE;
+        ws(c);
+        if (c->s >= c->e) return SL_EPARSE;
         int found = 0;
-        if (*c.s == '{') {
-            c.s++;
+        if (*c->s == '{') {
+            c->s++;
             for (;;) {
-                ws(&c);
-                if (c.s < c.e && *c.s == '}') break;
+                ws(c);
+                if (c->s < c->e && *c->s == '}') break;
                 const char *b, *be;
-                if (str(&c, &b, &be)) return SL_EPARSE;
-                ws(&c);
-                if (c.s >= c.e || *c.s != ':') return SL_EPARSE;
-                c.s++;
+                if (str(c, &b, &be)) return SL_EPARSE;
+                ws(c);
+                if (c->s >= c->e || *c->s != ':') return SL_EPARSE;
+                c->s++;
                 if ((size_t)(be - b) == kl && !memcmp(b, path, kl)) {
                     found = 1;
                     break;
                 }
-                if (skip(&c)) return SL_EPARSE;
-                ws(&c);
-                if (c.s < c.e && *c.s == ',') c.s++;
+                if (skip(c)) return SL_EPARSE;
+                ws(c);
+                if (c->s < c->e && *c->s == ',') c->s++;
                 else break;
             }
-        } else if (*c.s == '[') {
+        } else if (*c->s == '[') {
             char *end;
             long want = strtol(path, &end, 10);
             if (end != path + kl || want < 0) return SL_ENOENT;
-            c.s++;
+            c->s++;
             for (long i = 0;; i++) {
-                ws(&c);
-                if (c.s < c.e && *c.s == ']') break;
+                ws(c);
+                if (c->s < c->e && *c->s == ']') break;
                 if (i == want) {
                     found = 1;
                     break;
                 }
-                if (skip(&c)) return SL_EPARSE;
-                ws(&c);
-                if (c.s < c.e && *c.s == ',') c.s++;
+                if (skip(c)) return SL_EPARSE;
+                ws(c);
+                if (c->s < c->e && *c->s == ',') c->s++;
                 else break;
             }
         }
         if (!found) return SL_ENOENT;
         path += kl + (dot ? 1 : 0);
     }
-    ws(&c);
-    if (c.s >= c.e) return SL_EPARSE;
+    ws(c);
+    return c->s < c->e ? 0 : SL_EPARSE;
+}
+
+int sl__json_number(const char *s, size_t len, const char *path, double *out) {
+    cur c = {s, s + len, 0};
+    int rc = seek(&c, path);
+    if (rc) return rc;
     if (!strchr("0123456789-", *c.s)) return SL_ENOENT; /* null, string, object */
     char num[64];
     size_t n = 0;
@@ -145,4 +151,30 @@ int sl__json_number(const char *s, size_t len, const char *path, double *out) {
     char *end;
     *out = strtod(num, &end);
     return end == num ? SL_EPARSE : 0;
+}
+
+int sl__json_string(const char *s, size_t len, const char *path, char *out, size_t cap) {
+    cur c = {s, s + len, 0};
+    int rc = seek(&c, path);
+    if (rc) return rc;
+    const char *b, *be;
+    if (*c.s != '"') return SL_ENOENT;
+    if (str(&c, &b, &be)) return SL_EPARSE;
+    size_t n = 0;
+    for (const char *p = b; p < be && n + 1 < cap; p++) {
+        char ch = *p;
+        if (ch == '\\' && p + 1 < be) {
+            char e = *++p;
+            ch = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+            if (e == 'u') { /* \uXXXX: ASCII as itself, the rest as '?' */
+                char hex[5] = {0};
+                for (int k = 0; k < 4 && p + 1 < be; k++) hex[k] = *++p;
+                long v = strtol(hex, NULL, 16);
+                ch = v > 0 && v < 0x80 ? (char)v : '?';
+            }
+        }
+        out[n++] = ch;
+    }
+    if (cap) out[n] = 0;
+    return 0;
 }

@@ -17,4 +17,9 @@ void sl__json_str(FILE *f, const char *s);
  */
 int sl__json_number(const char *s, size_t len, const char *path, double *out);
 
+/* The string at path, unescaped into out (cut to cap - 1 bytes, always
+ * NUL-terminated when cap > 0; \u escapes past ASCII become '?'). 0,
+ * SL_ENOENT (absent, or not a string), SL_EPARSE. */
+int sl__json_string(const char *s, size_t len, const char *path, char *out, size_t cap);
+
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/status.h"
 #include "base/util.h"
 #include "monitor/json.h"
 #include "sluice.h"
@@ -141,6 +142,25 @@ static int sample_machine(sl__top *t) {
     return 0;
 }
 
+static int in_members(const sl__top *t, unsigned pid) {
+    for (size_t i = 0; i < t->nmembers; i++)
+        if ((unsigned)t->procs.v[t->members[i]].pid == pid) return 1;
+    return 0;
+}
+
+static int want_member(const void *ctx, int pid) { return in_members(ctx, (unsigned)pid); }
+
+/* The status files of governed budgets: of the tree's processes (PID
+ * mode), of every live process (machine mode). */
+static void sample_governors(sl__top *t) {
+    char dir[512];
+    const char *d = t->o.status_dir;
+    if (!d && sl__status_dir(dir, sizeof dir) == 0) d = dir;
+    t->ngovs = d ? sl__gov_status_scan(d, t->o.procroot, t->o.pid > 0 ? want_member : NULL, t, t->govs,
+                                       SL_TOP_MAX_GOVS)
+                 : 0;
+}
+
 static void sample_limit(sl__top *t) {
     t->limit = t->mem.total;
     t->usage = t->mem.total - t->mem.available;
@@ -199,17 +219,12 @@ int sl__top_sample(sl__top *t) {
     long seen = t->o.kmsg ? sl__oom_read_kmsg(t->o.kmsg, t->ooms, SL_TOP_MAX_OOMS) : SL_EIO;
     t->kmsg_readable = seen >= 0;
     t->oom_seen = seen >= 0 ? seen : 0;
+    sample_governors(t);
     sample_limit(t);
     return 0;
 }
 
 /* ---- output ------------------------------------------------------------ */
-
-static int in_members(const sl__top *t, unsigned pid) {
-    for (size_t i = 0; i < t->nmembers; i++)
-        if ((unsigned)t->procs.v[t->members[i]].pid == pid) return 1;
-    return 0;
-}
 
 static void json_tree(const sl__top_tree *tr, FILE *f) {
     fprintf(f, "\"root_pid\":%d,\"name\":", tr->root);
@@ -219,46 +234,53 @@ static void json_tree(const sl__top_tree *tr, FILE *f) {
             (unsigned long long)tr->uss, (unsigned long long)tr->swap_pss);
 }
 
-void sl__top_json(const sl__top *t, FILE *f) {
-    typedef unsigned long long ull;
-    fprintf(f, "{\"time\":%.3f,\"pid\":", t->time);
-    if (t->o.pid > 0) fprintf(f, "%d", t->o.pid);
-    else fputs("null", f);
+typedef unsigned long long ull;
+
+static void json_system(const sl__top *t, FILE *f) {
     fprintf(f, ",\"system\":{\"total_bytes\":%llu,\"available_bytes\":%llu,\"free_bytes\":%llu,\"swap_total_bytes\":%llu,\"swap_free_bytes\":%llu}",
             (ull)t->mem.total, (ull)t->mem.available, (ull)t->mem.free, (ull)t->mem.swap_total, (ull)t->mem.swap_free);
+}
+
+static void json_cgroup(const sl__top *t, FILE *f) {
     fputs(",\"cgroup\":", f);
-    if (t->has_cgroup) {
-        const sl__cgroup *c = &t->cg;
-        fprintf(f, "{\"version\":%d,\"path\":", c->version);
-        sl__json_str(f, c->dir);
-        fputs(",\"limit_bytes\":", f);
-        if (c->has_limit) fprintf(f, "%llu", (ull)c->limit);
-        else fputs("null", f);
-        fprintf(f, ",\"current_bytes\":%llu", (ull)c->current);
-        if (c->version == 2)
-            fprintf(f, ",\"events\":{\"high\":%llu,\"max\":%llu,\"oom\":%llu,\"oom_kill\":%llu}", (ull)c->events_high,
-                    (ull)c->events_max, (ull)c->events_oom, (ull)c->events_oom_kill);
-        else fprintf(f, ",\"failcnt\":%llu", (ull)c->failcnt);
-        fputs(",\"oom_kill\":", f);
-        if (c->has_oom_kill) fprintf(f, "%llu", (ull)c->events_oom_kill);
-        else fputs("null", f);
-        fputc('}', f);
-    } else {
+    if (!t->has_cgroup) {
         fputs("null", f);
+        return;
     }
+    const sl__cgroup *c = &t->cg;
+    fprintf(f, "{\"version\":%d,\"path\":", c->version);
+    sl__json_str(f, c->dir);
+    fputs(",\"limit_bytes\":", f);
+    if (c->has_limit) fprintf(f, "%llu", (ull)c->limit);
+    else fputs("null", f);
+    fprintf(f, ",\"current_bytes\":%llu", (ull)c->current);
+    if (c->version == 2)
+        fprintf(f, ",\"events\":{\"high\":%llu,\"max\":%llu,\"oom\":%llu,\"oom_kill\":%llu}", (ull)c->events_high,
+                (ull)c->events_max, (ull)c->events_oom, (ull)c->events_oom_kill);
+    else fprintf(f, ",\"failcnt\":%llu", (ull)c->failcnt);
+    fputs(",\"oom_kill\":", f);
+    if (c->has_oom_kill) fprintf(f, "%llu", (ull)c->events_oom_kill);
+    else fputs("null", f);
+    fputc('}', f);
+}
+
+static void json_psi(const sl__top *t, FILE *f) {
     fputs(",\"psi\":", f);
-    if (t->has_psi) {
-        fputs("{\"source\":", f);
-        sl__json_str(f, t->psi_source);
-        fprintf(f, ",\"some_avg10\":%.2f,\"some_avg60\":%.2f,\"some_total_us\":%llu", t->psi.some.avg10,
-                t->psi.some.avg60, (ull)t->psi.some.total_us);
-        if (t->psi.full.present)
-            fprintf(f, ",\"full_avg10\":%.2f,\"full_avg60\":%.2f,\"full_total_us\":%llu", t->psi.full.avg10,
-                    t->psi.full.avg60, (ull)t->psi.full.total_us);
-        fputc('}', f);
-    } else {
+    if (!t->has_psi) {
         fputs("null", f);
+        return;
     }
+    fputs("{\"source\":", f);
+    sl__json_str(f, t->psi_source);
+    fprintf(f, ",\"some_avg10\":%.2f,\"some_avg60\":%.2f,\"some_total_us\":%llu", t->psi.some.avg10,
+            t->psi.some.avg60, (ull)t->psi.some.total_us);
+    if (t->psi.full.present)
+        fprintf(f, ",\"full_avg10\":%.2f,\"full_avg60\":%.2f,\"full_total_us\":%llu", t->psi.full.avg10,
+                t->psi.full.avg60, (ull)t->psi.full.total_us);
+    fputc('}', f);
+}
+
+static void json_limit(const sl__top *t, FILE *f) {
     fprintf(f, ",\"limit\":{\"bytes\":%llu,\"source\":\"%s\",\"usage_bytes\":%llu,\"used_pct\":%.2f,\"warn_pct\":%.1f,\"warning\":%s,\"slope_bytes_per_s\":",
             (ull)t->limit, t->limit_is_cgroup ? "cgroup" : "memory", (ull)t->usage, t->used_pct, t->o.warn_pct,
             t->warning ? "true" : "false");
@@ -268,6 +290,10 @@ void sl__top_json(const sl__top *t, FILE *f) {
     if (t->eta_s >= 0) fprintf(f, "%.1f", t->eta_s);
     else fputs("null", f);
     fputc('}', f);
+}
+
+/* The tree shown and its processes; machine mode, the largest trees too. */
+static void json_trees(const sl__top *t, FILE *f) {
     fputs(",\"tree\":", f);
     if (t->root_found) {
         fputc('{', f);
@@ -285,34 +311,62 @@ void sl__top_json(const sl__top *t, FILE *f) {
     } else {
         fputs("null", f);
     }
-    if (t->o.pid <= 0) {
-        fputs(",\"trees\":[", f);
-        size_t n = t->ntrees < t->o.max_trees ? t->ntrees : t->o.max_trees;
-        for (size_t i = 0; i < n; i++) {
-            fputs(i ? ",{" : "{", f);
-            json_tree(&t->trees[i], f);
+    if (t->o.pid > 0) return;
+    fputs(",\"trees\":[", f);
+    size_t n = t->ntrees < t->o.max_trees ? t->ntrees : t->o.max_trees;
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ",{" : "{", f);
+        json_tree(&t->trees[i], f);
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
+static void json_gpus(const sl__top *t, FILE *f) {
+    if (!t->has_nvml) return;
+    fprintf(f, ",\"gpu_used_bytes\":%llu,\"gpus\":[", (ull)t->gpu_used);
+    for (unsigned i = 0; i < t->ngpus; i++) {
+        const sl__gpu *g = &t->gpus[i];
+        fprintf(f, "%s{\"index\":%u,\"name\":", i ? "," : "", g->index);
+        sl__json_str(f, g->name);
+        fprintf(f, ",\"total_bytes\":%llu,\"used_bytes\":%llu,\"free_bytes\":%llu,\"processes\":[", (ull)g->total,
+                (ull)g->used, (ull)g->free);
+        for (unsigned j = 0; j < g->nprocs; j++) {
+            fprintf(f, "%s{\"pid\":%u,\"used_bytes\":", j ? "," : "", g->procs[j].pid);
+            if (g->procs[j].used == UINT64_MAX) fputs("null", f);
+            else fprintf(f, "%llu", (ull)g->procs[j].used);
+            fprintf(f, ",\"in_tree\":%s}", in_members(t, g->procs[j].pid) ? "true" : "false");
+        }
+        fputs("]}", f);
+    }
+    fputc(']', f);
+}
+
+/* The governed budgets seen, each with its last moves. */
+static void json_governors(const sl__top *t, FILE *f) {
+    fputs(",\"governors\":[", f);
+    for (size_t i = 0; i < t->ngovs; i++) {
+        const sl__gov_status *g = &t->govs[i];
+        fprintf(f, "%s{\"pid\":%d,\"id\":%u,\"age_s\":%.1f,\"limit_bytes\":%llu,\"ceiling_bytes\":%llu,"
+                "\"used_bytes\":%llu,\"fixed_bytes\":%llu,\"container_limit_bytes\":%llu,"
+                "\"container_usage_bytes\":%llu,\"mem_available_bytes\":%llu,\"psi_some_avg10\":%.2f,\"moves\":%llu,"
+                "\"last_moves\":[",
+                i ? "," : "", g->pid, g->id, t->time - g->time, (ull)g->limit, (ull)g->ceiling, (ull)g->used,
+                (ull)g->fixed, (ull)g->container_limit, (ull)g->container_usage, (ull)g->mem_available,
+                g->psi_some10, (ull)g->moves);
+        for (unsigned j = 0; j < g->nmoves; j++) {
+            const sl__gov_move *m = &g->move[j];
+            fprintf(f, "%s{\"t\":%.3f,\"old_limit_bytes\":%llu,\"new_limit_bytes\":%llu,\"reason\":", j ? "," : "",
+                    m->t, (ull)m->old_limit, (ull)m->new_limit);
+            sl__json_str(f, m->reason);
             fputc('}', f);
         }
-        fputc(']', f);
+        fputs("]}", f);
     }
-    if (t->has_nvml) {
-        fprintf(f, ",\"gpu_used_bytes\":%llu,\"gpus\":[", (ull)t->gpu_used);
-        for (unsigned i = 0; i < t->ngpus; i++) {
-            const sl__gpu *g = &t->gpus[i];
-            fprintf(f, "%s{\"index\":%u,\"name\":", i ? "," : "", g->index);
-            sl__json_str(f, g->name);
-            fprintf(f, ",\"total_bytes\":%llu,\"used_bytes\":%llu,\"free_bytes\":%llu,\"processes\":[", (ull)g->total,
-                    (ull)g->used, (ull)g->free);
-            for (unsigned j = 0; j < g->nprocs; j++) {
-                fprintf(f, "%s{\"pid\":%u,\"used_bytes\":", j ? "," : "", g->procs[j].pid);
-                if (g->procs[j].used == UINT64_MAX) fputs("null", f);
-                else fprintf(f, "%llu", (ull)g->procs[j].used);
-                fprintf(f, ",\"in_tree\":%s}", in_members(t, g->procs[j].pid) ? "true" : "false");
-            }
-            fputs("]}", f);
-        }
-        fputc(']', f);
-    }
+    fputc(']', f);
+}
+
+static void json_ooms(const sl__top *t, FILE *f) {
     fprintf(f, ",\"oom_kills\":{\"readable\":%s,\"count\":%ld,\"events\":[", t->kmsg_readable ? "true" : "false",
             t->oom_seen);
     size_t no = (size_t)t->oom_seen < SL_TOP_MAX_OOMS ? (size_t)t->oom_seen : SL_TOP_MAX_OOMS;
@@ -330,7 +384,22 @@ void sl__top_json(const sl__top *t, FILE *f) {
         sl__json_str(f, e->memcg);
         fputc('}', f);
     }
-    fputs("]}}", f);
+    fputs("]}", f);
+}
+
+void sl__top_json(const sl__top *t, FILE *f) {
+    fprintf(f, "{\"time\":%.3f,\"pid\":", t->time);
+    if (t->o.pid > 0) fprintf(f, "%d", t->o.pid);
+    else fputs("null", f);
+    json_system(t, f);
+    json_cgroup(t, f);
+    json_psi(t, f);
+    json_limit(t, f);
+    json_trees(t, f);
+    json_gpus(t, f);
+    json_governors(t, f);
+    json_ooms(t, f);
+    fputc('}', f);
 }
 
 static const char *fb(uint64_t n, char *buf) { return sl__fmt_bytes(n, buf, 24); }
@@ -340,6 +409,20 @@ static void fmt_eta(double s, char *buf, size_t len) {
     else if (s < 120) snprintf(buf, len, "%.0f s", s);
     else if (s < 7200) snprintf(buf, len, "%.0f min", s / 60);
     else snprintf(buf, len, "%.1f h", s / 3600);
+}
+
+/* Each governed budget: its limit against its ceiling, its last moves. */
+static void text_governors(const sl__top *t, FILE *f) {
+    char a[24], b[24], c[24], d[24];
+    for (size_t i = 0; i < t->ngovs; i++) {
+        const sl__gov_status *g = &t->govs[i];
+        fprintf(f, "budget  pid %d #%u governed: limit %s of ceiling %s  used %s  fixed %s  %llu moves\n", g->pid,
+                g->id, fb(g->limit, a), fb(g->ceiling, b), fb(g->used, c), fb(g->fixed, d), (ull)g->moves);
+        for (unsigned j = g->nmoves > 3 ? g->nmoves - 3 : 0; j < g->nmoves; j++) {
+            const sl__gov_move *m = &g->move[j];
+            fprintf(f, "  %8.1f s  %s -> %s  %s\n", m->t, fb(m->old_limit, a), fb(m->new_limit, b), m->reason);
+        }
+    }
 }
 
 void sl__top_text(const sl__top *t, FILE *f, int rows) {
@@ -411,6 +494,7 @@ void sl__top_text(const sl__top *t, FILE *f, int rows) {
         }
         fputc('\n', f);
     }
+    text_governors(t, f);
     if (!t->kmsg_readable) fprintf(f, "OOM     kernel log not readable\n");
     else if (!t->oom_seen) fprintf(f, "OOM     no kills in the kernel log\n");
     else {

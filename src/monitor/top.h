@@ -1,7 +1,8 @@
 /*
  * `sluice top`: one snapshot of a machine's memory as a training job sees
  * it — system memory, the memory cgroup and its limit, PSI, a process tree
- * (PSS, RSS, USS per process), GPU memory, kernel OOM kills — and the
+ * (PSS, RSS, USS per process), GPU memory, kernel OOM kills, the
+ * governors of sluice budgets in it (live limit, ceiling, last moves) — and the
  * warning when usage nears the effective limit. A sl__top keeps the state
  * between samples (the slope). Private; cli/top.c drives it.
  */
@@ -13,6 +14,7 @@
 
 #include "base/mem.h"
 #include "base/sys/cgroup.h"
+#include "monitor/govstatus.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
 #include "base/sys/procfs.h"
@@ -21,6 +23,7 @@
 
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8
+#define SL_TOP_MAX_GOVS 8
 
 typedef struct sl__top_opts {
     int pid;              /* root of the tree to show; 0: the machine's largest trees */
@@ -29,6 +32,7 @@ typedef struct sl__top_opts {
     const char *nvml_lib; /* NULL: libnvidia-ml.so.1 */
     const char *kmsg;     /* "/dev/kmsg" */
     unsigned max_trees;   /* machine mode: trees listed (8) */
+    const char *status_dir; /* where governors publish (base/status.h); NULL: as they do */
 } sl__top_opts;
 
 void sl__top_opts_init(sl__top_opts *o);
@@ -69,6 +73,10 @@ typedef struct sl__top {
     int kmsg_readable;
     long oom_seen;
     sl__oom_event ooms[SL_TOP_MAX_OOMS];
+    /* Governed budgets of the tree's processes (PID mode) or of every
+     * process (machine mode), from their status files. */
+    sl__gov_status govs[SL_TOP_MAX_GOVS];
+    size_t ngovs;
     /* The effective limit: the smaller of MemTotal and the cgroup limit,
      * and the usage measured against it. */
     uint64_t limit, usage;

@@ -5,7 +5,9 @@
  * A batch's life: FREE -> FILLING (a worker opened it for batch k of an
  * epoch; workers claim its positions one sample at a time and decode
  * straight into them) -> committed in seqno order (holes refilled, see
- * below) -> READY -> HELD by the consumer -> FREE on release.
+ * below) -> READY -> HELD by the consumer -> FREE on release. A slot past
+ * the fixed minimum may be RETIRED instead of FREE under a lowered limit,
+ * and come back FREE when it grows (see "elastic slots" below).
  *
  * Determinism. Batch k nominally holds positions [kB, (k+1)B) of the rank's
  * order for the epoch. A sample that fails leaves a hole; under
@@ -19,9 +21,9 @@
  * A transform's randomness comes from (seed, epoch, sample index) only.
  *
  * Invariants (all under mu):
- *  - slots in FILLING, READY or HELD never exceed nslots; workers wait for a
- *    FREE slot (backpressure); the consumer holding all of them gets
- *    SL_EHELD, never a wait.
+ *  - slots in FILLING, READY or HELD never exceed live (the slots not
+ *    RETIRED); workers wait for a FREE slot (backpressure); the consumer
+ *    holding all of them gets SL_EHELD, never a wait.
  *  - seqnos are dense: delivery takes r_seqno, r_seqno+1, ...; batches
  *    dispatched past an epoch's end are discarded and their seqnos reused.
  *  - one committer at a time (committing), in seqno order (c_seqno); only
@@ -37,6 +39,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +78,141 @@ uint64_t sl__slot_index(const sl_loader *ld, const sl_batch *s, uint32_t j) {
 }
 
 void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) { sl__layout_move(&ld->layout, s->base, a, b); }
+
+/* ---- elastic slots: retire and reactivate ------------------------------------ */
+/*
+ * Slots past min_live are elastic: counted as used, not fixed, so a
+ * lowered limit can take them back. Only a FREE slot is retired: a FILLING
+ * slot holds claimed positions, a READY one a committed batch, a HELD one
+ * the consumer's data; none is disturbed, so delivery order and bytes
+ * never change, only how many batches are in flight. Retiring drops the
+ * slot's pages (MADV_DONTNEED: they read as zeros when it comes back)
+ * before its bytes are released, so resident memory never outgrows the
+ * count. Live slots never fall below max(min_live, held + 1): a consumer
+ * holding h batches can still get the next one. All of it under mu.
+ */
+
+static uint32_t live_floor(const sl_loader *ld) { return SL_MAX(ld->min_live, ld->held + 1); }
+
+/* Pinned (or locked) pages cannot be given back: every live slot becomes
+ * fixed for life, and none is retired again. */
+static void fix_slots(sl_loader *ld) {
+    if (ld->pinned) return;
+    ld->pinned = 1;
+    ld->retire_debt = 0;
+    sl__budget_fix(ld->budget, (uint64_t)(ld->live - ld->min_live) * ld->pitch);
+}
+
+/* FREE slot s gives its pages and bytes back: 1, or 0 (it stays FREE)
+ * when the system will not drop its pages (mlock'd: MADV_DONTNEED refuses
+ * locked pages), and then the slots are fixed. */
+static int slot_retire(sl_loader *ld, sl_batch *s) {
+    if (madvise(s->base, ld->pitch, MADV_DONTNEED) != 0) {
+        fix_slots(ld);
+        return 0;
+    }
+    s->state = SLOT_RETIRED;
+    ld->live--;
+    ld->retirements++;
+    sl__budget_release(ld->budget, ld->pitch, SL_MEM_BATCHES);
+    return 1;
+}
+
+/* Retire FREE slots, highest id first (dispatch takes the lowest), until
+ * want bytes went or the floor is reached. Returns the bytes released. */
+static uint64_t retire_free(sl_loader *ld, uint64_t want) {
+    uint64_t got = 0;
+    for (uint32_t i = ld->nslots; i-- > 0 && got < want && !ld->pinned && ld->live > live_floor(ld);) {
+        if (ld->slots[i].state == SLOT_FREE && slot_retire(ld, &ld->slots[i])) got += ld->pitch;
+    }
+    return got;
+}
+
+/* Slot s is done with (released, dropped, discarded, reset): retired while
+ * the debt of a lowered limit lasts and the budget is still over it (the
+ * workers' trimmed scratch or another loader may have paid it), else FREE. */
+static void slot_free(sl_loader *ld, sl_batch *s) {
+    s->discard = 0;
+    if (ld->retire_debt && !sl__budget_over(ld->budget)) ld->retire_debt = 0;
+    s->state = SLOT_FREE;
+    if (ld->retire_debt && !ld->pinned && ld->live > live_floor(ld) && slot_retire(ld, s)) {
+        ld->retire_debt = ld->retire_debt > ld->pitch ? ld->retire_debt - ld->pitch : 0;
+        return;
+    }
+    pthread_cond_broadcast(&ld->cv_work);
+}
+
+/* Bring up to `most` retired slots back, one at a time, each with a
+ * try-request (never a wait: prefetch is the first thing shed and the last
+ * grown), while no debt is owed and the elastic slots leave one sample's
+ * growth (sample_cap) under the limit beyond the fixed part, as create
+ * sized them. Returns how many came back. */
+static uint32_t reactivate(sl_loader *ld, uint32_t most) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ld->nslots && n < most && !ld->retire_debt; i++) {
+        sl_batch *s = &ld->slots[i];
+        if (s->state != SLOT_RETIRED) continue;
+        uint64_t elastic = (uint64_t)(ld->live + 1 - ld->min_live) * ld->pitch;
+        if (elastic + ld->sample_cap > sl__budget_headroom(ld->budget)) break;
+        if (sl__budget_try(ld->budget, ld->pitch, SL_MEM_BATCHES)) break;
+        if (ld->pinned) sl__budget_fix(ld->budget, ld->pitch); /* locked after it retired */
+        s->state = SLOT_FREE;
+        ld->live++;
+        ld->reactivations++;
+        n++;
+    }
+    if (n) pthread_cond_broadcast(&ld->cv_work);
+    return n;
+}
+
+/* The budget's consumer (mem.h): called on the thread that moved the
+ * limit, no budget lock held. */
+static uint64_t slots_give_back(void *ctx, uint64_t want) {
+    sl_loader *ld = ctx;
+    pthread_mutex_lock(&ld->mu);
+    uint64_t got = retire_free(ld, want);
+    ld->retire_debt = want > got && !ld->pinned ? want - got : 0;
+    pthread_mutex_unlock(&ld->mu);
+    return got;
+}
+
+static void slots_room(void *ctx) {
+    sl_loader *ld = ctx;
+    pthread_mutex_lock(&ld->mu);
+    ld->retire_debt = 0;
+    reactivate(ld, UINT32_MAX);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+void sl__slots_consumer_init(sl_loader *ld) {
+    ld->consumer = (sl__consumer){slots_give_back, slots_room, ld, NULL};
+}
+
+int sl__slots_pin(sl_loader *ld, char *err, size_t errlen) {
+    pthread_mutex_lock(&ld->mu);
+    int rc = 0;
+    uint32_t retired = ld->nslots - ld->live;
+    if (!ld->pinned && retired) { /* all of them back, or none */
+        if (sl__budget_try(ld->budget, (uint64_t)retired * ld->pitch, SL_MEM_BATCHES)) {
+            char x[32];
+            sl__msg(err, errlen, "%u of %u batch slots are retired under a lowered limit and the budget cannot "
+                    "hold their %s again now", retired, ld->nslots,
+                    sl__fmt_bytes((uint64_t)retired * ld->pitch, x, sizeof x));
+            rc = SL_EBUDGET;
+        } else {
+            for (uint32_t i = 0; i < ld->nslots; i++)
+                if (ld->slots[i].state == SLOT_RETIRED) ld->slots[i].state = SLOT_FREE;
+            ld->live = ld->nslots;
+            ld->reactivations += retired;
+        }
+    }
+    if (!rc && !ld->pinned) {
+        fix_slots(ld);
+        pthread_cond_broadcast(&ld->cv_work);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
 
 /* ---- dispatch ------------------------------------------------------------- */
 
@@ -182,12 +320,6 @@ static int claim_next(sl_loader *ld, claim *c) {
 }
 
 /* ---- commit ------------------------------------------------------------------ */
-
-static void slot_free(sl_loader *ld, sl_batch *s) {
-    s->state = SLOT_FREE;
-    s->discard = 0;
-    pthread_cond_broadcast(&ld->cv_work);
-}
 
 /* First commit pass: record the failures of the nominal positions that
  * are still the batch's own (in position order). */
@@ -366,7 +498,7 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
     while (ld->active > 0 || ld->committing) pthread_cond_wait(&ld->cv_quiet, &ld->mu);
     for (uint32_t i = 0; i < ld->nslots; i++) {
         sl_batch *s = &ld->slots[i];
-        if (s->state == SLOT_FILLING || s->state == SLOT_READY) s->state = SLOT_FREE;
+        if (s->state == SLOT_FILLING || s->state == SLOT_READY) slot_free(ld, s);
         s->discard = 0;
     }
     ld->ready = 0;
@@ -469,7 +601,7 @@ static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
         sl_batch *s = slot_by_seqno(ld, ld->r_seqno, SLOT_READY);
         if (s && (rc = deliver(ld, s, out)) != 1) break;
         if (s) continue;
-        if (ld->held >= ld->nslots) {
+        if (ld->held >= ld->live && !reactivate(ld, 1)) {
             rc = SL_EHELD;
             break;
         }
@@ -517,6 +649,7 @@ void sl_loader_release(sl_loader *ld, sl_batch *b) {
         if (b->state == SLOT_HELD) {
             ld->held--;
             slot_free(ld, b);
+            if (ld->live < ld->nslots) reactivate(ld, 1); /* room a try-request refused before */
             pthread_cond_broadcast(&ld->cv_ready);
         }
         pthread_mutex_unlock(&ld->mu);

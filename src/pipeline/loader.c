@@ -296,20 +296,34 @@ static uint64_t min_budget_for(uint64_t fixed) {
     return b;
 }
 
+/* A slot's block in the region: the layout's stride rounded up to pages,
+ * so a retired slot gives its own pages back (engine.c). */
+static uint64_t slot_pitch(const sl_loader *ld) {
+    uint64_t ps = sl__page_size(), stride = ld->layout.stride;
+    return stride > UINT64_MAX / 4 ? UINT64_MAX / 4 : (stride + ps - 1) / ps * ps;
+}
+
+/* What n slots count: their blocks and their sl_batch entries (saturating
+ * far above any budget). */
+static uint64_t slots_cost(uint64_t pitch, uint64_t n) {
+    uint64_t per = pitch + sizeof(sl_batch);
+    return n && per > (UINT64_MAX / 4) / n ? UINT64_MAX / 4 : per * n;
+}
+
 /* The pipeline's sizes for this budget: what plan reports and create
- * carves. The fixed part is min_slots batch slots + the worker baselines +
- * what is held already (index, orders, records), and it must leave a
- * quarter of the budget for one sample's growth (admit.c): the minimum
- * budget is the fixed part x 4/3. */
+ * carves. The minimum working set is max(min_slots, prefetch) batch slots
+ * + the worker baselines + what is held already (index, orders, records),
+ * and it must leave a quarter of the budget for one sample's growth
+ * (admit.c): the minimum budget is that x 4/3. (Of the slots carved, only
+ * min_slots are fixed for life: step_workers.) */
 static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl_config *cfg = &ld->cfg;
-    uint64_t stride = ld->layout.stride;
+    uint64_t pitch = slot_pitch(ld);
     uint64_t per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK;
     uint64_t workers_b = per_worker * ld->nworkers, used = atomic_load(&ld->budget->used);
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
-    uint64_t slot_cost = stride + sizeof(sl_batch);
-    uint64_t fixed_min = used + workers_b + (uint64_t)sl__alloc_cost((size_t)SL_MIN(stride * min_slots, SIZE_MAX / 2)) +
-                         sizeof(sl_batch) * min_slots + 4096;
+    uint64_t slot_cost = pitch + sizeof(sl_batch);
+    uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
     uint64_t minimum = min_budget_for(fixed_min);
     memset(p, 0, sizeof *p);
     p->dataset_size = ld->sampler.n;
@@ -333,7 +347,7 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
                 "size or workers",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
-                sl__fmt_bytes(stride, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
+                sl__fmt_bytes(pitch, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
                 sl__fmt_bytes(minimum, b2, sizeof b2));
         return SL_EBUDGET;
@@ -348,38 +362,49 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
         uint64_t fit = room / slot_cost;
         uint64_t cap = SL_MAX(4, (4ull * ld->nworkers + ld->B - 1) / ld->B);
         nslots = (uint32_t)SL_MAX(SL_MIN(fit, cap), min_slots);
-        while (nslots > min_slots && used + workers_b + sl__alloc_cost(stride * nslots) + sizeof(sl_batch) * nslots +
-                                             4096 + ld->sample_cap > cfg->budget)
+        while (nslots > min_slots && used + workers_b + slots_cost(pitch, nslots) + 4096 + ld->sample_cap > cfg->budget)
             nslots--;
     }
     p->slots = nslots;
-    p->fixed_bytes = used + workers_b + sl__alloc_cost((size_t)(stride * nslots)) + sizeof(sl_batch) * nslots;
+    p->fixed_bytes = used + workers_b + slots_cost(pitch, nslots);
     return 0;
 }
 
 /* ---- step 5: slots and workers ------------------------------------------------- */
 
+/* The region: one private mapping of nslots blocks of pitch bytes,
+ * counted under SL_MEM_BATCHES. Slots past min_slots are elastic: counted,
+ * not fixed (step_workers), so a lowered limit can retire them (engine.c). */
 static int step_slots(sl_loader *ld, const sl_plan *p, char *err, size_t errlen) {
     char b1[32], b2[32], b3[32];
-    uint64_t stride = ld->layout.stride;
+    uint64_t pitch = slot_pitch(ld), len;
     ld->nslots = p->slots;
-    ld->region_len = (size_t)(stride * ld->nslots);
-    ld->region = sl__alloc(ld->budget, ld->region_len, SL_MEM_BATCHES);
-    ld->slots = sl__calloc(ld->budget, ld->nslots, sizeof(sl_batch), SL_MEM_OTHER);
-    if (!ld->region || !ld->slots) {
-        int rc = alloc_fail_code(ld, !ld->slots ? (uint64_t)ld->nslots * sizeof(sl_batch) : ld->region_len);
+    ld->pitch = (size_t)pitch;
+    int rc = sl__mul(pitch, p->slots, &len) || len > SIZE_MAX / 2 ? SL_EBUDGET : sl__budget_try(ld->budget, len, SL_MEM_BATCHES);
+    if (rc == 0 && !(ld->region = sl__map_prepaid((size_t)len))) {
+        sl__budget_release(ld->budget, len, SL_MEM_BATCHES);
+        rc = SL_ENOMEM;
+    }
+    if (rc == 0) { /* from here free_memory gives back live * pitch */
+        ld->region_len = (size_t)len;
+        ld->live = ld->nslots;
+        ld->min_live = SL_MIN(ld->cfg.min_slots, ld->nslots);
+        if (!(ld->slots = sl__calloc(ld->budget, ld->nslots, sizeof(sl_batch), SL_MEM_OTHER)))
+            rc = alloc_fail_code(ld, (uint64_t)ld->nslots * sizeof(sl_batch));
+    }
+    if (rc) {
         if (rc == SL_EBUDGET)
             sl__msg(err, errlen, "budget %s cannot hold %u batch slots of %s (prefetch): minimum working set is %s",
-                    sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), ld->nslots, sl__fmt_bytes(stride, b2, sizeof b2),
+                    sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), ld->nslots, sl__fmt_bytes(pitch, b2, sizeof b2),
                     sl__fmt_bytes(p->min_budget, b3, sizeof b3));
         else
-            sl__msg(err, errlen, "out of memory for %u batch slots of %s", ld->nslots, sl__fmt_bytes(stride, b2, sizeof b2));
+            sl__msg(err, errlen, "out of memory for %u batch slots of %s", ld->nslots, sl__fmt_bytes(pitch, b2, sizeof b2));
         return rc;
     }
     for (uint32_t i = 0; i < ld->nslots; i++) {
         ld->slots[i].ld = ld;
         ld->slots[i].id = i;
-        sl__slot_carve(ld, &ld->slots[i], ld->region + (uint64_t)i * stride);
+        sl__slot_carve(ld, &ld->slots[i], ld->region + (uint64_t)i * pitch);
     }
     return 0;
 }
@@ -435,7 +460,8 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
             return rc;
         }
     }
-    sl__budget_fix(ld->budget, atomic_load(&ld->budget->used));
+    /* everything held now is fixed for life but the elastic slots */
+    sl__budget_fix(ld->budget, atomic_load(&ld->budget->used) - (uint64_t)(ld->nslots - ld->min_live) * ld->pitch);
     if (sl__budget_headroom(ld->budget) < ld->sample_cap) { /* allocation rounding ate into it */
         char b1[32], b2[32];
         sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it",
@@ -470,7 +496,10 @@ static void free_memory(sl_loader *ld, int in_child) {
     }
     sl__free(b, ld->workers);
     sl__free(b, ld->slots);
-    sl__free(b, ld->region);
+    if (ld->region) { /* retired slots gave their bytes back already */
+        sl__unmap_prepaid(ld->region, ld->region_len);
+        sl__budget_release(b, (uint64_t)ld->live * ld->pitch, SL_MEM_BATCHES);
+    }
     sl__free(b, ld->seq[0]);
     sl__free(b, ld->seq[1]);
     sl__free(b, ld->seq_tmp);
@@ -502,6 +531,7 @@ static void free_all(sl_loader *ld) {
  * destroying could hang forever). */
 static void destroy_in_child(sl_loader *ld) {
     atomic_store(&ld->budget->waiters, 0); /* they were the parent's threads: nobody to wake */
+    if (ld->consumer_on) sl__budget_forget_consumer(ld->budget, &ld->consumer);
     free_memory(ld, 1);
     free(ld);
 }
@@ -525,6 +555,10 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
         return rc;
     }
     if (ld->shared) sl__budget_unbind_limit(ld->budget);
+    /* from here a moved limit retires or brings back elastic slots */
+    sl__slots_consumer_init(ld);
+    sl__budget_add_consumer(ld->budget, &ld->consumer);
+    ld->consumer_on = 1;
     sl__registry_add(ld);
     *out = ld;
     return 0;
@@ -553,6 +587,9 @@ void sl_loader_destroy(sl_loader *ld) {
         destroy_in_child(ld);
         return;
     }
+    /* first: no limit move may reach the loader while it goes (this waits
+     * for a notification in progress) */
+    if (ld->consumer_on) sl__budget_remove_consumer(ld->budget, &ld->consumer);
     stop_workers(ld, ld->nworkers);
     free_all(ld);
 }
@@ -566,8 +603,12 @@ const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf
     return sl__source_path(ld->src, index, buf, len) >= 0 ? buf : NULL;
 }
 
-int sl_loader_slot_region(const sl_loader *ld, void **base, size_t *len) {
-    if (!ld || !base || !len) return SL_EINVAL;
+int sl_loader_slot_region(const sl_loader *cld, void **base, size_t *len) {
+    if (!cld || !base || !len) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) return SL_ESTATE;
+    int rc = sl__slots_pin(ld, NULL, 0);
+    if (rc) return rc;
     *base = ld->region;
     *len = ld->region_len;
     return 0;
@@ -609,9 +650,13 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     o->epoch = ld->cur_epoch;
     o->seconds = ld->t_first_ns ? (double)(sl__now_ns() - ld->t_first_ns) / 1e9 : 0;
     o->consumer_wait_s = (double)ld->wait_ns / 1e9;
-    o->slots = ld->nslots;
+    o->slots = ld->live;
     o->slots_held = ld->held;
     o->slots_ready = ld->ready;
+    o->slots_retired = ld->nslots - ld->live;
+    o->slots_min = ld->min_live;
+    o->slot_retirements = ld->retirements;
+    o->slot_reactivations = ld->reactivations;
     o->errors = ld->nerrs_seen;
     pthread_mutex_unlock(&ld->mu);
     o->samples_per_s = o->seconds > 0 ? (double)o->samples / o->seconds : 0;

@@ -17,7 +17,10 @@
 #include "sampler.h"
 #include "sluice.h"
 
-enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+/* A slot's states (engine.c). RETIRED: an elastic slot given back under a
+ * lowered limit (its pages returned, its bytes released); dispatch never
+ * opens it, and it comes back as FREE when the limit grows. */
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_RETIRED };
 
 /* An error record and the commit it belongs to. */
 typedef struct sl__error {
@@ -110,8 +113,10 @@ struct sl_loader {
     int seq_valid[2];
     uint32_t *seq_tmp;       /* permutation scratch for world > 1 */
 
-    uint8_t *region;         /* all slots */
+    uint8_t *region;         /* all slots: one private mapping of nslots * pitch bytes */
     size_t region_len;
+    size_t pitch;            /* a slot's block: layout.stride rounded up to pages, so a
+                                retired slot's pages can be given back on their own */
     sl_batch *slots;
     sl__worker *workers;
 
@@ -142,6 +147,18 @@ struct sl_loader {
     uint64_t cur_epoch, cur_batch, cur_tail; /* state after the last delivery */
     int pending_end;
     uint32_t held, ready;
+
+    /* Elastic slots (engine.c, "elastic slots"; mu). Slots past min_live
+     * are counted as used, not fixed: a lowered limit retires FREE ones at
+     * once (consumer.give_back) and the rest as they free while
+     * retire_debt lasts; a grown limit brings them back one at a time. */
+    uint32_t min_live;       /* never retired: cfg.min_slots */
+    uint32_t live;           /* slots not RETIRED */
+    uint64_t retire_debt;    /* bytes still to give back as slots free */
+    uint64_t retirements, reactivations;
+    int pinned;              /* the region was handed out for pinning: no page goes back */
+    sl__consumer consumer;   /* registered with the budget's root while the loader runs */
+    int consumer_on;
 
     /* stats (mu) */
     uint64_t t_first_ns;
@@ -194,6 +211,13 @@ void sl__loader_run(sl__worker *w);
 void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail);
 /* The sample order of epoch (made on first use). */
 uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch);
+/* Elastic slots (engine.c). The loader's budget consumer: registered at
+ * the end of create, removed first thing in destroy. */
+void sl__slots_consumer_init(sl_loader *ld);
+/* The region is handed out for pinning (sl_loader_slot_region): bring
+ * every retired slot back (try-requests) and fix the slots in the budget
+ * for life. mu not held. 0, or SL_EBUDGET with a reason. */
+int sl__slots_pin(sl_loader *ld, char *err, size_t errlen);
 /* Point slot s at its block of the region. */
 void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base);
 /* Has destroy begun? (a worker's retry loop stops waiting). */

@@ -1,6 +1,6 @@
 /*
  * Large test images and the process's resident memory, header-only (for
- * test_arena.c and test_rss.c).
+ * test_arena.c, test_rss.c, test_live_limit.c and test_governor.c).
  *
  *  - bx_jpeg(): a JPEG of w x h written with libjpeg's compressor in one
  *    of the layouts that make a decoder hold the most: baseline 4:2:0
@@ -8,12 +8,41 @@
  *    (one component a scan), both of which buffer every coefficient of the
  *    image; or grayscale.
  *  - bx_rss(): VmRSS / VmHWM of this process from /proc/self/status, and
- *    bx_reset_peak() (clear_refs 5) so the peak starts now.
+ *    bx_reset_peak() (clear_refs 5) so the peak starts now; BX_RSS_MEANINGFUL
+ *    (not under a sanitizer); bx_now_s(), bx_sleep_ms().
  */
 #ifndef SL_BIGIMG_H
 #define SL_BIGIMG_H
 
+#include <time.h>
+
 #include "fixture.h"
+
+/* Under ASan or TSan resident memory includes the sanitizer's shadow and
+ * quarantine, which are not the library's (and a memory cgroup would be
+ * charged for them): RSS bounds are checked in plain builds only. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BX_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BX_SANITIZED 1
+#endif
+#endif
+#ifndef BX_SANITIZED
+#define BX_SANITIZED 0
+#endif
+#define BX_RSS_MEANINGFUL (!BX_SANITIZED)
+
+/* Monotonic seconds, and a sleep. */
+FX_FN double bx_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+FX_FN void bx_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 enum { BX_BASELINE_420 = 0, BX_PROGRESSIVE_444, BX_MULTISCAN_444, BX_GRAY_PROGRESSIVE };
 

@@ -20,17 +20,6 @@
 
 #include "bigimg.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
-#define RSS_MEANINGFUL 1
-#endif
-
 #define SLACK ((uint64_t)48 << 20)
 
 /* An ImageFolder of large and tiny images; returns its root. */
@@ -101,7 +90,7 @@ static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
            workers, (unsigned long long)(budget >> 20), (unsigned long long)(base >> 20),
            (unsigned long long)((hwm - base) >> 20), (unsigned long long)((max_rss - base) >> 20),
            (unsigned long long)(st.peak_accounted_bytes >> 20), (long long)((int64_t)(after - base) / 1024));
-    if (!RSS_MEANINGFUL) return;
+    if (!BX_RSS_MEANINGFUL) return;
     CHECK_LE(hwm, base + budget + SLACK);
     CHECK_LE(after, base + (16u << 20)); /* thread stacks cached by glibc: only their touched pages */
 }

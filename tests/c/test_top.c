@@ -15,6 +15,7 @@
 #include "check.h"
 #include "base/mem.h"
 #include "base/sys/cgroup.h"
+#include "monitor/govstatus.h"
 #include "monitor/json.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
@@ -265,6 +266,14 @@ TEST(json_paths) {
     CHECK_EQ(sl__json_number(s, strlen(s), "a.b.2", &v), SL_ENOENT);
     CHECK_EQ(sl__json_number(s, strlen(s), "a.s", &v), SL_ENOENT);
     CHECK_EQ(sl__json_number("{\"a\":", 5, "a", &v), SL_EPARSE);
+    char str[8];
+    CHECK_OK(sl__json_string(s, strlen(s), "a.s", str, sizeof str));
+    CHECK(strcmp(str, "x}\"y") == 0);
+    const char *u = "{\"r\":\"a\\u0041\\u00e9\\n\\\\ long tail\"}";
+    CHECK_OK(sl__json_string(u, strlen(u), "r", str, sizeof str));
+    CHECK(strcmp(str, "aA?\n\\ l") == 0); /* cut to the buffer */
+    CHECK_EQ(sl__json_string(s, strlen(s), "z", str, sizeof str), SL_ENOENT);
+    CHECK_EQ(sl__json_string(s, strlen(s), "q", str, sizeof str), SL_ENOENT);
 }
 
 /* ---- a fork tree of known memory ------------------------------------------ */
@@ -451,4 +460,126 @@ TEST(svg_from_log) {
     fclose(in);
     fclose(out);
     free(log);
+}
+
+/* ---- governed budgets in `sluice top` ------------------------------------------ */
+
+static void put_file(const char *dir, const char *name, const char *text) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    CHECK(fclose(f) == 0);
+}
+
+static int file_exists(const char *dir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+static void rm_tree(const char *dir) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* A governor over a made-up v2 cgroup moves its budget's limit; this
+ * process's status file carries the move to sl__top (and `sluice top`),
+ * a stale file of a reused pid is left out, and the file goes with the
+ * budget. */
+TEST(governor_moves_shown_by_top) {
+    char status[64] = "/tmp/sl_status_XXXXXX", cg[64] = "/tmp/sl_fakecg_XXXXXX";
+    CHECK(mkdtemp(status) && mkdtemp(cg));
+    setenv("SLUICE_STATUS_DIR", status, 1);
+    put_file(cg, "memory.max", "1073741824\n");
+    put_file(cg, "memory.current", "104857600\n");
+    put_file(cg, "memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n");
+    put_file(cg, "memory.stat", "anon 0\ninactive_file 0\n");
+    sl_budget *b;
+    CHECK_OK(sl_budget_create(512 * MiB, &b));
+    sl_governor_opts go;
+    sl_governor_opts_init(&go);
+    go.margin = 64 * MiB;
+    go.period_ms = 20;
+    go.cgroup_dir = cg;
+    char err[256] = "", name[64];
+    if (sl_budget_govern(b, &go, err, sizeof err)) SL_FAIL("govern: %s", err);
+    snprintf(name, sizeof name, "sluice-gov-%d-1.json", (int)getpid());
+    CHECK(file_exists(status, name));
+    /* a stale file: this pid, another start time (a process that died before removing it) */
+    char stale[64], text[512];
+    snprintf(stale, sizeof stale, "sluice-gov-%d-99.json", (int)getpid());
+    snprintf(text, sizeof text, "{\"version\":1,\"pid\":%d,\"start_time\":1,\"id\":99,\"time\":1,\"t\":1,"
+             "\"limit_bytes\":1,\"ceiling_bytes\":1,\"used_bytes\":1,\"fixed_bytes\":1,\"container_limit_bytes\":0,"
+             "\"container_usage_bytes\":0,\"mem_available_bytes\":0,\"psi_some_avg10\":0,\"moves\":0,\"events\":[]}",
+             (int)getpid());
+    put_file(status, stale, text);
+    put_file(cg, "memory.current", "838860800\n"); /* 800 MiB of 1 GiB: room for 160 MiB */
+    sl__top_opts o;
+    sl__top_opts_init(&o);
+    o.pid = (int)getpid();
+    o.nvml_lib = "libnvidia-ml-absent.so.1";
+    o.kmsg = NULL;
+    sl__top t;
+    CHECK_OK(sl__top_init(&t, &o));
+    for (int i = 0; i < 200; i++) {
+        CHECK_OK(sl__top_sample(&t));
+        if (t.ngovs == 1 && t.govs[0].nmoves > 0) break;
+        usleep(10000);
+    }
+    CHECK_EQ(t.ngovs, 1);
+    const sl__gov_status *g = &t.govs[0];
+    sl_budget_info bi;
+    CHECK_OK(sl_budget_stats(b, &bi));
+    CHECK_EQ(g->pid, getpid());
+    CHECK_EQ(g->id, 1);
+    CHECK_EQ(g->ceiling, 512 * MiB);
+    CHECK_EQ(g->limit, bi.limit);
+    CHECK(g->limit < 200 * MiB);
+    CHECK_EQ(g->container_limit, 1024 * MiB);
+    CHECK_EQ(g->move[g->nmoves - 1].new_limit, g->limit);
+    CHECK_STR_CONTAINS(g->move[g->nmoves - 1].reason, "cgroup working set 800.0 MiB of limit 1.0 GiB");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sl__top_json(&t, f);
+    fclose(f);
+    double v;
+    CHECK_OK(sl__json_number(buf, len, "governors.0.limit_bytes", &v));
+    CHECK_EQ((uint64_t)v, g->limit);
+    CHECK_EQ(sl__json_number(buf, len, "governors.1.pid", &v), SL_ENOENT); /* the stale one is not shown */
+    char reason[112];
+    CHECK_OK(sl__json_string(buf, len, "governors.0.last_moves.0.reason", reason, sizeof reason));
+    CHECK_STR_CONTAINS(reason, "cgroup working set");
+    free(buf);
+    f = open_memstream(&buf, &len);
+    sl__top_text(&t, f, 5);
+    fclose(f);
+    CHECK_STR_CONTAINS(buf, "governed: limit ");
+    CHECK_STR_CONTAINS(buf, "of ceiling 512.0 MiB");
+    CHECK_STR_CONTAINS(buf, "cgroup working set 800.0 MiB");
+    free(buf);
+    /* the command itself, from another process (SLUICE_STATUS_DIR is inherited) */
+    const char *build = getenv("SL_BUILD");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "'%s/sluice' top --once --json --nvml-lib libnvidia-ml-absent.so.1 %d",
+             build ? build : "build", (int)getpid());
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK_EQ(pclose(p), 0);
+    CHECK_OK(sl__json_number(out, n, "governors.0.ceiling_bytes", &v));
+    CHECK_EQ((uint64_t)v, 512 * MiB);
+    /* the file goes with the budget */
+    sl_budget_destroy(b);
+    CHECK(!file_exists(status, name));
+    CHECK_OK(sl__top_sample(&t));
+    CHECK_EQ(t.ngovs, 0);
+    sl__top_fini(&t);
+    rm_tree(status);
+    rm_tree(cg);
 }

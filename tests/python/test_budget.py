@@ -132,3 +132,76 @@ def test_governed_budgets(dataset):
     closed.close()
     with pytest.raises(ValueError, match="closed"):
         closed.stats()
+
+
+def _settle(ld, timeout=5.0):
+    """Wait until every live slot is filled or held (the workers idle)."""
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        s = ld.stats()
+        if s["slots_ready"] + s["slots_held"] >= s["slots"]:
+            return s
+        time.sleep(0.005)
+    raise AssertionError(f"slots never filled: {ld.stats()}")
+
+
+def _epochs(dataset, budget, on_batch=None):
+    """Checksums of 4 epochs of 8 batches (8 slots of 8 samples of 3x320x320)."""
+    ld = sluice.Loader(dataset, batch_size=8, size=320, workers=2, prefetch=8, budget=budget, checksum=True, seed=3)
+    sums = []
+    for epoch in range(4):
+        ld.set_epoch(epoch)
+        for b in ld:
+            sums.append(b.checksum)
+            if on_batch:
+                on_batch(ld, len(sums))
+    st = ld.stats()
+    ld.close()
+    return sums, st
+
+
+def test_shrink_while_iterating_retires_slots_and_keeps_the_bytes(dataset):
+    """Issue 8 item 3: set_limit(smaller) while the loader runs. Within a
+    second the accounted total is under the new limit, resident memory
+    falls with it, iteration goes on without an error, the batches are the
+    same bytes as without the shrink, and growing back brings the slots back."""
+    import time
+    ref, _ = _epochs(dataset, sluice.Budget("128M"))
+    budget = sluice.Budget("128M")
+    seen = {}
+
+    def on_batch(ld, n):
+        if n == 6:  # shrink: keep 2 elastic slots and a little room
+            s = _settle(ld)
+            assert s["slots"] == 8 and s["slots_min"] == 2 and s["slots_retired"] == 0
+            seen["slot"] = s["memory"]["batches"] // s["slots"]
+            seen["rss_full"] = _status("VmRSS:")
+            seen["limit"] = s["fixed_bytes"] + 2 * seen["slot"] + 2 * MIB
+            assert budget.stats()["used"] > seen["limit"]
+            seen["t0"] = time.monotonic()
+            budget.set_limit(seen["limit"])
+        elif "t0" in seen and "under_s" not in seen and budget.stats()["used"] <= seen["limit"]:
+            seen["under_s"] = time.monotonic() - seen["t0"]
+        if n == 18:
+            s = _settle(ld)
+            seen["shrunk"] = s
+            seen["rss_shrunk"] = _status("VmRSS:")
+            budget.set_limit("128M")  # grow back
+        if n == 28:
+            seen["grown"] = ld.stats()
+
+    got, st = _epochs(dataset, budget, on_batch)
+    shrunk, grown = seen["shrunk"], seen["grown"]
+    print(f"under the new limit after {seen['under_s']:.3f} s; {shrunk['slots']} slots live, "
+          f"{shrunk['slots_retired']} retired; RSS {seen['rss_full'] >> 20} -> {seen['rss_shrunk'] >> 20} MiB; "
+          f"grown back to {grown['slots']}")
+    assert seen["under_s"] < 1.0
+    assert shrunk["slots_retired"] >= 3 and shrunk["slots"] + shrunk["slots_retired"] == 8
+    assert shrunk["accounted_bytes"] <= seen["limit"]
+    # the retired slots' pages went back, not only their count
+    assert seen["rss_full"] - seen["rss_shrunk"] >= shrunk["slots_retired"] * seen["slot"] - 4 * MIB
+    assert grown["slots"] == 8 and grown["slots_retired"] == 0
+    assert st["errors"] == 0 and st["slot_reactivations"] == st["slot_retirements"] > 0
+    assert got == ref  # determinism holds across the shrink
+    budget.close()

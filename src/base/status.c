@@ -1,0 +1,106 @@
+/* Status files for `sluice top`. See status.h. */
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sys/procfs.h"
+#include "sluice.h"
+
+/* Open statuses, for the exit handler (lock: reg_mu). */
+#define SL_STATUS_MAX 64
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static sl__status *reg[SL_STATUS_MAX];
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static _Atomic unsigned next_id;
+
+static void remove_at_exit(void) {
+    /* a child of fork() may find the lock held by a parent's thread that
+     * is not here: try for a while, never hang the exit */
+    int locked = 0;
+    for (int i = 0; i < 100 && !(locked = pthread_mutex_trylock(&reg_mu) == 0); i++) usleep(100);
+    if (!locked) return;
+    for (int i = 0; i < SL_STATUS_MAX; i++)
+        if (reg[i] && reg[i]->pid == (long)getpid()) unlink(reg[i]->path); /* not a parent's, after fork() */
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void install_handler(void) { atexit(remove_at_exit); }
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return p && *p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int sl__status_dir(char *out, size_t len) {
+    const char *env = getenv("SLUICE_STATUS_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *d = env && *env ? env : is_dir("/dev/shm") ? "/dev/shm" : xdg;
+    if (!is_dir(d) || (size_t)snprintf(out, len, "%s", d) >= len) return SL_ENOENT;
+    return 0;
+}
+
+static int self_start_time(uint64_t *st) {
+    char buf[1024], comm[64];
+    size_t n;
+    int pid, ppid;
+    if (sl__read_text("/proc/self/stat", buf, sizeof buf, &n)) return SL_ENOENT;
+    return sl__procstat_parse(buf, n, &pid, &ppid, comm, sizeof comm, st) ? SL_ENOENT : 0;
+}
+
+int sl__status_open(sl__status *s) {
+    memset(s, 0, sizeof *s);
+    char dir[512];
+    if (sl__status_dir(dir, sizeof dir) || self_start_time(&s->start_time)) return SL_ENOENT;
+    s->pid = (long)getpid();
+    s->id = atomic_fetch_add(&next_id, 1) + 1;
+    if ((size_t)snprintf(s->path, sizeof s->path, "%s/" SL_STATUS_PREFIX "%ld-%u.json", dir, s->pid, s->id) >=
+        sizeof s->path)
+        return SL_ENOENT;
+    pthread_once(&reg_once, install_handler);
+    pthread_mutex_lock(&reg_mu);
+    for (int i = 0; i < SL_STATUS_MAX && !s->on; i++)
+        if (!reg[i]) {
+            reg[i] = s;
+            s->on = 1;
+        }
+    pthread_mutex_unlock(&reg_mu);
+    return s->on ? 0 : SL_ENOENT; /* more than SL_STATUS_MAX at once: not published */
+}
+
+int sl__status_write(sl__status *s, const char *text, size_t len) {
+    if (!s->on) return 0;
+    char tmp[640];
+    snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return SL_EIO;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    int ok = close(fd) == 0 && done == len;
+    if (!ok || rename(tmp, s->path) != 0) {
+        unlink(tmp);
+        return SL_EIO;
+    }
+    return 0;
+}
+
+void sl__status_close(sl__status *s) {
+    if (!s->on) return;
+    pthread_mutex_lock(&reg_mu);
+    for (int i = 0; i < SL_STATUS_MAX; i++)
+        if (reg[i] == s) reg[i] = NULL;
+    pthread_mutex_unlock(&reg_mu);
+    unlink(s->path);
+    s->on = 0;
+}

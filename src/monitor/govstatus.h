@@ -1,0 +1,48 @@
+/*
+ * The governors of other processes, as `sluice top` shows them: read from
+ * the status files they publish (base/status.h: live limit, ceiling, use,
+ * last readings and moves). Private.
+ */
+#ifndef SL_MONITOR_GOVSTATUS_H
+#define SL_MONITOR_GOVSTATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_GOV_STATUS_MOVES 8
+
+typedef struct sl__gov_move {
+    double t;                /* seconds since its governor started */
+    uint64_t old_limit, new_limit;
+    char reason[112];
+} sl__gov_move;
+
+typedef struct sl__gov_status {
+    int pid;
+    unsigned id;             /* the governor's number in its process */
+    uint64_t start_time;     /* its process's start (clock ticks since boot) */
+    double time;             /* Unix time the file was written */
+    double t;                /* seconds since the governor started, then */
+    uint64_t limit, ceiling, used, fixed;
+    uint64_t container_limit, container_usage, mem_available;
+    double psi_some10;
+    uint64_t moves;          /* every move it made */
+    unsigned nmoves;         /* the last ones, oldest first */
+    sl__gov_move move[SL_GOV_STATUS_MOVES];
+} sl__gov_status;
+
+/* Parse one status file's text. 0, or SL_EPARSE (not a status file of a
+ * version this reader knows). */
+int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *out);
+
+/*
+ * The status files in dir of live processes: a file counts when its
+ * process runs under procroot with the start time the file names (not a
+ * stale file whose pid was reused) and owns it (a file of another user
+ * cannot speak for a process). want(ctx, pid) picks the processes (NULL:
+ * all). Up to max into out, ordered by pid and number; returns how many.
+ */
+size_t sl__gov_status_scan(const char *dir, const char *procroot, int (*want)(const void *ctx, int pid),
+                           const void *ctx, sl__gov_status *out, size_t max);
+
+#endif
