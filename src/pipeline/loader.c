@@ -336,13 +336,14 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
         p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
-                "(batch %u x %s a sample) + %u workers x %s scratch + %s index, with a quarter of the budget "
+                "(batch %u x %s a sample) + %u workers x %s scratch + %s index%s%s, with a quarter of the budget "
                 "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
-                "size or workers",
+                "size or workers%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(stride, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
-                sl__fmt_bytes(minimum, b2, sizeof b2));
+                cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b3 + 16, 16) : "",
+                sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
         return SL_EBUDGET;
     }
     uint32_t nslots;
