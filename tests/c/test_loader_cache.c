@@ -508,3 +508,27 @@ TEST(rss_bound_with_cache_full) {
     free(d);
     if (RSS_MEANINGFUL) CHECK_LE(hwm, base + c.budget + ((uint64_t)48 << 20));
 }
+
+/* ---- sluice top shows the node cache ---------------------------------------------------- */
+
+TEST(top_shows_node_cache) {
+    fx_dataset *d = fx_new(40, 0, 48, 96);
+    sl_config c;
+    base_config(&c, d, 2);
+    c.cache = (uint64_t)2 << 20;
+    c.cache_share = SL_CACHE_NODE;
+    setenv("SLUICE_CACHE_JOB", "test-top-node-cache", 1);
+    sl_loader *ld = fx_open(&c);
+    sl_batch *b;
+    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    static char out[1 << 16];
+    CHECK_EQ(fx_sluice("top --once --json", out, sizeof out), 0);
+    char me[32];
+    snprintf(me, sizeof me, "\"pids\":[%ld]", (long)getpid());
+    CHECK_STR_CONTAINS(out, "\"node_caches\":[{\"name\":\"/sluice-cache-");
+    CHECK_STR_CONTAINS(out, me);
+    CHECK_EQ(fx_sluice("top --once", out, sizeof out), 0);
+    CHECK_STR_CONTAINS(out, "cache   /sluice-cache-");
+    sl_loader_destroy(ld);
+    free(d);
+}
