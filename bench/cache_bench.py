@@ -236,7 +236,7 @@ def run_sluice(a, rank, world):
             for b in ld:
                 n += len(b["label"])
                 if a.drop:  # the files just delivered leave the page cache, as the torch Dataset's do
-                    evict(ld.sample_path(int(i)) for i in b["index"])
+                    evict(ld.sample_path(i) for i in memoryview(b["index"]).tolist())
             st = ld.stats()
             keep = {k: st[k] - last.get(k, 0) for k in ("cache_hits", "cache_misses", "cache_evictions",
                                                         "storage_bytes_read")}
