@@ -1,6 +1,6 @@
 /*
  * Large test images and the process's resident memory, header-only (for
- * test_arena.c and test_rss.c).
+ * test_arena.c, test_rss.c and test_loader_cache.c).
  *
  *  - bx_jpeg(): a JPEG of w x h written with libjpeg's compressor in one
  *    of the layouts that make a decoder hold the most: baseline 4:2:0
@@ -9,11 +9,25 @@
  *    image; or grayscale.
  *  - bx_rss(): VmRSS / VmHWM of this process from /proc/self/status, and
  *    bx_reset_peak() (clear_refs 5) so the peak starts now.
+ *  - RSS_MEANINGFUL: 0 under ASan or TSan, whose shadow and quarantine are
+ *    resident memory that is not the library's (bounds are checked in the
+ *    plain build only).
  */
 #ifndef SL_BIGIMG_H
 #define SL_BIGIMG_H
 
 #include "fixture.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_MEANINGFUL
+#define RSS_MEANINGFUL 1
+#endif
 
 enum { BX_BASELINE_420 = 0, BX_PROGRESSIVE_444, BX_MULTISCAN_444, BX_GRAY_PROGRESSIVE };
 

@@ -20,17 +20,6 @@
 
 #include "bigimg.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
-#define RSS_MEANINGFUL 1
-#endif
-
 #define SLACK ((uint64_t)48 << 20)
 
 /* An ImageFolder of large and tiny images; returns its root. */
