@@ -21,7 +21,17 @@ LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT: one job key) and each takes
 its DistributedSampler shard. Storage bytes are the sum of read_bytes in
 /proc/PID/io over every process of the run (device reads only: page-cache
 hits excluded), plus the cgroup's io.stat where one is given (--cgroup DIR);
-node memory is the summed PSS of the tree, sampled every 0.5 s.
+file bytes are the sum of rchar (every byte read(), page cache or not: what
+the loader asked of the files); node memory is the summed PSS of the tree,
+sampled every 0.5 s. --drop evicts each file from the page cache once read:
+the torch Dataset right after its read, sluice once the file's sample is
+delivered (every rank's files), so both see a dataset far larger than memory.
+
+On the GPU host (2 ranks sharing a node cache against the incident's
+per-worker LRU; one command, results in $OUT/results.jsonl):
+
+    IMAGES=200000 bench/cache_bench.sh data && CACHE=6G MEMLIMIT=24G \
+        LOADERS="sluice-none:2 sluice:2 torch-lru:2 torch-none:2" bench/cache_bench.sh loader
 Run it inside a memory cgroup whose limit is below the dataset's size, or with
 storage throttled (cgroup io.max): bench/cache_bench.sh sets both up.
 """
@@ -67,6 +77,20 @@ def proc_field(pid, name, key):
 
 def tree_read_bytes(root):
     return sum(proc_field(p, "io", "read_bytes:") for p in tree_pids(root))
+
+
+def tree_file_bytes(root):
+    return sum(proc_field(p, "io", "rchar:") for p in tree_pids(root))
+
+
+def evict(paths):
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
 
 
 def tree_pss(root):
@@ -187,11 +211,12 @@ def run_torch(a, rank, world):
                     persistent_workers=True, prefetch_factor=2)
     for e in range(a.epochs):
         sampler.set_epoch(e)
-        t0, io0 = time.time(), tree_read_bytes(os.getpid())
+        t0, io0, f0 = time.time(), tree_read_bytes(os.getpid()), tree_file_bytes(os.getpid())
         n = 0
         for x, _ in dl:
             n += len(x)
-        yield e, time.time() - t0, n, tree_read_bytes(os.getpid()) - io0, {}
+        yield e, time.time() - t0, n, tree_read_bytes(os.getpid()) - io0, {
+            "file_bytes": tree_file_bytes(os.getpid()) - f0}
 
 
 def run_sluice(a, rank, world):
@@ -201,21 +226,24 @@ def run_sluice(a, rank, world):
         kw.update(cache=a.cache, cache_share=a.share, cache_what="encoded")
     if a.sluice_workers:
         kw["workers"] = a.sluice_workers
-    try:
-        ld = sluice.Loader(a.data, **kw)
-    except TypeError as e:
-        sys.exit(f"cache_bench: this sluice has no sample cache in its Python API yet ({e}); "
-                 "issue 12's integration adds cache=, cache_share=, cache_what=")
+    ld = sluice.Loader(a.data, **kw)
     with ld:
+        last = {}
         for e in range(a.epochs):
             ld.set_epoch(e)
-            t0, io0 = time.time(), tree_read_bytes(os.getpid())
+            t0, io0, f0 = time.time(), tree_read_bytes(os.getpid()), tree_file_bytes(os.getpid())
             n = 0
             for b in ld:
                 n += len(b["label"])
+                if a.drop:  # the files just delivered leave the page cache, as the torch Dataset's do
+                    evict(ld.sample_path(i) for i in memoryview(b["index"]).tolist())
             st = ld.stats()
-            keep = {k: st[k] for k in ("cache_hits", "cache_misses", "cache_bytes", "cache_capacity",
-                                        "cache_evictions", "storage_bytes_read") if k in st}
+            keep = {k: st[k] - last.get(k, 0) for k in ("cache_hits", "cache_misses", "cache_evictions",
+                                                        "storage_bytes_read")}
+            keep.update({k: st[k] for k in ("cache_bytes", "cache_capacity", "cache_processes", "workers")})
+            keep["cache_hit_rate"] = round(keep["cache_hits"] / max(1, keep["cache_hits"] + keep["cache_misses"]), 4)
+            keep["file_bytes"] = tree_file_bytes(os.getpid()) - f0
+            last = st
             yield e, time.time() - t0, n, tree_read_bytes(os.getpid()) - io0, keep
 
 
@@ -256,7 +284,8 @@ def launch(a):
         ls = by_epoch[e]
         print(json.dumps(dict(loader=a.loader, node=True, ranks=a.ranks, epoch=e,
                               seconds=max(l["seconds"] for l in ls), samples=sum(l["samples"] for l in ls),
-                              storage_bytes=sum(l["storage_bytes"] for l in ls), cache=a.cache,
+                              storage_bytes=sum(l["storage_bytes"] for l in ls),
+                              file_bytes=sum(l.get("file_bytes", 0) for l in ls), cache=a.cache,
                               peak_node_pss=peak.peak)), flush=True)
     if cg0 is not None and cg1 is not None:
         print(json.dumps(dict(loader=a.loader, cgroup_read_bytes=cg1 - cg0, seconds=round(time.time() - t0, 3))))
@@ -285,7 +314,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--drop", action="store_true",
-                    help="torch: evict each file from the page cache after reading it (dataset >> memory)")
+                    help="evict each file from the page cache once read (dataset >> memory)")
     ap.add_argument("--cgroup", default="", help="cgroup v2 folder whose io.stat counts the run's reads")
     ap.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

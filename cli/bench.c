@@ -4,6 +4,7 @@
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
+ *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -41,11 +42,14 @@ static void usage(FILE *f) {
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
             "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
             "                    [--fields FILE.json] [--json]\n"
+            "                    [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
             "field's value). --fields: the schema, a JSON object of named fields\n"
-            "(docs/fields.md). Sizes take K, M, G suffixes (1024).\n",
+            "(docs/fields.md). --cache: a sample cache of SIZE (docs/cache.md): a part of\n"
+            "the budget, or with --cache-share node one /dev/shm segment for the node's\n"
+            "ranks. Sizes take K, M, G suffixes (1024).\n",
             sl_cli_recipe_usage);
 }
 
@@ -59,6 +63,7 @@ typedef struct bench_opts {
 
 typedef struct bench_run {
     uint64_t checksum, batches, samples, epochs_done, failed_batches;
+    uint64_t first_hits, first_misses, first_read; /* cache counters at the end of the first epoch */
     uint64_t rss_before, peak_rss;
     double seconds;
     int exit_code;
@@ -118,6 +123,25 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
             return 0;
         }
         fprintf(stderr, "sluice bench: --workers takes 1..1024 or auto, not '%s'\n", val);
+    } else if (!strcmp(a, "--cache")) {
+        char why[256] = "0 bytes: give a size above 0, such as 2G";
+        if (sl_parse_size_msg(val, &v, why, sizeof why) == 0 && v > 0) {
+            cfg->cache = v;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --cache: %s\n", why);
+    } else if (!strcmp(a, "--cache-share")) {
+        if (!strcmp(val, "none") || !strcmp(val, "node")) {
+            cfg->cache_share = val[1] == 'o' ? SL_CACHE_NODE : SL_CACHE_PRIVATE;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --cache-share is none or node, not '%s'\n", val);
+    } else if (!strcmp(a, "--cache-what")) {
+        if (!strcmp(val, "encoded") || !strcmp(val, "decoded")) {
+            cfg->cache_what = val[0] == 'd' ? SL_CACHE_DECODED : SL_CACHE_ENCODED;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --cache-what is encoded or decoded, not '%s'\n", val);
     } else if (!strcmp(a, "--on-error")) {
         if (!strcmp(val, "skip") || !strcmp(val, "raise")) {
             cfg->on_error = val[0] == 's' ? SL_ON_ERROR_SKIP : SL_ON_ERROR_RAISE;
@@ -209,7 +233,12 @@ static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
             sl_loader_release(ld, b);
             if (o->max_batches && r->batches >= o->max_batches) break;
         } else if (rc == SL_EEND) {
-            if (o->epochs && ++r->epochs_done >= o->epochs) break;
+            if (++r->epochs_done == 1) { /* the cache fills in the first epoch: hit rates count from the second */
+                sl_stats st;
+                sl_loader_stats(ld, &st);
+                r->first_hits = st.cache_hits, r->first_misses = st.cache_misses, r->first_read = st.storage_bytes_read;
+            }
+            if (o->epochs && r->epochs_done >= o->epochs) break;
         } else if (rc == SL_ESAMPLE) {
             r->failed_batches++;
             if (!o->json) fprintf(stderr, "sluice bench: a batch was dropped (on_error=raise)\n");
@@ -244,6 +273,21 @@ static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
         fprintf(stderr, "sluice bench: %s\n", r->stopped);
         r->exit_code = 1;
     }
+}
+
+/* The sample cache's counters; hit rate and storage bytes also from the
+ * second epoch on (the first fills the cache). */
+static void report_json_cache(FILE *f, const bench_run *r, const sl_stats *st) {
+    uint64_t h = st->cache_hits - r->first_hits, m = st->cache_misses - r->first_misses;
+    fprintf(f, ", \"cache_hits\": %" PRIu64 ", \"cache_misses\": %" PRIu64 ", \"cache_hit_rate\": %.4f",
+            st->cache_hits, st->cache_misses, st->cache_hit_rate);
+    fprintf(f, ", \"cache_hit_rate_after_first_epoch\": %.4f", h + m ? (double)h / (double)(h + m) : 0.0);
+    fprintf(f, ", \"cache_bytes\": %" PRIu64 ", \"cache_capacity\": %" PRIu64 ", \"cache_entries\": %" PRIu64
+               ", \"cache_evictions\": %" PRIu64 ", \"cache_shared\": %u, \"cache_processes\": %u",
+            st->cache_bytes, st->cache_capacity, st->cache_entries, st->cache_evictions, st->cache_shared,
+            st->cache_processes);
+    fprintf(f, ", \"storage_bytes_read\": %" PRIu64 ", \"storage_bytes_read_after_first_epoch\": %" PRIu64,
+            st->storage_bytes_read, st->storage_bytes_read - r->first_read);
 }
 
 static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
@@ -284,6 +328,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
             sl_loader_dataset_size(ld), st->index_seconds, st->consumer_wait_s);
     fprintf(f, ", \"worker_busy_s\": %.3f, \"worker_idle_s\": %.3f, \"budget_wait_s\": %.3f", st->worker_busy_s,
             st->worker_idle_s, st->budget_wait_s);
+    report_json_cache(f, r, st);
     fprintf(f, ", \"mem_peak_bytes\": {");
     for (int c = 0; c < SL_MEM__COUNT; c++)
         fprintf(f, "%s\"%s\": %" PRIu64, c ? ", " : "", sl_mem_category_name(c), st->mem_peak[c]);
@@ -315,6 +360,12 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
            sl_format_size(r->peak_rss, a4, sizeof a4), sl_format_size(r->peak_rss - r->rss_before, a6, sizeof a6));
     printf("  by category (peak):");
     for (int c = 0; c < SL_MEM__COUNT; c++) printf(" %s %s", sl_mem_category_name(c), sl_format_size(st->mem_peak[c], a1, sizeof a1));
+    if (st->cache_capacity)
+        printf("\n  cache%s: %" PRIu64 " hits, %" PRIu64 " misses (%.1f %%), %s held of %s, %" PRIu64
+               " evictions; %s read from storage",
+               st->cache_shared ? " (node)" : "", st->cache_hits, st->cache_misses, 100 * st->cache_hit_rate,
+               sl_format_size(st->cache_bytes, a1, sizeof a1), sl_format_size(st->cache_capacity, a2, sizeof a2),
+               st->cache_evictions, sl_format_size(st->storage_bytes_read, a3, sizeof a3));
     printf("\n  errors: %" PRIu64 "%s\n", st->errors, st->errors ? " (first below)" : "");
     for (size_t i = 0; i < nrec; i++) {
         const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
@@ -339,7 +390,7 @@ int sl_cli_bench(int argc, char **argv) {
     rc = sl_loader_create(&o.cfg, &ld, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
-        if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers\n");
+        if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers, --cache\n");
         free(o.fields);
         return 1;
     }

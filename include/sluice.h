@@ -131,7 +131,8 @@ typedef struct sl_config {
     int drop_last;        /* drop uneven rank tail and last short batch (0) */
     uint32_t rank;        /* this process's rank (0) */
     uint32_t world_size;  /* number of ranks (1) */
-    uint32_t workers;     /* decode threads; 0 = CPUs in the affinity mask */
+    uint32_t workers;     /* decode threads; 0 = this rank's share of the CPUs it may run on (the
+                             affinity mask, capped by a cgroup CPU quota, / LOCAL_WORLD_SIZE) */
     uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4 */
     uint32_t min_slots;   /* refuse a budget that holds fewer slots; slots past it are
                              elastic, retired under a lowered limit (1) */
@@ -156,7 +157,23 @@ typedef struct sl_config {
     struct sl_budget *shared_budget; /* draw on this shared budget (sl_budget_create) instead of
                                         a private one of cfg.budget bytes, which is then ignored;
                                         the loader holds a reference (NULL: private, as before) */
+    /* Appended (issue 12): the sample cache (docs/cache.md). One copy for
+     * every worker; evicts the entry whose next use is farthest (the
+     * sampler knows the order). Delivered bytes are the same with and
+     * without it. */
+    uint64_t cache;          /* bytes (values and index; 0: no cache). SL_CACHE_PRIVATE: a part of the
+                                budget, which must hold it beside the pipeline's minimum; SL_CACHE_NODE:
+                                the node's /dev/shm segment, outside every rank's budget */
+    int cache_share;         /* SL_CACHE_PRIVATE (0) or SL_CACHE_NODE: one cache for the node's ranks */
+    int cache_what;          /* SL_CACHE_ENCODED (0): file bytes; SL_CACHE_DECODED: a field's output
+                                where it depends on the file alone (val images, val clips), file bytes
+                                for the others */
+    uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
+    uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
+                                  (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
 } sl_config;
+enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
+enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
 #define SL_ERROR_RATE_MIN_TRIED 100
 
 /* Fill cfg with the defaults above (source NULL, fields NULL) and record the
@@ -341,6 +358,13 @@ typedef struct sl_stats {
     uint32_t slots_min;          /* never retired (min_slots) */
     uint64_t slot_retirements;   /* slots retired since create */
     uint64_t slot_reactivations; /* slots brought back since create */
+    /* Appended (issue 12). cache_hits, cache_misses and storage_bytes_read
+     * above count this loader's own lookups and reads (storage_bytes_read
+     * with or without a cache: the files the image kind reads whole). */
+    double cache_hit_rate;       /* cache_hits / (cache_hits + cache_misses), 0 before any lookup */
+    uint64_t cache_entries;      /* values held now (the node's for a node cache) */
+    uint32_t cache_shared;       /* 1: a node cache */
+    uint32_t cache_processes;    /* processes attached to it now (1 for a private cache) */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */

@@ -42,6 +42,8 @@ _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 _PRESETS = {"train": _sluice.PRESET_TRAIN, "val": _sluice.PRESET_VAL}
 _ON_ERROR = {"skip": _sluice.ON_ERROR_SKIP, "raise": _sluice.ON_ERROR_RAISE}
+_CACHE_SHARE = {"none": _sluice.CACHE_PRIVATE, "node": _sluice.CACHE_NODE}
+_CACHE_WHAT = {"encoded": _sluice.CACHE_ENCODED, "decoded": _sluice.CACHE_DECODED}
 
 
 # ---- argument checks -------------------------------------------------------
@@ -140,6 +142,21 @@ def _env_int(var):
         return int(raw)
     except ValueError:
         raise ValueError(f"environment variable {var}={raw!r} is not an integer") from None
+
+
+def _cache_args(cache, share, what):
+    """The sample cache's arguments: {} without one."""
+    share = _choice("cache_share", share, _CACHE_SHARE)
+    what = _choice("cache_what", what, _CACHE_WHAT)
+    if cache is None:
+        return {}
+    try:
+        size = parse_size(cache)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"cache: {e}") from None
+    if size == 0:
+        return {}
+    return {"cache": size, "cache_share": share, "cache_what": what}
 
 
 def _rank_world(rank, world_size):
@@ -301,7 +318,8 @@ class Loader:
                    container allows, governed: see Budget)
       governor     True: a governor moves this loader's budget (at most `budget`)
                    to keep the container's memory cgroup under its limit
-      workers      decode threads; None = the CPUs this process may run on
+      workers      decode threads; None = this rank's share of the CPUs it may run on
+                   (the affinity mask and cgroup quota, divided by LOCAL_WORLD_SIZE)
       prefetch     batch slots (in flight + held by you); None = as the budget allows
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
@@ -315,6 +333,13 @@ class Loader:
       fields       the schema: a dict of named fields (docs/fields.md), e.g.
                    {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
                    None: "image" + "label" with preset and size above
+      cache        a sample cache of this many bytes ("20G"; None: none), one copy for
+                   every worker, evicting the entry used farthest ahead (docs/cache.md)
+      cache_share  "none": the cache is a part of `budget` (or of the shared Budget);
+                   "node": one /dev/shm segment for every rank of the node (torchrun's
+                   LOCAL_RANK / LOCAL_WORLD_SIZE), counted once, outside the budgets
+      cache_what   "encoded" (file bytes) or "decoded" (a field's output where it
+                   depends on the file alone: val images and clips; file bytes otherwise)
 
     PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
     ``persistent_workers`` (no effect), ``prefetch_factor=None``,
@@ -347,7 +372,7 @@ class Loader:
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
-                 **dataloader_args):
+                 cache=None, cache_share="none", cache_what="encoded", **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -417,6 +442,7 @@ class Loader:
                        | (_sluice.FLAG_FAST if _flag("fast", fast) else 0))
         if fields is not None:
             kw["fields"] = _schema_json(fields)
+        kw.update(_cache_args(cache, cache_share, cache_what))
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]
@@ -424,7 +450,7 @@ class Loader:
         try:
             self._ld = _sluice._Loader(source, **kw)
         except BudgetError as e:  # the library's sentence, then this front end's words
-            e.args = (f"{e.args[0]}; in Python: the budget=, batch_size=, size= and workers= "
+            e.args = (f"{e.args[0]}; in Python: the budget=, batch_size=, size=, workers= and cache= "
                       "arguments of sluice.Loader",)
             raise
 

@@ -311,7 +311,9 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
                              "drop_last", "rank", "world_size", "workers", "prefetch",
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
-                             "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", "shared_budget", NULL};
+                             "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", "shared_budget",
+                             /* issue 12: the sample cache */
+                             "cache", "cache_share", "cache_what", "local_rank", "local_world_size", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL, *recipe = NULL;
@@ -319,13 +321,14 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
             conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans,
-            &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget))
+            &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
+            &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size))
         return -1;
     if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
         Py_DECREF(source);
@@ -609,6 +612,11 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         dict_put(d, "memory_peak", Py_NewRef(peak)) < 0 ||
         PUT_U64(d, "cache_hits", st.cache_hits) < 0 ||
         PUT_U64(d, "cache_misses", st.cache_misses) < 0 ||
+        PUT_F(d, "cache_hit_rate", st.cache_hit_rate) < 0 || PUT_U64(d, "cache_bytes", st.cache_bytes) < 0 ||
+        PUT_U64(d, "cache_capacity", st.cache_capacity) < 0 || PUT_U64(d, "cache_entries", st.cache_entries) < 0 ||
+        PUT_U64(d, "cache_evictions", st.cache_evictions) < 0 || PUT_U64(d, "cache_shared", st.cache_shared) < 0 ||
+        PUT_U64(d, "cache_processes", st.cache_processes) < 0 ||
+        PUT_U64(d, "storage_bytes_read", st.storage_bytes_read) < 0 ||
         PUT_F(d, "index_seconds", st.index_seconds) < 0 ||
         PUT_U64(d, "dataset_size", sl_loader_dataset_size(self->ld)) < 0 ||
         PUT_U64(d, "samples_per_epoch", sl_loader_num_samples(self->ld)) < 0 ||
@@ -1504,6 +1512,8 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         add_int(m, "FLAG_KEEP_ALPHA", SL_FLAG_KEEP_ALPHA) < 0 || add_int(m, "FLAG_FAST", SL_FLAG_FAST) < 0 ||
         add_int(m, "INTERP_BILINEAR", SL_INTERP_BILINEAR) < 0 || add_int(m, "INTERP_BICUBIC", SL_INTERP_BICUBIC) < 0 ||
         add_int(m, "STATE_VERSION", SL_STATE_VERSION) < 0 ||
+        add_int(m, "CACHE_PRIVATE", SL_CACHE_PRIVATE) < 0 || add_int(m, "CACHE_NODE", SL_CACHE_NODE) < 0 ||
+        add_int(m, "CACHE_ENCODED", SL_CACHE_ENCODED) < 0 || add_int(m, "CACHE_DECODED", SL_CACHE_DECODED) < 0 ||
         PyModule_AddStringConstant(m, "HEADER_VERSION", SL_VERSION_STRING) < 0)
         goto fail;
     return m;

@@ -274,11 +274,12 @@ void sl__budget_unfix(sl__budget *b, uint64_t n) {
 /* Ask consumers for what is over the limit, or tell them of room. */
 static void notify(sl__budget *r, int grew) {
     pthread_mutex_lock(&r->cmu);
-    for (sl__consumer *c = r->consumers; c; c = c->next) {
-        if (grew) {
-            if (c->room) c->room(c->ctx);
-            continue;
-        }
+    /* the list holds the shed_first consumers first (add_consumer): room
+     * goes to the others, then to them */
+    for (int pass = 0; grew && pass < 2; pass++)
+        for (sl__consumer *c = r->consumers; c; c = c->next)
+            if (c->room && c->shed_first == pass) c->room(c->ctx);
+    for (sl__consumer *c = r->consumers; c && !grew; c = c->next) {
         uint64_t u = atomic_load(&r->used), l = atomic_load(&r->limit);
         if (u <= l) break;
         c->give_back(c->ctx, u - l);
@@ -309,8 +310,10 @@ int sl__budget_set_limit(sl__budget *b, uint64_t limit, int user, char *err, siz
 void sl__budget_add_consumer(sl__budget *b, sl__consumer *c) {
     sl__budget *r = root_of(b);
     pthread_mutex_lock(&r->cmu);
-    c->next = r->consumers;
-    r->consumers = c;
+    sl__consumer **at = &r->consumers;
+    while (!c->shed_first && *at && (*at)->shed_first) at = &(*at)->next;
+    c->next = *at;
+    *at = c;
     pthread_mutex_unlock(&r->cmu);
 }
 

@@ -65,6 +65,8 @@ typedef struct sl__consumer {
     void (*room)(void *ctx);
     void *ctx;
     struct sl__consumer *next;
+    int shed_first;  /* 1: asked to give back before the others, told of room after them (a
+                        sample cache: the first thing shed, the last grown) */
 } sl__consumer;
 
 typedef struct sl__budget {
@@ -131,7 +133,8 @@ int sl__budget_over(const sl__budget *b);
  * asked to give back what is over, or told there is room. */
 int sl__budget_set_limit(sl__budget *b, uint64_t limit, int user, char *err, size_t errlen);
 /* Register or remove a consumer (on the root). Removal waits for a
- * notification in progress to end. */
+ * notification in progress to end. Give-backs ask the shed_first
+ * consumers first, room goes to them last; otherwise newest first. */
 void sl__budget_add_consumer(sl__budget *b, sl__consumer *c);
 void sl__budget_remove_consumer(sl__budget *b, sl__consumer *c);
 /* In a child of fork() only (one thread, the parent's threads may have held

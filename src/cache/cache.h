@@ -164,6 +164,23 @@ void sl__cache_stats_get(const sl__cache *c, sl__cache_stats *out);
 int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed, const char *variant,
                        char *err, size_t errlen);
 
+/* A node cache seen from outside (sluice top): its segment read-only,
+ * without its lock (a snapshot: counts may be mid-update). */
+#define SL_CACHE_SEG_PIDS 16
+typedef struct sl__cache_seg {
+    char name[72];              /* "/sluice-cache-..." */
+    uint64_t segment_bytes;     /* the segment's size (its limit) */
+    uint64_t resident_bytes;    /* pages allocated in /dev/shm now */
+    uint64_t capacity, bytes, entries;
+    uint64_t hits, misses, evictions, storage_bytes_read;
+    uint32_t processes;         /* live processes attached (the first SL_CACHE_SEG_PIDS in pids) */
+    int32_t pids[SL_CACHE_SEG_PIDS];
+} sl__cache_seg;
+
+/* Every node cache segment in /dev/shm, up to max: how many were filled.
+ * Never fails (an unreadable segment is left out). */
+size_t sl__cache_shm_list(sl__cache_seg *out, size_t max);
+
 /* Tests: called at the named points of an insert, in the inserting
  * process (NULL: off). */
 enum { SL_CACHE_HOOK_RESERVED = 1, /* inside the mutex, room taken, record not yet WRITING-complete */

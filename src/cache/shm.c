@@ -635,3 +635,51 @@ void sl__shm_detach(sl__cache *c) {
     if (flock(c->fd, LOCK_EX | LOCK_NB) == 0 && same_file(c->name, c->fd)) shm_unlink(c->name);
     close_segment(c);
 }
+
+/* ---- seen from outside (sluice top) ----------------------------------------------- */
+
+/* One segment's counters, mapped read-only and read without its lock (a
+ * snapshot for display: the plain fields may be mid-update). 0, or -1 for
+ * a segment that is not (yet) a node cache. */
+static int peek(int fd, const char *name, sl__cache_seg *s) {
+    struct stat st;
+    size_t nlen = strlen(name);
+    if (nlen >= sizeof s->name || fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof(sl__chdr)) return -1;
+    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) return -1;
+    int rc = -1;
+    if (atomic_load(&h->magic) == SL_CACHE_MAGIC && h->version == SL_CACHE_VERSION && h->shared &&
+        h->off_procs + SL_CACHE_PROCS * sizeof(sl__cproc) <= (uint64_t)st.st_size) {
+        memset(s, 0, sizeof *s);
+        memcpy(s->name, name, nlen + 1);
+        s->segment_bytes = (uint64_t)st.st_size;
+        s->resident_bytes = (uint64_t)st.st_blocks * 512;
+        s->capacity = h->capacity, s->bytes = h->charged, s->entries = h->entries;
+        s->hits = atomic_load(&h->hits), s->misses = atomic_load(&h->misses);
+        s->evictions = atomic_load(&h->evictions), s->storage_bytes_read = atomic_load(&h->storage_read);
+        for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
+            const sl__cproc *p = &sl__cprocs(h)[i];
+            if (p->pid && alive(p->pid, p->start) && s->processes < SL_CACHE_SEG_PIDS) s->pids[s->processes++] = p->pid;
+        }
+        rc = 0;
+    }
+    munmap(h, (size_t)st.st_size);
+    return rc;
+}
+
+size_t sl__cache_shm_list(sl__cache_seg *out, size_t max) {
+    DIR *d = opendir(SHM_DIR);
+    if (!d) return 0;
+    size_t n = 0;
+    for (struct dirent *e; n < max && (e = readdir(d));) {
+        if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) != 0) continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        int fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (peek(fd, name, &out[n]) == 0) n++;
+        close(fd);
+    }
+    closedir(d);
+    return n;
+}

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "../base/scratch.h"
+#include "../cache/cache.h"
 #include "../format/decode.h"
 #include "../ops/ops.h"
 #include "../source/source.h"
@@ -30,6 +31,12 @@
 
 typedef struct sl__field sl__field;
 typedef struct sl__kind sl__kind;
+
+/* A loader's counts of file reads, updated by any worker. */
+typedef struct sl__fileio {
+    _Atomic uint64_t hits, misses; /* cache lookups of file values */
+    _Atomic uint64_t storage;      /* bytes read from storage by sl__fileval */
+} sl__fileio;
 
 struct sl__field {
     char name[SL__NAME_MAX];
@@ -66,6 +73,13 @@ typedef struct sl__load {
     uint64_t seed, epoch, index;
     uint64_t max_bytes, max_pixels;
     uint32_t elem;              /* element of a list value (sequences) */
+    /* The sample cache (issue 12; all zero: none). A file value's key is
+     * key + elem; kinds read files through sl__fileval, which looks the
+     * key up at time now and offers what it reads from storage. */
+    sl__cache *cache;           /* NULL: read from storage only */
+    uint64_t now;               /* the sample's time in the global order (sampler.h) */
+    uint32_t key;               /* this field's first key (the worker sets it per field) */
+    sl__fileio *io;             /* the loader's counters (may be NULL) */
 } sl__load;
 
 struct sl__kind {
@@ -88,7 +102,39 @@ struct sl__kind {
      * what. 1 when known; 0 when the header cannot be read or the sample
      * is over a limit (no budget changes its fate). May be NULL. */
     int (*admit)(sl__load *ld, const sl__field *f, uint64_t *need, char *what, size_t wlen);
+    /* 1 when f's output depends on its file(s) alone, not on the seed,
+     * epoch or index (no random op): cache_what="decoded" may then cache
+     * the output itself. May be NULL (never). */
+    int (*fixed_output)(const sl__field *f);
 };
+
+/* ---- file values through the sample cache (fileval.c) ----------------------
+ * A file value of one sample (column f->col, element L->elem), whole: from
+ * the cache when L->cache holds it, else from storage, offered to the cache
+ * once read (whatever its decode does later: bytes that fail to decode are
+ * cached and fail again the same way; a failed read caches nothing). Open
+ * it, check v->size against the limits, reserve the read buffer for
+ * v->size bytes (the same with and without a hit, so the per-sample room
+ * rule does not depend on the cache), read, decode, close. */
+typedef struct sl__fileval {
+    sl__sample_file sf;   /* storage: opened on a miss (fd -1 on a hit) */
+    uint64_t size;        /* the value's bytes */
+    int hit;              /* 1: the cache holds it, pinned until close */
+    int offered;          /* read from storage and offered to the cache already */
+    sl__cache_ref ref;
+} sl__fileval;
+
+/* Look the value up, or open its file. 0 (v to close), or the open's
+ * failure (SL_ENOENT, SL_EIO, SL_EAGAIN) with a reason; v holds nothing
+ * then. */
+int sl__fileval_open(sl__load *L, const sl__field *f, sl__fileval *v, char *reason, size_t rlen);
+/* The value's bytes: *data points into buf (v->size bytes, which the
+ * caller reserved), or at a private cache's copy, valid until close. May
+ * be called again (after the read buffer moved). 0, or a read's failure
+ * (SL_EIO, SL_EAGAIN) with a reason. */
+int sl__fileval_read(sl__load *L, sl__fileval *v, uint8_t *buf, const uint8_t **data, char *reason, size_t rlen);
+/* Release the pin or close the file. */
+void sl__fileval_close(sl__load *L, sl__fileval *v);
 
 /* The kinds built in: image, label, target, sequence (and array, video
  * where built). NULL for an unknown name. */

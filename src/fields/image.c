@@ -11,7 +11,8 @@
  * configuration (cfg.preset, cfg.size, cfg.recipe, cfg.flags,
  * cfg.max_scans), so the default schema is exactly the loader without one.
  *
- * Memory: the file is read whole into the worker's scratch; the decoder's
+ * Memory: the file is read whole into the worker's scratch (or found in
+ * the sample cache: sl__fileval); the decoder's
  * need is bounded from the header (sl__plan_sample) and reserved before
  * decoding. A decode that outgrows the bound (another libjpeg build can)
  * is retried once with twice the room before the sample is called bad.
@@ -127,40 +128,37 @@ static int image_parse(sl__field *f, void *opts, const sl_config *cfg, char *err
 static int image_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *len, char *reason, size_t rlen) {
     (void)len;
     sl__scratch *s = L->scratch;
-    sl__sample_file sf;
-    int rc = sl__source_open_file(L->src, L->index, (uint32_t)f->col, L->elem, &sf, reason, rlen);
+    sl__fileval v;
+    int rc = sl__fileval_open(L, f, &v, reason, rlen);
     if (rc) return rc;
     int lost;
-    uint8_t *buf;
+    const uint8_t *buf;
     sl_image_info info;
     sl__plan plan;
-    if ((rc = sl__check_bytes(sf.size, L->max_bytes, reason, rlen))) goto out;
-    if ((rc = sl__scratch_reserve(s, sf.size, sl__scratch_dec_room(s), &lost, reason, rlen))) goto out;
-    buf = sl__scratch_buf(s, sf.size);
-    if ((rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
-    if ((rc = sl__probe(buf, sf.size, &info, reason, rlen))) goto out;
+    if ((rc = sl__check_bytes(v.size, L->max_bytes, reason, rlen))) goto out;
+    if ((rc = sl__scratch_reserve(s, v.size, sl__scratch_dec_room(s), &lost, reason, rlen))) goto out;
+    if ((rc = sl__fileval_read(L, &v, sl__scratch_buf(s, v.size), &buf, reason, rlen))) goto out;
+    if ((rc = sl__probe(buf, v.size, &info, reason, rlen))) goto out;
     if ((rc = sl__check_pixels(&info, L->max_pixels, reason, rlen))) goto out;
     sl__plan_params pp = {&f->recipe, L->seed ^ f->stream, L->epoch, L->index, L->cancel};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
-    if ((rc = sl__scratch_reserve(s, sf.size, plan.mem, &lost, reason, rlen))) goto out;
-    buf = sl__scratch_buf(s, sf.size);
-    if (lost && (rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
+    if ((rc = sl__scratch_reserve(s, v.size, plan.mem, &lost, reason, rlen))) goto out;
+    if (lost && (rc = sl__fileval_read(L, &v, sl__scratch_buf(s, v.size), &buf, reason, rlen))) goto out;
     sl__quota q;
     if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(s), &q, reason, rlen))) goto out;
-    rc = sl__run(L->dec, buf, (size_t)sf.size, &info, &plan, &q, dst, reason, rlen);
+    rc = sl__run(L->dec, buf, (size_t)v.size, &info, &plan, &q, dst, reason, rlen);
     if (rc == SL_EBUDGET && plan.mem < (UINT64_MAX >> 2)) {
         /* The decoder needed more than its bound from the header (another
          * libjpeg build can: a process may bind our libjpeg symbols to
          * Pillow's or torchvision's copy; the arena refuses exactly at the
          * bound): once more with twice the room, reserved like any growth. */
-        if ((rc = sl__scratch_reserve(s, sf.size, plan.mem * 2, &lost, reason, rlen))) goto out;
-        buf = sl__scratch_buf(s, sf.size);
-        if (lost && (rc = sl__sample_read(&sf, buf, reason, rlen))) goto out;
+        if ((rc = sl__scratch_reserve(s, v.size, plan.mem * 2, &lost, reason, rlen))) goto out;
+        if (lost && (rc = sl__fileval_read(L, &v, sl__scratch_buf(s, v.size), &buf, reason, rlen))) goto out;
         if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(s), &q, reason, rlen))) goto out;
-        rc = sl__run(L->dec, buf, (size_t)sf.size, &info, &plan, &q, dst, reason, rlen);
+        rc = sl__run(L->dec, buf, (size_t)v.size, &info, &plan, &q, dst, reason, rlen);
     }
 out:
-    sl__sample_close(&sf);
+    sl__fileval_close(L, &v);
     return rc;
 }
 
@@ -187,6 +185,9 @@ static int image_admit(sl__load *L, const sl__field *f, uint64_t *need, char *wh
     return ok;
 }
 
+/* The val preset has no random op: its output is the file's alone. */
+static int image_fixed_output(const sl__field *f) { return f->recipe.preset == SL_PRESET_VAL; }
+
 const sl__kind sl__kind_image = {.name = "image", .id = SL_KIND_IMAGE, .value_type = SL__VAL_FILE,
                                  .media = SL__MEDIA_IMAGE, .parse = image_parse, .load = image_load,
-                                 .admit = image_admit};
+                                 .admit = image_admit, .fixed_output = image_fixed_output};

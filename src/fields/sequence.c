@@ -76,6 +76,10 @@ static int seq_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *len,
     return rc;
 }
 
+static int seq_fixed_output(const sl__field *f) {
+    return f->of->kind->fixed_output && f->of->kind->fixed_output(f->of);
+}
+
 const sl__kind sl__kind_sequence = {.name = "sequence", .id = SL_KIND_SEQUENCE, .value_type = SL__VAL_FILES,
                                     .media = SL__MEDIA_IMAGE, .parse = seq_parse, .resolve = seq_resolve,
-                                    .load = seq_load};
+                                    .load = seq_load, .fixed_output = seq_fixed_output};

@@ -111,5 +111,10 @@ out:
     return rc;
 }
 
+/* The val preset takes the centred clip and the val crop: the file's alone.
+ * (Its encoded bytes are not cached: FFmpeg reads the file itself.) */
+static int video_fixed_output(const sl__field *f) { return f->u.video.spec.recipe.preset == SL_PRESET_VAL; }
+
 const sl__kind sl__kind_video = {.name = "video", .id = SL_KIND_VIDEO, .value_type = SL__VAL_FILE,
-                                 .media = SL__MEDIA_VIDEO, .parse = video_parse, .load = video_load};
+                                 .media = SL__MEDIA_VIDEO, .parse = video_parse, .load = video_load,
+                                 .fixed_output = video_fixed_output};

@@ -221,6 +221,7 @@ int sl__top_sample(sl__top *t) {
     t->oom_seen = seen >= 0 ? seen : 0;
     sample_governors(t);
     sample_limit(t);
+    t->ncaches = sl__cache_shm_list(t->caches, SL_TOP_MAX_CACHES);
     return 0;
 }
 
@@ -235,6 +236,24 @@ static void json_tree(const sl__top_tree *tr, FILE *f) {
 }
 
 typedef unsigned long long ull;
+
+/* The node caches: ,"node_caches":[...] */
+static void json_caches(const sl__top *t, FILE *f) {
+    fputs(",\"node_caches\":[", f);
+    for (size_t i = 0; i < t->ncaches; i++) {
+        const sl__cache_seg *c = &t->caches[i];
+        fprintf(f, "%s{\"name\":", i ? "," : "");
+        sl__json_str(f, c->name);
+        fprintf(f, ",\"segment_bytes\":%llu,\"resident_bytes\":%llu,\"capacity_bytes\":%llu,\"cached_bytes\":%llu"
+                   ",\"entries\":%llu,\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu,\"storage_bytes_read\":%llu,"
+                   "\"pids\":[",
+                (ull)c->segment_bytes, (ull)c->resident_bytes, (ull)c->capacity, (ull)c->bytes, (ull)c->entries,
+                (ull)c->hits, (ull)c->misses, (ull)c->evictions, (ull)c->storage_bytes_read);
+        for (uint32_t j = 0; j < c->processes; j++) fprintf(f, "%s%d", j ? "," : "", c->pids[j]);
+        fputs("]}", f);
+    }
+    fputc(']', f);
+}
 
 static void json_system(const sl__top *t, FILE *f) {
     fprintf(f, ",\"system\":{\"total_bytes\":%llu,\"available_bytes\":%llu,\"free_bytes\":%llu,\"swap_total_bytes\":%llu,\"swap_free_bytes\":%llu}",
@@ -399,6 +418,7 @@ void sl__top_json(const sl__top *t, FILE *f) {
     json_gpus(t, f);
     json_governors(t, f);
     json_ooms(t, f);
+    json_caches(t, f);
     fputc('}', f);
 }
 
@@ -512,6 +532,16 @@ void sl__top_text(const sl__top *t, FILE *f, int rows) {
             fprintf(f, "  %s  pid %d (%s)  anon-rss %s  file-rss %s%s%s\n", ts, ev->pid, ev->name, fb(ev->anon_rss, a),
                     fb(ev->file_rss, b), ev->constraint[0] ? "  " : "", ev->constraint);
         }
+    }
+    for (size_t i = 0; i < t->ncaches; i++) {
+        const sl__cache_seg *cs = &t->caches[i];
+        uint64_t looks = cs->hits + cs->misses;
+        fprintf(f, "cache   %s  /dev/shm %s (resident %s)  holds %s of %s, %llu entries  hits %.1f%%  %u process%s",
+                cs->name, fb(cs->segment_bytes, a), fb(cs->resident_bytes, b), fb(cs->bytes, c), fb(cs->capacity, d),
+                (unsigned long long)cs->entries, looks ? 100.0 * (double)cs->hits / (double)looks : 0.0,
+                cs->processes, cs->processes == 1 ? "" : "es");
+        for (uint32_t j = 0; j < cs->processes; j++) fprintf(f, "%s%d", j ? "," : " ", cs->pids[j]);
+        fputc('\n', f);
     }
     if (t->warning)
         fprintf(f, "WARNING usage %s is %.1f%% of the %s limit %s (warn at %.0f%%); at the current slope the limit is reached in %s\n",

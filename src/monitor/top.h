@@ -20,10 +20,12 @@
 #include "base/sys/procfs.h"
 #include "monitor/proctree.h"
 #include "base/sys/psi.h"
+#include "cache/cache.h"
 
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8
 #define SL_TOP_MAX_GOVS 8
+#define SL_TOP_MAX_CACHES 8
 
 typedef struct sl__top_opts {
     int pid;              /* root of the tree to show; 0: the machine's largest trees */
@@ -90,6 +92,9 @@ typedef struct sl__top {
     int have_prev;
     double prev_time;
     uint64_t prev_usage;
+    /* Node caches (issue 12): every sample cache segment in /dev/shm. */
+    sl__cache_seg caches[SL_TOP_MAX_CACHES];
+    size_t ncaches;
 } sl__top;
 
 /* 0, or SL_ENOMEM / SL_EINVAL. sl__top_fini releases everything. */

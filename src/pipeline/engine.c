@@ -51,6 +51,7 @@
 
 uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch) {
     int i = (int)(epoch & 1);
+    sl__lcache_epoch(ld, epoch); /* the cache's next uses: this epoch and the next */
     if (!ld->seq_valid[i] || ld->seq_epoch[i] != epoch) {
         sl__sampler_fill(&ld->sampler, epoch, ld->seq[i], ld->seq_tmp);
         ld->seq_epoch[i] = epoch;
@@ -185,7 +186,7 @@ static void slots_room(void *ctx) {
 }
 
 void sl__slots_consumer_init(sl_loader *ld) {
-    ld->consumer = (sl__consumer){slots_give_back, slots_room, ld, NULL};
+    ld->consumer = (sl__consumer){.give_back = slots_give_back, .room = slots_room, .ctx = ld};
 }
 
 int sl__slots_pin(sl_loader *ld, char *err, size_t errlen) {
@@ -219,6 +220,7 @@ int sl__slots_pin(sl_loader *ld, char *err, size_t errlen) {
 typedef struct claim {
     sl_batch *slot;
     uint32_t pos;
+    uint64_t order_pos;  /* the sample's position in the rank's order of its epoch */
     uint64_t sample;
     uint64_t epoch;
     uint64_t gen;
@@ -279,7 +281,8 @@ static int claim_refill(sl_loader *ld, claim *c) {
         uint32_t r = s->rf_claimed++;
         c->slot = s;
         c->pos = s->rf_hole[r];
-        c->sample = ld->seq[s->epoch & 1][s->rf_top - 1 - r];
+        c->order_pos = s->rf_top - 1 - r;
+        c->sample = ld->seq[s->epoch & 1][c->order_pos];
         c->epoch = s->epoch;
         c->gen = s->gen;
         return 1;
@@ -312,6 +315,7 @@ static int claim_next(sl_loader *ld, claim *c) {
         }
         c->slot = best;
         c->pos = j;
+        c->order_pos = p;
         c->sample = ld->seq[best->epoch & 1][p]; /* valid: the dispatch epoch's order */
         c->epoch = best->epoch;
         c->gen = best->gen;
@@ -446,8 +450,10 @@ static int try_commit(sl__worker *w) {
 
 /* Load sample into position j of s. A failure is kept in the slot for
  * the commit to record if the position is still part of the batch then. */
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
-    int rc = sl__worker_fill(w, s, j, sample, epoch);
+static void fill_position(sl__worker *w, const claim *c) {
+    sl_batch *s = c->slot;
+    uint32_t j = c->pos;
+    int rc = sl__worker_fill(w, s, j, c->sample, c->epoch, c->order_pos);
     s->ok[j] = rc == 0;
     s->err[j] = (uint8_t)-rc; /* codes are -1 .. -20 */
 }
@@ -473,7 +479,7 @@ void sl__loader_run(sl__worker *w) {
         ld->active++;
         pthread_mutex_unlock(&ld->mu);
         uint64_t t0 = sl__now_ns();
-        fill_position(w, c.slot, c.pos, c.sample, c.epoch);
+        fill_position(w, &c);
         atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&ld->mu);
         ld->active--;
@@ -508,6 +514,7 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
     while (ld->nerrs_kept > 0 && ld->errs[ld->nerrs_kept - 1].cno > seen) ld->nerrs_kept--;
     pthread_mutex_unlock(&ld->errmu);
     sl__order_for(ld, epoch);
+    sl__lcache_jump(ld, epoch, batch * ld->B);
     ld->d_epoch = epoch;
     ld->d_batch = batch;
     ld->tail = tail;

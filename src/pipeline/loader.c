@@ -8,9 +8,7 @@
  * Create runs in named steps. sl_loader_plan runs the same steps up to the
  * sizing and stops, so what it reports is what create would do.
  */
-#define _GNU_SOURCE /* sched_getaffinity */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,6 +17,7 @@
 #include <unistd.h>
 
 #include "../base/budget.h"
+#include "../base/cpus.h"
 #include "../base/util.h"
 #include "loader_impl.h"
 
@@ -51,16 +50,6 @@ void sl_config_init_sized(sl_config *c, size_t struct_size) {
     memcpy(c, &d, n);
 }
 
-static uint32_t affinity_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0) return (uint32_t)n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (uint32_t)n : 1;
-}
-
 /* ---- step 1: the configuration ---------------------------------------------- */
 
 static int validate(const sl_config *c, char *err, size_t errlen) {
@@ -82,6 +71,10 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (rc) return rc;
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
     if (!(c->max_error_rate >= 0)) BAD("max_error_rate %g is not a fraction >= 0 (1 = never stop)", c->max_error_rate);
+    if (c->cache_share != SL_CACHE_PRIVATE && c->cache_share != SL_CACHE_NODE)
+        BAD("cache_share %d is neither private (0) nor node (1)", c->cache_share);
+    if (c->cache_what != SL_CACHE_ENCODED && c->cache_what != SL_CACHE_DECODED)
+        BAD("cache_what %d is neither encoded (0) nor decoded (1)", c->cache_what);
     return 0;
 #undef BAD
 }
@@ -200,7 +193,7 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     }
     ld->owner_pid = (long)getpid();
     ld->sample_cap = sl__sample_cap(ld->cfg.budget);
-    ld->nworkers = c.workers ? c.workers : affinity_cpus();
+    ld->nworkers = c.workers ? c.workers : sl__local_share_cpus(); /* a rank's share of its CPUs */
     ld->B = c.batch_size;
     *out = ld;
     /* the strings the configuration points at are the caller's: copy them */
@@ -324,7 +317,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = pitch + sizeof(sl_batch);
     uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
-    uint64_t minimum = min_budget_for(fixed_min);
+    uint64_t cache = sl__lcache_reserve(ld); /* kept free of the pipeline (lcache.c) */
+    uint64_t minimum = min_budget_for(fixed_min + cache);
     memset(p, 0, sizeof *p);
     p->dataset_size = ld->sampler.n;
     p->samples_per_rank = ld->sampler.per_rank;
@@ -337,19 +331,33 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     p->index_bytes = used;
     p->min_budget = minimum;
     p->index_seconds = ld->index_seconds;
-    if (fixed_min + ld->sample_cap > cfg->budget || fixed_min > cfg->budget) {
+    if (cache && fixed_min + ld->sample_cap <= cfg->budget && fixed_min + cache + ld->sample_cap > cfg->budget) {
+        char b1[32], b2[32], b3[32], b4[32], b5[32];
+        p->slots = (uint32_t)min_slots;
+        p->fixed_bytes = fixed_min;
+        sl__msg(err, errlen,
+                "budget %s cannot hold the sample cache of %s (with its next-use order, %s in all) beside the "
+                "pipeline's minimum working set of %s; raise the budget to at least %s, give the cache less, or "
+                "share a node cache (cache_share=node: its own /dev/shm segment, outside the budget)",
+                sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(cfg->cache, b2, sizeof b2),
+                sl__fmt_bytes(cache, b3, sizeof b3), sl__fmt_bytes(min_budget_for(fixed_min), b4, sizeof b4),
+                sl__fmt_bytes(minimum, b5, sizeof b5));
+        return SL_EBUDGET;
+    }
+    if (fixed_min + cache + ld->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
         char b1[32], b2[32], b3[32], b4[32], b5[32];
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
-                "(batch %u x %s a sample) + %u workers x %s scratch + %s index, with a quarter of the budget "
+                "(batch %u x %s a sample) + %u workers x %s scratch + %s index%s%s, with a quarter of the budget "
                 "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
-                "size or workers",
+                "size or workers%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(pitch, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
-                sl__fmt_bytes(minimum, b2, sizeof b2));
+                cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b3 + 16, 16) : "",
+                sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
         return SL_EBUDGET;
     }
     uint32_t nslots;
@@ -358,11 +366,11 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     } else {
         /* as many as fit, leaving a sample's room (a quarter) for scratch
          * to grow, at most max(4, 4 * workers / batch) */
-        uint64_t room = cfg->budget - used - workers_b - 4096 - ld->sample_cap;
+        uint64_t room = cfg->budget - used - workers_b - 4096 - ld->sample_cap - cache;
         uint64_t fit = room / slot_cost;
         uint64_t cap = SL_MAX(4, (4ull * ld->nworkers + ld->B - 1) / ld->B);
         nslots = (uint32_t)SL_MAX(SL_MIN(fit, cap), min_slots);
-        while (nslots > min_slots && used + workers_b + slots_cost(pitch, nslots) + 4096 + ld->sample_cap > cfg->budget)
+        while (nslots > min_slots && used + workers_b + slots_cost(pitch, nslots) + 4096 + ld->sample_cap + cache > cfg->budget)
             nslots--;
     }
     p->slots = nslots;
@@ -489,6 +497,10 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
  * left alone: a decode may have been mid-call in the parent at the fork. */
 static void free_memory(sl_loader *ld, int in_child) {
     sl__budget *b = ld->budget;
+    /* The cache first (its values are counted in b). In a child of fork()
+     * it is left alone: a node cache's process slot is the parent's, and
+     * its locks may have been held by the parent's threads at the fork. */
+    if (!in_child) sl__lcache_destroy(ld);
     for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
         sl__worker *w = &ld->workers[i];
         if (!in_child) sl__worker_fini(w);
@@ -548,6 +560,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (!rc) rc = step_tables(ld, err, errlen);
     if (!rc) rc = step_size(ld, &plan, err, errlen);
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
+    if (!rc) rc = sl__lcache_create(ld, err, errlen); /* the sample cache: sizing kept its room */
     if (!rc) rc = step_workers(ld, err, errlen);
     if (rc) {
         if (ld && rc == SL_EBUDGET) shared_reason(ld, err, errlen);
@@ -675,6 +688,7 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
         o->mem_peak[c] = atomic_load(&ld->budget->cat_peak[c]);
     }
     o->index_seconds = ld->index_seconds;
+    sl__lcache_stats(ld, o);
     memcpy(out, o, SL_MIN(out_size, sizeof *o));
     return 0;
 }

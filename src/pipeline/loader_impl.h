@@ -10,10 +10,12 @@
 
 #include "../base/mem.h"
 #include "../base/scratch.h"
+#include "../cache/cache.h"
 #include "../fields/field.h"
 #include "../format/decode.h"
 #include "../source/source.h"
 #include "collate.h"
+#include "nextuse.h"
 #include "sampler.h"
 #include "sluice.h"
 
@@ -179,7 +181,44 @@ struct sl_loader {
     uint64_t commits;              /* committer-owned: number of the last commit */
     _Atomic uint64_t delivered_cno;/* commit number of the last delivered batch */
     uint64_t nerrs_seen;           /* (mu) failures in delivered batches */
+
+    /* The sample cache (issue 12, lcache.c): made at create, read by every
+     * worker (the cache locks itself), gone at destroy. */
+    sl__cache *cache;              /* NULL: none */
+    sl__nextuse nu;                /* its next-use oracle */
+    uint32_t keys_per_sample;      /* F: sample k's keys are [k * F, k * F + F) */
+    uint32_t cache_key[SL__MAX_FIELDS];  /* field i's first key within its sample's */
+    uint8_t cache_mode[SL__MAX_FIELDS];  /* SL__CM_*: what field i's keys hold */
+    uint64_t cache_values;         /* value bytes allowed at create */
+    sl__consumer cache_consumer;   /* the governor's first lever (a private cache) */
+    int cache_consumer_on;
+    sl__fileio fileio;             /* lookups and storage reads, every worker's */
 };
+
+/* lcache.c: the sample cache in the loader (see its head). */
+enum { SL__CM_NONE = 0, SL__CM_FILES, SL__CM_OUTPUT };
+/* Bytes create must keep free of the pipeline for the cache: its oracle
+ * and handle, and a private cache's capacity. 0 without a cache. */
+uint64_t sl__lcache_reserve(const sl_loader *ld);
+/* Make the cache of cfg.cache bytes (nothing without one): keys, oracle,
+ * cache (private, or the node's segment, created or attached), the
+ * governor's consumer. 0, or SL_EINVAL / SL_EBUDGET / SL_ENOMEM / SL_ESYS
+ * / SL_ESTATE (a node cache made with other settings) with a sentence;
+ * what was made is undone by sl__lcache_destroy. */
+int sl__lcache_create(sl_loader *ld, char *err, size_t errlen);
+/* Free the cache (the last process of a node cache unlinks it) and the
+ * oracle. Safe on a loader without one. */
+void sl__lcache_destroy(sl_loader *ld);
+/* Epoch's order is about to be dispatched: hold its next uses. */
+void sl__lcache_epoch(sl_loader *ld, uint64_t epoch);
+/* Dispatch jumps to position pos of epoch (set_epoch, set_state):
+ * recompute every entry's next use from there. */
+void sl__lcache_jump(sl_loader *ld, uint64_t epoch, uint64_t pos);
+/* Load field i of the sample L describes (L->index, L->now set) into dst,
+ * through the cache by the field's mode. As sl__kind.load. */
+int sl__lcache_load(sl_loader *ld, sl__load *L, uint32_t i, uint8_t *dst, int64_t *len, char *reason);
+/* The cache's part of sl_stats. */
+void sl__lcache_stats(const sl_loader *ld, sl_stats *o);
 
 /* worker.c */
 void *sl__worker_main(void *arg);
@@ -195,7 +234,9 @@ void sl__worker_idle(sl__worker *w);
  * from the system) are waited out with a bounded backoff and retried, so
  * they never become error records unless they last SL_TRANSIENT_MAX_S;
  * SL_ESTATE if the loader closes meanwhile. */
-int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch);
+/* pos: the sample's position in the rank's order of epoch (its time for
+ * the sample cache). */
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos);
 /* Record a failure for batch s being committed (committer only). */
 void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 

@@ -19,7 +19,8 @@
  *
  * Stages. The worker holds no format knowledge: for each field of the
  * schema it calls the field's kind (fields/), which takes the value from
- * the source, reads and decodes it, and writes it into the slot.
+ * the source, reads and decodes it, and writes it into the slot; with a
+ * sample cache, through it (lcache.c), at the sample's time in the order.
  */
 #include <string.h>
 #include <time.h>
@@ -86,18 +87,22 @@ static void name_field(const sl_loader *ld, const sl__field *f, char *reason, si
 }
 
 /* Every field of the sample, once. */
-static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, char *reason) {
+static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos,
+                     char *reason) {
     sl_loader *ld = w->ld;
     const sl__layout *L = &ld->layout;
     reason[0] = 0;
-    sl__load load = {ld->src,          &w->scratch,         w->dec,         &ld->cancel, ld->cfg.seed,
-                     epoch,            sample,              ld->cfg.max_bytes, ld->cfg.max_pixels, 0};
+    sl__load load = {.src = ld->src, .scratch = &w->scratch, .dec = w->dec, .cancel = &ld->cancel,
+                     .seed = ld->cfg.seed, .epoch = epoch, .index = sample, .max_bytes = ld->cfg.max_bytes,
+                     .max_pixels = ld->cfg.max_pixels,
+                     .now = sl__sampler_time(&ld->sampler, epoch, pos), /* the sample cache's clock */
+                     .io = &ld->fileio};
     int rc = 0;
     for (uint32_t i = 0; i < ld->schema.nfields && rc == 0; i++) {
         const sl__field *f = &ld->schema.fields[i];
         uint8_t *dst = sl__layout_at(L, s->base, L->field_out[i], j);
         int64_t *len = L->len_out[i] ? (int64_t *)sl__layout_at(L, s->base, L->len_out[i], j) : NULL;
-        rc = f->kind->load(&load, f, dst, len, reason, SL_REASON_LEN);
+        rc = sl__lcache_load(ld, &load, i, dst, len, reason);
         if (rc) name_field(ld, f, reason, SL_REASON_LEN);
     }
     return rc;
@@ -108,14 +113,14 @@ static void sleep_us(uint64_t us) {
     nanosleep(&ts, NULL);
 }
 
-int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos) {
     sl_loader *ld = w->ld;
     const sl__layout *L = &ld->layout;
     char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
     uint64_t t0 = 0, delay_us = 1000;
     int rc;
     for (;;) {
-        rc = fill_once(w, s, j, sample, epoch, reason);
+        rc = fill_once(w, s, j, sample, epoch, pos, reason);
         if (rc == SL_ENOENT && sl__source_gone(ld->src)) {
             atomic_store(&ld->source_gone, 1);
             sl__msg(reason, SL_REASON_LEN, "the dataset folder was removed");

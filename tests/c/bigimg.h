@@ -1,6 +1,7 @@
 /*
  * Large test images and the process's resident memory, header-only (for
- * test_arena.c, test_rss.c, test_live_limit.c and test_governor.c).
+ * test_arena.c, test_rss.c, test_live_limit.c, test_governor.c and
+ * test_loader_cache.c).
  *
  *  - bx_jpeg(): a JPEG of w x h written with libjpeg's compressor in one
  *    of the layouts that make a decoder hold the most: baseline 4:2:0

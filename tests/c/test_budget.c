@@ -608,8 +608,8 @@ static void room(void *ctx) { ((consumer *)ctx)->told++; }
 TEST(shrink_asks_consumers_to_give_back) {
     sl__budget r;
     CHECK_OK(sl__budget_init(&r, 1000));
-    consumer a = {{give_back, room, NULL, NULL}, &r, 300, 100, 0, 0};
-    consumer b = {{give_back, room, NULL, NULL}, &r, 400, 1000, 0, 0};
+    consumer a = {{give_back, room, NULL, NULL, 0}, &r, 300, 100, 0, 0};
+    consumer b = {{give_back, room, NULL, NULL, 0}, &r, 400, 1000, 0, 0};
     a.c.ctx = &a;
     b.c.ctx = &b;
     CHECK_OK(sl__budget_try(&r, 700, SL_MEM_BATCHES));
