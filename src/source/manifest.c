@@ -29,9 +29,7 @@ static inline void put(obuf *o, char c) {
     else o->trunc = 1;
 }
 
-/* Decimal int64 in [s, s+n), optional sign, surrounding blanks allowed
- * (CSV). 0 or -1. */
-static int parse_int(const char *s, size_t n, int64_t *out) {
+int sl__parse_int(const char *s, size_t n, int64_t *out) {
     size_t i = 0;
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
     while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
@@ -140,7 +138,7 @@ int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, voi
             return SL_EPARSE;
         }
         int64_t label;
-        int is_int = !f[1].trunc && parse_int(lbuf, f[1].len, &label) == 0;
+        int is_int = !f[1].trunc && sl__parse_int(lbuf, f[1].len, &label) == 0;
         if (!is_int && first) { /* a header row */
             first = 0;
             continue;
@@ -384,7 +382,7 @@ static int jlabel(jcur *c, int64_t *out) {
         return fail(c, "\"label\" must be an integer");
     if (jnumber(c, &is_int)) return -1;
     if (!is_int) return fail(c, "\"label\" must be an integer (no fraction or exponent)");
-    if (parse_int(s, (size_t)(c->p - s), out)) return fail(c, "\"label\" outside the 64-bit integer range");
+    if (sl__parse_int(s, (size_t)(c->p - s), out)) return fail(c, "\"label\" outside the 64-bit integer range");
     return 0;
 }
 

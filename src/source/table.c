@@ -44,8 +44,7 @@ static int grow(sl__budget *b, void **p, uint64_t *cap, uint64_t need, size_t sz
     return 0;
 }
 
-/* Append n bytes to the arena, 8-aligned when align: their offset. */
-static int put(sl__budget *b, sl__table *t, const void *src, size_t n, int align, uint64_t *off) {
+int sl__table_put(sl__budget *b, sl__table *t, const void *src, size_t n, int align, uint64_t *off) {
     uint64_t start = align ? (t->arena_len + 7) & ~(uint64_t)7 : t->arena_len, end;
     if (sl__add(start, n, &end)) return SL_EOVERFLOW;
     int rc = grow(b, (void **)&t->arena, &t->arena_cap, end, 1, 4096);
@@ -56,10 +55,21 @@ static int put(sl__budget *b, sl__table *t, const void *src, size_t n, int align
     return 0;
 }
 
-static int add_val(sl__budget *b, sl__table *t, sl__rec r) {
+int sl__table_add(sl__budget *b, sl__table *t, sl__rec r) {
     int rc = grow(b, (void **)&t->vals, &t->val_cap, t->nvals + 1, sizeof(sl__rec), 256);
     if (rc) return rc;
     t->vals[t->nvals++] = r;
+    return 0;
+}
+
+int sl__table_new(sl__budget *b, uint32_t ncols, sl__table **out) {
+    sl__table *t = sl__calloc(b, 1, sizeof *t, SL_MEM_INDEX);
+    if (!t || !(t->types = sl__calloc(b, ncols, sizeof(int), SL_MEM_INDEX))) {
+        sl__free(b, t);
+        return sl__nomem_code(b, ncols * sizeof(int) + sizeof *t);
+    }
+    t->ncols = ncols;
+    *out = t;
     return 0;
 }
 
@@ -96,7 +106,7 @@ static int path_rec(sl__budget *b, sl__table *t, json_t *v, sl__rec *r, const ch
     if (n >= PATH_MAX) return *why = "a path longer than PATH_MAX", SL_EPARSE;
     if (memchr(p, 0, n)) return *why = "a path with a NUL byte", SL_EPARSE;
     uint64_t off;
-    int rc = put(b, t, p, n, 0, &off);
+    int rc = sl__table_put(b, t, p, n, 0, &off);
     if (rc) return rc;
     *r = (sl__rec){off, (uint32_t)n, p[0] == '/' ? SL__DIR_NONE : 0};
     return 0;
@@ -125,7 +135,7 @@ static int add_value(sl__budget *b, sl__table *t, int type, json_t *v, const cha
             else rc = path_rec(b, t, e, &recs[k], why);
         }
         uint64_t off = 0;
-        if (!rc) rc = put(b, t, recs, n * sizeof(sl__rec), 1, &off);
+        if (!rc) rc = sl__table_put(b, t, recs, n * sizeof(sl__rec), 1, &off);
         if (recs != tmp) sl__free(b, recs);
         if (rc) return rc;
         r = (sl__rec){off, (uint32_t)n, 0};
@@ -154,7 +164,7 @@ static int add_value(sl__budget *b, sl__table *t, int type, json_t *v, const cha
     }
     default: return *why = "has an unknown column type", SL_EINVAL;
     }
-    return add_val(b, t, r);
+    return sl__table_add(b, t, r);
 }
 
 static const char *type_name(int type) {
@@ -224,12 +234,11 @@ int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint
         sl__msg(err, errlen, "%s: %u columns requested (1 to 64)", path, nreq);
         return SL_EINVAL;
     }
-    s->tab = sl__calloc(b, 1, sizeof *s->tab, SL_MEM_INDEX);
-    if (!s->tab || !(s->tab->types = sl__calloc(b, nreq, sizeof(int), SL_MEM_INDEX))) {
+    int rc = sl__table_new(b, nreq, &s->tab);
+    if (rc) {
         sl__msg(err, errlen, "%s: no memory for the index", path);
-        return sl__nomem_code(b, 4096);
+        return rc;
     }
-    s->tab->ncols = nreq;
     for (uint32_t k = 0; k < nreq; k++) s->tab->types[k] = req[k].type;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
@@ -247,7 +256,7 @@ int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint
     char *text = sl__alloc(b, size + 1, SL_MEM_INDEX);
     if (!text) {
         close(fd);
-        int rc = sl__nomem_code(b, size + 1);
+        rc = sl__nomem_code(b, size + 1);
         sl__msg(err, errlen, "%s: reading the manifest needs %llu bytes (%s)", path, (ull)size + 1, sl_strerror(rc));
         return rc;
     }
@@ -259,7 +268,7 @@ int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint
         got += (size_t)r;
     }
     close(fd);
-    int rc = got == size ? 0 : SL_EIO;
+    rc = got == size ? 0 : SL_EIO;
     if (rc) sl__msg(err, errlen, "%s: read failed (%llu of %llu bytes)", path, (ull)got, (ull)size);
     if (!rc) rc = index_rows(s, path, text, size, req, nreq, err, errlen);
     sl__free(b, text);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "files.h"
 #include "base/util.h"
 #include "source/source.h"
 
@@ -470,7 +471,7 @@ TEST(error_missing) {
 TEST(error_not_a_dataset) {
     fixture();
     put_file("x.txt", "hello");
-    open_fails(P("x.txt"), SL_EINVAL, "neither a folder nor a .csv/.jsonl manifest");
+    open_fails(P("x.txt"), SL_EINVAL, "neither a folder, a .csv/.jsonl manifest nor .tar shards");
 }
 
 TEST(error_empty_folder) {
@@ -552,32 +553,6 @@ TEST(error_budget_manifest) {
 
 /* Fail allocation n = 0, 1, 2, ... until open succeeds: each failure is a
  * clean code with nothing left counted. */
-static void fail_each_alloc(const char *path, uint32_t threads, uint64_t want_count) {
-    int done = 0;
-    for (long n = 0; n < 100000 && !done; n++) {
-        sl__budget b;
-        sl__budget_init(&b, 64 * MB);
-        sl__source *s = NULL;
-        char err[512] = "";
-        sl__mem_fail_after(n);
-        int rc = sl__source_open(&b, path, threads, &s, err, sizeof err);
-        sl__mem_fail_after(-1);
-        if (rc == 0) {
-            CHECK_EQ(sl__source_count(s), want_count);
-            sl__source_close(s);
-            done = 1;
-            if (n < 3) SL_FAIL("open of %s succeeded after only %ld allocations", path, n);
-        } else {
-            if (rc != SL_ENOMEM && rc != SL_EBUDGET) SL_FAIL("n=%ld: rc %d (%s): %s", n, rc, sl_strerror(rc), err);
-            CHECK(s == NULL);
-            CHECK(err[0] != 0);
-        }
-        if (atomic_load(&b.used) != 0) SL_FAIL("n=%ld: %llu bytes still counted", n, (unsigned long long)b.used);
-        sl__budget_fini(&b);
-    }
-    CHECK(done);
-}
-
 TEST(alloc_failure_folder) {
     fixture();
     size_t n;
