@@ -313,9 +313,8 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
         size_t n = slash ? (size_t)(slash - path) : 0;
         if (slash && n == 0) n = 1; /* "/m.csv": base "/" */
         rc = set_base(s, path, n, err, errlen);
-        if (!rc && req && kind == SL__KIND_JSONL) {
-            s->kind = SL__KIND_TABLE;
-            rc = sl__table_index(s, path, req, nreq, err, errlen);
+        if (!rc && req && (kind == SL__KIND_JSONL || kind == SL__KIND_CSV)) {
+            rc = sl__table_index(s, path, kind, req, nreq, err, errlen);
         } else if (!rc) {
             rc = sl__manifest_index(s, path, kind, err, errlen);
         }

@@ -104,6 +104,19 @@ void sl__recs_sort(sl__rec *r, uint64_t n, const char *arena, int by_dir);
  * allowed. 0, or -1 (not such a number, or out of range). */
 int sl__parse_int(const char *s, size_t n, int64_t *out);
 
+/* One CSV record (RFC 4180) of text[0, n) from *pos, blank lines skipped
+ * first: its fields decoded one after another into buf (cap bytes), field
+ * k at buf[f[k].off, + f[k].len) (trunc: cut short by cap), at most maxf
+ * stored and all of them counted in *nf. *line counts lines (records may
+ * span several); *rec_line is the record's first. 0 (a record), 1 (no more
+ * records), or SL_EPARSE with err "line N: ...". (manifest.c) */
+typedef struct sl__csv_field {
+    size_t off, len;
+    int trunc;
+} sl__csv_field;
+int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_t *rec_line, sl__csv_field *f,
+                   uint32_t maxf, uint32_t *nf, char *buf, size_t cap, char *err, size_t errlen);
+
 /* SL_EBUDGET if want bytes more would pass the budget, else SL_ENOMEM. */
 int sl__nomem_code(const sl__budget *b, uint64_t want);
 
@@ -111,8 +124,12 @@ int sl__nomem_code(const sl__budget *b, uint64_t want);
  * failure s holds whatever was built; sl__source_close frees it. */
 int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *err, size_t errlen);
 int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, size_t errlen);
-/* Index a .jsonl manifest's requested keys into s->tab (table.c). */
-int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint32_t nreq, char *err,
+/* Index a manifest's requested keys into s->tab (table.c): a .jsonl
+ * (kind SL__KIND_JSONL) by its rows' keys, a .csv (SL__KIND_CSV) by its
+ * header's names. A .csv whose first row is a path,label row (two fields,
+ * an integer second) has no header: it is indexed as a path,label
+ * manifest instead (s->tab stays NULL). s->kind is set to what was built. */
+int sl__table_index(sl__source *s, const char *path, int kind, const sl__colreq *req, uint32_t nreq, char *err,
                     size_t errlen);
 /* A table of ncols columns (types to be set by the caller), empty. 0 or
  * SL_EBUDGET/SL_ENOMEM. */

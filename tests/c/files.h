@@ -35,10 +35,12 @@ static __attribute__((unused)) void run_python(const char *script, const char *a
     if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy and Pillow is needed)", cmd);
 }
 
-/* Open path as a source with allocation n failing, for n = 0, 1, ...
- * until it succeeds (with want_count samples): every failure must be
- * SL_ENOMEM or SL_EBUDGET with a reason, and leave nothing counted. */
-static __attribute__((unused)) void fail_each_alloc(const char *path, uint32_t threads, uint64_t want_count) {
+/* Open path as a source (with columns req, or none) with allocation n
+ * failing, for n = 0, 1, ... until it succeeds (with want_count samples):
+ * every failure must be SL_ENOMEM or SL_EBUDGET with a reason, and leave
+ * nothing counted. */
+static __attribute__((unused)) void fail_each_alloc_cols(const char *path, uint32_t threads, const sl__colreq *req,
+                                                         uint32_t nreq, uint64_t want_count) {
     int done = 0;
     for (long n = 0; n < 100000 && !done; n++) {
         sl__budget b;
@@ -46,7 +48,7 @@ static __attribute__((unused)) void fail_each_alloc(const char *path, uint32_t t
         sl__source *s = NULL;
         char err[512] = "";
         sl__mem_fail_after(n);
-        int rc = sl__source_open(&b, path, threads, &s, err, sizeof err);
+        int rc = sl__source_open_cols(&b, path, threads, req, nreq, &s, err, sizeof err);
         sl__mem_fail_after(-1);
         if (rc == 0) {
             CHECK_EQ(sl__source_count(s), want_count);
@@ -62,6 +64,10 @@ static __attribute__((unused)) void fail_each_alloc(const char *path, uint32_t t
         sl__budget_fini(&b);
     }
     CHECK(done);
+}
+
+static __attribute__((unused)) void fail_each_alloc(const char *path, uint32_t threads, uint64_t want_count) {
+    fail_each_alloc_cols(path, threads, NULL, 0, want_count);
 }
 
 #endif

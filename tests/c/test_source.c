@@ -313,7 +313,7 @@ TEST(jsonl_escapes) {
     put_file("j/list.jsonl",
              "{\"path\": \"a.jpg\", \"label\": 1}\n"
              "  \n"
-             "{\"label\": -2, \"extra\": {\"x\": [1, 2.5e3, true, null, \"s\"]}, \"path\": \"sub/b\\u00e9.jpg\"}\r\n"
+             "{\"label\": -2, \"extra\": [1, 2.5e3, -0.5], \"tags\": [\"s\", \"t\"], \"path\": \"sub/b\\u00e9.jpg\"}\r\n"
              "{\"p\\u0061th\": \"\\ud83d\\ude00\\t\\\"q\\\\\\/.jpg\", \"label\": 0}\n"
              "{\"path\":\"/abs/\\u4e2d.png\",\"label\":12}");
     sl__budget b;
@@ -403,7 +403,7 @@ TEST(jsonl_parse_errors) {
         {"{\"path\":\"a\",\"label\":01}\n", SL_EPARSE, "',' or '}' expected"},
         {"{\"path\":\"a\",\"label\":1,}\n", SL_EPARSE, "object key"},
         {"{\"path\":\"a\",\"label\":1} x\n", SL_EPARSE, "characters after the object"},
-        {"{\"path\":\"a\",\"path\":\"b\",\"label\":1}\n", SL_EPARSE, "duplicate key \"path\""},
+        {"{\"path\":\"a\",\"path\":\"b\",\"label\":1}\n", SL_EPARSE, "\"path\": duplicate key"},
         {"{\"path\":1,\"label\":1}\n", SL_EPARSE, "\"path\" must be a string"},
         {"{\"path\":\"\\ud800\",\"label\":1}\n", SL_EPARSE, "high surrogate"},
         {"{\"path\":\"\\udc00\",\"label\":1}\n", SL_EPARSE, "lone low surrogate"},
@@ -414,14 +414,20 @@ TEST(jsonl_parse_errors) {
         {"{\"path\":\"\xed\xa0\x80\",\"label\":1}\n", SL_EPARSE, "invalid UTF-8"},
         {"{\"path\":\"\\u0000\",\"label\":1}\n", SL_EPARSE, "NUL byte"},
         {"{\"path\":\"\",\"label\":1}\n", SL_EPARSE, "empty path"},
-        {"{\"path\":\"a\",\"label\":1,\"x\":tru}\n", SL_EPARSE, "unexpected character"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":tru}\n", SL_EPARSE, "\"x\": true, false or null: rows are flat objects"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":null}\n", SL_EPARSE, "\"x\": true, false or null"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":{\"y\":1}}\n", SL_EPARSE, "\"x\": an object inside a row"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":[1,\"s\"]}\n", SL_EPARSE, "\"x\": a list mixing strings and numbers"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":[1 2]}\n", SL_EPARSE, "\"x\": ',' or ']' expected"},
+        {"{\"path\":\"a\",\"label\":1,\"x\":1234567890123456789012345678901234567890123456789012345678901234}\n",
+         SL_EPARSE, "longer than 63 characters"},
         {"{\"path\":\"a\",\"label\":1,\"x\":[1,]}\n", SL_EPARSE, "unexpected character"},
         {"{\"path\":\"a\",\"label\":1,\"x\":-}\n", SL_EPARSE, "bad number"},
         {"{\"path\":\"a\",\"label\":1\n}\n", SL_EPARSE, "line 1: ',' or '}' expected"},
         {"{\"path\":\"a\",\"label\":1,\"x\":"
          "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
          "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
-         SL_EPARSE, "nesting deeper than 64"},
+         SL_EPARSE, "\"x\": a list inside a list"},
     };
     for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
         char err[256] = "";
