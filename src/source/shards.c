@@ -18,7 +18,8 @@
  *   FILE  a member range: rec.off = its data offset, rec.len = its size
  *         (SL__BIG: the size is at or above 2^32 - 1, and rec.off is then
  *         the arena offset of {offset, size}), rec.dir = the shard index
- *         | the alternative that matched << 24 (its key names the member)
+ *         | the member's key << 24 (an index into the keys met, at most
+ *         255 distinct ones in a source: names in messages, extensions)
  *   INT   the member's text read at index time (one pread of at most 32
  *         bytes: WebDataset's `.cls`), a decimal integer with blanks or a
  *         line end around it; rec.off holds it
@@ -58,6 +59,7 @@ typedef unsigned long long ull;
 #define SHARD_BITS 24
 #define SHARD_MASK ((1u << SHARD_BITS) - 1)
 #define LABEL_MAX 32
+#define MEMBER_KEYS 255
 
 struct sl__shards {
     char *names;          /* arena: shard paths, then column keys, NUL-terminated */
@@ -68,6 +70,8 @@ struct sl__shards {
     uint32_t nshards, nopen;
     uint32_t ncols;       /* requested columns (the table has one more: the prefix) */
     uint64_t key_off[SL__MAX_COLS]; /* each column's lowercased key alternatives */
+    uint64_t mkey_off[MEMBER_KEYS]; /* the member keys met (FILE values), interned */
+    uint32_t nmkeys;
 };
 
 /* ---- the shard list ------------------------------------------------------------ */
@@ -202,32 +206,18 @@ static int member_for(const sl__wds_member *m, uint32_t n, const char *alt, size
     return found;
 }
 
-/* The member for column keys: its index and the alternative's number, or
- * -1 / -2 (as member_for, for the first alternative that is ambiguous). */
-static int find_member(const sl__wds_member *m, uint32_t n, const char *keys, uint32_t *alt) {
+/* The member for column keys: its index, or -1 / -2 (as member_for, for
+ * the first alternative that is ambiguous). */
+static int find_member(const sl__wds_member *m, uint32_t n, const char *keys) {
     const char *k = keys;
-    for (uint32_t a = 0;; a++) {
+    for (;;) {
         const char *semi = strchr(k, ';');
         size_t len = semi ? (size_t)(semi - k) : strlen(k);
         int j = len ? member_for(m, n, k, len) : -1;
-        if (j != -1) {
-            *alt = a;
-            return j;
-        }
+        if (j != -1) return j;
         if (!semi) return -1;
         k = semi + 1;
     }
-}
-
-/* The alternative number alt of keys, into buf. */
-static void key_alt(const char *keys, uint32_t alt, char *buf, size_t len) {
-    const char *k = keys;
-    for (uint32_t a = 0; a < alt && k; a++) {
-        k = strchr(k, ';');
-        if (k) k++;
-    }
-    size_t n = k ? strcspn(k, ";") : 0;
-    snprintf(buf, len, "%.*s", (int)n, k ? k : "");
 }
 
 /* ---- indexing ------------------------------------------------------------------------ */
@@ -263,12 +253,24 @@ static int member_label(scan_ctx *c, const char *prefix, const sl__wds_member *m
     return 0;
 }
 
-static int add_file(sl__source *s, uint32_t shard, uint32_t alt, const sl__wds_member *m) {
-    sl__rec r = {m->offset, (uint32_t)m->size, shard | alt << SHARD_BITS};
+/* The index of member key k among those met, added if new. */
+static int intern_key(sl__source *s, const sl__wds_member *m, uint32_t *idx) {
+    sl__shards *h = s->shards;
+    for (uint32_t j = 0; j < h->nmkeys; j++)
+        if (!strcmp(h->names + h->mkey_off[j], m->key)) return *idx = j, 0;
+    if (h->nmkeys == MEMBER_KEYS) return SL_ELIMIT;
+    *idx = h->nmkeys;
+    return names_put(s->b, h, m->key, m->key_len, &h->mkey_off[h->nmkeys++]);
+}
+
+static int add_file(sl__source *s, uint32_t shard, const sl__wds_member *m) {
+    uint32_t key;
+    int rc = intern_key(s, m, &key);
+    if (rc) return rc;
+    sl__rec r = {m->offset, (uint32_t)m->size, shard | key << SHARD_BITS};
     if (m->size >= SL__BIG) {
         uint64_t pair[2] = {m->offset, m->size}, off;
-        int rc = sl__table_put(s->b, s->tab, pair, sizeof pair, 1, &off);
-        if (rc) return rc;
+        if ((rc = sl__table_put(s->b, s->tab, pair, sizeof pair, 1, &off))) return rc;
         r = (sl__rec){off, SL__BIG, r.dir};
     }
     return sl__table_add(s->b, s->tab, r);
@@ -294,11 +296,14 @@ static int on_sample(void *ctx, const char *prefix, size_t plen, const sl__wds_m
     int rc = 0;
     for (uint32_t k = 0; k < h->ncols && !rc; k++) {
         const char *keys = h->names + h->key_off[k];
-        uint32_t alt = 0;
-        int j = find_member(m, n, keys, &alt);
+        int j = find_member(m, n, keys);
         if (j < 0) return no_member(c, prefix, m, n, keys, j, err, errlen);
         if (s->tab->types[k] == SL__VAL_FILE) {
-            rc = add_file(s, c->shard, alt, &m[j]);
+            if ((rc = add_file(s, c->shard, &m[j])) == SL_ELIMIT) {
+                sl__msg(err, errlen, "%s: sample '%.60s': more than %d different member keys in the shards", c->path,
+                        prefix, MEMBER_KEYS);
+                return rc;
+            }
         } else {
             int64_t v;
             if ((rc = member_label(c, prefix, &m[j], &v, err, errlen))) return rc;
@@ -412,6 +417,7 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
         sl__msg(err, errlen, "%s: the shards hold no samples", path);
         rc = SL_EEMPTY;
     }
+    if (!rc) sl__table_shrink(b, s->tab);
     s->count = rc ? 0 : s->tab->nrows;
     s->ncols = h->ncols;
     return rc;
@@ -431,13 +437,13 @@ uint32_t sl__shards_open_fds(const sl__source *s) { return s->shards ? s->shards
 
 /* ---- samples --------------------------------------------------------------------------- */
 
-/* The FILE record of (i, col): shard, alternative, offset, size. */
-static int member_at(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, uint32_t *shard, uint32_t *alt,
+/* The FILE record of (i, col): shard, member key, offset, size. */
+static int member_at(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, uint32_t *shard, uint32_t *key,
                      uint64_t *offset, uint64_t *size) {
     if (i >= s->count || col >= s->shards->ncols || elem || s->tab->types[col] != SL__VAL_FILE) return SL_EINVAL;
     const sl__rec *r = sl__table_at(s->tab, i, col);
     *shard = r->dir & SHARD_MASK;
-    *alt = r->dir >> SHARD_BITS;
+    *key = r->dir >> SHARD_BITS;
     if (r->len != SL__BIG) {
         *offset = r->off, *size = r->len;
         return 0;
@@ -450,8 +456,8 @@ static int member_at(const sl__source *s, uint64_t i, uint32_t col, uint32_t ele
 
 int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
                          char *reason, size_t rlen) {
-    uint32_t shard, alt;
-    if (member_at(s, i, col, elem, &shard, &alt, &f->offset, &f->size)) {
+    uint32_t shard, key;
+    if (member_at(s, i, col, elem, &shard, &key, &f->offset, &f->size)) {
         sl__msg(reason, rlen, "column %u element %u of sample %llu is not a file", col, elem, (ull)i);
         return SL_EINVAL;
     }
@@ -470,12 +476,10 @@ int sl__shards_path(const sl__source *s, uint64_t i, int col, char *buf, size_t 
     if (i >= s->count || !buf || len == 0 || len > INT_MAX) return SL_EINVAL;
     const sl__shards *h = s->shards;
     const sl__rec *p = sl__table_at(s->tab, i, h->ncols);
-    char key[SL_WDS_KEY_MAX + 1] = "";
-    uint32_t shard = p->dir, alt;
+    uint32_t shard = p->dir, key = 0;
     uint64_t off, size;
-    if (col >= 0 && member_at(s, i, (uint32_t)col, 0, &shard, &alt, &off, &size)) return SL_EINVAL;
-    if (col >= 0) key_alt(h->names + h->key_off[col], alt, key, sizeof key);
+    if (col >= 0 && member_at(s, i, (uint32_t)col, 0, &shard, &key, &off, &size)) return SL_EINVAL;
     int n = snprintf(buf, len, "%s:%.*s%s%s", h->names + h->path_off[shard], (int)p->len, s->tab->arena + p->off,
-                     key[0] ? "." : "", key);
+                     col >= 0 ? "." : "", col >= 0 ? h->names + h->mkey_off[key] : "");
     return n < 0 || (size_t)n >= len ? SL_EOVERFLOW : n;
 }

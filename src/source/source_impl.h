@@ -139,6 +139,8 @@ int sl__table_new(sl__budget *b, uint32_t ncols, sl__table **out);
 int sl__table_put(sl__budget *b, sl__table *t, const void *src, size_t n, int align, uint64_t *off);
 /* Append one value record (row-major: a row's ncols records in turn). */
 int sl__table_add(sl__budget *b, sl__table *t, sl__rec r);
+/* Give back the arrays' unused capacity once the table is complete. */
+void sl__table_shrink(sl__budget *b, sl__table *t);
 void sl__table_free(sl__budget *b, sl__table *t);
 /* The record of (row, col) and the column's type. */
 static inline const sl__rec *sl__table_at(const sl__table *t, uint64_t row, uint32_t col) {

@@ -80,6 +80,16 @@ int sl__table_new(sl__budget *b, uint32_t ncols, sl__table **out) {
     return 0;
 }
 
+/* Give back the slack of doubling (a smaller block, or the same one when
+ * the system cannot move it). */
+void sl__table_shrink(sl__budget *b, sl__table *t) {
+    void *q;
+    if (t->arena_cap > t->arena_len && t->arena_len && (q = sl__realloc(b, t->arena, (size_t)t->arena_len, SL_MEM_INDEX)))
+        t->arena = q, t->arena_cap = t->arena_len;
+    if (t->val_cap > t->nvals && t->nvals && (q = sl__realloc(b, t->vals, (size_t)t->nvals * sizeof(sl__rec), SL_MEM_INDEX)))
+        t->vals = q, t->val_cap = t->nvals;
+}
+
 void sl__table_free(sl__budget *b, sl__table *t) {
     if (!t) return;
     sl__free(b, t->arena);
@@ -430,6 +440,7 @@ int sl__table_index(sl__source *s, const char *path, int kind, const sl__colreq 
         sl__msg(err, errlen, "%s: the manifest lists no samples", path);
         return SL_EEMPTY;
     }
+    sl__table_shrink(b, s->tab);
     s->count = s->tab->nrows;
     s->ncols = nreq;
     return 0;
