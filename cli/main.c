@@ -14,6 +14,7 @@ static const struct {
     {"top", sl_cli_top, "watch memory of a process tree, the cgroup and the GPUs"},
     {"plan", sl_cli_plan, "size a pipeline for a dataset before starting it"},
     {"decode", sl_cli_decode, "decode one image as the loader would (PPM/raw output)"},
+    {"pack", sl_cli_pack, "write WebDataset tar shards from any source (optionally re-encoded smaller)"},
 };
 
 static void usage(FILE *f) {

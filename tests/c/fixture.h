@@ -322,6 +322,21 @@ static inline uint64_t fx_min_budget(sl_config cfg) {
     return hi;
 }
 
+/* The whole text of a file, NUL-terminated (malloc'd; the case fails if
+ * it cannot be read). */
+FX_FN char *fx_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) SL_FAIL("fixture: fopen %s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0, k;
+    char *t = malloc(cap);
+    while (t && (k = fread(t + n, 1, cap - n - 1, f)) > 0)
+        if ((n += k) + 1 == cap) t = realloc(t, cap *= 2);
+    fclose(f);
+    CHECK(t != NULL);
+    t[n] = 0;
+    return t;
+}
+
 /* A hash of one epoch's batch checksums (cfg needs SL_FLAG_CHECKSUM), and
  * the samples delivered (samples may be NULL). The case fails if create
  * does. */

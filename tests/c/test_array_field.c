@@ -30,17 +30,14 @@ static const char *demo(void) {
     return dir;
 }
 
-/* The demo's schema file name into a string (static). */
+/* The demo's schema NAME.fields.json ("pairs" or "lidar"; read once, kept). */
 static const char *schema(const char *name) {
-    static char text[4096];
+    static char *text[2];
+    int k = name[0] == 'l';
     char path[512];
     snprintf(path, sizeof path, "%s/%s.fields.json", demo(), name);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
-    return text;
+    if (!text[k]) text[k] = fx_read_text(path);
+    return text[k];
 }
 
 static void cfg_for(sl_config *c, const char *name, const char *fields, uint32_t workers) {
