@@ -82,3 +82,11 @@ char *sl_cli_read_text(const char *path, size_t max) {
     buf[n] = 0;
     return buf;
 }
+
+char *sl_cli_read_fields(const char *cmd, const char *path) {
+    char *text = sl_cli_read_text(path, (size_t)1 << 20);
+    if (!text)
+        fprintf(stderr, "sluice %s: --fields %s: %s\n", cmd, path,
+                errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
+    return text;
+}

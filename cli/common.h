@@ -17,4 +17,8 @@ double sl_cli_now_s(void);
  * malloc'd string; NULL with errno set (EFBIG when larger). */
 char *sl_cli_read_text(const char *path, size_t max);
 
+/* The --fields schema file's text (at most 1 MiB, malloc'd), or NULL with
+ * "sluice CMD: --fields PATH: why" printed. */
+char *sl_cli_read_fields(const char *cmd, const char *path);
+
 #endif

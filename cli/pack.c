@@ -41,7 +41,6 @@
 #include "common.h"
 #include "sluice.h"
 
-#define FIELDS_MAX ((size_t)1 << 20)
 #define BLOCK 64          /* samples read and encoded between two writes */
 #define MAX_MEMBERS 32    /* per sample */
 
@@ -104,9 +103,7 @@ static int option_value(pack_opts *o, const char *a, const char *v) {
     }
     if (!strcmp(a, "--fields")) {
         free(o->fields);
-        if ((o->fields = sl_cli_read_text(v, FIELDS_MAX))) return 0;
-        fprintf(stderr, "sluice pack: --fields %s: %s\n", v, errno == EFBIG ? "larger than 1 MiB" : strerror(errno));
-        return 2;
+        return (o->fields = sl_cli_read_fields("pack", v)) ? 0 : 2;
     }
     fprintf(stderr, "sluice pack: unknown option %s\n", a);
     usage(stderr);

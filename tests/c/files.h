@@ -1,7 +1,7 @@
 /*
  * Test helpers for file-backed samples, header-only: a generated file as
- * an sl__sample_file, and the Python generators (tests/c/gen_arrays.py,
- * tools/make_demo_fields.py) run into a folder.
+ * an sl__sample_file, and opening a source with every allocation failing
+ * in turn.
  */
 #ifndef SL_TEST_FILES_H
 #define SL_TEST_FILES_H
@@ -25,14 +25,6 @@ static __attribute__((unused)) sl__sample_file open_sample(const char *dir, cons
     CHECK(fstat(f.fd, &st) == 0);
     f.size = (uint64_t)st.st_size;
     return f;
-}
-
-/* python3 $SL_SRC/script args; the case fails if it does. */
-static __attribute__((unused)) void run_python(const char *script, const char *args) {
-    const char *src = getenv("SL_SRC");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "python3 %s/%s %s", src ? src : ".", script, args);
-    if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy and Pillow is needed)", cmd);
 }
 
 /* Open path as a source (with columns req, or none) with allocation n

@@ -337,6 +337,39 @@ FX_FN char *fx_read_text(const char *path) {
     return t;
 }
 
+/* python3 $SL_SRC/script args; the case fails if it does. */
+FX_FN void run_python(const char *script, const char *args) {
+    const char *src = getenv("SL_SRC");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 %s/%s %s", src ? src : ".", script, args);
+    if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy and Pillow is needed)", cmd);
+}
+
+/* The fields demo data (tools/make_demo_fields.py ARGS) made once per
+ * process into a temporary folder, removed at exit: its path. */
+FX_FN const char *fx_demo_fields(const char *args) {
+    static char dir[256];
+    if (dir[0]) return dir;
+    snprintf(dir, sizeof dir, "/tmp/sl_demo_fields_XXXXXX");
+    if (!mkdtemp(dir)) SL_FAIL("mkdtemp: %s", strerror(errno));
+    fx_track(dir);
+    char a[512];
+    snprintf(a, sizeof a, "%s %s 2>/dev/null", dir, args);
+    run_python("tools/make_demo_fields.py", a);
+    return dir;
+}
+
+/* sl_loader_create must refuse c: its code, and its sentence in err. */
+FX_FN int fx_create_fails(const sl_config *c, char *err, size_t errlen) {
+    sl_loader *ld = NULL;
+    int rc = sl_loader_create(c, &ld, err, errlen);
+    if (rc == 0) {
+        sl_loader_destroy(ld);
+        SL_FAIL("%s with fields %s was accepted", c->source, c->fields ? c->fields : "(none)");
+    }
+    return rc;
+}
+
 /* A hash of one epoch's batch checksums (cfg needs SL_FLAG_CHECKSUM), and
  * the samples delivered (samples may be NULL). The case fails if create
  * does. */

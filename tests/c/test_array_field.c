@@ -17,18 +17,7 @@
 #include "fixture.h"
 #include "sluice.h"
 
-static char dir[256];
-
-static const char *demo(void) {
-    if (dir[0]) return dir;
-    snprintf(dir, sizeof dir, "/tmp/sl_array_field_XXXXXX");
-    if (!mkdtemp(dir)) SL_FAIL("mkdtemp: %s", strerror(errno));
-    fx_track(dir);
-    char args[512];
-    snprintf(args, sizeof args, "%s --pairs 10 --scans 24 2>/dev/null", dir);
-    run_python("tools/make_demo_fields.py", args);
-    return dir;
-}
+static const char *demo(void) { return fx_demo_fields("--pairs 10 --scans 24"); }
 
 /* The demo's schema NAME.fields.json ("pairs" or "lidar"; read once, kept). */
 static const char *schema(const char *name) {
@@ -66,11 +55,7 @@ static const char *refusal(const char *fields) {
     static char err[512];
     sl_config c;
     cfg_for(&c, "pairs", fields, 1);
-    sl_loader *ld = NULL;
-    if (sl_loader_create(&c, &ld, err, sizeof err) == 0) {
-        sl_loader_destroy(ld);
-        SL_FAIL("accepted: %s", fields);
-    }
+    fx_create_fails(&c, err, sizeof err);
     return err;
 }
 

@@ -144,12 +144,8 @@ TEST(max_side_bounds_reencoded_images) {
 }
 
 TEST(schema_table_packs_and_loads_back) {
-    char dir[256], out[300], args[1200], src[400], fields[400], pattern[400];
-    snprintf(dir, sizeof dir, "/tmp/sl_pack_fields_XXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
-    fx_track(dir);
-    snprintf(args, sizeof args, "%s --pairs 7 --scans 8 2>/dev/null", dir);
-    run_python("tools/make_demo_fields.py", args);
+    const char *dir = fx_demo_fields("--pairs 7 --scans 8");
+    char out[300], args[1200], src[400], fields[400], pattern[400];
     snprintf(src, sizeof src, "%s/pairs.jsonl", dir);
     snprintf(fields, sizeof fields, "%s/pairs.fields.json", dir);
     snprintf(out, sizeof out, "%s/packed", dir);

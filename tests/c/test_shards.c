@@ -74,13 +74,7 @@ static int create_fails(const char *source, const char *fields, char *err, size_
     sl_config c;
     cfg_for(&c, source, 1);
     c.fields = fields;
-    sl_loader *ld = NULL;
-    int rc = sl_loader_create(&c, &ld, err, errlen);
-    if (rc == 0) {
-        sl_loader_destroy(ld);
-        SL_FAIL("%s was accepted", source);
-    }
-    return rc;
+    return fx_create_fails(&c, err, errlen);
 }
 
 static fx_dataset *dataset_and_shards(char *shards, size_t len, int nshards, uint32_t corrupt) {
