@@ -181,3 +181,60 @@ TEST(missing_file_fails_the_pack) {
     CHECK_EQ(fx_sluice(args, text, sizeof text), 2);
     CHECK_STR_CONTAINS(text, "usage: sluice pack");
 }
+
+/* The public sl_source contract: refusals and their codes. */
+TEST(source_api_refusals) {
+    char dir[256], m[400], err[512], buf[8];
+    fx_empty_dir(dir, sizeof dir);
+    snprintf(m, sizeof m, "%s/m.csv", dir);
+    fx_write(m, "a.jpg,1\nmissing.jpg,2\n", 22);
+    snprintf(buf, sizeof buf, "%s", "hello");
+    char a[400];
+    snprintf(a, sizeof a, "%s/a.jpg", dir);
+    fx_write(a, "0123456789", 10);
+    sl_config c;
+    sl_config_init(&c);
+    sl_source *s = NULL;
+    CHECK_EQ(sl_source_open(NULL, &s, err, sizeof err), SL_EINVAL);
+    c.source = m;
+    c.struct_size = 3;
+    CHECK_EQ(sl_source_open(&c, &s, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "sl_config_init");
+    sl_config_init(&c);
+    c.source = "/tmp/sl-no-such-dataset";
+    CHECK_EQ(sl_source_open(&c, &s, err, sizeof err), SL_ENOENT);
+    c.source = m;
+    c.fields = "{\"x\": {\"kind\": \"nope\"}}";
+    CHECK_EQ(sl_source_open(&c, &s, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "unknown kind");
+    c.fields = NULL;
+    c.budget = 64;
+    CHECK_EQ(sl_source_open(&c, &s, err, sizeof err), SL_EBUDGET);
+    c.budget = 1 << 20;
+    CHECK_OK(sl_source_open(&c, &s, err, sizeof err));
+    CHECK_EQ(sl_source_len(s), 2);
+    CHECK_EQ(sl_source_num_values(s), 2);
+    sl_value v;
+    CHECK_EQ(sl_source_value(s, 0, 2, &v), SL_EINVAL);
+    CHECK_EQ(sl_source_value(s, 2, 0, &v), SL_EINVAL);
+    CHECK_OK(sl_source_value(s, 1, 1, &v));
+    CHECK(v.type == SL_VALUE_INT && v.ival == 2 && !strcmp(v.name, "label") && v.kind == SL_KIND_LABEL);
+    double d;
+    CHECK_EQ(sl_source_numbers(s, 0, 0, 0, &d, 1), SL_EINVAL); /* a file has no numbers */
+    CHECK_EQ(sl_source_numbers(s, 0, 1, 0, &d, 1), 1);
+    CHECK(d == 1.0);
+    uint64_t size;
+    char name[512];
+    CHECK_OK(sl_source_file(s, 0, 0, 0, &size, name, sizeof name, err, sizeof err));
+    CHECK(size == 10 && !strcmp(name, a));
+    CHECK_EQ(sl_source_file(s, 0, 1, 0, &size, name, sizeof name, err, sizeof err), SL_EINVAL); /* a label */
+    CHECK_EQ(sl_source_read(s, 0, 0, 0, buf, sizeof buf, err, sizeof err), SL_EOVERFLOW);
+    CHECK_STR_CONTAINS(err, "10 bytes do not fit a buffer of 8");
+    CHECK_EQ(sl_source_read(s, 1, 0, 0, buf, sizeof buf, err, sizeof err), SL_ENOENT);
+    CHECK_STR_CONTAINS(err, "sample 1, image: no such file");
+    char big[16];
+    CHECK_EQ(sl_source_read(s, 0, 0, 0, big, sizeof big, err, sizeof err), 10);
+    CHECK(memcmp(big, "0123456789", 10) == 0);
+    sl_source_close(s);
+    sl_source_close(NULL);
+}
