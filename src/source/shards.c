@@ -176,6 +176,7 @@ static int list_folder(list_ctx *c, const char *path, char *err, size_t errlen) 
 static int list_shards(sl__budget *b, sl__shards *h, const char *path, int form, char *err, size_t errlen) {
     list_ctx c = {b, h, NULL};
     int rc;
+    if (errlen) err[0] = 0;
     if (form == SL__SHARDS_FOLDER) {
         size_t n = strlen(path);
         while (n > 1 && path[n - 1] == '/') n--;
