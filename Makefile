@@ -4,18 +4,24 @@
 #   make test     set up, build, run every test (C, Python, sanitizers, fuzz corpora)
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-PYTHON ?= python3
 CMAKE_FLAGS ?=
 DEMO_DATA ?= $(BUILD)/demo-data
 DEMO_FIELDS ?= $(BUILD)/demo-fields
+DEMO_IMAGES ?= 2000
+# PYTHON: the interpreter you choose (python3 by default). PY: the one every
+# target runs: the project venv .venv/ when tools/setup.sh made one (PYTHON
+# is externally managed, PEP 668), else PYTHON. Delete .venv/ to go back.
+PYTHON ?= python3
+PY = $(if $(wildcard .venv/bin/python),$(CURDIR)/.venv/bin/python,$(PYTHON))
+export PYTHON
 
-.PHONY: all setup setup-build demo test test-c test-python test-asan test-tsan fuzz clean
+.PHONY: all setup setup-build setup-demo demo test test-c test-python test-asan test-tsan test-setup fuzz clean
 
 all: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DPython3_EXECUTABLE=$$(command -v $(PY)) $(CMAKE_FLAGS)
 
 setup:
 	@tools/setup.sh
@@ -23,17 +29,20 @@ setup:
 setup-build:
 	@tools/setup.sh --build
 
+setup-demo:
+	@tools/setup.sh --demo
+
 $(DEMO_DATA)/.done: tools/make_demo_data.py
-	$(PYTHON) tools/make_demo_data.py $(DEMO_DATA) --images 2000 --classes 10
+	$(PY) tools/make_demo_data.py $(DEMO_DATA) --images $(DEMO_IMAGES) --classes 10
 	@touch $@
 
 # Samples with fields: paired arrays (a crop group), LiDAR scans, and the
 # demo images in WebDataset tar shards (tools/make_demo_fields.py)
 $(DEMO_FIELDS)/.done: tools/make_demo_fields.py $(DEMO_DATA)/.done
-	$(PYTHON) tools/make_demo_fields.py $(DEMO_FIELDS) --images $(DEMO_DATA)
+	$(PY) tools/make_demo_fields.py $(DEMO_FIELDS) --images $(DEMO_DATA)
 	@touch $@
 
-demo: setup
+demo: setup-demo
 	$(MAKE) all
 	$(MAKE) $(DEMO_DATA)/.done
 	$(BUILD)/sluice bench $(DEMO_DATA) --preset train --batch 64 --budget 256M --epochs 2
@@ -44,14 +53,14 @@ demo: setup
 
 test: setup
 	$(MAKE) all
-	$(MAKE) test-c test-python test-asan test-tsan
+	$(MAKE) test-c test-python test-asan test-tsan test-setup
 	@echo "make test: all suites passed"
 
 test-c: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-python: all
-	PYTHONPATH=$(CURDIR)/python SLUICE_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -m pytest -q tests/python
+	PYTHONPATH=$(CURDIR)/python SLUICE_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/python
 
 test-asan:
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSL_SANITIZE=address,undefined -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
@@ -62,6 +71,13 @@ test-tsan:
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSL_SANITIZE=thread -DSL_WITH_PYTHON=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS)
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan -E fuzz_replay
+
+# The set-up and the package from a clean copy of HEAD (git archive): with
+# the stock system Python (/usr/bin/python3: venv, build, demo) and with
+# `pip install .` into a fresh venv (import sluice, the sluice command).
+test-setup:
+	tests/setup/test_system_python.sh
+	PY=$(PY) tests/setup/test_pip_install.sh
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60
 FUZZ_SECONDS ?= 30

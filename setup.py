@@ -1,10 +1,17 @@
 """Build the sluice Python package the ordinary way: `pip install .`
 
-The extension sluice._sluice is compiled from every C file of the library
-(src/**/*.c) plus python/sluice/_sluice.c, so the wheel needs no separate
-libsluice. libjpeg(-turbo) is required; libspng is used when found (then PNG
-support is built in, SL_HAVE_SPNG=1). Both are looked up with pkg-config,
-then in the usual folders (and JPEG_ROOT / SPNG_ROOT, unpacked packages).
+The package metadata is in pyproject.toml; this file builds the two
+compiled parts:
+  * the extension sluice._sluice, compiled from every C file of the library
+    (src/**/*.c) plus python/sluice/_sluice.c, so the wheel needs no separate
+    libsluice;
+  * the command-line tool, linked from the same library objects plus
+    cli/**/*.c into sluice/bin/sluice inside the package. The `sluice`
+    console script and `python -m sluice` exec it (sluice/__main__.py), so
+    the installed command is the very program `make` builds as build/sluice.
+libjpeg(-turbo) is required; libspng is used when found (then PNG support is
+built in, SL_HAVE_SPNG=1). Both are looked up with pkg-config, then in the
+usual folders (and JPEG_ROOT / SPNG_ROOT, unpacked packages).
 Offline: `pip install --no-build-isolation .` (uses the installed setuptools).
 """
 import glob
@@ -16,6 +23,7 @@ import sys
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -133,20 +141,33 @@ def _extension():
             Extension("sluice._gpu", sources=sources + ["python/sluice/_gpu.c"], **ext)]
 
 
+class build_ext_and_cli(build_ext):
+    """build_ext, then link the CLI from the library objects of sluice._sluice
+    and the CLI's own sources (cli/, and src/monitor/: `sluice top` and
+    `plan` read /proc, cgroups and NVML through it; the library does not)."""
+
+    def build_extension(self, ext):
+        super().build_extension(ext)
+        if ext.name != "sluice._sluice":
+            return
+        library = [src for src in ext.sources if src.startswith("src" + os.sep) or src.startswith("src/")]
+        lib_objects = self.compiler.object_filenames(library, output_dir=self.build_temp)
+        cli_sources = sorted(glob.glob("cli/**/*.c", recursive=True) + glob.glob("src/monitor/*.c"))
+        cli_objects = self.compiler.compile(
+            cli_sources, output_dir=self.build_temp, macros=ext.define_macros,
+            include_dirs=ext.include_dirs + ["cli"], extra_postargs=ext.extra_compile_args,
+            depends=ext.depends)
+        bin_dir = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "bin")
+        self.compiler.link_executable(
+            cli_objects + lib_objects, "sluice", output_dir=bin_dir, libraries=ext.libraries,
+            library_dirs=ext.library_dirs, runtime_library_dirs=ext.runtime_library_dirs)
+
+
 os.chdir(HERE)  # source paths are relative to the project root
 setup(
-    name="sluice",
-    version=_version(),
-    description="A budgeted, deterministic data loader for deep-learning training",
-    long_description=open("docs/python.md").read() if os.path.exists("docs/python.md") else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.8",
-    package_dir={"": "python"},
-    packages=["sluice"],
+    version=_version(),  # from include/sluice.h; the rest of the metadata: pyproject.toml
     ext_modules=_extension(),
-    install_requires=["numpy"],
-    extras_require={"torch": ["torch"]},
+    cmdclass={"build_ext": build_ext_and_cli},
     # keep setuptools' intermediate files out of CMake's build/ folder
     options={"build": {"build_base": "build-py"}},
-    zip_safe=False,
 )

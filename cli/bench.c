@@ -2,16 +2,21 @@
  * sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]
  *   [--budget 512M] [--workers N|auto] [--prefetch N] [--epochs N | --batches N]
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
- *   [--on-error skip|raise] [--max-pixels N] [--max-bytes SIZE] [--exif]
- *   [--fields FILE.json] [--json]
+ *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
+ *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
+ * Exits 1 when the run did not do what was asked: the loader stopped (the
+ * failure-rate guard, a vanished dataset), no sample was delivered, or
+ * --on-error raise met a failure (the report is printed all the same).
  * Runs the pipeline flat out, throws batches away, reports throughput and
  * memory. Memory is measured, not estimated: the process's RSS before the
  * loader is created and its peak RSS (VmHWM) at the end, beside the
  * budget's own accounting. The checksum hashes every delivered batch's
- * outputs, in order, so determinism can be checked from outside. Uses the
+ * outputs, in order, so determinism can be checked from outside. Exits 1
+ * when the loader stops (the failure guard, a removed dataset), when no
+ * sample was delivered, or when --on-error raise met a failure. Uses the
  * public API only.
  */
 #include <errno.h>
@@ -33,7 +38,7 @@ static void usage(FILE *f) {
             "                    [--budget 512M] [--workers N|auto] [--prefetch N]\n"
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
-            "                    [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
+            "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
             "                    [--fields FILE.json] [--json]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
@@ -56,6 +61,7 @@ typedef struct bench_run {
     uint64_t rss_before, peak_rss;
     double seconds;
     int exit_code;
+    char stopped[400]; /* why the run stopped early or failed, if it did */
 } bench_run;
 
 static int parse_u64(const char *s, uint64_t *v) {
@@ -99,11 +105,12 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         }
         fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
     } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
-        if (sl_parse_size(val, &v) == 0 && v > 0) {
+        char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+        if (sl_parse_size_msg(val, &v, why, sizeof why) == 0 && v > 0) {
             *(a[2] == 'b' ? &cfg->budget : &cfg->max_bytes) = v;
             return 0;
         }
-        fprintf(stderr, "sluice bench: %s takes a size such as 512M or 2G, not '%s'\n", a, val);
+        fprintf(stderr, "sluice bench: %s: %s\n", a, why);
     } else if (!strcmp(a, "--workers")) {
         if (!strcmp(val, "auto") || (parse_u64(val, &v) == 0 && v >= 1 && v <= 1024)) {
             cfg->workers = val[0] == 'a' ? 0 : (uint32_t)v;
@@ -116,6 +123,15 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
             return 0;
         }
         fprintf(stderr, "sluice bench: --on-error is skip or raise, not '%s'\n", val);
+    } else if (!strcmp(a, "--max-error-rate")) {
+        char *end;
+        errno = 0;
+        double r = strtod(val, &end);
+        if (!errno && end != val && !*end && r >= 0 && r <= 1) {
+            cfg->max_error_rate = r;
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --max-error-rate takes a fraction from 0 to 1 (1: never stop), not '%s'\n", val);
     } else if (!strcmp(a, "--fields")) {
         free(o->fields);
         if ((o->fields = sl_cli_read_fields("bench", val))) return 0;
@@ -195,7 +211,10 @@ static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
             r->failed_batches++;
             if (!o->json) fprintf(stderr, "sluice bench: a batch was dropped (on_error=raise)\n");
         } else {
-            fprintf(stderr, "sluice bench: %s\n", sl_strerror(rc));
+            char why[320] = "";
+            sl_loader_poisoned(ld, why, sizeof why);
+            snprintf(r->stopped, sizeof r->stopped, "%s%s%s", sl_strerror(rc), why[0] ? ": " : "", why);
+            fprintf(stderr, "sluice bench: %s\n", r->stopped);
             r->exit_code = 1;
             break;
         }
@@ -212,6 +231,16 @@ static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
     }
     r->seconds = sl_cli_now_s() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
+    if (!r->exit_code && r->samples == 0) {
+        snprintf(r->stopped, sizeof r->stopped, "no sample was delivered");
+        fprintf(stderr, "sluice bench: %s\n", r->stopped);
+        r->exit_code = 1;
+    } else if (!r->exit_code && r->failed_batches) {
+        snprintf(r->stopped, sizeof r->stopped, "%llu batch(es) dropped: a sample failed (--on-error raise)",
+                 (unsigned long long)r->failed_batches);
+        fprintf(stderr, "sluice bench: %s\n", r->stopped);
+        r->exit_code = 1;
+    }
 }
 
 static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
@@ -238,6 +267,9 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
         fprintf(f, "}");
     }
     fprintf(f, "], \"checksum\": \"%016" PRIx64 "\", \"dropped_batches\": %" PRIu64, r->checksum, r->failed_batches);
+    fprintf(f, ", \"stopped\": ");
+    if (r->stopped[0]) sl_cli_json_str(f, r->stopped);
+    else fprintf(f, "null");
     uint32_t out_h, out_w;
     sl_cli_out_dims(o->cfg.size, &o->cfg.recipe, &out_h, &out_w);
     fprintf(f,
@@ -304,6 +336,7 @@ int sl_cli_bench(int argc, char **argv) {
     rc = sl_loader_create(&o.cfg, &ld, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
+        if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers\n");
         free(o.fields);
         return 1;
     }

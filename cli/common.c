@@ -5,8 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <stdarg.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "sluice.h"
+
+/* snprintf into err when there is one. */
+static void msg(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msg(char *err, size_t len, const char *fmt, ...) {
+    if (!err || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
 
 void sl_cli_json_str(FILE *f, const char *s) {
     fputc('"', f);
@@ -50,37 +63,111 @@ double sl_cli_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-char *sl_cli_read_text(const char *path, size_t max) {
-    /* O_NONBLOCK: a FIFO must not hang us; only regular files are read */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) return NULL;
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+int sl_cli_open_file(const char *path, uint64_t max, int *fd, uint64_t *size, char *err, size_t errlen) {
+    *fd = -1;
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        errno = EINVAL;
-        return NULL;
+    if (f < 0) {
+        int e = errno;
+        if (e == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
+            msg(err, errlen, "%s is %s, not a regular file", path, file_kind(st.st_mode));
+        else
+            msg(err, errlen, "cannot open %s: %s", path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+    }
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        msg(err, errlen, "cannot stat %s: %s", path, strerror(e));
+        return SL_EIO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        msg(err, errlen, "%s is %s, not a regular file", path, file_kind(st.st_mode));
+        return SL_EIO;
     }
     if ((uint64_t)st.st_size > max) {
-        close(fd);
-        errno = EFBIG;
-        return NULL;
+        close(f);
+        msg(err, errlen, "%s is %llu bytes, over the limit of %llu", path, (unsigned long long)st.st_size,
+                (unsigned long long)max);
+        return SL_ELIMIT;
     }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *buf = malloc(n + 1);
-    while (buf && got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
+    *fd = f;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int sl_cli_read_fd(int fd, void *buf, uint64_t size, char *err, size_t errlen) {
+    uint64_t got = 0;
+    while (got < size) {
+        ssize_t r = pread(fd, (char *)buf + got, (size_t)(size - got < ((uint64_t)1 << 30) ? size - got : (uint64_t)1 << 30), (off_t)got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
+        if (r <= 0) {
+            msg(err, errlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
+                    (unsigned long long)size, r < 0 ? strerror(errno) : "the file shrank");
+            return SL_EIO;
+        }
+        got += (uint64_t)r;
     }
+    return 0;
+}
+
+int sl_cli_read_file(const char *path, uint64_t max, unsigned char **data, size_t *len, char *err, size_t errlen) {
+    int fd;
+    uint64_t size;
+    int rc = sl_cli_open_file(path, max, &fd, &size, err, errlen);
+    if (rc) return rc;
+    unsigned char *b = size < SIZE_MAX ? malloc(size ? (size_t)size : 1) : NULL;
+    if (!b) {
+        close(fd);
+        msg(err, errlen, "no memory for the %llu bytes of %s", (unsigned long long)size, path);
+        return SL_ENOMEM;
+    }
+    rc = sl_cli_read_fd(fd, b, size, err, errlen);
     close(fd);
-    if (!buf || got != n) {
-        free(buf);
-        errno = EIO;
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *data = b;
+    *len = (size_t)size;
+    return 0;
+
+}
+
+char *sl_cli_read_text(const char *path, size_t max) {
+    unsigned char *data;
+    size_t len;
+    int rc = sl_cli_read_file(path, max, &data, &len, NULL, 0);
+    if (rc) {
+        errno = rc == SL_ELIMIT ? EFBIG : rc == SL_ENOENT ? ENOENT : rc == SL_ENOMEM ? ENOMEM : EINVAL;
         return NULL;
     }
-    buf[n] = 0;
-    return buf;
+    char *t = realloc(data, len + 1);
+    if (!t) {
+        free(data);
+        errno = ENOMEM;
+        return NULL;
+    }
+    t[len] = 0;
+    return t;}
+
+int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "sluice %s: %s takes a whole number from %llu to %llu, not '%s'\n", cmd, flag,
+                (unsigned long long)lo, (unsigned long long)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 char *sl_cli_read_fields(const char *cmd, const char *path) {

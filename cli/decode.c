@@ -1,12 +1,15 @@
 /*
- * sluice decode FILE [-o OUT.ppm] [--preset none|train|val]
- *   [--seed S --epoch E --index I] [--exif] [--max-pixels N] [recipe flags,
- *   cli/recipe.c: --size N|H,W --interpolation --scale --ratio --hflip
- *   --crop-pct --resize --fast --max-scans]
+ * sluice decode FILE [-o OUT.png|OUT.ppm] [--preset none|train|val]
+ *   [--seed S] [--epoch E] [--index I] [--exif] [--max-pixels N] [--max-bytes SIZE] [--info]
+ *   [recipe flags, cli/recipe.c: --size N|H,W --interpolation --scale --ratio
+ *   --hflip --crop-pct --resize --fast --max-scans]
  *
- * Decodes one image exactly as the loader would and writes it as a binary
- * PPM (RGB), or prints its header with --info. For looking at what the
- * model sees, and for checking a suspicious file.
+ * Decodes one image exactly as the loader would and writes it in the
+ * format OUT's extension names, or prints its header (without -o, or with
+ * --info). For looking at what the model sees, and for checking a
+ * suspicious file. Every value is checked before any work: numbers are
+ * whole and >= 0, the output's extension is known, the file is within
+ * --max-bytes before it is read.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,134 +17,225 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common.h"
+#include "image_out.h"
 #include "recipe.h"
 #include "sluice.h"
 
-static int read_all(const char *path, unsigned char **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        unsigned char *nb = realloc(b, cap *= 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-        } else b = nb;
+typedef struct decode_args {
+    const char *in, *out;
+    int info;
+    sl_decode_opts o;
+    const char *transform_flag; /* a flag that only matters when writing (for the error without -o) */
+} decode_args;
+
+static void usage(FILE *f) {
+    fputs("usage: sluice decode FILE [-o OUT.png|OUT.ppm] [--preset none|train|val]\n"
+          "                     [--seed S] [--epoch E] [--index I] [--exif]\n"
+          "                     [--max-pixels N] [--max-bytes SIZE] [--info] [recipe flags]\n"
+          "Decodes FILE as the loader would and writes what the model sees to OUT (its\n"
+          "extension picks PNG or PPM). Without -o, prints the header only.\n"
+          "  --preset     none (the whole image; the default), train (RandomResizedCrop + flip\n"
+          "               of sample --index in --epoch of a loader seeded with --seed) or val\n"
+          "               (resize + centre crop)\n"
+          "  --size N or H,W   output size for train and val (224)\n"
+          "  --exif       apply EXIF orientation (ignored by default, as Pillow)\n"
+          "  --max-pixels N, --max-bytes SIZE   the loader's per-sample limits (64 Mpx, 64M)\n"
+          "  --info       also print the header when writing\n",
+          f);
+    fputs(sl_cli_recipe_usage, f);
+}
+
+static int parse_preset(const char *v, int *preset) {
+    if (!strcmp(v, "none")) *preset = SL_TRANSFORM_NONE;
+    else if (!strcmp(v, "train")) *preset = SL_PRESET_TRAIN;
+    else if (!strcmp(v, "val")) *preset = SL_PRESET_VAL;
+    else {
+        fprintf(stderr, "sluice decode: --preset is none, train or val, not '%s'\n", v);
+        return -1;
     }
-    fclose(f);
-    if (!b) return -1;
-    *data = b;
-    *len = n;
+    return 0;
+}
+
+/* One flag with its value v (NULL when it was the last word); *used is set
+ * when v was taken. Returns 0 or -1 (message printed). */
+static int parse_valued(decode_args *a, const char *flag, const char *v, int *used) {
+    static const char *const valued[] = {"-o", "--output", "--preset", "--seed", "--epoch",
+                                         "--index", "--max-pixels", "--max-bytes"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++) known |= !strcmp(flag, valued[i]);
+    if (!known) {
+        fprintf(stderr, "sluice decode: unknown option %s\n", flag);
+        usage(stderr);
+        return -1;
+    }
+    if (!v) {
+        fprintf(stderr, "sluice decode: %s needs a value\n", flag);
+        return -1;
+    }
+    *used = 1;
+    uint64_t n;
+    if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) {
+        a->out = v;
+        return 0;
+    }
+    if (strcmp(flag, "--max-bytes")) a->transform_flag = flag;
+    if (!strcmp(flag, "--preset")) return parse_preset(v, &a->o.preset);
+    if (!strcmp(flag, "--max-bytes")) {
+        char why[256] = "0 bytes: give a size above 0, such as 64M";
+        if (sl_parse_size_msg(v, &n, why, sizeof why) || n == 0) {
+            fprintf(stderr, "sluice decode: --max-bytes: %s\n", why);
+            return -1;
+        }
+        a->o.max_bytes = n;
+        return 0;
+    }
+    if (sl_cli_whole("decode", flag, v, !strcmp(flag, "--max-pixels") ? 1 : 0, UINT64_MAX, &n)) return -1;
+    if (!strcmp(flag, "--seed")) a->o.seed = n;
+    else if (!strcmp(flag, "--epoch")) a->o.epoch = n;
+    else if (!strcmp(flag, "--index")) a->o.index = n;
+    else a->o.max_pixels = n;
+    return 0;
+}
+
+/* Returns 0 to go on, 1 when help was printed, -1 on a bad command line. */
+static int parse_args(int argc, char **argv, decode_args *a) {
+    memset(a, 0, sizeof *a);
+    sl_decode_opts_init(&a->o);
+    sl_cli_recipe ro = {&a->o.recipe, &a->o.size, &a->o.flags, &a->o.max_scans};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int used = sl_cli_recipe_flag("decode", argc, argv, &i, &ro);
+        if (used < 0) return -1;
+        if (used) {
+            a->transform_flag = arg;
+            continue;
+        }
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(arg, "--info")) {
+            a->info = 1;
+        } else if (!strcmp(arg, "--exif")) {
+            a->o.flags |= SL_FLAG_EXIF;
+            a->transform_flag = arg;
+        } else if (arg[0] == '-' && arg[1]) {
+            if (parse_valued(a, arg, i + 1 < argc ? argv[i + 1] : NULL, &used)) return -1;
+            i += used;
+        } else if (!a->in) {
+            a->in = arg;
+        } else {
+            fprintf(stderr, "sluice decode: one FILE only ('%s' and '%s')\n", a->in, arg);
+            return -1;
+        }
+    }
+    if (!a->in) {
+        fprintf(stderr, "sluice decode: no FILE\n");
+        usage(stderr);
+        return -1;
+    }
+    if (!a->out && a->transform_flag) {
+        fprintf(stderr, "sluice decode: %s only matters when writing the picture: add -o OUT.png "
+                        "(without -o, decode prints the header only)\n", a->transform_flag);
+        return -1;
+    }
+    if (a->out && sl_cli_image_format(a->out) == SL_CLI_IMAGE_UNKNOWN) {
+        fprintf(stderr, "sluice decode: cannot tell the format of '%s' from its extension: write .png or .ppm\n",
+                a->out);
+        return -1;
+    }
+    return 0;
+}
+
+/* The file's bytes, refused before reading when it is not a regular file
+ * or is over max_bytes (never blocking: common.c). Returns 0, or 1 with a
+ * message printed. */
+static int read_input(const char *path, uint64_t max_bytes, unsigned char **data, size_t *len) {
+    char err[512] = "";
+    int rc = sl_cli_read_file(path, max_bytes ? max_bytes : (64ull << 20), data, len, err, sizeof err);
+    if (rc) fprintf(stderr, "sluice decode: %s%s\n", err, rc == SL_ELIMIT ? " (--max-bytes)" : "");
+    return rc ? 1 : 0;
+}
+
+static const char *format_name(int format) {
+    switch (format) {
+    case SL_FORMAT_JPEG: return "JPEG";
+    case SL_FORMAT_PNG: return "PNG";
+    case SL_FORMAT_WEBP: return "WebP";
+    default: return "image";
+    }
+}
+
+static void print_info(const char *path, const sl_image_info *info) {
+    printf("%s: %s %ux%u, %u channels, %d-bit%s, orientation %d\n", path, format_name(info->format), info->width,
+           info->height, info->channels, info->bit_depth,
+           info->progressive ? (info->format == SL_FORMAT_JPEG   ? ", progressive"
+                                : info->format == SL_FORMAT_WEBP ? ", decoded whole"
+                                                                 : ", interlaced")
+                             : "",
+           info->orientation);
+}
+
+/* Decode with the library's own path; *rgb (HWC, 3 channels, malloc'd) for
+ * the caller to free. Returns 0 or 1 (message printed). */
+static int decode_rgb(const decode_args *a, const unsigned char *data, size_t len, unsigned char **rgb, uint32_t *w,
+                      uint32_t *h) {
+    uint32_t c;
+    char err[256] = "";
+    int rc = sl_image_output_size(data, len, &a->o, w, h, &c);
+    size_t n = (size_t)*w * *h * c;
+    unsigned char *px = rc ? NULL : malloc(n);
+    *rgb = rc ? NULL : malloc((size_t)*w * *h * 3);
+    if (!rc && (!px || !*rgb)) rc = SL_ENOMEM;
+    if (!rc) rc = sl_image_decode(data, len, &a->o, px, n, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sluice decode: %s: %s%s%s\n", a->in, sl_strerror(rc), err[0] ? ": " : "", err);
+        free(px);
+        free(*rgb);
+        return 1;
+    }
+    /* presets write CHW, NONE writes HWC; c is 3 (4 only with keep-alpha) */
+    uint64_t plane = (uint64_t)*w * *h;
+    for (uint64_t i = 0; i < plane; i++)
+        for (uint32_t k = 0; k < 3; k++)
+            (*rgb)[i * 3 + k] = a->o.preset == SL_TRANSFORM_NONE ? px[i * c + (k < c ? k : 0)]
+                                                                 : px[(uint64_t)(k < c ? k : 0) * plane + i];
+    free(px);
     return 0;
 }
 
 int sl_cli_decode(int argc, char **argv) {
-    const char *in = NULL, *out = NULL;
-    int info_only = 0;
-    sl_decode_opts o;
-    sl_decode_opts_init(&o);
-    sl_cli_recipe ro = {&o.recipe, &o.size, &o.flags, &o.max_scans};
-    for (int i = 1; i < argc; i++) {
-        int used = sl_cli_recipe_flag("decode", argc, argv, &i, &ro);
-        if (used < 0) return 2;
-        if (used) continue;
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--info")) info_only = 1;
-        else if (!strcmp(a, "--exif")) o.flags |= SL_FLAG_EXIF;
-        else if ((!strcmp(a, "-o") || !strcmp(a, "--preset") || !strcmp(a, "--seed") ||
-                  !strcmp(a, "--epoch") || !strcmp(a, "--index") || !strcmp(a, "--max-pixels")) && v) {
-            i++;
-            if (!strcmp(a, "-o")) out = v;
-            else if (!strcmp(a, "--preset")) {
-                if (!strcmp(v, "none")) o.preset = SL_TRANSFORM_NONE;
-                else if (!strcmp(v, "train")) o.preset = SL_PRESET_TRAIN;
-                else if (!strcmp(v, "val")) o.preset = SL_PRESET_VAL;
-                else {
-                    fprintf(stderr, "sluice decode: --preset is none, train or val\n");
-                    return 2;
-                }
-            } else {
-                char *end;
-                errno = 0;
-                unsigned long long x = strtoull(v, &end, 10);
-                if (errno || *end || end == v) {
-                    fprintf(stderr, "sluice decode: %s takes a number, not '%s'\n", a, v);
-                    return 2;
-                }
-                if (!strcmp(a, "--seed")) o.seed = x;
-                else if (!strcmp(a, "--epoch")) o.epoch = x;
-                else if (!strcmp(a, "--index")) o.index = x;
-                else o.max_pixels = x;
-            }
-        } else if (a[0] != '-' && !in) in = a;
-        else {
-            fprintf(stderr, "usage: sluice decode FILE [-o OUT.ppm] [--info] [--preset none|train|val]\n"
-                            "                     [--seed S --epoch E --index I] [--exif] [--max-pixels N]\n%s",
-                    sl_cli_recipe_usage);
-            return 2;
-        }
-    }
-    if (!in) {
-        fprintf(stderr, "sluice decode: no FILE\n");
-        return 2;
-    }
+    decode_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc > 0 ? 0 : 2;
     unsigned char *data;
     size_t len;
-    if (read_all(in, &data, &len)) {
-        fprintf(stderr, "sluice decode: cannot read %s: %s\n", in, strerror(errno));
-        return 1;
-    }
+    if (read_input(a.in, a.o.max_bytes, &data, &len)) return 1;
     sl_image_info info;
     int rc = sl_image_probe(data, len, &info);
     if (rc) {
-        fprintf(stderr, "sluice decode: %s: %s\n", in, sl_strerror(rc));
+        char err[256] = "";
+        sl_image_check(data, len, &a.o, NULL, NULL, NULL, err, sizeof err); /* the probe's reason */
+        fprintf(stderr, "sluice decode: %s: %s%s%s\n", a.in, sl_strerror(rc), err[0] ? ": " : "", err);
         free(data);
         return 1;
     }
-    if (info_only || !out) {
-        printf("%s: %s %ux%u, %u channels, %d-bit%s, orientation %d\n", in,
-               info.format == SL_FORMAT_JPEG ? "JPEG" : info.format == SL_FORMAT_WEBP ? "WebP" : "PNG", info.width,
-               info.height, info.channels, info.bit_depth,
-               info.progressive ? (info.format == SL_FORMAT_JPEG   ? ", progressive"
-                                   : info.format == SL_FORMAT_WEBP ? ", decoded whole"
-                                                                   : ", interlaced")
-                                : "",
-               info.orientation);
-        if (!out) {
-            free(data);
-            return 0;
-        }
+    if (a.info || !a.out) print_info(a.in, &info);
+    if (!a.out) {
+        free(data);
+        return 0;
     }
-    uint32_t w, h, c;
-    char err[256] = "";
-    rc = sl_image_output_size(data, len, &o, &w, &h, &c);
-    unsigned char *px = rc ? NULL : malloc((size_t)w * h * c);
-    if (!rc && !px) rc = SL_ENOMEM;
-    if (!rc) rc = sl_image_decode(data, len, &o, px, (size_t)w * h * c, err, sizeof err);
+    unsigned char *rgb;
+    uint32_t w, h;
+    rc = decode_rgb(&a, data, len, &rgb, &w, &h);
     free(data);
+    if (rc) return 1;
+    char err[512];
+    rc = sl_cli_write_rgb(a.out, rgb, w, h, err, sizeof err);
+    free(rgb);
     if (rc) {
-        fprintf(stderr, "sluice decode: %s: %s%s%s\n", in, sl_strerror(rc), err[0] ? ": " : "", err);
-        free(px);
+        fprintf(stderr, "sluice decode: %s\n", err);
         return 1;
     }
-    FILE *f = fopen(out, "wb");
-    if (!f) {
-        fprintf(stderr, "sluice decode: cannot write %s: %s\n", out, strerror(errno));
-        free(px);
-        return 1;
-    }
-    fprintf(f, "P6\n%u %u\n255\n", w, h);
-    for (uint64_t i = 0; i < (uint64_t)w * h; i++) {
-        unsigned char rgb[3];
-        for (int k = 0; k < 3; k++)
-            rgb[k] = o.preset == SL_TRANSFORM_NONE ? px[i * c + k] : px[(uint64_t)k * w * h + i];
-        fwrite(rgb, 1, 3, f);
-    }
-    fclose(f);
-    free(px);
     return 0;
 }

@@ -107,37 +107,26 @@ static int plan_for(const plan_opts *o, uint32_t workers, uint32_t prefetch, uin
     return sl_loader_plan(&cfg, p, err, errlen);
 }
 
-/* Read a whole file of at most max bytes into *buf (grown with realloc). */
+/* Read a whole regular file of at most max bytes into *buf (grown with
+ * realloc), never blocking on what is not one (common.c). */
 static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? SL_ENOENT : SL_EIO;
-    int rc = 0;
-    *len = 0;
-    for (;;) {
-        if (*len == *cap) {
-            size_t nc = *cap ? *cap * 2 : (size_t)1 << 20;
-            if (nc > max + 1) nc = max + 1;
-            if (nc <= *cap) {
-                rc = SL_ELIMIT;
-                break;
-            }
-            unsigned char *p = realloc(*buf, nc);
-            if (!p) {
-                rc = SL_ENOMEM;
-                break;
-            }
-            *buf = p;
-            *cap = nc;
+    int fd;
+    uint64_t size;
+    int rc = sl_cli_open_file(path, max, &fd, &size, NULL, 0);
+    if (rc) return rc;
+    if (size > *cap || !*buf) {
+        size_t nc = (size_t)MAX(size, (uint64_t)1 << 20);
+        unsigned char *p = realloc(*buf, nc);
+        if (!p) {
+            close(fd);
+            return SL_ENOMEM;
         }
-        size_t r = fread(*buf + *len, 1, *cap - *len, f);
-        *len += r;
-        if (r == 0) {
-            if (ferror(f)) rc = SL_EIO;
-            break;
-        }
+        *buf = p;
+        *cap = nc;
     }
-    fclose(f);
-    if (!rc && *len > max) rc = SL_ELIMIT;
+    rc = sl_cli_read_fd(fd, *buf, size, NULL, 0);
+    close(fd);
+    *len = (size_t)size;
     return rc;
 }
 
@@ -382,7 +371,12 @@ int sl_cli_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             o.seed = n;
         } else if (!strcmp(a, "--budget")) {
-            bad = sl_parse_size(v, &o.budget) != 0 || o.budget == 0;
+            char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
+            bad = 0;
+            if (sl_parse_size_msg(v, &o.budget, why, sizeof why) || o.budget == 0) {
+                fprintf(stderr, "sluice plan: --budget: %s\n", why);
+                return 2;
+            }
         } else if (!strcmp(a, "--fields")) {
             free(o.fields);
             bad = !(o.fields = sl_cli_read_text(v, (size_t)1 << 20));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +30,7 @@ static void usage(FILE *f) {
           "  PID          root of the process tree to watch (a trainer and its workers);\n"
           "               without it, the machine's largest process trees by PSS\n"
           "  --interval S seconds between samples (1)\n"
-          "  --warn PCT   warn when usage passes PCT%% of the effective limit (90)\n"
+          "  --warn PCT   warn when usage passes PCT% of the effective limit (90)\n"
           "  --once       one sample, then exit\n"
           "  --json       JSON (one object a line) instead of the table\n"
           "  --log FILE   append each sample to FILE as a JSON line\n"
@@ -49,13 +50,46 @@ static int parse_double(const char *s, double *out) {
     return 0;
 }
 
+/* Where the SVG goes: a regular file (or a new one) is written beside its
+ * name and renamed into place once complete, so a failed plot leaves no
+ * partial or empty file; anything else (/dev/stdout, a pipe) is written in
+ * place. Returns the stream, or NULL with errno. */
+static FILE *open_out(const char *svg_path, char *tmp, size_t tmplen) {
+    struct stat st;
+    tmp[0] = 0;
+    if (stat(svg_path, &st) == 0 && !S_ISREG(st.st_mode)) return fopen(svg_path, "w");
+    if ((size_t)snprintf(tmp, tmplen, "%s.tmpXXXXXX", svg_path) >= tmplen) {
+        tmp[0] = 0;
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        tmp[0] = 0;
+        return NULL;
+    }
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0666 & ~um);
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        tmp[0] = 0;
+        errno = e;
+    }
+    return f;
+}
+
 static int plot(const char *log_path, const char *svg_path) {
     FILE *in = fopen(log_path, "r");
     if (!in) {
         fprintf(stderr, "sluice top: cannot read %s: %s\n", log_path, strerror(errno));
         return 1;
     }
-    FILE *out = fopen(svg_path, "w");
+    char tmp[4096];
+    FILE *out = open_out(svg_path, tmp, sizeof tmp);
     if (!out) {
         fprintf(stderr, "sluice top: cannot write %s: %s\n", svg_path, strerror(errno));
         fclose(in);
@@ -66,11 +100,18 @@ static int plot(const char *log_path, const char *svg_path) {
     size_t points = 0, skipped = 0;
     if (rc == 0) rc = sl__svg_timeline(in, out, &b, &points, &skipped);
     fclose(in);
-    if (fclose(out) && rc == 0) rc = SL_EIO;
     sl__budget_fini(&b);
-    if (rc) {
-        fprintf(stderr, "sluice top: plot %s from %s: %s\n", svg_path, log_path,
-                rc == SL_EEMPTY ? "the log holds no sample" : sl_strerror(rc));
+    errno = 0;
+    int werr = fflush(out) != 0 || ferror(out) ? (errno ? errno : EIO) : 0;
+    if (fclose(out) != 0 && !werr) werr = errno ? errno : EIO;
+    if (!rc && !werr && tmp[0] && rename(tmp, svg_path) != 0) werr = errno;
+    if (rc || werr) {
+        if (tmp[0]) unlink(tmp);
+        if (werr && rc != SL_EIO)
+            fprintf(stderr, "sluice top: cannot write %s: %s\n", svg_path, strerror(werr));
+        else
+            fprintf(stderr, "sluice top: plot %s from %s: %s\n", svg_path, log_path,
+                    rc == SL_EEMPTY ? "the log holds no sample" : rc == SL_EIO ? "cannot read the log" : sl_strerror(rc));
         return 1;
     }
     fprintf(stderr, "sluice top: %s: %zu samples%s\n", svg_path, points, skipped ? " (some lines skipped)" : "");

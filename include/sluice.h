@@ -7,7 +7,11 @@
  * Conventions
  *  - Errors are negative SL_E* return values; sl_strerror() names them.
  *    There is no global error state. A loader that hit a fatal error is
- *    poisoned: later calls return SL_ESTATE.
+ *    poisoned: the call that found it returns the error, later calls
+ *    return SL_ESTATE, and sl_loader_poisoned() says why. What poisons a
+ *    loader: the failure-rate guard (SL_EERRORS), a dataset folder removed
+ *    while the loader runs (SL_ENOENT), and fork() (in the child, every
+ *    loader inherited from the parent is unusable: SL_ESTATE).
  *  - Every byte the library holds is counted against the loader's budget
  *    (cfg.budget). When the budget is full, workers wait; nothing grows.
  *  - Handles are opaque. Buffers handed to the caller (batch fields) belong
@@ -42,6 +46,12 @@ extern "C" {
 /* Runtime version, e.g. "0.1.0 (jpeg 62, png)": the library actually loaded. */
 SL_API const char *sl_version(void);
 SL_API unsigned sl_version_number(void);
+/* What this build decodes, as "key=value;..." with the keys version, jpeg,
+ * png, webp, video, nvjpeg in that order; a part not built in says "off"
+ * (nvjpeg, when built: the library found at run time, or "not loadable").
+ * E.g. "version=0.1.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
+ * 0.7.3;webp=off;video=off;nvjpeg=off". Static, never NULL, thread-safe. */
+SL_API const char *sl_build_info(void);
 
 /* ---- errors ------------------------------------------------------------ */
 enum {
@@ -62,7 +72,12 @@ enum {
     SL_EEND = -14,        /* end of epoch (not a failure) */
     SL_ESTATE = -15,      /* wrong state: poisoned handle, mismatched saved state */
     SL_EOVERFLOW = -16,   /* size arithmetic would overflow */
-    SL_ESYS = -17         /* a system call failed (thread creation, ...) */
+    SL_ESYS = -17,        /* a system call failed (thread creation, ...) */
+    SL_ETIMEDOUT = -18,   /* sl_loader_next_timeout: no batch within the time given (not a failure) */
+    SL_EERRORS = -19,     /* too many samples failed (max_error_rate, or a whole epoch): the loader
+                             stops (poisoned); sl_loader_poisoned says which and names the first ones */
+    SL_EAGAIN = -20       /* a transient system condition (out of file descriptors, interrupted,
+                             no memory for a moment): waited out and retried, never a data error */
 };
 
 /* Static string naming code (never NULL). */
@@ -121,8 +136,8 @@ typedef struct sl_config {
     uint32_t min_slots;   /* refuse a budget that holds fewer slots (1) */
     uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
     int on_error;         /* SL_ON_ERROR_SKIP or SL_ON_ERROR_RAISE (skip) */
-    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26) */
-    uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB) */
+    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26; 0 = the default) */
+    uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB; 0 = the default) */
     uint32_t flags;       /* SL_FLAG_* */
     uint32_t max_error_records; /* error records kept (1000); later ones only counted */
     const char *fields;   /* the schema: a JSON object of named fields (DESIGN.md,
@@ -131,7 +146,14 @@ typedef struct sl_config {
     /* -- appended; zero keeps the behaviour of callers that predate them -- */
     sl_image_recipe recipe; /* recipe options (all zero: the classic presets) */
     uint32_t max_scans;     /* JPEG scans a file may have (64); more: SL_ELIMIT before decoding */
+    /* Appended (issue 9). Stop the loader (SL_EERRORS, poisoned) once more
+     * than this fraction of the samples tried in delivered batches failed,
+     * checked from SL_ERROR_RATE_MIN_TRIED samples on; an epoch in which
+     * every sample failed stops it whatever the count. 0.1; 1 = never; 0 =
+     * at the first failure once the minimum was tried. */
+    double max_error_rate;
 } sl_config;
+#define SL_ERROR_RATE_MIN_TRIED 100
 
 /* Fill cfg with the defaults above (source NULL, fields NULL) and record the
  * caller's sizeof(sl_config). */
@@ -146,6 +168,7 @@ enum {
     SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
     SL_MEM_OTHER,       /* error records, bookkeeping */
     SL_MEM_PINNED,      /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
+    SL_MEM_CACHE,       /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
     SL_MEM__COUNT
 };
 SL_API const char *sl_mem_category_name(int category);
@@ -159,11 +182,26 @@ typedef struct sl_batch sl_batch;
  * workers. On success *out owns the loader (sl_loader_destroy). On failure
  * returns a negative code and, if errbuf is not NULL, a sentence saying
  * why (for SL_EBUDGET it states the minimum budget). Workers are running
- * when this returns.
+ * when this returns; they block every asynchronous signal, so signals go
+ * to the caller's threads.
+ *
+ * Per-sample room. One sample may grow its worker's scratch (read buffer
+ * and decoder memory beyond the worker's fixed baseline) by at most a
+ * quarter of the budget; a sample that needs more is an SL_EBUDGET error
+ * record. The rule depends only on the sample and the configuration (never
+ * on the worker count or timing), and create keeps that quarter free of
+ * the fixed part, so a sample within it always gets its room (it may
+ * wait). Create also reads the headers of up to 32 samples spread evenly
+ * over the dataset and refuses (SL_EBUDGET, with the numbers) a budget
+ * under which more than a tenth of them would be refused.
  */
 SL_API int sl_loader_create(const sl_config *cfg, sl_loader **out, char *errbuf, size_t errlen);
 
-/* Stop workers and free everything. Batches not yet released become invalid. */
+/* Stop workers and free everything. Batches not yet released become
+ * invalid; releasing one afterwards is safe and does nothing (live loaders
+ * are kept in a process-wide registry). In a child of fork() it frees this
+ * process's copy only, touching no lock the parent's threads may have held:
+ * it never blocks. NULL is ignored. */
 SL_API void sl_loader_destroy(sl_loader *ld);
 
 /*
@@ -177,8 +215,24 @@ SL_API void sl_loader_destroy(sl_loader *ld);
  */
 SL_API int sl_loader_next(sl_loader *ld, sl_batch **out);
 
-/* Give a batch back to the pool. NULL is ignored. */
+/*
+ * sl_loader_next waiting at most timeout_ms (0: do not wait). Returns what
+ * sl_loader_next returns, or SL_ETIMEDOUT when no batch was ready in time:
+ * then nothing was consumed and the next call returns the batch that was
+ * awaited (so a caller can wait in slices and look at signals between
+ * them). Also SL_EERRORS (the failure-rate guard tripped on this batch,
+ * which is not delivered) and the poisoning code of a vanished source.
+ */
+SL_API int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms);
+
+/* Give a batch back to the pool. NULL is ignored; so is a batch of a
+ * loader already destroyed, and any call in a child of fork(). */
 SL_API void sl_loader_release(sl_loader *ld, sl_batch *b);
+
+/* 0 if ld is usable; otherwise the code that poisoned it (SL_EERRORS,
+ * SL_ENOENT for a vanished source, SL_ESTATE in a child of fork()) and, if
+ * why is not NULL, a sentence naming the numbers. Never blocks. */
+SL_API int sl_loader_poisoned(const sl_loader *ld, char *why, size_t len);
 
 /* Restart iteration at the start of epoch. Batches held stay valid. */
 SL_API int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch);
@@ -264,8 +318,14 @@ typedef struct sl_stats {
     uint64_t fixed_bytes;      /* reserved at create (index, slots, worker baselines) */
     uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
     uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
-    uint64_t cache_hits, cache_misses; /* sample cache (none yet: 0) */
+    uint64_t cache_hits, cache_misses; /* sample cache lookups */
     double index_seconds;      /* time to index the source */
+    /* sample cache (appended; 0 without a cache). For a node cache these
+     * are the node's: every rank reports the same segment. */
+    uint64_t cache_bytes;        /* value bytes held now */
+    uint64_t cache_capacity;     /* value bytes allowed now */
+    uint64_t cache_evictions;
+    uint64_t storage_bytes_read; /* bytes read from storage (misses and uncached reads) */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */
@@ -287,6 +347,11 @@ typedef struct sl_error_record {
  * not kept). */
 SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max);
 
+/* The newest failure in a delivered (or dropped, SL_ESAMPLE) batch, kept
+ * even when cfg.max_error_records are already kept: for saying which
+ * sample a dropped batch lost. 0 and *out, or SL_EEND when none failed. */
+SL_API int sl_loader_last_error(const sl_loader *ld, sl_error_record *out);
+
 /* ---- iteration state (resume) ------------------------------------------ */
 typedef struct sl_state {
     uint64_t version;     /* SL_STATE_VERSION */
@@ -302,7 +367,9 @@ typedef struct sl_state {
 /* The state after the last delivered batch. */
 SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out);
 /* Resume from a state taken from a loader over the same dataset and
- * configuration (SL_ESTATE otherwise). Held batches stay valid. */
+ * configuration (SL_ESTATE otherwise, and for a position no loader can be
+ * at: a tail that leaves batch `batch` no sample, a batch past the
+ * epoch). Held batches stay valid. */
 SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st);
 
 /* ---- sizing a pipeline without starting it ------------------------------ */
@@ -357,7 +424,7 @@ typedef struct sl_decode_opts {
     int preset;            /* SL_PRESET_TRAIN, SL_PRESET_VAL or SL_TRANSFORM_NONE */
     uint32_t size;         /* output side for presets */
     uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
-    uint64_t max_pixels, max_bytes;
+    uint64_t max_pixels, max_bytes; /* 0 = the default (2^26 pixels, 64 MiB), as in sl_config */
     uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA, SL_FLAG_FAST */
     /* -- appended; zero keeps the behaviour of callers that predate them -- */
     sl_image_recipe recipe; /* as sl_config.recipe */
@@ -372,6 +439,13 @@ SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
  * if asked). */
 SL_API int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o,
                                 uint32_t *width, uint32_t *height, uint32_t *channels);
+
+/* sl_image_output_size with the reason: probe, limits and preset checked
+ * from the header (nothing decoded); on failure the code and, if errbuf is
+ * not NULL, a sentence with the numbers ("empty file", "image is
+ * 9000x9000 = 81000000 pixels, over the max_pixels limit of ..."). */
+SL_API int sl_image_check(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width,
+                          uint32_t *height, uint32_t *channels, char *errbuf, size_t errlen);
 
 /* Decode into out (out_len from sl_image_output_size): presets write CHW,
  * NONE writes HWC. Uses the library's decode path bit-for-bit. */
@@ -391,8 +465,15 @@ SL_API const char *sl_format_size(uint64_t bytes, char *buf, size_t len);
 SL_API int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4],
                                 int *flip);
 
-/* Parse "512M", "2G", "1000" (K, M, G, T: powers of 1024). */
+/* Parse "512M", "2G", "1.5GiB", "1000" (K, M, G, T, optionally followed by
+ * "i" or "iB": powers of 1024). Decimal units ("2GB") are refused. Returns
+ * 0 and sets *out, or SL_EINVAL (not a size) / SL_EOVERFLOW (over 64 bits)
+ * leaving *out unchanged. */
 SL_API int sl_parse_size(const char *s, uint64_t *out);
+/* As sl_parse_size; on failure also writes a sentence naming the input and
+ * what to write instead to errbuf (when not NULL), e.g. "size '2GB': did you
+ * mean 2G (GiB, powers of 1024)? ...". The one size rule of every front end. */
+SL_API int sl_parse_size_msg(const char *s, uint64_t *out, char *errbuf, size_t errlen);
 
 /* ---- video clips (no loader) -------------------------------------------
  * One clip of a video file, decoded as a loader's `kind: "video"` field

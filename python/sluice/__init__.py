@@ -13,14 +13,16 @@ loader. The slot goes back to the pool when the last view of it (the fields,
 and every numpy array or tensor made from them) is gone. See docs/python.md.
 """
 import gc
+import inspect
 import json
 import numbers
 import os
 
-from . import _sluice
+from . import _dataloader_names, _sluice
 from ._sluice import (  # noqa: F401  (re-exported)
     BudgetError,
     DecodeError,
+    ErrorRateError,
     Field,
     SampleError,
     SlotsHeldError,
@@ -29,13 +31,11 @@ from ._sluice import (  # noqa: F401  (re-exported)
 
 #: "0.1.0": the version of the libsluice built into this extension.
 __version__ = _sluice.version().split()[0]
-#: The full runtime version string, e.g. "0.1.0 (libjpeg turbo, png libspng)".
-build_info = _sluice.version()
 
 __all__ = [
     "Loader", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
     "decode_video", "probe_video",
-    "BudgetError", "DecodeError", "SampleError", "SlotsHeldError", "__version__", "build_info",
+    "BudgetError", "DecodeError", "ErrorRateError", "SampleError", "SlotsHeldError", "__version__", "build_info",
 ]
 
 _U32 = (1 << 32) - 1
@@ -227,6 +227,9 @@ class Loader:
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
       max_pixels, max_bytes  per-sample limits checked from headers (library defaults)
+      max_error_rate  stop (ErrorRateError) once more than this fraction of the samples
+                   tried failed, from 100 tried on (0.1; 1 = never); an epoch in which
+                   every sample failed always stops it
       checksum     hash every batch (Batch.checksum)
       exif         apply EXIF orientation
       keep_alpha   4 output channels (RGBA)
@@ -234,11 +237,29 @@ class Loader:
                    {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
                    None: "image" + "label" with preset and size above
 
-    A ``for`` loop runs over the rest of the current epoch; the next loop runs
-    the next epoch. Errors: ValueError/TypeError for bad arguments,
+    PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
+    ``persistent_workers`` (no effect), ``prefetch_factor=None``,
+    ``pin_memory=False``; the others are refused naming sluice's option
+    (docs/python.md, "Coming from DataLoader").
+
+    Each ``for`` loop is one pass, as with a DataLoader: the first runs the
+    current epoch (0, or the one set_epoch/load_state_dict chose, from the
+    position it set); every later loop starts the next epoch from its first
+    batch, whether the loop before it finished or you left it early. A loop
+    the loader stopped (SampleError, SlotsHeldError) is not over: the next
+    loop goes on with it.
+    Errors: ValueError/TypeError for bad arguments,
     FileNotFoundError for a missing source, BudgetError (a ValueError and a
     MemoryError) for a budget below the pipeline's minimum (the message states
-    it), SlotsHeldError when every slot is held by your views.
+    it), SlotsHeldError when every slot is held by your views, ErrorRateError
+    when too many samples fail, FileNotFoundError when the dataset folder is
+    removed while iterating, RuntimeError for a loader used in a child of
+    fork() (create one after the fork: in ``worker_init_fn``, or lazily in
+    the Dataset's ``__iter__``). Ctrl-C interrupts a waiting iteration
+    (KeyboardInterrupt) without losing the batch it waited for.
+
+    A Loader is not copyable or picklable (it owns threads and memory):
+    ``copy.copy``/``pickle`` raise TypeError.
     """
 
     def __init__(self, source, batch_size=256, preset="train", size=224, shuffle=True, seed=0,
@@ -246,8 +267,11 @@ class Loader:
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
-                 hflip=0.5, fast=False, max_scans=None, fields=None):
+                 hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None,
+                 **dataloader_args):
         self._ld = None
+        self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
+        workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
         if not isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(f"source must be a path (str or os.PathLike), got {type(source).__name__}")
         source = os.fspath(source)
@@ -291,6 +315,12 @@ class Loader:
         kw["size"], kw["recipe"] = _recipe(preset, size, scale, ratio, interpolation, crop_pct, resize, hflip)
         if max_scans is not None:
             kw["max_scans"] = _int("max_scans", max_scans, 1, _U32)
+        if max_error_rate is not None:
+            if isinstance(max_error_rate, bool) or not isinstance(max_error_rate, numbers.Real):
+                raise TypeError(f"max_error_rate must be a number from 0 to 1, got {max_error_rate!r}")
+            if not 0 <= max_error_rate <= 1:
+                raise ValueError(f"max_error_rate must be from 0 to 1 (1: never stop), got {max_error_rate}")
+            kw["max_error_rate"] = float(max_error_rate)
         kw["flags"] = ((_sluice.FLAG_CHECKSUM if _flag("checksum", checksum) else 0)
                        | (_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
                        | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0)
@@ -301,12 +331,21 @@ class Loader:
         self.source = source
         self.batch_size = kw["batch_size"]
         self.rank, self.world_size = kw["rank"], kw["world_size"]
-        self._ld = _sluice._Loader(source, **kw)
+        try:
+            self._ld = _sluice._Loader(source, **kw)
+        except BudgetError as e:  # the library's sentence, then this front end's words
+            e.args = (f"{e.args[0]}; in Python: the budget=, batch_size=, size= and workers= "
+                      "arguments of sluice.Loader",)
+            raise
 
     # -- iteration --
     def __iter__(self):
-        """Batches for the rest of the current epoch (the next loop: the next epoch)."""
-        self._skip_pending_end()
+        """One pass: batches of one epoch (see the class docstring for which)."""
+        self._begin_pass()
+        yield from self._batches()
+
+    def _batches(self):
+        """The rest of the current epoch, from where the loader is."""
         while True:
             raw = self._next_raw()
             if raw is None:
@@ -316,22 +355,37 @@ class Loader:
             yield batch
             del batch  # hold nothing while waiting for the next one
 
-    def _skip_pending_end(self):
-        """A loop that stopped after the epoch's last batch without asking for
-        one more (as Lightning does, knowing len()) leaves the epoch's end
-        unread: a new loop starts the next epoch, not an empty one."""
-        ld = self._handle()
-        st = ld.get_state()
-        if st["batch"] == 0:
-            ld.set_epoch(st["epoch"])  # free when already there: drops only the unread end
+    def _begin_pass(self):
+        """Position the loader for a new ``for`` loop, as a DataLoader would:
+        where set_epoch/load_state_dict (or construction) put it, else at the
+        start of the epoch after the one the last pass was in. Returns True
+        when it moved the loader (batches staged ahead are then stale)."""
+        if self._positioned:
+            self._positioned = False
+            return False
+        st = self._handle().get_state()  # after the last delivered batch
+        # batch 0: the last pass took the epoch's last batch (the loader is at
+        # the next epoch's start already; set_epoch there costs nothing)
+        self._handle().set_epoch(st["epoch"] + (1 if st["batch"] else 0))
+        return True
 
     def next_batch(self):
         """The next batch, or None at the end of the epoch (then the next call
-        starts the next epoch)."""
+        starts the next epoch). It continues the current pass; a ``for`` after
+        it starts the next epoch, as after a loop."""
+        self._positioned = False
         raw = self._next_raw()
         return None if raw is None else Batch(raw)
 
     def _next_raw(self):
+        try:
+            return self._next_raw_once()
+        except (SampleError, SlotsHeldError):
+            # The loader stopped the pass, not you: the next loop goes on with it.
+            self._positioned = True
+            raise
+
+    def _next_raw_once(self):
         ld = self._handle()
         try:
             return ld.next()
@@ -362,8 +416,10 @@ class Loader:
         return self._handle().dataset_size()
 
     def set_epoch(self, epoch):
-        """Restart iteration at the start of ``epoch`` (batches you hold stay valid)."""
+        """Restart iteration at the start of ``epoch`` (batches you hold stay
+        valid); the next ``for`` runs it."""
         self._handle().set_epoch(_int("epoch", epoch))
+        self._positioned = True
 
     def state_dict(self):
         """Iteration state after the last delivered batch: a plain dict of ints."""
@@ -380,6 +436,7 @@ class Loader:
         if unknown:
             raise ValueError(f"load_state_dict: unknown keys {sorted(unknown)}")
         self._handle().set_state(dict(state))
+        self._positioned = True
 
     def stats(self):
         """Throughput, consumer wait, memory by category against the budget,
@@ -405,6 +462,18 @@ class Loader:
         if self._ld is not None:
             self._ld.close()
 
+    def __copy__(self):
+        raise TypeError("a sluice.Loader cannot be copied (it owns worker threads and its memory); "
+                        "create another Loader with the same arguments")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a sluice.Loader cannot be pickled (it owns worker threads and its memory); "
+                        "create the Loader in the process that iterates it (e.g. in the Dataset's "
+                        "__iter__ or a DataLoader's worker_init_fn)")
+
     @property
     def closed(self):
         return self._ld is None or self._ld.closed
@@ -424,6 +493,10 @@ class Loader:
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} batches/epoch"
         return f"<sluice.Loader {self.source!r} batch_size={self.batch_size} {state}>"
+
+
+# sluice.Loader's own argument names (for "did you mean" on a typo)
+_ARGS = [n for n, p in inspect.signature(Loader).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
 # ---- single images ---------------------------------------------------------
@@ -458,6 +531,19 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
     buf, shape = _sluice._decode_image(
         data, p, side, _int("seed", seed), _int("epoch", epoch), _int("index", index), flags, **kw)
     return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
+
+
+def build_info():
+    """What this build decodes: a dict with the keys ``version`` ("0.1.0"),
+    ``jpeg`` ("libjpeg-turbo 2.1.5 (libjpeg API 62)"), ``png`` ("libspng
+    0.7.3"), ``webp``, ``video`` (FFmpeg's libraries) and ``nvjpeg`` (the
+    library found at run time); a part this build lacks is None. From
+    sl_build_info()."""
+    info = {}
+    for item in _sluice.build_info().split(";"):
+        key, _, value = item.partition("=")
+        info[key] = None if value in ("off", "not loadable") else value
+    return info
 
 
 def train_crop(width, height, seed=0, epoch=0, index=0, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),

@@ -21,6 +21,17 @@
  * destroy and sl_image_decode; while released, `busy` is set so that no
  * other thread can destroy the loader or enter it concurrently.
  *
+ * Signals: next() waits in slices of NEXT_SLICE_MS (sl_loader_next_timeout)
+ * and runs Python's signal handlers between them, so Ctrl-C raises
+ * KeyboardInterrupt while it waits. A batch taken just as a handler raises
+ * is kept in `stash` (with the state before it) and is what the next call
+ * returns, so an interrupted next() loses nothing and get_state() counts
+ * only batches handed to Python.
+ *
+ * fork(): in a child, the C library refuses every call on a loader made in
+ * the parent (SL_ESTATE); this layer raises RuntimeError with the
+ * library's sentence, and dealloc frees only the child's copy.
+ *
  * The exception types are created once at module initialisation and never
  * change afterwards; they are the only file-level objects.
  */
@@ -66,6 +77,7 @@ static PyObject *BudgetError;    /* SL_EBUDGET: ValueError and MemoryError */
 static PyObject *DecodeError;    /* format/corrupt/limit/unsupported: ValueError */
 static PyObject *SampleError;    /* SL_ESAMPLE: RuntimeError */
 static PyObject *SlotsHeldError; /* SL_EHELD: RuntimeError */
+static PyObject *ErrorRateError; /* SL_EERRORS: RuntimeError */
 
 static const char *code_name(int code) {
     switch (code) {
@@ -87,6 +99,9 @@ static const char *code_name(int code) {
     case SL_ESTATE: return "SL_ESTATE";
     case SL_EOVERFLOW: return "SL_EOVERFLOW";
     case SL_ESYS: return "SL_ESYS";
+    case SL_ETIMEDOUT: return "SL_ETIMEDOUT";
+    case SL_EERRORS: return "SL_EERRORS";
+    case SL_EAGAIN: return "SL_EAGAIN";
     default: return "SL_E?";
     }
 }
@@ -97,7 +112,8 @@ static PyObject *exc_type(int code) {
     case SL_ENOMEM: return PyExc_MemoryError;
     case SL_EBUDGET: return BudgetError;
     case SL_ENOENT: return PyExc_FileNotFoundError;
-    case SL_EIO: case SL_ESYS: return PyExc_OSError;
+    case SL_EIO: case SL_ESYS: case SL_EAGAIN: return PyExc_OSError;
+    case SL_EERRORS: return ErrorRateError;
     case SL_EFORMAT: case SL_ECORRUPT: case SL_ELIMIT: case SL_EUNSUPPORTED: return DecodeError;
     case SL_EHELD: return SlotsHeldError;
     case SL_ESAMPLE: return SampleError;
@@ -235,6 +251,8 @@ typedef struct {
     int busy;          /* a thread is inside a GIL-released call on ld */
     int closing;       /* close() asked: destroy once held == 0 and !busy */
     uint64_t max_error_records;
+    sl_batch *stash;   /* a batch taken but not handed over (a signal raised): next() returns it */
+    sl_state stash_state; /* the state before the stashed batch */
 } LoaderObject;
 
 typedef struct {
@@ -255,9 +273,16 @@ typedef struct {
 
 static PyTypeObject LoaderType, BatchType, FieldType;
 
+/* Give a stashed batch back (it was never handed to Python). */
+static void drop_stash(LoaderObject *self) {
+    if (self->stash && self->ld) sl_loader_release(self->ld, self->stash);
+    self->stash = NULL;
+}
+
 /* Destroy the loader if close() was asked and nothing uses it any more. */
 static void maybe_destroy(LoaderObject *self) {
     if (!self->ld || !self->closing || self->held > 0 || self->busy) return;
+    drop_stash(self);
     sl_loader *ld = self->ld;
     self->ld = NULL;
     self->busy = 1;
@@ -285,7 +310,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"source", "batch_size", "size", "preset", "shuffle", "seed",
                              "drop_last", "rank", "world_size", "workers", "prefetch",
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
-                             "flags", "max_error_records", "fields", "recipe", "max_scans", NULL};
+                             "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL, *recipe = NULL;
@@ -293,12 +318,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&d", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
-            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans))
+            conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans,
+            &cfg.max_error_rate))
         return -1;
     if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
         Py_DECREF(source);
@@ -350,21 +376,24 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* Raise SampleError for the batch sl_loader_next just dropped, with the
- * newest error record's index, path, reason. */
+/* Raise for code from a call on the loader, with the library's sentence
+ * when the loader is poisoned (the guard, a vanished source, fork()). */
+static PyObject *raise_loader(LoaderObject *self, int code, const char *what) {
+    char why[400] = "";
+    int poison = self->ld ? sl_loader_poisoned(self->ld, why, sizeof why) : 0;
+    if (poison == 0 || !why[0]) return raise_code(code, what, NULL);
+    return raise_code(code, what, why);
+}
+
+/* Raise SampleError for the batch sl_loader_next just dropped, with its
+ * newest failure's index, path, reason (sl_loader_last_error: kept even
+ * once max_error_records are kept). */
 static PyObject *raise_sample_error(LoaderObject *self) {
-    sl_stats st;
     sl_error_record rec;
     char buf[4096];
     const char *path = NULL;
-    int have = 0;
-    if (sl_loader_stats(self->ld, &st) == 0 && st.errors > 0) {
-        uint64_t kept = st.errors < self->max_error_records ? st.errors : self->max_error_records;
-        if (kept > 0 && sl_loader_errors(self->ld, (size_t)(kept - 1), &rec, 1) == 1) {
-            have = 1;
-            path = sl_loader_sample_path(self->ld, rec.index, buf, sizeof buf);
-        }
-    }
+    int have = sl_loader_last_error(self->ld, &rec) == 0;
+    if (have) path = sl_loader_sample_path(self->ld, rec.index, buf, sizeof buf);
     if (!have)
         return raise_code(SL_ESAMPLE,
                           "a sample of this batch failed; the batch was dropped and the next "
@@ -406,6 +435,43 @@ static PyObject *raise_sample_error(LoaderObject *self) {
     return NULL;
 }
 
+#define NEXT_SLICE_MS 20
+
+/* Wait for the next batch in slices, running signal handlers between them
+ * and once more after a batch arrived (the batch is stashed meanwhile, so
+ * a handler that raises loses nothing). Returns the code; *b on 0; -100
+ * with a Python exception set. */
+static int next_waiting(LoaderObject *self, sl_batch **b) {
+    for (;;) {
+        if (self->stash) {
+            *b = self->stash;
+            self->stash = NULL;
+            return 0;
+        }
+        sl_state before;
+        int have_before = sl_loader_get_state(self->ld, &before) == 0;
+        int rc;
+        do {
+            self->busy = 1;
+            Py_BEGIN_ALLOW_THREADS
+            rc = sl_loader_next_timeout(self->ld, b, NEXT_SLICE_MS);
+            Py_END_ALLOW_THREADS
+            self->busy = 0;
+            if (rc == SL_ETIMEDOUT && PyErr_CheckSignals() < 0) return -100;
+            if (!self->ld || self->closing) { /* a handler closed it */
+                PyErr_SetString(PyExc_ValueError, "the loader was closed while next() waited");
+                return -100;
+            }
+        } while (rc == SL_ETIMEDOUT);
+        if (rc != 0) return rc;
+        self->stash = *b; /* until the handlers ran */
+        if (have_before) self->stash_state = before;
+        else sl_loader_get_state(self->ld, &self->stash_state);
+        if (PyErr_CheckSignals() < 0) return -100;
+        /* a handler may have reset the loader (set_epoch drops the stash): look again */
+    }
+}
+
 /* next() -> _Batch, or None at the end of the epoch. */
 static PyObject *Loader_next(LoaderObject *self, PyObject *unused) {
     if (loader_enter_check(self) < 0) return NULL;
@@ -414,12 +480,12 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *unused) {
     bo->loader = NULL;
     bo->b = NULL;
     sl_batch *b = NULL;
-    int rc;
-    self->busy = 1;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_loader_next(self->ld, &b);
-    Py_END_ALLOW_THREADS
-    self->busy = 0;
+    int rc = next_waiting(self, &b);
+    if (rc == -100) {
+        Py_DECREF(bo);
+        maybe_destroy(self);
+        return NULL;
+    }
     if (rc < 0) {
         Py_DECREF(bo);
         PyObject *res = NULL;
@@ -438,7 +504,7 @@ static PyObject *Loader_next(LoaderObject *self, PyObject *unused) {
         } else if (rc == SL_ESAMPLE) {
             raise_sample_error(self);
         } else {
-            raise_code(rc, "cannot get the next batch", NULL);
+            raise_loader(self, rc, "cannot get the next batch");
         }
         maybe_destroy(self);
         return res;
@@ -457,13 +523,14 @@ static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg) {
     uint64_t epoch;
     if (!conv_u64(arg, &epoch)) return NULL;
     if (loader_enter_check(self) < 0) return NULL;
+    drop_stash(self);
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_loader_set_epoch(self->ld, epoch);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (rc < 0) return raise_code(rc, "set_epoch failed", NULL);
+    if (rc < 0) return raise_loader(self, rc, "set_epoch failed");
     Py_RETURN_NONE;
 }
 
@@ -513,7 +580,7 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
     if (loader_open_check(self) < 0) return NULL;
     sl_stats st;
     int rc = sl_loader_stats(self->ld, &st);
-    if (rc < 0) return raise_code(rc, "stats failed", NULL);
+    if (rc < 0) return raise_loader(self, rc, "stats failed");
     PyObject *d = PyDict_New(), *mem = PyDict_New(), *peak = PyDict_New();
     if (!d || !mem || !peak) goto fail;
     for (int c = 0; c < SL_MEM__COUNT; c++) {
@@ -610,8 +677,10 @@ fail:
 static PyObject *Loader_get_state(LoaderObject *self, PyObject *unused) {
     if (loader_open_check(self) < 0) return NULL;
     sl_state s;
-    int rc = sl_loader_get_state(self->ld, &s);
-    if (rc < 0) return raise_code(rc, "state_dict failed", NULL);
+    int rc = 0;
+    if (self->stash) s = self->stash_state; /* the stashed batch was never handed over */
+    else rc = sl_loader_get_state(self->ld, &s);
+    if (rc < 0) return raise_loader(self, rc, "state_dict failed");
     PyObject *d = PyDict_New();
     if (!d) return NULL;
     if (PUT_U64(d, "version", s.version) < 0 || PUT_U64(d, "seed", s.seed) < 0 ||
@@ -631,12 +700,16 @@ static int state_get(PyObject *d, const char *key, int bits32, void *out) {
         PyErr_Format(PyExc_ValueError, "load_state_dict: missing key '%s'", key);
         return -1;
     }
-    if (!PyLong_Check(v)) {
+    if (PyBool_Check(v) || !PyIndex_Check(v)) { /* ints and integers like numpy's (__index__) */
         PyErr_Format(PyExc_TypeError, "load_state_dict: '%s' must be an int, got %.100s", key,
                      Py_TYPE(v)->tp_name);
         return -1;
     }
-    if (!(bits32 ? conv_u32(v, out) : conv_u64(v, out))) {
+    PyObject *i = PyNumber_Index(v);
+    if (!i) return -1;
+    int ok = bits32 ? conv_u32(i, out) : conv_u64(i, out);
+    Py_DECREF(i);
+    if (!ok) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "load_state_dict: '%s' is out of range", key);
         return -1;
@@ -658,6 +731,9 @@ static PyObject *Loader_set_state(LoaderObject *self, PyObject *d) {
         state_get(d, "batch_size", 1, &s.batch_size) < 0 || state_get(d, "flags", 1, &s.flags) < 0)
         return NULL;
     if (loader_enter_check(self) < 0) return NULL;
+    char why[400] = "";
+    if (sl_loader_poisoned(self->ld, why, sizeof why)) return raise_loader(self, SL_ESTATE, "load_state_dict failed");
+    drop_stash(self);
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -668,7 +744,8 @@ static PyObject *Loader_set_state(LoaderObject *self, PyObject *d) {
         return raise_as(PyExc_ValueError, rc,
                         "load_state_dict: the state was saved by a loader over another dataset or "
                         "configuration (seed, batch_size, rank/world_size, shuffle, drop_last must "
-                        "match) or has another version",
+                        "match), has another version, or names a position no loader can be at "
+                        "(batch past the epoch, or a tail that leaves that batch no sample)",
                         NULL);
     if (rc < 0) return raise_code(rc, "load_state_dict failed", NULL);
     Py_RETURN_NONE;
@@ -931,13 +1008,22 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwlist, &stream, &max_version, &dl_device,
                                      &copy))
         return NULL;
-    if (stream != Py_None && !(PyLong_Check(stream) && PyLong_AsLong(stream) == -1)) {
-        if (PyErr_Occurred()) return NULL;
-        PyErr_SetString(PyExc_BufferError, "__dlpack__: a CPU tensor takes stream=None");
-        return NULL;
+    if (stream != Py_None) {
+        int overflow = 0;
+        long v = PyLong_Check(stream) ? PyLong_AsLongAndOverflow(stream, &overflow) : 0;
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        if (!PyLong_Check(stream) || overflow || v != -1) {
+            PyErr_SetString(PyExc_BufferError, "__dlpack__: a CPU tensor takes stream=None (or -1)");
+            return NULL;
+        }
     }
     if (dl_device != Py_None) {
         int type = 0, id = 0;
+        if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__: dl_device must be a (device_type, device_id) tuple, got %R",
+                         dl_device);
+            return NULL;
+        }
         if (!PyArg_ParseTuple(dl_device, "ii", &type, &id)) return NULL;
         if (type != kDLCPU || id != 0) {
             PyErr_SetString(PyExc_BufferError, "__dlpack__: sluice fields live on the CPU (device (1, 0))");
@@ -952,6 +1038,11 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
     int versioned = 0;
     if (max_version != Py_None) {
         long major = 0, minor = 0;
+        if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__: max_version must be a (major, minor) tuple of ints, got %R",
+                         max_version);
+            return NULL;
+        }
         if (!PyArg_ParseTuple(max_version, "ll", &major, &minor)) return NULL;
         versioned = major >= 1;
     }
@@ -1098,6 +1189,7 @@ static PyTypeObject FieldType = {
 
 /* ---- module functions ----------------------------------------------------- */
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(sl_version()); }
+static PyObject *mod_build_info(PyObject *m, PyObject *unused) { return PyUnicode_FromString(sl_build_info()); }
 
 static PyObject *mod_strerror(PyObject *m, PyObject *arg) {
     int code = PyLong_AsLong(arg);
@@ -1133,12 +1225,10 @@ static PyObject *mod_parse_size(PyObject *m, PyObject *arg) {
     const char *s = PyUnicode_AsUTF8(arg);
     if (!s) return NULL;
     uint64_t v;
-    int rc = sl_parse_size(s, &v);
+    char why[256];
+    int rc = sl_parse_size_msg(s, &v, why, sizeof why);
     if (rc < 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "cannot parse size %R: expected a number with an optional K, M, G or T suffix "
-                     "(powers of 1024), e.g. '512M'",
-                     arg);
+        PyErr_SetString(PyExc_ValueError, why);
         return NULL;
     }
     return PyLong_FromUnsignedLongLong(v);
@@ -1148,9 +1238,15 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     sl_image_info info;
+    char err[256] = "";
     int rc = sl_image_probe(buf.buf, (size_t)buf.len, &info);
+    if (rc < 0) { /* the same probe, for its reason */
+        sl_decode_opts o;
+        sl_decode_opts_init(&o);
+        sl_image_check(buf.buf, (size_t)buf.len, &o, NULL, NULL, NULL, err, sizeof err);
+    }
     PyBuffer_Release(&buf);
-    if (rc < 0) return raise_code(rc, "cannot probe the image", NULL);
+    if (rc < 0) return raise_code(rc, "cannot probe the image", err);
     PyObject *d = PyDict_New();
     if (!d) return NULL;
     const char *fmt = info.format == SL_FORMAT_JPEG   ? "jpeg"
@@ -1193,12 +1289,12 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
     }
     uint32_t w = 0, h = 0, c = 0;
     char err[256] = "";
-    int rc = sl_image_output_size(buf.buf, (size_t)buf.len, &o, &w, &h, &c);
+    int rc = sl_image_check(buf.buf, (size_t)buf.len, &o, &w, &h, &c, err, sizeof err);
     if (rc < 0) {
         /* decode once more for the reason (it stops where the size did) */
         sl_image_decode(buf.buf, (size_t)buf.len, &o, NULL, 0, err, sizeof err);
         PyBuffer_Release(&buf);
-        return raise_code(rc, "cannot decode the image", err[0] ? err : NULL);
+        return raise_code(rc, "cannot decode the image", err);
     }
     uint64_t n = (uint64_t)w * h; /* both < 2^32: fits */
     if (n > (uint64_t)PY_SSIZE_T_MAX / (c ? c : 1)) {
@@ -1332,6 +1428,7 @@ static PyObject *mod_probe_video(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyMethodDef module_methods[] = {
     {"version", mod_version, METH_NOARGS, "sl_version(): the library actually loaded."},
+    {"build_info", mod_build_info, METH_NOARGS, "sl_build_info(): 'key=value;...' of what this build decodes."},
     {"strerror", mod_strerror, METH_O, "sl_strerror(code)."},
     {"code_name", mod_code_name, METH_O, "'SL_EXXX' for a code."},
     {"mem_categories", mod_mem_categories, METH_NOARGS, "Memory category names, by index."},
@@ -1377,7 +1474,12 @@ PyMODINIT_FUNC PyInit__sluice(void) {
             PyExc_RuntimeError, NULL);
         SlotsHeldError = PyErr_NewExceptionWithDoc(
             "sluice.SlotsHeldError", "The consumer holds every batch slot (SL_EHELD).", PyExc_RuntimeError, NULL);
-        if (!BudgetError || !DecodeError || !SampleError || !SlotsHeldError) goto fail;
+        ErrorRateError = PyErr_NewExceptionWithDoc(
+            "sluice.ErrorRateError",
+            "Too many samples failed (more than max_error_rate of those tried, or every sample of an epoch): "
+            "the loader stopped; the message names the rate and the first failures (SL_EERRORS).",
+            PyExc_RuntimeError, NULL);
+        if (!BudgetError || !DecodeError || !SampleError || !SlotsHeldError || !ErrorRateError) goto fail;
     }
     if (PyModule_AddObjectRef(m, "_Loader", (PyObject *)&LoaderType) < 0 ||
         PyModule_AddObjectRef(m, "_Batch", (PyObject *)&BatchType) < 0 ||
@@ -1385,7 +1487,8 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         PyModule_AddObjectRef(m, "BudgetError", BudgetError) < 0 ||
         PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0 ||
         PyModule_AddObjectRef(m, "SampleError", SampleError) < 0 ||
-        PyModule_AddObjectRef(m, "SlotsHeldError", SlotsHeldError) < 0)
+        PyModule_AddObjectRef(m, "SlotsHeldError", SlotsHeldError) < 0 ||
+        PyModule_AddObjectRef(m, "ErrorRateError", ErrorRateError) < 0)
         goto fail;
     if (add_int(m, "PRESET_TRAIN", SL_PRESET_TRAIN) < 0 || add_int(m, "PRESET_VAL", SL_PRESET_VAL) < 0 ||
         add_int(m, "TRANSFORM_NONE", SL_TRANSFORM_NONE) < 0 ||

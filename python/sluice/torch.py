@@ -116,9 +116,13 @@ class Loader:
       dtype          torch.float16 (default), torch.bfloat16, torch.float32 or torch.uint8
       mean, std      per-channel, on the 0..1 scale (ImageNet by default): float
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
-                     x / 255. Not used for uint8 outputs.
+                     x / 255. Not used for uint8 outputs. With keep_alpha=True the
+                     defaults cover RGB and alpha is x / 255 (mean 0, std 1).
       channels_last  images in torch.channels_last memory format
       video_layout   "TCHW" (default): clips [N, T, C, H, W]; "CTHW": [N, C, T, H, W]
+      pin_memory     None/True: on CUDA, the slot region is pinned (page-locked)
+                     so copies overlap compute; False: not pinned (copies from
+                     pageable memory). True with device="cpu" is refused.
       transform      None, or a function run on each device batch after the dtype
                      conversion and normalization, before it is yielded (see below)
       decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
@@ -149,18 +153,19 @@ class Loader:
     ``dtype=torch.uint8`` (or ``mean=None, std=None`` for floats in [0, 1])
     and normalizes itself. ``len()``, ``set_epoch``, ``state_dict``/``load_state_dict``,
     ``stats``, ``errors``, ``close`` as in :class:`sluice.Loader`; the state
-    counts the batches you have received (the one staged ahead is not lost).
+    counts the batches you have received. Each ``for`` is one pass, as in
+    :class:`sluice.Loader`.
     """
 
     def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", video_layout="TCHW",
-                 **kwargs):
+                 pin_memory=None, **kwargs):
         self._base = None
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable (images, labels) -> (images, labels), got {transform!r}")
         self._transform = transform
         self._pinned = None
-        self._carry = None
+        self._carry = None  # a batch staged by a loop that ended early
         self._inflight = []  # (copy-done event, cpu batch) in issue order
         if dtype not in _DTYPES:
             raise TypeError(f"dtype must be one of {[str(d) for d in _DTYPES]}, got {dtype!r}")
@@ -170,6 +175,13 @@ class Loader:
             raise ValueError(f"device: {e}") from None
         if dev.type not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda', 'cuda:N' or 'cpu', got {device!r}")
+        if pin_memory is not None and not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be True, False or None, got {pin_memory!r}")
+        if pin_memory and dev.type == "cpu":
+            raise ValueError("pin_memory=True pins host memory for copies to a GPU, but device='cpu'; "
+                             "with device='cuda' sluice.torch.Loader pins its slot region and copies "
+                             "each batch to the GPU itself")
+        self._pin = pin_memory is not False
         if dev.type == "cuda" and not torch.cuda.is_available():
             _warn_no_cuda(device)
             dev = torch.device("cpu")
@@ -181,6 +193,8 @@ class Loader:
             raise ValueError("mean and std go together: give both or neither")
         if mean is None:
             mean, std = (0.0,) * channels, (1.0,) * channels
+        if channels == 4 and mean is IMAGENET_MEAN and std is IMAGENET_STD:
+            mean, std = tuple(mean) + (0.0,), tuple(std) + (1.0,)  # alpha: x / 255
         mean = self._per_channel("mean", mean, channels)
         std = self._per_channel("std", std, channels)
         if any(s <= 0 for s in std):
@@ -223,6 +237,9 @@ class Loader:
             self._stream = torch.cuda.Stream(dev)
             self._scale = self._scale.to(dev)
             self._bias = self._bias.to(dev)
+            if not self._pin:  # pin_memory=False
+                self._pinned = 0
+                return
             base, length = self.loader.slot_region()
             err = _cudart().cudaHostRegister(base, length, _CUDA_HOST_REGISTER_PORTABLE)
             if _cuda_ok(err):
@@ -236,10 +253,10 @@ class Loader:
 
     # -- iteration --
     def __iter__(self):
-        """(images, labels) for the rest of the current epoch."""
+        """(images, labels), or the dict with fields=: one pass, as :class:`sluice.Loader`'s ``for``."""
+        if self.loader._begin_pass():
+            self._drop_staged()
         if self._device.type == "cuda":
-            if self._carry is None:
-                self.loader._skip_pending_end()
             return self._iter_cuda()
         return self._iter_cpu()
 
@@ -276,7 +293,7 @@ class Loader:
         return self._apply_transform(tensors["image"], tensors["label"])
 
     def _iter_cpu(self):
-        for batch in self.loader:
+        for batch in self.loader._batches():
             tensors = {}
             for name, field in batch.items():
                 t = torch.from_dlpack(field)
@@ -313,8 +330,10 @@ class Loader:
                 del out
             self._state = None  # epoch over: the loader's own state is exact
         finally:
-            # A loop left early keeps its staged batch for the next loop, so
-            # no batch is lost and state_dict() stays exact.
+            # A loop that ends early keeps its staged batch: after a SampleError
+            # or SlotsHeldError the next loop goes on with it (nothing skipped,
+            # state_dict() exact); after a break the next loop starts the next
+            # epoch and drops it (__iter__).
             if pending is not None:
                 self._carry = pending
 
@@ -431,6 +450,17 @@ class Loader:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def __copy__(self):
+        raise TypeError("a sluice.torch.Loader cannot be copied (it owns worker threads and its memory); "
+                        "create another one with the same arguments")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a sluice.torch.Loader cannot be pickled; create it in the process that "
+                        "iterates it")
 
     def __del__(self):
         try:

@@ -1,8 +1,4 @@
-/* Error names, version number, size parsing: the small public helpers. */
-#include <ctype.h>
-#include <errno.h>
-#include <stdlib.h>
-
+/* Error names, version number: the small public helpers (sizes: size.c). */
 #include "sluice.h"
 #include "util.h"
 
@@ -26,6 +22,9 @@ const char *sl_strerror(int code) {
     case SL_ESTATE: return "invalid state";
     case SL_EOVERFLOW: return "size overflow";
     case SL_ESYS: return "system call failed";
+    case SL_ETIMEDOUT: return "no batch ready in the time given";
+    case SL_EERRORS: return "too many samples failed";
+    case SL_EAGAIN: return "transient system condition (retry)";
     default: return "unknown error";
     }
 }
@@ -33,37 +32,9 @@ const char *sl_strerror(int code) {
 unsigned sl_version_number(void) { return SL_VERSION_NUMBER; }
 
 const char *sl_mem_category_name(int c) {
-    static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned"};
+    static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned", "cache"};
     return c >= 0 && c < SL_MEM__COUNT ? names[c] : "unknown";
 }
-
-int sl_parse_size(const char *s, uint64_t *out) {
-    if (!s || !out) return SL_EINVAL;
-    while (isspace((unsigned char)*s)) s++;
-    if (!isdigit((unsigned char)*s)) return SL_EINVAL;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return SL_EINVAL;
-    uint64_t mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1ull << 10; end++; break;
-    case 'M': mul = 1ull << 20; end++; break;
-    case 'G': mul = 1ull << 30; end++; break;
-    case 'T': mul = 1ull << 40; end++; break;
-    default: break;
-    }
-    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
-    if (mul > 1 && (*end == 'B' || *end == 'b')) end++;
-    else if (mul == 1 && (*end == 'B' || *end == 'b')) end++;
-    while (isspace((unsigned char)*end)) end++;
-    if (*end) return SL_EINVAL;
-    double r = v * (double)mul;
-    if (r >= 18446744073709551615.0) return SL_EOVERFLOW;
-    *out = (uint64_t)r;
-    return 0;
-}
-
 size_t sl_dtype_size(int dtype) {
     switch (dtype) {
     case SL_DTYPE_UINT8: case SL_DTYPE_INT8: case SL_DTYPE_BOOL: return 1;

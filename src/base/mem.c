@@ -258,6 +258,10 @@ void *sl__realloc(sl__budget *b, void *p, size_t n, int cat) {
     return q;
 }
 
+size_t sl__alloc_counted(const void *p) {
+    return (size_t)((const hdr *)((const char *)p - SL_HDR))->counted;
+}
+
 char *sl__strdup(sl__budget *b, const char *s, int cat) {
     size_t n = strlen(s) + 1;
     char *d = sl__alloc(b, n, cat);

@@ -75,6 +75,9 @@ void sl__free(sl__budget *b, void *p);
 /* Allocate waiting for budget (sl__budget_wait), for pipeline buffers. On
  * failure returns NULL and sets *err. */
 void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err);
+/* Bytes the budget counts for p, a block from sl__alloc and kin (at
+ * least sl__alloc_cost of its request: malloc may give a little more). */
+size_t sl__alloc_counted(const void *p);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);
 char *sl__strdup(sl__budget *b, const char *s, int cat);

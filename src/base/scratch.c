@@ -58,6 +58,12 @@ static int remap(sl__scratch *s, uint64_t read, uint64_t rneed, char *reason, si
     return 0;
 }
 
+uint64_t sl__scratch_growth(const sl__scratch *s, uint64_t read, uint64_t dec) {
+    uint64_t r = read > s->rbase_cap ? sl__map_cost((size_t)SL_MIN(read, SIZE_MAX / 2)) : 0;
+    uint64_t d = dec > s->dec_base ? dec - s->dec_base : 0, g;
+    return sl__add(r, d, &g) ? UINT64_MAX : g;
+}
+
 int sl__scratch_reserve(sl__scratch *s, uint64_t read, uint64_t dec, int *lost, char *reason, size_t rlen) {
     sl__budget *b = s->b;
     if (read > SIZE_MAX / 2) {
@@ -67,6 +73,12 @@ int sl__scratch_reserve(sl__scratch *s, uint64_t read, uint64_t dec, int *lost, 
     uint64_t rneed = read > s->rbase_cap ? sl__map_cost((size_t)read) : 0;
     uint64_t dneed = dec > s->dec_base ? dec - s->dec_base : 0;
     *lost = 0;
+    if (s->cap && sl__scratch_growth(s, read, dec) > s->cap) {
+        char x[32], y[32];
+        sl__msg(reason, rlen, "needs %s of scratch, over the %s a sample may have (a quarter of the budget)",
+                sl__fmt_bytes(sl__scratch_growth(s, read, dec), x, sizeof x), sl__fmt_bytes(s->cap, y, sizeof y));
+        return SL_EBUDGET;
+    }
     if (rneed <= s->grow_read && dneed <= s->grow_dec) return 0;
     uint64_t dr = rneed > s->grow_read ? rneed - s->grow_read : 0;
     uint64_t dd = dneed > s->grow_dec ? dneed - s->grow_dec : 0;

@@ -32,6 +32,8 @@ typedef struct sl__scratch {
     size_t rbig_cap;
     uint64_t grow_read;  /* bytes counted for rbig (SL_MEM_SCRATCH) */
     uint64_t grow_dec;   /* decoder room beyond the baseline (SL_MEM_DECODER) */
+    uint64_t cap;        /* the most growth one sample may take (0: no cap), a rule that
+                            depends only on the sample and the configuration */
 } sl__scratch;
 
 /* Take the baseline from b. 0, or SL_EBUDGET (the budget cannot hold it)
@@ -45,9 +47,12 @@ void sl__scratch_drop(sl__scratch *s);
 /* Make the buffers hold a read of `read` bytes and a decode needing `dec`
  * bytes of decoder room in all (baseline included). *lost = 1 when the
  * read buffer was replaced (bytes read into it before are gone). May wait
- * for budget. 0, or SL_EBUDGET (the need can never fit: reason says by how
- * much), SL_ESTATE (the budget closed while waiting), SL_ENOMEM. */
+ * for budget. 0, or SL_EBUDGET (the growth is over s->cap, or can never
+ * fit: reason says by how much), SL_ESTATE (the budget closed while
+ * waiting), SL_ENOMEM. */
 int sl__scratch_reserve(sl__scratch *s, uint64_t read, uint64_t dec, int *lost, char *reason, size_t rlen);
+/* The growth (beyond the baseline) a reserve of (read, dec) takes. */
+uint64_t sl__scratch_growth(const sl__scratch *s, uint64_t read, uint64_t dec);
 /* The buffer that holds a read of `read` bytes after a reserve of it. */
 uint8_t *sl__scratch_buf(sl__scratch *s, uint64_t read);
 /* Decoder room held now: baseline + growth. */

@@ -220,5 +220,28 @@ out:
     return rc;
 }
 
-const sl__kind sl__kind_array = {"array", SL_KIND_ARRAY, SL__VAL_FILE, SL__MEDIA_IMAGE,
-                                 array_parse, array_resolve, array_load};
+/* For the admission check at create: the scratch this sample's read asks
+ * for in any epoch (the window buffer and the subset's bitmap do not
+ * depend on where the window falls), from its header. */
+static int array_admit(sl__load *L, const sl__field *f, uint64_t *need, char *what, size_t wlen) {
+    const array_opts *a = &f->u.array;
+    sl__sample_file sf;
+    if (sl__source_open_file(L->src, L->index, (uint32_t)f->col, L->elem, &sf, NULL, 0)) return 0;
+    sl__array_info info;
+    sl__array_plan plan;
+    sl__rng r;
+    sl__rng_init(&r, L->seed ^ f->stream, 0, L->index);
+    int ok = sl__check_bytes(sf.size, a->max_bytes, NULL, 0) == 0 && array_header(a, &sf, &info, NULL, 0) == 0 &&
+             sl__array_plan_sample(&info, &a->spec, &a->out, &r, &plan, NULL, 0) == 0;
+    if (ok) {
+        *need = sl__scratch_growth(L->scratch, 0, plan.scratch);
+        sl__msg(what, wlen, "%u-d %s array of %llu bytes", info.ndim, sl_dtype_name(info.dtype),
+                (unsigned long long)info.data_bytes);
+    }
+    sl__sample_close(&sf);
+    return ok;
+}
+
+const sl__kind sl__kind_array = {.name = "array", .id = SL_KIND_ARRAY, .value_type = SL__VAL_FILE,
+                                 .media = SL__MEDIA_IMAGE, .parse = array_parse, .resolve = array_resolve,
+                                 .load = array_load, .admit = array_admit};

@@ -92,6 +92,12 @@ struct sl__kind {
     /* Load f of sample ld->index into dst (f->sample_bytes bytes); *len is
      * the "<name>_len" output when f->has_len. 0 or SL_E* with a reason. */
     int (*load)(sl__load *ld, const sl__field *f, uint8_t *dst, int64_t *len, char *reason, size_t rlen);
+    /* At create, for the admission check (pipeline/admit.c): the scratch
+     * growth sample ld->index's value of f can ask for in any epoch, from
+     * its header (*need), and what it is ("3000x2000, progressive") in
+     * what. 1 when known; 0 when the header cannot be read or the sample
+     * is over a limit (no budget changes its fate). May be NULL. */
+    int (*admit)(sl__load *ld, const sl__field *f, uint64_t *need, char *what, size_t wlen);
 };
 
 /* The kinds built in: image, label, target, sequence (and array, video

@@ -161,4 +161,29 @@ out:
     return rc;
 }
 
-const sl__kind sl__kind_image = {"image", SL_KIND_IMAGE, SL__VAL_FILE, SL__MEDIA_IMAGE, image_parse, NULL, image_load};
+static int image_admit(sl__load *L, const sl__field *f, uint64_t *need, char *what, size_t wlen) {
+    sl__scratch *s = L->scratch;
+    sl__sample_file sf;
+    if (sl__source_open_file(L->src, L->index, (uint32_t)f->col, L->elem, &sf, NULL, 0)) return 0;
+    sl__sample_file head = sf;
+    head.size = SL_MIN(sf.size, (uint64_t)s->rbase_cap);
+    sl_image_info info;
+    int ok = 0;
+    if (sf.size > 0 && sf.size <= L->max_bytes && sl__sample_read(&head, s->rbase, NULL, 0) == 0 &&
+        sl__probe(s->rbase, (size_t)head.size, &info, NULL, 0) == 0 &&
+        sl__check_pixels(&info, L->max_pixels, NULL, 0) == 0) {
+        sl__plan_params pp = {&f->recipe, L->seed ^ f->stream, 0, L->index, NULL};
+        uint64_t bound = sl__plan_mem_bound(&info, &pp);
+        if (bound) {
+            *need = sl__scratch_growth(s, sf.size, bound);
+            sl__msg(what, wlen, "%ux%u%s", info.width, info.height, info.progressive ? ", progressive" : "");
+            ok = 1;
+        }
+    }
+    sl__sample_close(&sf);
+    return ok;
+}
+
+const sl__kind sl__kind_image = {.name = "image", .id = SL_KIND_IMAGE, .value_type = SL__VAL_FILE,
+                                 .media = SL__MEDIA_IMAGE, .parse = image_parse, .load = image_load,
+                                 .admit = image_admit};

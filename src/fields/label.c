@@ -35,7 +35,8 @@ static int label_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     return 0;
 }
 
-const sl__kind sl__kind_label = {"label", SL_KIND_LABEL, SL__VAL_INT, 0, label_parse, NULL, label_load};
+const sl__kind sl__kind_label = {.name = "label", .id = SL_KIND_LABEL, .value_type = SL__VAL_INT, .parse = label_parse,
+                                 .load = label_load};
 
 static int target_parse(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen) {
     (void)cfg;
@@ -77,4 +78,5 @@ static int target_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *l
     return 0;
 }
 
-const sl__kind sl__kind_target = {"target", SL_KIND_TARGET, SL__VAL_NUMBERS, 0, target_parse, NULL, target_load};
+const sl__kind sl__kind_target = {.name = "target", .id = SL_KIND_TARGET, .value_type = SL__VAL_NUMBERS,
+                                  .parse = target_parse, .load = target_load};

@@ -76,4 +76,6 @@ static int seq_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *len,
     return rc;
 }
 
-const sl__kind sl__kind_sequence = {"sequence", SL_KIND_SEQUENCE, SL__VAL_FILES, SL__MEDIA_IMAGE, seq_parse, seq_resolve, seq_load};
+const sl__kind sl__kind_sequence = {.name = "sequence", .id = SL_KIND_SEQUENCE, .value_type = SL__VAL_FILES,
+                                    .media = SL__MEDIA_IMAGE, .parse = seq_parse, .resolve = seq_resolve,
+                                    .load = seq_load};

@@ -108,5 +108,5 @@ out:
     return rc;
 }
 
-const sl__kind sl__kind_video = {"video", SL_KIND_VIDEO, SL__VAL_FILE, SL__MEDIA_VIDEO,
-                                 video_parse, NULL, video_load};
+const sl__kind sl__kind_video = {.name = "video", .id = SL_KIND_VIDEO, .value_type = SL__VAL_FILE,
+                                 .media = SL__MEDIA_VIDEO, .parse = video_parse, .load = video_load};

@@ -38,7 +38,8 @@ static int copy_opts(sl_decode_opts *dst, const sl_decode_opts *o, char *err, si
     return 0;
 }
 
-/* Probe + limits + plan: what both public entry points need. */
+/* Probe + limits + plan: what the public entry points need. A limit of 0
+ * is the default limit, as in sl_config (never "no limit"). */
 static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_image_info *info, sl__plan *p,
                    char *err, size_t errlen) {
     if (!opts || (!data && len)) return SL_EINVAL;
@@ -46,23 +47,30 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_
     sl__recipe recipe;
     int rc = copy_opts(&oc, opts, err, errlen);
     if (rc) return rc;
-    if ((rc = sl__recipe_from_opts(o, &recipe, err, errlen)) || (rc = sl__check_bytes(len, o->max_bytes, err, errlen)) ||
-        (rc = sl__probe(data, len, info, err, errlen)) || (rc = sl__check_pixels(info, o->max_pixels, err, errlen)))
+    uint64_t max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
+    uint64_t max_pixels = o->max_pixels ? o->max_pixels : DEFAULT_MAX_PIXELS;
+    if ((rc = sl__recipe_from_opts(o, &recipe, err, errlen)) || (rc = sl__check_bytes(len, max_bytes, err, errlen)) ||
+        (rc = sl__probe(data, len, info, err, errlen)) || (rc = sl__check_pixels(info, max_pixels, err, errlen)))
         return rc;
     sl__plan_params pp = {&recipe, o->seed, o->epoch, o->index, NULL};
     return sl__plan_sample(info, &pp, p, err, errlen);
 }
 
-int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width,
-                         uint32_t *height, uint32_t *channels) {
+int sl_image_check(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width, uint32_t *height,
+                   uint32_t *channels, char *errbuf, size_t errlen) {
     sl_image_info info;
     sl__plan p;
-    int rc = prepare(data, len, o, &info, &p, NULL, 0);
+    int rc = prepare(data, len, o, &info, &p, errbuf, errlen);
     if (rc) return rc;
     if (width) *width = p.out_w;
     if (height) *height = p.out_h;
     if (channels) *channels = p.channels;
     return 0;
+}
+
+int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width,
+                         uint32_t *height, uint32_t *channels) {
+    return sl_image_check(data, len, o, width, height, channels, NULL, 0);
 }
 
 int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o, void *out, size_t out_len,

@@ -90,6 +90,11 @@ typedef struct sl__plan_params {
 int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__plan *p, char *reason,
                     size_t rlen);
 
+/* An upper bound of sl__plan_sample()'s mem for this header over every
+ * epoch and index (the train crop varies; see bound.c). 0 if the header
+ * cannot be planned. */
+uint64_t sl__plan_mem_bound(const sl_image_info *info, const sl__plan_params *pp);
+
 /* Decode and transform into dst (presets: CHW out_h x out_w; NONE: HWC).
  * Allocates only from q (which must hold p->mem). */
 int sl__run(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,

@@ -63,6 +63,8 @@ int sl__layout_build(sl__layout *L, const sl__schema *sc, uint32_t B) {
     if (add_bytes(&at, B)) return SL_EOVERFLOW;
     L->off_reasons = at;
     if (add_bytes(&at, (uint64_t)B * SL_REASON_MAX)) return SL_EOVERFLOW;
+    L->off_rf_hole = at;
+    if (add_bytes(&at, (uint64_t)B * 4)) return SL_EOVERFLOW;
     L->stride = at;
     return 0;
 }

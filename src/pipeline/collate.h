@@ -4,7 +4,8 @@
  * A slot is one block carved from the loader's region. For every output
  * (each schema field, "<f>_len" for fields that have one, then "index") it
  * holds batch_size samples back to back, [B, ...], then the bookkeeping:
- * a hash per position, ok/err flags, and a reason string per position.
+ * a hash per position, ok/err flags, a reason string per position, and the
+ * refill rounds' holes (uint32 per position).
  * Every offset is 64-byte aligned. The layout is fixed at create from the
  * schema, so a slot's size is known before any sample is read, and a
  * batch's fields are zero-copy views of its slot.
@@ -37,7 +38,7 @@ typedef struct sl__layout {
     uint32_t index_out;
     uint32_t B;
     uint64_t sample_bytes;       /* every output of one sample */
-    uint64_t off_hash, off_ok, off_err, off_reasons;
+    uint64_t off_hash, off_ok, off_err, off_reasons, off_rf_hole;
     uint64_t stride;             /* one slot, bookkeeping included */
 } sl__layout;
 

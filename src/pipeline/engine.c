@@ -35,7 +35,10 @@
  * This file is the slot machinery (dispatch, commit, delivery, reset);
  * loader.c creates and sizes the loader; worker.c loads one sample.
  */
+#include <errno.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../base/hash.h"
 #include "../base/util.h"
@@ -62,14 +65,16 @@ void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base) {
     s->ok = base + L->off_ok;
     s->err = base + L->off_err;
     s->reasons = (char *)(base + L->off_reasons);
+    s->rf_hole = (uint32_t *)(base + L->off_rf_hole);
 }
 
-/* The dataset index held at position j of slot s. */
-static uint64_t slot_index(const sl_loader *ld, sl_batch *s, uint32_t j) {
+uint64_t sl__slot_index(const sl_loader *ld, const sl_batch *s, uint32_t j) {
     int64_t v;
     memcpy(&v, sl__layout_at(&ld->layout, s->base, ld->layout.index_out, j), 8);
     return (uint64_t)v;
 }
+
+void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) { sl__layout_move(&ld->layout, s->base, a, b); }
 
 /* ---- dispatch ------------------------------------------------------------- */
 
@@ -120,17 +125,38 @@ static sl_batch *open_batch(sl_loader *ld) {
     s->n = 0;
     s->discard = s->failed = s->marker = s->final = 0;
     s->checksum = 0;
+    s->rf_count = s->rf_claimed = 0;
+    s->rf_passes = 0;
     memset(s->ok, 0, ld->B);
     memset(s->err, 0, ld->B);
     return s;
 }
 
-/* Find work: the lowest-seqno filling slot with unclaimed positions, else a
- * newly opened batch. Positions at or past the tail are voids: settled
- * here without decoding. Returns 1 with c filled, 0 if nothing to do. */
+/* A refill of the round of the batch being committed (refill.c), which
+ * every later commit waits for: first in line. Returns 1 with c filled. */
+static int claim_refill(sl_loader *ld, claim *c) {
+    for (uint32_t i = 0; i < ld->nslots; i++) {
+        sl_batch *s = &ld->slots[i];
+        if (s->state != SLOT_FILLING || s->discard || s->gen != ld->gen || s->rf_claimed >= s->rf_count) continue;
+        uint32_t r = s->rf_claimed++;
+        c->slot = s;
+        c->pos = s->rf_hole[r];
+        c->sample = ld->seq[s->epoch & 1][s->rf_top - 1 - r];
+        c->epoch = s->epoch;
+        c->gen = s->gen;
+        return 1;
+    }
+    return 0;
+}
+
+/* Find work: a refill, else the lowest-seqno filling slot with unclaimed
+ * positions, else a newly opened batch. Positions at or past the tail are
+ * voids: settled here without decoding. Returns 1 with c filled, 0 if
+ * nothing to do. */
 static int claim_next(sl_loader *ld, claim *c) {
     for (;;) {
         if (ld->paused || ld->stop) return 0;
+        if (claim_refill(ld, c)) return 1;
         sl_batch *best = NULL;
         for (uint32_t i = 0; i < ld->nslots; i++) {
             sl_batch *s = &ld->slots[i];
@@ -163,45 +189,52 @@ static void slot_free(sl_loader *ld, sl_batch *s) {
     pthread_cond_broadcast(&ld->cv_work);
 }
 
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer);
-
-/* Settle holes, decide n and whether the epoch ends here. Runs outside mu
- * by the one committer; tail is read and written only by it. */
-static void commit_slot(sl__worker *w, sl_batch *s) {
-    sl_loader *ld = w->ld;
-    uint64_t B = ld->B, k = s->batch, T = ld->tail;
+/* First commit pass: record the failures of the nominal positions that
+ * are still the batch's own (in position order). */
+static void commit_nominal(sl_loader *ld, sl_batch *s, uint64_t T) {
+    uint64_t B = ld->B, k = s->batch;
+    uint32_t errors = 0;
     s->cno = ++ld->commits;
     s->nerr = 0;
-    uint32_t have = 0, errors = 0;
     for (uint32_t j = 0; j < s->nominal; j++) {
         if (k * B + j >= T) {
             s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
         } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
-            sl__record_error(ld, s, slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+            sl__record_error(ld, s, sl__slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
         }
-        have += s->ok[j];
         errors += s->err[j] != 0;
     }
-    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) {
-        s->failed = errors > 0;
-    } else {
-        /* refill holes from the tail, in position order */
-        uint32_t j = 0;
-        const uint32_t *order = ld->seq[s->epoch & 1]; /* made before dispatch */
-        while (have < B && T > (k + 1) * B) {
-            while (j < B && s->ok[j]) j++;
-            uint64_t p = --T;
-            fill_position(w, s, j, order[p], s->epoch, 0);
-            if (s->ok[j]) have++;
-        }
+    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) s->failed = errors > 0;
+}
+
+/* A commit pass: settle holes (a refill round, refill.c, if any can be
+ * filled: returns 1 and the batch goes on filling), else decide n and
+ * whether the epoch ends here (returns 0). Runs outside mu by the one
+ * committer; tail is written only by it (under mu, for the claimers). */
+static int commit_slot(sl__worker *w, sl_batch *s) {
+    sl_loader *ld = w->ld;
+    uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T;
+    if (s->rf_passes == 0) commit_nominal(ld, s, T);
+    uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T) : 0;
+    if (m) { /* publish the round: its positions leave the tail, its refills become claims */
+        pthread_mutex_lock(&ld->mu);
+        s->rf_top = top;
+        s->rf_count = m;
+        s->rf_claimed = 0;
+        s->pending += m;
+        ld->tail = T;
+        pthread_mutex_unlock(&ld->mu);
+        return 1;
     }
     uint32_t n = 0;
+    s->good = 0;
+    for (uint32_t j = 0; j < SL_MAX(s->nominal, (uint32_t)B); j++) s->good += s->ok[j];
     if (!s->failed) {
         /* compact: keep position order */
         uint32_t limit = SL_MAX(s->nominal, (uint32_t)B);
         for (uint32_t j = 0; j < limit; j++)
             if (s->ok[j]) {
-                if (j != n) sl__layout_move(&ld->layout, s->base, j, n);
+                if (j != n) sl__slot_move(ld, s, j, n);
                 n++;
             }
     }
@@ -213,29 +246,35 @@ static void commit_slot(sl__worker *w, sl_batch *s) {
         s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
     pthread_mutex_lock(&ld->mu);
     ld->tail = T;
+    s->rf_count = s->rf_claimed = 0;
     pthread_mutex_unlock(&ld->mu);
+    return 0;
 }
 
 /* Commit every resolved batch in order. mu held; may drop it while
- * committing. Returns how many batches it committed or dropped: a commit
- * can open work (the next epoch), so a caller about to sleep must look for
- * work again when this is not 0. */
+ * committing. Returns how many commit passes it made: a pass can open
+ * work (a refill round, the next epoch), so a caller about to sleep must
+ * look for work again when this is not 0. */
 static int try_commit(sl__worker *w) {
     sl_loader *ld = w->ld;
     int done = 0;
     while (!ld->committing && !ld->stop) {
         sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
-        if (!s || s->pending || s->claimed < s->nominal) return done;
+        if (!s || s->pending || s->claimed < s->nominal || s->rf_claimed < s->rf_count) return done;
         done++;
         uint64_t gen = ld->gen;
         ld->committing = 1;
         pthread_mutex_unlock(&ld->mu);
-        commit_slot(w, s);
+        int round = commit_slot(w, s);
         pthread_mutex_lock(&ld->mu);
         ld->committing = 0;
         pthread_cond_broadcast(&ld->cv_quiet);
         if (gen != ld->gen) { /* a reset came in meanwhile: stale */
             if (s->state == SLOT_FILLING) slot_free(ld, s);
+            continue;
+        }
+        if (round) { /* refills to claim: the batch is committed once they are done */
+            pthread_cond_broadcast(&ld->cv_work);
             continue;
         }
         s->state = SLOT_READY;
@@ -273,16 +312,12 @@ static int try_commit(sl__worker *w) {
 
 /* ---- workers -------------------------------------------------------------- */
 
-/* Load sample into position j of s. A failure is recorded now (defer 0:
- * the committer's refills, which are final) or kept in the slot for the
- * commit to record if the position is still part of the batch then. */
-static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int defer) {
-    sl_loader *ld = w->ld;
+/* Load sample into position j of s. A failure is kept in the slot for
+ * the commit to record if the position is still part of the batch then. */
+static void fill_position(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
     int rc = sl__worker_fill(w, s, j, sample, epoch);
     s->ok[j] = rc == 0;
-    s->err[j] = (uint8_t)-rc; /* codes are -1 .. -17 */
-    if (rc && !defer && rc != SL_ESTATE) /* ESTATE: shutting down */
-        sl__record_error(ld, s, sample, rc, s->reasons + (size_t)j * SL_REASON_LEN);
+    s->err[j] = (uint8_t)-rc; /* codes are -1 .. -20 */
 }
 
 void sl__loader_run(sl__worker *w) {
@@ -306,7 +341,7 @@ void sl__loader_run(sl__worker *w) {
         ld->active++;
         pthread_mutex_unlock(&ld->mu);
         uint64_t t0 = sl__now_ns();
-        fill_position(w, c.slot, c.pos, c.sample, c.epoch, 1);
+        fill_position(w, c.slot, c.pos, c.sample, c.epoch);
         atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&ld->mu);
         ld->active--;
@@ -356,86 +391,178 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
 
 /* ---- public: iteration ------------------------------------------------------ */
 
-int sl_loader_next(sl_loader *ld, sl_batch **out) {
-    if (!ld || !out) return SL_EINVAL;
-    *out = NULL;
-    pthread_mutex_lock(&ld->mu);
-    if (ld->poisoned) {
-        pthread_mutex_unlock(&ld->mu);
-        return SL_ESTATE;
+/* Hand batch s (the next in order, READY) to the consumer. mu held.
+ * Returns 0 with *out, SL_EEND / SL_ESAMPLE, SL_EERRORS or SL_ENOENT (the
+ * guard tripped on it, or its failures come from a removed dataset
+ * folder: not delivered, ld poisoned), or 1: nothing to hand (an empty
+ * marker inside the epoch), look again. */
+static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
+    ld->r_seqno++;
+    ld->ready--;
+    /* its failures become visible with it */
+    ld->nerrs_seen += s->nerr;
+    ld->epoch_errors += s->nerr;
+    if (s->nerr) {
+        ld->last_err = s->last_err;
+        ld->has_last_err = 1;
     }
+    atomic_store(&ld->delivered_cno, s->cno);
+    ld->good_seen += s->good;
+    ld->epoch_good += s->good;
+    /* failures because the dataset folder is gone: say that, not "too many failures" */
+    int rc = s->nerr && sl__source_gone(ld->src) ? sl__poison_vanished(ld) : sl__guard_check(ld, s);
+    if (rc) {
+        slot_free(ld, s);
+        return rc;
+    }
+    if (s->final) {
+        ld->cur_epoch = s->epoch + 1;
+        ld->cur_batch = 0;
+        ld->cur_tail = ld->sampler.per_rank;
+        ld->epoch_good = ld->epoch_errors = 0;
+    } else {
+        ld->cur_epoch = s->epoch;
+        ld->cur_batch = s->batch + 1;
+        ld->cur_tail = s->tail_after;
+    }
+    if (s->marker || s->failed) {
+        int failed = s->failed, final = s->final;
+        slot_free(ld, s);
+        if (failed) {
+            if (final) ld->pending_end = 1;
+            return SL_ESAMPLE;
+        }
+        return final ? SL_EEND : 1;
+    }
+    s->state = SLOT_HELD;
+    ld->held++;
+    if (s->final) ld->pending_end = 1;
+    ld->samples_out += s->n;
+    ld->batches_out++;
+    *out = s;
+    return 0;
+}
+
+/* sl_loader_next with mu held, waiting at most timeout_ns (< 0: forever). */
+static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
+    if (ld->poisoned) return SL_ESTATE;
     uint64_t t0 = sl__now_ns();
     if (!ld->t_first_ns) ld->t_first_ns = t0;
-    int rc;
+    struct timespec dl;
+    if (timeout_ns > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)timeout_ns;
+        dl.tv_sec += (time_t)(ns / 1000000000u);
+        dl.tv_nsec = (long)(ns % 1000000000u);
+    }
+    int rc, expired = 0;
     for (;;) {
+        if (atomic_load(&ld->source_gone)) {
+            rc = sl__poison_vanished(ld);
+            break;
+        }
         if (ld->pending_end) {
             ld->pending_end = 0;
             rc = SL_EEND;
             break;
         }
         sl_batch *s = slot_by_seqno(ld, ld->r_seqno, SLOT_READY);
-        if (s) {
-            ld->r_seqno++;
-            ld->ready--;
-            /* its failures become visible with it */
-            ld->nerrs_seen += s->nerr;
-            atomic_store(&ld->delivered_cno, s->cno);
-            if (s->final) {
-                ld->cur_epoch = s->epoch + 1;
-                ld->cur_batch = 0;
-                ld->cur_tail = ld->sampler.per_rank;
-            } else {
-                ld->cur_epoch = s->epoch;
-                ld->cur_batch = s->batch + 1;
-                ld->cur_tail = s->tail_after;
-            }
-            if (s->marker || s->failed) {
-                int failed = s->failed;
-                slot_free(ld, s);
-                if (failed) {
-                    if (s->final) ld->pending_end = 1;
-                    rc = SL_ESAMPLE;
-                    break;
-                }
-                if (s->final) {
-                    rc = SL_EEND;
-                    break;
-                }
-                continue;
-            }
-            s->state = SLOT_HELD;
-            ld->held++;
-            if (s->final) ld->pending_end = 1;
-            ld->samples_out += s->n;
-            ld->batches_out++;
-            *out = s;
-            rc = 0;
-            break;
-        }
+        if (s && (rc = deliver(ld, s, out)) != 1) break;
+        if (s) continue;
         if (ld->held >= ld->nslots) {
             rc = SL_EHELD;
             break;
         }
-        pthread_cond_wait(&ld->cv_ready, &ld->mu);
+        if (expired) {
+            rc = SL_ETIMEDOUT;
+            break;
+        }
+        if (timeout_ns < 0) pthread_cond_wait(&ld->cv_ready, &ld->mu);
+        else if (timeout_ns == 0 || pthread_cond_timedwait(&ld->cv_ready, &ld->mu, &dl) == ETIMEDOUT) expired = 1;
     }
     ld->wait_ns += sl__now_ns() - t0;
+    return rc;
+}
+
+int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->forked) return SL_ESTATE;
+    pthread_mutex_lock(&ld->mu);
+    int rc = next_locked(ld, out, (int64_t)timeout_ms * 1000000);
     pthread_mutex_unlock(&ld->mu);
     return rc;
 }
 
-void sl_loader_release(sl_loader *ld, sl_batch *b) {
-    if (!ld || !b) return;
+int sl_loader_next(sl_loader *ld, sl_batch **out) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
-    if (b->ld == ld && b->state == SLOT_HELD) {
-        ld->held--;
-        slot_free(ld, b);
-        pthread_cond_broadcast(&ld->cv_ready);
-    }
+    int rc = next_locked(ld, out, -1);
     pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+/* Is b one of ld's slots? By address only: b may point anywhere. */
+static int is_slot(const sl_loader *ld, const sl_batch *b) {
+    uintptr_t p = (uintptr_t)b, lo = (uintptr_t)ld->slots, hi = lo + (uintptr_t)ld->nslots * sizeof(sl_batch);
+    return p >= lo && p < hi && (p - lo) % sizeof(sl_batch) == 0;
+}
+
+void sl_loader_release(sl_loader *ld, sl_batch *b) {
+    if (!ld || !b || !sl__registry_enter(ld)) return; /* a destroyed loader: its batches went with it */
+    if (!ld->forked && is_slot(ld, b)) {
+        pthread_mutex_lock(&ld->mu);
+        if (b->state == SLOT_HELD) {
+            ld->held--;
+            slot_free(ld, b);
+            pthread_cond_broadcast(&ld->cv_ready);
+        }
+        pthread_mutex_unlock(&ld->mu);
+    }
+    sl__registry_leave();
+}
+
+int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
+    if (!cld) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) {
+        sl__msg(why, len,
+                "this loader was created in process %ld and this is process %ld, a child of fork(): its worker "
+                "threads did not survive the fork, so it cannot be used here; create a new loader after the fork",
+                ld->owner_pid, (long)getpid());
+        return SL_ESTATE;
+    }
+    pthread_mutex_lock(&ld->mu);
+    int code = ld->poisoned;
+    if (code) sl__msg(why, len, "%s", ld->poison_why);
+    else sl__msg(why, len, "%s", "");
+    pthread_mutex_unlock(&ld->mu);
+    return code;
+}
+
+int sl_loader_last_error(const sl_loader *cld, sl_error_record *out) {
+    if (!cld || !out) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) return SL_ESTATE;
+    pthread_mutex_lock(&ld->mu);
+    int rc = ld->has_last_err ? 0 : SL_EEND;
+    if (!rc) *out = ld->last_err;
+    pthread_mutex_unlock(&ld->mu);
+    return rc;
+}
+
+int sl__loader_stopping(sl_loader *ld) {
+    pthread_mutex_lock(&ld->mu);
+    int stop = ld->stop;
+    pthread_mutex_unlock(&ld->mu);
+    return stop;
 }
 
 int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
     if (!ld) return SL_EINVAL;
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     if (ld->poisoned) {
         pthread_mutex_unlock(&ld->mu);

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ void sl_config_init_sized(sl_config *c, size_t struct_size) {
     d.max_pixels = DEFAULT_MAX_PIXELS;
     d.max_bytes = DEFAULT_MAX_BYTES;
     d.max_error_records = 1000;
+    d.max_error_rate = 0.1;
     memcpy(c, &d, n);
 }
 
@@ -78,6 +80,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     int rc = sl__recipe_from_config(c, &recipe, err, errlen);
     if (rc) return rc;
     if (c->max_error_records > (1u << 20)) BAD("max_error_records over 1048576");
+    if (!(c->max_error_rate >= 0)) BAD("max_error_rate %g is not a fraction >= 0 (1 = never stop)", c->max_error_rate);
     return 0;
 #undef BAD
 }
@@ -109,6 +112,25 @@ static int alloc_fail_code(const sl_loader *ld, uint64_t n) {
     return SL_ENOMEM;
 }
 
+/* mu, errmu and the condition variables (cv_ready on the monotonic clock,
+ * for sl_loader_next_timeout's deadline). 0, or SL_ESYS with none left. */
+static int init_sync(sl_loader *ld) {
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca)) return SL_ESYS;
+    int n = 0; /* objects made, in this order */
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_mutex_init(&ld->mu, NULL) == 0 && ++n &&
+        pthread_mutex_init(&ld->errmu, NULL) == 0 && ++n && pthread_cond_init(&ld->cv_work, NULL) == 0 && ++n &&
+        pthread_cond_init(&ld->cv_ready, &ca) == 0 && ++n && pthread_cond_init(&ld->cv_quiet, NULL) == 0)
+        ld->sync_init = 1;
+    pthread_condattr_destroy(&ca);
+    if (ld->sync_init) return 0;
+    if (n > 3) pthread_cond_destroy(&ld->cv_ready);
+    if (n > 2) pthread_cond_destroy(&ld->cv_work);
+    if (n > 1) pthread_mutex_destroy(&ld->errmu);
+    if (n > 0) pthread_mutex_destroy(&ld->mu);
+    return SL_ESYS;
+}
+
 /* A new loader holding its configuration, budget and locks; nothing else. */
 static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t errlen) {
     sl_config c;
@@ -120,6 +142,7 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     ld->budget = &ld->own_budget;
     if ((rc = sl__budget_init(ld->budget, c.budget))) {
         free(ld);
+        sl__msg(err, errlen, "could not make the budget's lock");
         return rc;
     }
     /* the loader's own struct (schema, layout, counters) is counted too */
@@ -132,11 +155,15 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         return SL_EBUDGET;
     }
     ld->counted_self = 1;
-    pthread_mutex_init(&ld->mu, NULL);
-    pthread_mutex_init(&ld->errmu, NULL);
-    pthread_cond_init(&ld->cv_work, NULL);
-    pthread_cond_init(&ld->cv_ready, NULL);
-    pthread_cond_init(&ld->cv_quiet, NULL);
+    if ((rc = init_sync(ld))) {
+        sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
+        sl__budget_fini(ld->budget);
+        free(ld);
+        sl__msg(err, errlen, "could not make the loader's locks");
+        return rc;
+    }
+    ld->owner_pid = (long)getpid();
+    ld->sample_cap = sl__sample_cap(c.budget);
     ld->nworkers = c.workers ? c.workers : affinity_cpus();
     ld->B = c.batch_size;
     *out = ld;
@@ -223,17 +250,30 @@ static int step_tables(sl_loader *ld, char *err, size_t errlen) {
 
 /* ---- step 4: sizing -------------------------------------------------------------- */
 
+/* The smallest budget b whose fixed part can be `fixed` with a quarter of
+ * b (sl__sample_cap) left for one sample: b - b/4 >= fixed. */
+static uint64_t min_budget_for(uint64_t fixed) {
+    if (fixed > UINT64_MAX / 2) return UINT64_MAX;
+    uint64_t b = fixed + fixed / 3;
+    while (b - sl__sample_cap(b) < fixed) b++;
+    while (b > 0 && (b - 1) - sl__sample_cap(b - 1) >= fixed) b--;
+    return b;
+}
+
 /* The pipeline's sizes for this budget: what plan reports and create
- * carves. The minimum working set is min_slots batch slots + the worker
- * baselines + what is held already (index, orders, records). */
+ * carves. The fixed part is min_slots batch slots + the worker baselines +
+ * what is held already (index, orders, records), and it must leave a
+ * quarter of the budget for one sample's growth (admit.c): the minimum
+ * budget is the fixed part x 4/3. */
 static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl_config *cfg = &ld->cfg;
     uint64_t stride = ld->layout.stride, per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE;
     uint64_t workers_b = per_worker * ld->nworkers, used = atomic_load(&ld->budget->used);
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = stride + sizeof(sl_batch);
-    uint64_t minimum = used + workers_b + (uint64_t)sl__alloc_cost((size_t)SL_MIN(stride * min_slots, SIZE_MAX / 2)) +
-                       sizeof(sl_batch) * min_slots + 4096;
+    uint64_t fixed_min = used + workers_b + (uint64_t)sl__alloc_cost((size_t)SL_MIN(stride * min_slots, SIZE_MAX / 2)) +
+                         sizeof(sl_batch) * min_slots + 4096;
+    uint64_t minimum = min_budget_for(fixed_min);
     memset(p, 0, sizeof *p);
     p->dataset_size = ld->sampler.n;
     p->samples_per_rank = ld->sampler.per_rank;
@@ -246,14 +286,15 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     p->index_bytes = used;
     p->min_budget = minimum;
     p->index_seconds = ld->index_seconds;
-    if (minimum > cfg->budget) {
+    if (fixed_min + ld->sample_cap > cfg->budget || fixed_min > cfg->budget) {
         char b1[32], b2[32], b3[32], b4[32], b5[32];
         p->slots = (uint32_t)min_slots;
-        p->fixed_bytes = minimum;
+        p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
-                "(batch %u x %s a sample) + %u workers x %s scratch + %s index; "
-                "raise the budget to at least %s or lower the batch size, sample size or workers",
+                "(batch %u x %s a sample) + %u workers x %s scratch + %s index, with a quarter of the budget "
+                "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
+                "size or workers",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(stride, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
                 ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
@@ -264,15 +305,14 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     if (cfg->prefetch) {
         nslots = cfg->prefetch;
     } else {
-        /* as many as fit, leaving room for scratch to grow, at most
-         * max(4, 4 * workers / batch) */
-        uint64_t room = cfg->budget - used - workers_b - 4096;
-        uint64_t growth = SL_MIN((uint64_t)ld->nworkers * (4u << 20), cfg->budget / 8);
-        uint64_t fit = room > growth ? (room - growth) / slot_cost : 0;
+        /* as many as fit, leaving a sample's room (a quarter) for scratch
+         * to grow, at most max(4, 4 * workers / batch) */
+        uint64_t room = cfg->budget - used - workers_b - 4096 - ld->sample_cap;
+        uint64_t fit = room / slot_cost;
         uint64_t cap = SL_MAX(4, (4ull * ld->nworkers + ld->B - 1) / ld->B);
         nslots = (uint32_t)SL_MAX(SL_MIN(fit, cap), min_slots);
-        while (nslots > min_slots &&
-               used + workers_b + sl__alloc_cost(stride * nslots) + sizeof(sl_batch) * nslots + 4096 > cfg->budget)
+        while (nslots > min_slots && used + workers_b + sl__alloc_cost(stride * nslots) + sizeof(sl_batch) * nslots +
+                                             4096 + ld->sample_cap > cfg->budget)
             nslots--;
     }
     p->slots = nslots;
@@ -318,6 +358,34 @@ static void stop_workers(sl_loader *ld, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) pthread_join(ld->workers[i].thread, NULL);
 }
 
+/* Start the workers with every asynchronous signal blocked (they inherit
+ * the mask), so Ctrl-C and friends go to the caller's threads; synchronous
+ * ones (a fault) stay deliverable. 0 or SL_ESYS (the started ones stopped). */
+static int start_workers(sl_loader *ld, char *err, size_t errlen) {
+    sigset_t all, old;
+    sigfillset(&all);
+    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr)) {
+        sl__msg(err, errlen, "could not make thread attributes");
+        return SL_ESYS;
+    }
+    pthread_attr_setstacksize(&attr, SL_WORKER_STACK);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = 0;
+    for (uint32_t i = 0; i < ld->nworkers && !rc; i++) {
+        if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
+            stop_workers(ld, i);
+            sl__msg(err, errlen, "could not start worker thread %u", i);
+            rc = SL_ESYS;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
 /* Worker baselines (fixed for life), the first epoch's order, the threads;
  * returns once every worker runs. */
 static int step_workers(sl_loader *ld, char *err, size_t errlen) {
@@ -331,6 +399,13 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
         }
     }
     sl__budget_fix(ld->budget, atomic_load(&ld->budget->used));
+    if (sl__budget_headroom(ld->budget) < ld->sample_cap) { /* allocation rounding ate into it */
+        char b1[32], b2[32];
+        sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it",
+                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), sl__fmt_bytes(atomic_load(&ld->budget->fixed), b2, sizeof b2));
+        return SL_EBUDGET;
+    }
+    if ((rc = sl__admit_check(ld, err, errlen))) return rc;
     uint64_t per = ld->sampler.per_rank;
     sl__order_for(ld, 0);
     ld->d_epoch = 0;
@@ -339,18 +414,7 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
     ld->d_open = 1;
     ld->cur_tail = per;
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, SL_WORKER_STACK);
-    for (uint32_t i = 0; i < ld->nworkers; i++) {
-        if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
-            pthread_attr_destroy(&attr);
-            stop_workers(ld, i);
-            sl__msg(err, errlen, "could not start worker thread %u", i);
-            return SL_ESYS;
-        }
-    }
-    pthread_attr_destroy(&attr);
+    if ((rc = start_workers(ld, err, errlen))) return rc;
     /* handshake: return only once every worker runs */
     pthread_mutex_lock(&ld->mu);
     while (ld->started < ld->nworkers) pthread_cond_wait(&ld->cv_ready, &ld->mu);
@@ -358,10 +422,15 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
     return 0;
 }
 
-static void free_all(sl_loader *ld) {
-    if (ld->workers)
-        for (uint32_t i = 0; i < ld->nworkers; i++) sl__worker_fini(&ld->workers[i]);
+/* Free what the loader allocated. In a child of fork() the decoders are
+ * left alone: a decode may have been mid-call in the parent at the fork. */
+static void free_memory(sl_loader *ld, int in_child) {
     sl__budget *b = ld->budget;
+    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
+        sl__worker *w = &ld->workers[i];
+        if (!in_child) sl__worker_fini(w);
+        else if (w->ld) sl__scratch_fini(&w->scratch);
+    }
     sl__free(b, ld->workers);
     sl__free(b, ld->slots);
     sl__free(b, ld->region);
@@ -373,13 +442,29 @@ static void free_all(sl_loader *ld) {
     sl__free(b, ld->fields_json);
     if (ld->src) sl__source_close(ld->src);
     sl__schema_fini(&ld->schema);
-    pthread_cond_destroy(&ld->cv_work);
-    pthread_cond_destroy(&ld->cv_ready);
-    pthread_cond_destroy(&ld->cv_quiet);
-    pthread_mutex_destroy(&ld->mu);
-    pthread_mutex_destroy(&ld->errmu);
-    if (ld->counted_self) sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
+    if (ld->counted_self) sl__budget_release(b, sizeof *ld, SL_MEM_OTHER);
+}
+
+static void free_all(sl_loader *ld) {
+    free_memory(ld, 0);
+    if (ld->sync_init) {
+        pthread_cond_destroy(&ld->cv_work);
+        pthread_cond_destroy(&ld->cv_ready);
+        pthread_cond_destroy(&ld->cv_quiet);
+        pthread_mutex_destroy(&ld->mu);
+        pthread_mutex_destroy(&ld->errmu);
+    }
     sl__budget_fini(&ld->own_budget);
+    free(ld);
+}
+
+/* In a child of fork(): free this process's copy of the loader without
+ * touching a lock or a condition variable (the parent's threads may have
+ * held any of them at the fork, and they do not exist here, so waiting or
+ * destroying could hang forever). */
+static void destroy_in_child(sl_loader *ld) {
+    atomic_store(&ld->budget->waiters, 0); /* they were the parent's threads: nobody to wake */
+    free_memory(ld, 1);
     free(ld);
 }
 
@@ -400,6 +485,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
         if (ld) free_all(ld);
         return rc;
     }
+    sl__registry_add(ld);
     *out = ld;
     return 0;
 }
@@ -422,7 +508,11 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
 }
 
 void sl_loader_destroy(sl_loader *ld) {
-    if (!ld) return;
+    if (!ld || !sl__registry_remove(ld)) return; /* NULL, or not a live loader (destroyed already) */
+    if (ld->forked) {
+        destroy_in_child(ld);
+        return;
+    }
     stop_workers(ld, ld->nworkers);
     free_all(ld);
 }
@@ -472,6 +562,7 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     sl_loader *ld = (sl_loader *)cld;
     sl_stats st, *o = &st;
     memset(o, 0, sizeof *o);
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     o->samples = ld->samples_out;
     o->batches = ld->batches_out;
@@ -515,10 +606,15 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
         snprintf(e->rec.reason, sizeof e->rec.reason, "%s", reason && *reason ? reason : sl_strerror(code));
     }
     pthread_mutex_unlock(&ld->errmu);
+    /* the newest one of the batch, kept whatever max_error_records says */
+    s->last_err.index = index;
+    s->last_err.epoch = s->epoch;
+    s->last_err.code = code;
+    snprintf(s->last_err.reason, sizeof s->last_err.reason, "%s", reason && *reason ? reason : sl_strerror(code));
 }
 
 size_t sl_loader_errors(const sl_loader *cld, size_t first, sl_error_record *out, size_t max) {
-    if (!cld || !out) return 0;
+    if (!cld || !out || cld->forked) return 0;
     sl_loader *ld = (sl_loader *)cld;
     uint64_t seen = atomic_load(&ld->delivered_cno);
     pthread_mutex_lock(&ld->errmu);
@@ -532,6 +628,7 @@ int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
     if (!cld || !st) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
     memset(st, 0, sizeof *st);
+    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     st->version = SL_STATE_VERSION;
     st->seed = ld->cfg.seed;
@@ -547,23 +644,29 @@ int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
     return 0;
 }
 
+/* Could a loader be at st? sl_loader_get_state reports an epoch's end as
+ * (epoch + 1, 0, per_rank), so a state always has a next batch: batch <
+ * nbatches and a tail that leaves it a sample (a full one with drop_last). */
+static int state_reachable(const sl_loader *ld, const sl_state *st) {
+    uint64_t B = ld->B, start;
+    if (st->batch >= ld->nbatches || st->tail > ld->sampler.per_rank || sl__mul(st->batch, B, &start)) return 0;
+    return ld->cfg.drop_last ? start + B <= st->tail : start < st->tail;
+}
+
 int sl_loader_set_state(sl_loader *ld, const sl_state *st) {
     if (!ld || !st) return SL_EINVAL;
+    if (ld->forked) return SL_ESTATE;
     uint32_t flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
     if (st->version != SL_STATE_VERSION || st->seed != ld->cfg.seed || st->dataset_size != ld->sampler.n ||
         st->rank != ld->cfg.rank || st->world_size != ld->cfg.world_size || st->batch_size != ld->B ||
-        st->flags != flags || st->batch > ld->nbatches || st->tail > ld->sampler.per_rank ||
-        st->tail < st->batch * ld->B)
+        st->flags != flags || !state_reachable(ld, st))
         return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     if (ld->poisoned) {
         pthread_mutex_unlock(&ld->mu);
         return SL_ESTATE;
     }
-    if (st->batch >= ld->nbatches || !((ld->cfg.drop_last ? (st->batch + 1) * ld->B <= st->tail : st->batch * ld->B < st->tail)))
-        sl__reset_pipeline(ld, st->epoch + 1, 0, ld->sampler.per_rank); /* saved right at an epoch's end */
-    else
-        sl__reset_pipeline(ld, st->epoch, st->batch, st->tail);
+    sl__reset_pipeline(ld, st->epoch, st->batch, st->tail);
     pthread_mutex_unlock(&ld->mu);
     return 0;
 }

@@ -42,6 +42,7 @@ struct sl_batch {
     uint32_t claimed;    /* positions handed out */
     uint32_t pending;    /* positions not finished */
     uint32_t n;          /* samples after commit */
+    uint32_t good;       /* samples decoded, delivered or not (on_error=raise drops them) */
     int discard;         /* stale: free once pending reaches 0 */
     int failed;          /* on_error=raise and a sample failed */
     int marker;          /* committed empty (dropped): an epoch boundary only */
@@ -58,6 +59,16 @@ struct sl_batch {
                             position failed; recorded at commit, so a position
                             that turns out void (the committer took it as a
                             refill, and recorded it then) is never recorded twice */
+    /* Refill rounds (refill.c): the holes a round fills, in position
+     * order; refill i of the round decodes order position rf_top - 1 - i
+     * into position rf_hole[i]. Claimed like nominal positions (pending
+     * counts them), so refills are parallel work. */
+    uint32_t *rf_hole;
+    uint32_t rf_count;   /* refills in the current round (0: none) (mu) */
+    uint32_t rf_claimed; /* handed out (mu) */
+    uint64_t rf_top;     /* the tail when the round began (mu) */
+    int rf_passes;       /* commit passes made (0: nominal failures not yet recorded) */
+    sl_error_record last_err; /* the newest failure recorded at its commit (nerr > 0) */
 };
 #define SL_REASON_LEN sizeof(((sl_error_record *)0)->reason)
 
@@ -72,6 +83,11 @@ typedef struct sl__worker {
 
 struct sl_loader {
     sl_config cfg;
+    /* process-wide registry of live loaders (registry.c) */
+    sl_loader *reg_next;
+    long owner_pid;          /* the process that created it */
+    int forked;              /* set in a child of fork() by the atfork handler */
+    uint64_t sample_cap;     /* most scratch growth one sample may have (admit.c) */
     char *source_path;       /* the configuration's strings, copied */
     char *fields_json;
     sl__budget *budget;      /* everything the loader holds is counted here */
@@ -106,7 +122,10 @@ struct sl_loader {
     int stop;
     _Atomic int cancel;      /* set with stop: decoders give up (sl__load.cancel) */
     uint32_t started;
-    int poisoned;
+    int sync_init;           /* mu, errmu and the condition variables exist */
+    int poisoned;            /* 0, or the code that poisoned it (mu) */
+    char poison_why[320];    /* why, once poisoned (mu) */
+    _Atomic int source_gone; /* a worker found the dataset folder removed */
     /* dispatch */
     uint64_t d_epoch, d_batch;
     int d_open;              /* d_epoch's order is ready */
@@ -126,6 +145,11 @@ struct sl_loader {
     uint64_t t_first_ns;
     uint64_t samples_out, batches_out;
     uint64_t wait_ns;
+    uint64_t good_seen;      /* samples decoded in delivered or dropped batches (all epochs) */
+    uint64_t epoch_good;     /* the same, in the current epoch */
+    uint64_t epoch_errors;   /* failures in the current epoch's delivered or dropped batches */
+    sl_error_record last_err;/* newest failure of a delivered batch (has_last_err) */
+    int has_last_err;
 
     /* Error records (errmu), appended by the committer in commit order and
      * visible once their batch is delivered, so what the consumer sees does
@@ -147,11 +171,16 @@ void sl__worker_fini(sl__worker *w);
 void sl__worker_idle(sl__worker *w);
 /* Load dataset sample `sample` of epoch into position j of slot s: every
  * field through its kind, then the index and (SL_FLAG_CHECKSUM) the hash.
- * 0, or a code with the reason in the position's reason string. */
+ * 0, or a code with the reason in the position's reason string. Transient
+ * system failures (SL_EAGAIN: out of file descriptors, ...; and SL_ENOMEM
+ * from the system) are waited out with a bounded backoff and retried, so
+ * they never become error records unless they last SL_TRANSIENT_MAX_S;
+ * SL_ESTATE if the loader closes meanwhile. */
 int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch);
 /* Record a failure for batch s being committed (committer only). */
 void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 
+#define SL_TRANSIENT_MAX_S 60
 #define SL_WORKER_READ_BASE ((size_t)256 << 10)
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
 #define SL_WORKER_STACK ((size_t)2 << 20)
@@ -164,5 +193,48 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
 uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch);
 /* Point slot s at its block of the region. */
 void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base);
+/* Has destroy begun? (a worker's retry loop stops waiting). */
+int sl__loader_stopping(sl_loader *ld);
+
+/* registry.c: live loaders, process-wide. A pthread_atfork child handler
+ * marks every loader registered at the fork as forked (no lock needed: the
+ * child has one thread; the registry's own lock is held across fork()). */
+void sl__registry_add(sl_loader *ld);
+/* 1 if ld was registered (and is no longer), 0 if it was not. */
+int sl__registry_remove(sl_loader *ld);
+/* 1 with the registry locked if ld is a live loader, else 0 (unlocked):
+ * for calls that must not touch a destroyed loader. sl__registry_leave
+ * unlocks. Lock order: registry, then ld->mu. */
+int sl__registry_enter(const sl_loader *ld);
+void sl__registry_leave(void);
+
+/* guard.c (mu held). The failure guard for batch s about to be delivered
+ * (or dropped), its samples and failures already counted: 0, or
+ * SL_EERRORS after poisoning ld. */
+int sl__guard_check(sl_loader *ld, const sl_batch *s);
+/* Poison ld for a removed dataset folder: SL_ENOENT. */
+int sl__poison_vanished(sl_loader *ld);
+
+/* admit.c: the per-sample room and the check of ordinary samples at create. */
+/* The most growth one sample may have: a quarter of the budget. */
+uint64_t sl__sample_cap(uint64_t budget);
+/* At create (no worker running): read the headers of up to 32 samples
+ * spread evenly over the dataset and refuse (SL_EBUDGET with the numbers)
+ * when more than a tenth would need more than ld->sample_cap (each file
+ * field's kind bounds its need, sl__kind.admit). Uses worker 0's scratch.
+ * Unreadable or undecodable headers are left out. */
+int sl__admit_check(sl_loader *ld, char *err, size_t errlen);
+
+/* refill.c: refill rounds, committer side (see refill.c). mu not held. */
+/* Settle the round just finished (its failures recorded, its successes
+ * moved down), then plan the next one if the batch has holes and the tail
+ * has unused positions: returns its size m (rf_hole[0..m) filled, *T, the
+ * committer's tail, lowered by m; the caller publishes rf_top = the old
+ * *T and rf_count = m under mu), or 0: the batch is settled. */
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T);
+/* Move the sample at position a of s down to b (b < a); committer only. */
+void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b);
+/* The dataset index held at position j of slot s. */
+uint64_t sl__slot_index(const sl_loader *ld, const sl_batch *s, uint32_t j);
 
 #endif

@@ -25,4 +25,28 @@ int sl__sampler_init(sl__sampler *s, uint64_t n, uint32_t rank, uint32_t world, 
  * when world == 1). */
 void sl__sampler_fill(const sl__sampler *s, uint64_t epoch, uint32_t *seq, uint32_t *tmp);
 
+/*
+ * Next use (for the sample cache). Time is the position in the global
+ * order, counted across epochs: the p-th entry (0 <= p < total) of epoch
+ * e's padded permutation is used at time e * total + p, by rank p % world.
+ * Rank r's i-th sample of epoch e is at sl__sampler_time(s, e, i). All
+ * ranks share one permutation per epoch and advance in lock step, so the
+ * times of the ranks of a node, merged, are the node's order.
+ */
+static inline uint64_t sl__sampler_time(const sl__sampler *s, uint64_t epoch, uint64_t i) {
+    return epoch * s->total + s->rank + i * s->world;
+}
+
+/* The inverse permutation of epoch: inv[k] = the first position of sample
+ * k in the epoch's global order (its further positions, from padding, are
+ * inv[k] + j * n below total). inv holds n entries; requires n < 2^31
+ * (SL_EINVAL otherwise). Allocates nothing. */
+int sl__sampler_inverse(const sl__sampler *s, uint64_t epoch, uint32_t *inv);
+
+/* The first position p >= from of sample k in an epoch whose inverse is
+ * inv, used by one of the ranks [rank_lo, rank_lo + ranks), or UINT64_MAX
+ * if there is none before total. */
+uint64_t sl__sampler_next_position(const sl__sampler *s, const uint32_t *inv, uint32_t k, uint64_t from,
+                                   uint32_t rank_lo, uint32_t ranks);
+
 #endif

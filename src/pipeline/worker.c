@@ -7,14 +7,22 @@
  * a worker gives its growth back whenever someone waits, and always before
  * it goes idle (an idle worker must not hold what a waiter needs: it may be
  * idle exactly because the batch waits for that waiter's sample). A need
- * larger than the budget can ever give (limit - fixed) is an SL_EBUDGET
- * error record for that sample, at once.
+ * larger than the per-sample room (ld->sample_cap, a quarter of the budget:
+ * a rule that depends only on the sample and the configuration, admit.c)
+ * is an SL_EBUDGET error record for that sample, at once; create keeps that
+ * room out of the fixed part, so any smaller need is granted in the end.
+ *
+ * Transient failures. Out of file descriptors (EMFILE, ENFILE), EAGAIN,
+ * EINTR and the system refusing memory for a moment are not the sample's
+ * fault: the worker gives back its growth, sleeps (1 ms, doubling to
+ * 50 ms) and tries the sample again, for up to SL_TRANSIENT_MAX_S.
  *
  * Stages. The worker holds no format knowledge: for each field of the
  * schema it calls the field's kind (fields/), which takes the value from
  * the source, reads and decodes it, and writes it into the slot.
  */
 #include <string.h>
+#include <time.h>
 
 #include "../base/util.h"
 #include "loader_impl.h"
@@ -28,6 +36,7 @@ int sl__worker_init(sl__worker *w, sl_loader *ld, uint32_t id) {
         memset(w, 0, sizeof *w);
         return rc;
     }
+    w->scratch.cap = ld->sample_cap;
     if (!(w->dec = sl__decoder_new())) {
         sl__scratch_fini(&w->scratch);
         memset(w, 0, sizeof *w);
@@ -57,10 +66,10 @@ static void name_field(const sl_loader *ld, const sl__field *f, char *reason, si
     sl__msg(reason, rlen, "%s: %s", f->name, tmp);
 }
 
-int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
+/* Every field of the sample, once. */
+static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, char *reason) {
     sl_loader *ld = w->ld;
     const sl__layout *L = &ld->layout;
-    char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
     reason[0] = 0;
     sl__load load = {ld->src,          &w->scratch,         w->dec,         &ld->cancel, ld->cfg.seed,
                      epoch,            sample,              ld->cfg.max_bytes, ld->cfg.max_pixels, 0};
@@ -71,6 +80,43 @@ int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uin
         int64_t *len = L->len_out[i] ? (int64_t *)sl__layout_at(L, s->base, L->len_out[i], j) : NULL;
         rc = f->kind->load(&load, f, dst, len, reason, SL_REASON_LEN);
         if (rc) name_field(ld, f, reason, SL_REASON_LEN);
+    }
+    return rc;
+}
+
+static void sleep_us(uint64_t us) {
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch) {
+    sl_loader *ld = w->ld;
+    const sl__layout *L = &ld->layout;
+    char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
+    uint64_t t0 = 0, delay_us = 1000;
+    int rc;
+    for (;;) {
+        rc = fill_once(w, s, j, sample, epoch, reason);
+        if (rc == SL_ENOENT && sl__source_gone(ld->src)) {
+            atomic_store(&ld->source_gone, 1);
+            sl__msg(reason, SL_REASON_LEN, "the dataset folder was removed");
+        }
+        if (rc != SL_EAGAIN && rc != SL_ENOMEM) break;
+        uint64_t now = sl__now_ns();
+        if (!t0) t0 = now;
+        if (now - t0 >= (uint64_t)SL_TRANSIENT_MAX_S * 1000000000u) {
+            size_t at = strlen(reason);
+            if (at + 1 < SL_REASON_LEN) sl__msg(reason + at, SL_REASON_LEN - at, " (retried for %d s)", SL_TRANSIENT_MAX_S);
+            break;
+        }
+        if (sl__loader_stopping(ld)) {
+            sl__msg(reason, SL_REASON_LEN, "loader closing");
+            rc = SL_ESTATE;
+            break;
+        }
+        sl__scratch_drop(&w->scratch); /* hold nothing while waiting */
+        sleep_us(delay_us);
+        delay_us = SL_MIN(delay_us * 2, (uint64_t)50000);
     }
     int64_t ix = (int64_t)sample;
     memcpy(sl__layout_at(L, s->base, L->index_out, j), &ix, 8);

@@ -1,6 +1,7 @@
 /*
- * Manifests: CSV (`path,label`, RFC 4180) and JSONL ({"path": ..., "label":
- * ...} per line, rows in jsonrow.h's grammar). Both parsers are strict,
+ * Manifests: CSV (`path,label`, RFC 4180; lines end with LF, CRLF or a
+ * lone CR) and JSONL ({"path": ..., "label": ...} per line, rows in
+ * jsonrow.h's grammar). Both parsers are strict,
  * allocate nothing (decoded paths go through a PATH_MAX stack buffer: a
  * longer path could not be opened anyway) and report the first error with
  * its line number. They run on hostile input (fuzzed:
@@ -47,18 +48,24 @@ static const char *bad_path(const sl__obuf *o) {
 
 /* ---- CSV --------------------------------------------------------------- */
 
+/* Line ends: LF, CRLF, or a lone CR (old Mac files, some spreadsheet
+ * exports). Bytes of the line end at t[i] (a CR or an LF). */
+static size_t eol_len(const char *t, size_t i, size_t n) {
+    return t[i] == '\r' && i + 1 < n && t[i + 1] == '\n' ? 2 : 1;
+}
+
 int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_t *rec_line, sl__csv_field *f,
                    uint32_t maxf, uint32_t *nf, char *buf, size_t cap, char *err, size_t errlen) {
     size_t i = *pos, used = 0;
-    for (;;) { /* a blank line (spaces, tabs, CR only) is skipped */
+    for (;;) { /* a blank line (spaces and tabs only) is skipped */
         size_t j = i;
-        while (j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r')) j++;
+        while (j < n && (t[j] == ' ' || t[j] == '\t')) j++;
         if (j == n) {
             *pos = n;
             return 1;
         }
-        if (t[j] != '\n') break;
-        i = j + 1;
+        if (t[j] != '\n' && t[j] != '\r') break;
+        i = j + eol_len(t, j, n);
         ++*line;
     }
     *rec_line = *line;
@@ -88,21 +95,16 @@ int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_
                 sl__obuf_put(o, c);
                 i++;
             }
-            if (i < n && t[i] == '\r' && (i + 1 == n || t[i + 1] == '\n')) i++;
-            if (i < n && t[i] != ',' && t[i] != '\n') {
+            if (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
                 sl__msg(err, errlen, "line %llu: unexpected character after a closing quote", (ull)*line);
                 return SL_EPARSE;
             }
         } else {
-            while (i < n && t[i] != ',' && t[i] != '\n') {
+            while (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
                 if (t[i] == '"') {
                     sl__msg(err, errlen, "line %llu: quote inside an unquoted field (quote the whole field)",
                             (ull)*line);
                     return SL_EPARSE;
-                }
-                if (t[i] == '\r' && (i + 1 == n || t[i + 1] == '\n')) {
-                    i++; /* CRLF: the CR ends the field */
-                    break;
                 }
                 sl__obuf_put(o, t[i]);
                 i++;
@@ -117,10 +119,10 @@ int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_
             i++;
             continue;
         }
-        break; /* at '\n' or the end */
+        break; /* at a line end or the end */
     }
-    if (i < n) { /* the '\n' */
-        i++;
+    if (i < n) { /* the line end */
+        i += eol_len(t, i, n);
         ++*line;
     }
     *pos = i;

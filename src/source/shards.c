@@ -466,8 +466,9 @@ int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
     int held = h->fds[shard];
     f->fd = held >= 0 ? fcntl(held, F_DUPFD_CLOEXEC, 0) : open(h->names + h->path_off[shard], O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        sl__msg(reason, rlen, "%s: %s", h->names + h->path_off[shard], strerror(errno));
-        return errno == ENOENT ? SL_ENOENT : SL_EIO;
+        int e = errno;
+        sl__msg(reason, rlen, "%s: %s", h->names + h->path_off[shard], strerror(e));
+        return e == ENOENT ? SL_ENOENT : sl__transient(e) ? SL_EAGAIN : SL_EIO;
     }
     return 0;
 }

@@ -427,6 +427,15 @@ static const char *errno_reason(int e, char *tmp, size_t n) {
     }
 }
 
+int sl__transient(int e) {
+    return e == EMFILE || e == ENFILE || e == EAGAIN || e == EINTR || e == ENOMEM || e == ENOBUFS;
+}
+
+int sl__source_gone(const sl__source *s) {
+    struct stat st;
+    return s->basefd >= 0 && fstat(s->basefd, &st) == 0 && st.st_nlink == 0;
+}
+
 /* Open path (relative to the base unless absolute) as a sample file. */
 static int open_at(const sl__source *s, const char *path, int absolute, sl__sample_file *f, char *reason,
                    size_t rlen) {
@@ -436,8 +445,12 @@ static int open_at(const sl__source *s, const char *path, int absolute, sl__samp
     int fd = openat(absolute ? AT_FDCWD : s->basefd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         int e = errno;
-        sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
-        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+        struct stat st;
+        if (e == ENXIO && fstatat(absolute ? AT_FDCWD : s->basefd, path, &st, 0) == 0 && S_ISSOCK(st.st_mode))
+            sl__msg(reason, rlen, "not a regular file (a socket)");
+        else
+            sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : sl__transient(e) ? SL_EAGAIN : SL_EIO;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -449,7 +462,7 @@ static int open_at(const sl__source *s, const char *path, int absolute, sl__samp
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         sl__msg(reason, rlen, "not a regular file (%s)",
-                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
         return SL_EIO;
     }
     f->fd = fd;
@@ -577,10 +590,11 @@ int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rl
         if (want > ((size_t)1 << 30)) want = (size_t)1 << 30;
         ssize_t r = pread(f->fd, p + got, (size_t)want, (off_t)(f->offset + got));
         if (r < 0) {
-            if (errno == EINTR) continue;
+            int e = errno;
+            if (e == EINTR) continue;
             sl__msg(reason, rlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
-                    (unsigned long long)f->size, errno_reason(errno, tmp, sizeof tmp));
-            return SL_EIO;
+                    (unsigned long long)f->size, errno_reason(e, tmp, sizeof tmp));
+            return sl__transient(e) ? SL_EAGAIN : SL_EIO;
         }
         if (r == 0) {
             sl__msg(reason, rlen, "file shrank while reading (%llu of %llu bytes)", (unsigned long long)got,

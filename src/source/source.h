@@ -83,7 +83,9 @@ typedef struct sl__sample_file {
 } sl__sample_file;
 
 /* Open sample i and learn its size without reading it. SL_ENOENT/SL_EIO
- * with a reason. */
+ * with a reason; SL_EAGAIN for a failure of the moment (out of file
+ * descriptors, EAGAIN, ENOMEM: the caller waits and retries). Never
+ * blocks: opened O_NONBLOCK, and anything but a regular file is SL_EIO. */
 int sl__source_open_sample(const sl__source *s, uint64_t i, sl__sample_file *f, char *reason,
                            size_t rlen);
 /* Open element elem (0 for a single file) of the file value in column col
@@ -93,9 +95,13 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
 /* Full path of that file into buf: its length, or SL_EOVERFLOW/SL_EINVAL. */
 int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len);
 
-/* Read all f->size bytes into buf: 0, or SL_EIO (short read, error). */
+/* Read all f->size bytes into buf: 0, or SL_EIO (short read, error), or
+ * SL_EAGAIN (EAGAIN, ENOMEM: retry later). */
 int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen);
 void sl__sample_close(sl__sample_file *f);
+/* 1 if the source's folder was removed since it was opened (a sample that
+ * is not found then tells of the dataset, not of one file). */
+int sl__source_gone(const sl__source *s);
 
 /* Manifest parsers, exposed for fuzzing: parse text of len bytes; calls
  * add(ctx, path, path_len, label) per row. 0 or SL_EPARSE with err naming

@@ -117,6 +117,10 @@ typedef struct sl__csv_field {
 int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_t *rec_line, sl__csv_field *f,
                    uint32_t maxf, uint32_t *nf, char *buf, size_t cap, char *err, size_t errlen);
 
+/* 1 for an errno of the moment, not of the file (out of descriptors,
+ * EAGAIN, ENOMEM...): the caller returns SL_EAGAIN, the worker retries. */
+int sl__transient(int e);
+
 /* SL_EBUDGET if want bytes more would pass the budget, else SL_ENOMEM. */
 int sl__nomem_code(const sl__budget *b, uint64_t want);
 
@@ -162,7 +166,8 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
 void sl__shards_free(sl__budget *b, sl__shards *h);
 /* Open the member of (i, col): a descriptor of its own (the caller closes
  * it), its offset and size. SL_EINVAL (not a file column), SL_ENOENT /
- * SL_EIO (the shard cannot be opened) with a reason. */
+ * SL_EIO (the shard cannot be opened), SL_EAGAIN (out of descriptors for
+ * the moment) with a reason. */
 int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
                          char *reason, size_t rlen);
 /* "SHARD:PREFIX" of sample i, with ".KEY" of column col (col >= 0) into

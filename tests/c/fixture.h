@@ -272,6 +272,23 @@ FX_FN void fx_simple(fx_dataset *d, uint32_t n, uint32_t corrupt, uint32_t lo, u
     fx_make(&o, d);
 }
 
+/* fx_simple into a new dataset (calloc'd: the caller frees it). */
+FX_FN fx_dataset *fx_new(uint32_t n, uint32_t corrupt, uint32_t lo, uint32_t hi) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    CHECK(d != NULL);
+    fx_simple(d, n, corrupt, lo, hi);
+    return d;
+}
+
+/* A loader for cfg, or the test fails with the library's sentence. */
+FX_FN sl_loader *fx_open(const sl_config *cfg) {
+    sl_loader *ld = NULL;
+    char err[512] = "";
+    int rc = sl_loader_create(cfg, &ld, err, sizeof err);
+    if (rc) SL_FAIL("sl_loader_create: %s (%s)", sl_strerror(rc), err);
+    return ld;
+}
+
 /* An empty temporary folder, removed at exit. */
 FX_FN void fx_empty_dir(char *out, size_t len) {
     snprintf(out, len, "/tmp/sl_fixture_empty_XXXXXX");

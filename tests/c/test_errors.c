@@ -22,7 +22,8 @@
 
 static const int all_codes[] = {SL_EINVAL, SL_ENOMEM,     SL_EBUDGET, SL_ENOENT, SL_EIO,     SL_EEMPTY,
                                 SL_EPARSE, SL_EFORMAT,    SL_ECORRUPT, SL_ELIMIT, SL_EUNSUPPORTED, SL_EHELD,
-                                SL_ESAMPLE, SL_EEND,      SL_ESTATE,  SL_EOVERFLOW, SL_ESYS};
+                                SL_ESAMPLE, SL_EEND,      SL_ESTATE,  SL_EOVERFLOW, SL_ESYS,  SL_ETIMEDOUT,
+                                SL_EERRORS, SL_EAGAIN};
 
 static void base_cfg(sl_config *c, const char *source) {
     sl_config_init(c);
@@ -382,16 +383,16 @@ TEST(ebudget_below_minimum) {
     free(d);
 }
 
-/* A sample whose scratch can never fit what the budget leaves beyond its
- * fixed part: an SL_EBUDGET error record at once (never a wait), the others
- * load. */
+/* A sample whose scratch is over the per-sample room (a quarter of the
+ * budget): an SL_EBUDGET error record at once (never a wait), the others
+ * load. One such file in 31 is not "ordinary" (create accepts the budget). */
 TEST(ebudget_sample_never_fits) {
     fx_dataset *d = calloc(1, sizeof *d);
     CHECK(d != NULL);
-    fx_simple(d, 6, 0, 64, 96);
+    fx_simple(d, 30, 0, 64, 96);
     unsigned long jl;
-    unsigned char *j = fx_jpeg_bytes(640, 480, 9, 1, 98, &jl); /* noise: far over the 256 KiB read baseline */
-    CHECK(jl > (400u << 10));
+    unsigned char *j = fx_jpeg_bytes(1280, 960, 9, 1, 98, &jl); /* noise: megabytes, over a quarter of the minimum budget */
+    CHECK(jl > (1u << 20));
     put_bytes(d->root, "c01/huge_file.jpg", j, jl);
     free(j);
     sl_config c;
@@ -406,9 +407,10 @@ TEST(ebudget_sample_never_fits) {
     const sl_error_record *e = record_for(ld, r, n, "c01/huge_file.jpg");
     CHECK_EQ(e->code, SL_EBUDGET);
     CHECK_STR_CONTAINS(e->reason, "scratch");
+    CHECK_STR_CONTAINS(e->reason, "a quarter of the budget");
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
-    CHECK_EQ(st.samples, 6);
+    CHECK_EQ(st.samples, 30);
     CHECK_LE(st.peak_accounted_bytes, c.budget);
     sl_loader_destroy(ld);
     free(d);
@@ -571,9 +573,10 @@ TEST(enomem_create_injection) {
     free(d);
 }
 
-/* The system refusing a worker's grown read buffer: an SL_ENOMEM record for
- * that sample, and the loader goes on. */
-TEST(enomem_sample_record) {
+/* The system refusing a worker's grown read buffer for a moment is not the
+ * sample's fault: waited out and retried (worker.c), the sample is
+ * delivered and nothing is recorded. */
+TEST(enomem_sample_retried) {
     fx_dataset *d = calloc(1, sizeof *d);
     CHECK(d != NULL);
     fx_simple(d, 3, 0, 64, 96);
@@ -594,22 +597,14 @@ TEST(enomem_sample_record) {
         CHECK_OK(sl_loader_next(ld, &b));
         sl_loader_release(ld, b);
     }
-    /* the worker may have started the big one already: allow one
-     * allocation elsewhere is not possible, so fail the very next */
-    sl__mem_fail_after(0);
-    int rc = sl_loader_next(ld, &b);
+    sl__mem_fail_after(0); /* the big sample's buffer, if the worker had not grown it yet */
+    CHECK_OK(sl_loader_next(ld, &b));
     sl__mem_fail_after(-1);
+    CHECK_EQ(sl_batch_len(b), 1);
     sl_loader_release(ld, b);
+    CHECK_EQ(sl_loader_next(ld, &b), SL_EEND);
     sl_error_record r[2];
-    size_t n = sl_loader_errors(ld, 0, r, 2);
-    if (n == 1) { /* the injection hit the big sample's buffer */
-        CHECK_EQ(rc, SL_EEND);
-        CHECK_EQ(r[0].code, SL_ENOMEM);
-        CHECK_STR_CONTAINS(r[0].reason, "refused");
-    } else { /* the worker had grown its buffer before the injection was armed */
-        CHECK_EQ(rc, 0);
-        fprintf(stderr, "note: the big sample was read before the failure was injected\n");
-    }
+    CHECK_EQ(sl_loader_errors(ld, 0, r, 2), 0);
     sl_loader_destroy(ld);
     free(d);
 }
@@ -662,7 +657,7 @@ TEST(esys_thread_creation) {
 
 TEST(strerror_every_code) {
     size_t n = sizeof all_codes / sizeof *all_codes;
-    CHECK_EQ(n, 17);
+    CHECK_EQ(n, 20);
     for (size_t i = 0; i < n; i++) {
         const char *s = sl_strerror(all_codes[i]);
         CHECK(s != NULL && s[0] != 0);
@@ -671,7 +666,7 @@ TEST(strerror_every_code) {
     }
     CHECK(strcmp(sl_strerror(SL_OK), "success") == 0);
     CHECK(strcmp(sl_strerror(1), "unknown error") == 0);
-    CHECK(strcmp(sl_strerror(-18), "unknown error") == 0);
+    CHECK(strcmp(sl_strerror(-21), "unknown error") == 0);
     CHECK(sl_version() != NULL && strstr(sl_version(), SL_VERSION_STRING) == sl_version());
     CHECK_EQ(sl_version_number(), SL_VERSION_NUMBER);
 }

@@ -17,7 +17,9 @@
 #include <ftw.h>
 #include <stdarg.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -572,11 +574,27 @@ static void loader_over_hostile_folder(int preset) {
     buf big = png_zero(300, 300, 300 * 301, "tEXt", &tx);
     free(tx.p);
     put("c/too_big.png", &big);
+    /* not regular files, named like images: never opened blocking */
+    char special[1100];
+    snprintf(special, sizeof special, "%s/d", tmp_root);
+    CHECK_EQ(mkdir(special, 0755), 0);
+    snprintf(special, sizeof special, "%s/d/fifo.JPEG", tmp_root);
+    CHECK_EQ(mkfifo(special, 0644), 0);
+    snprintf(special, sizeof special, "%s/d/zero.JPEG", tmp_root);
+    CHECK_EQ(symlink("/dev/zero", special), 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/d/socket.JPEG", tmp_root) >= sizeof sa.sun_path)
+        SL_FAIL("socket path too long");
+    int sock = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(sock >= 0);
+    CHECK_EQ(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
     const bad_file bad[] = {
         {"a/truncated.JPEG", SL_ECORRUPT, ""},  {"a/empty.JPEG", SL_EFORMAT, "empty"},
         {"b/text.JPEG", SL_EFORMAT, "not a JPEG, PNG or WebP"}, {"b/huge.JPEG", SL_ELIMIT, "pixels"},
         {"c/bomb_dims.png", SL_ELIMIT, "pixels"}, {"c/bomb_ztxt.png", SL_ELIMIT, "chunk"},
         {"c/too_big.png", SL_ELIMIT, "bytes"},
+        {"d/fifo.JPEG", SL_EIO, "not a regular file (a FIFO)"}, {"d/zero.JPEG", SL_EIO, "not a regular file (a device)"},
+        {"d/socket.JPEG", SL_EIO, "not a regular file (a socket)"},
     };
     const size_t nbad = sizeof bad / sizeof *bad, ngood = 6;
 
@@ -632,6 +650,7 @@ static void loader_over_hostile_folder(int preset) {
         if (seen[k] != 2) SL_FAIL("%s: %d error records over 2 epochs, expected 2", bad[k].rel, seen[k]);
     }
     sl_loader_destroy(ld);
+    close(sock);
     free(jpg.p), free(png.p), free(huge.p), free(bomb.p), free(payload.p), free(zbomb.p), free(big.p);
 }
 

@@ -126,9 +126,12 @@ def test_torch_resume_equals_uninterrupted(dataset, stop):
                 if len(first) == stop:
                     break
             state = ld.state_dict()
-            # a loop left early loses nothing: the next loop goes on from there
-            first += [(own(i), own(l)) for i, l in ld]
-        assert len(first) == N // BS
+            # a loop left early ends its pass: the next loop runs the next
+            # epoch, whole, as a DataLoader's would
+            second = [(own(i), own(l)) for i, l in ld]
+        assert len(second) == N // BS
+        for (a, la), (b, lb) in zip(ref[N // BS:], second):
+            assert torch.equal(a, b) and torch.equal(la, lb)
         with st.Loader(dataset, device=dev, dtype=torch.uint8, **kw(workers=1)) as ld:
             ld.load_state_dict(state)
             rest = [(own(i), own(l)) for _ in range(2) for i, l in ld]

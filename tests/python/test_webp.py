@@ -18,7 +18,7 @@ from PIL import Image
 
 import sluice
 
-pytestmark = pytest.mark.skipif("webp off" in sluice.build_info, reason="built without libwebp")
+pytestmark = pytest.mark.skipif(sluice.build_info()["webp"] is None, reason="built without libwebp")
 
 
 def _photo(w, h, seed, alpha=False):

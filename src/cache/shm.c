@@ -1,0 +1,637 @@
+/*
+ * The node cache's segment: one /dev/shm file per (dataset, job), shared
+ * by the ranks of a node. Its name, its creation and attachment, the
+ * process table, value blocks, and recovery when a process dies.
+ *
+ * Lifetime. Every process attached holds flock(LOCK_SH) on the segment
+ * for as long as it is attached (the kernel drops it when the process
+ * dies, however it dies). The creator holds LOCK_EX while it initializes,
+ * so joiners wait for a complete segment. A segment on which LOCK_EX can
+ * be taken at once, and whose process table names no live process, is
+ * stale: whoever starts a node cache next unlinks it. The last process to
+ * detach unlinks it too.
+ *
+ * Processes. Each attached process has a slot: pid, start time (from
+ * /proc/PID/stat, so a reused pid is not mistaken for the old process),
+ * and the records it has pinned. A dead process's pins and unpublished
+ * writes are reclaimed (sl__shm_reap) when found: at attach, when an
+ * insert meets a record its dead writer never published, every 4096
+ * inserts, and in a recovery.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../base/hash.h"
+#include "../base/util.h"
+#include "cache_impl.h"
+
+#define SHM_DIR "/dev/shm"
+#define SHM_PREFIX "sluice-cache-"
+#define RETRY 1 /* join_segment: the segment went away; start over */
+
+/* ---- the name ----------------------------------------------------------------- */
+
+/* The job: torchrun's run id, else the rendezvous address, else an
+ * explicit key, else the launcher (the parent process). */
+static void job_key(char *out, size_t len) {
+    const char *run = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"),
+               *port = getenv("MASTER_PORT"), *job = getenv("SLUICE_CACHE_JOB");
+    if (run && *run) snprintf(out, len, "run:%s", run);
+    else if (addr && *addr && port && *port) snprintf(out, len, "master:%s:%s", addr, port);
+    else if (job && *job) snprintf(out, len, "job:%s", job);
+    else snprintf(out, len, "ppid:%ld", (long)getppid());
+}
+
+int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed, const char *variant,
+                       char *err, size_t errlen) {
+    char real[PATH_MAX], id[PATH_MAX + 256], job[512];
+    struct stat st;
+    if (!source || !realpath(source, real) || stat(real, &st) != 0) {
+        sl__msg(err, errlen, "node cache: cannot read the source %s: %s", source ? source : "(null)", strerror(errno));
+        return SL_ENOENT;
+    }
+    snprintf(id, sizeof id, "%s|%lld|%lld.%09ld|%llu|%llu|%llu|%s", real, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino,
+             (unsigned long long)st.st_dev, (unsigned long long)seed, variant ? variant : "");
+    job_key(job, sizeof job);
+    snprintf(out, len, "/" SHM_PREFIX "%016llx-%016llx", (unsigned long long)sl__hash64(id, strlen(id), 0),
+             (unsigned long long)sl__hash64(job, strlen(job), 0));
+    return 0;
+}
+
+/* ---- processes -------------------------------------------------------------------- */
+
+/* State letter and start time (clock ticks after boot) of pid from
+ * /proc/PID/stat; -1 if there is no such process. */
+static int proc_stat(pid_t pid, char *state, uint64_t *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ') return -1;
+    *state = p[2];
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) { /* starttime is field 22 */
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    *start = p ? strtoull(p, NULL, 10) : 0;
+    return 0;
+}
+
+static int alive(int32_t pid, uint64_t start) {
+    char state;
+    uint64_t st;
+    if (pid <= 0) return 0;
+    if (proc_stat(pid, &state, &st) != 0) /* no /proc entry: gone, unless /proc is not there */
+        return access("/proc/self/stat", R_OK) != 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    return state != 'Z' && state != 'X' && st == start;
+}
+
+int sl__shm_owner_dead(sl__cache *c, uint32_t proc) {
+    sl__cproc *p = &sl__cprocs(c->h)[proc];
+    return !alive(p->pid, p->start);
+}
+
+uint32_t sl__shm_processes(sl__cache *c) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) n += sl__cprocs(c->h)[i].pid != 0;
+    return n;
+}
+
+/* Take a process slot for this process (mu held). */
+static int register_self(sl__cache *c) {
+    sl__cproc *procs = sl__cprocs(c->h);
+    char state;
+    uint64_t start = 0;
+    proc_stat(getpid(), &state, &start);
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
+        if (procs[i].pid) continue;
+        procs[i].start = start;
+        procs[i].npins = 0;
+        for (int k = 0; k < SL_CACHE_PINS; k++) procs[i].pin[k] = SL_NONE;
+        procs[i].pid = (int32_t)getpid();
+        c->proc = i;
+        return 0;
+    }
+    return SL_ESTATE;
+}
+
+uint32_t sl__shm_pin_add(sl__cache *c, uint32_t r) {
+    sl__cproc *p = &sl__cprocs(c->h)[c->proc];
+    for (uint32_t k = 0; k < SL_CACHE_PINS; k++) { /* lowest free entry: the few in use stay in front */
+        if (p->pin[k] != SL_NONE) continue;
+        p->pin[k] = r;
+        p->npins++;
+        return k;
+    }
+    return SL_NONE;
+}
+
+void sl__shm_pin_drop(sl__cache *c, uint32_t slot) {
+    sl__cproc *p = &sl__cprocs(c->h)[c->proc];
+    p->pin[slot] = SL_NONE;
+    p->npins--;
+}
+
+int sl__shm_pin_holds(sl__cache *c, uint32_t slot, uint32_t r) {
+    return slot < SL_CACHE_PINS && sl__cprocs(c->h)[c->proc].pin[slot] == r;
+}
+
+/* Give back what process slot i held: its pins, its unpublished records. */
+static void release_proc(sl__cache *c, uint32_t i) {
+    sl__chdr *h = c->h;
+    sl__cproc *p = &sl__cprocs(h)[i];
+    sl__crec *R = sl__crecs(h);
+    for (uint32_t k = 0; k < SL_CACHE_PINS; k++) {
+        uint32_t r = p->pin[k];
+        if (r == SL_NONE || r >= h->max_entries || R[r].pins == 0) continue;
+        R[r].pins--;
+        if (R[r].state == REC_DOOMED && R[r].pins == 0) sl__cache_rec_free(c, r);
+    }
+    for (uint32_t r = 0; r < h->max_entries; r++) {
+        if (R[r].state != REC_WRITING || R[r].owner != i) continue;
+        if (sl__ckeys(h)[R[r].key] == r) sl__ckeys(h)[R[r].key] = SL_NONE;
+        sl__cache_rec_free(c, r);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+uint32_t sl__shm_reap(sl__cache *c) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
+        sl__cproc *p = &sl__cprocs(c->h)[i];
+        if (!p->pid || i == c->proc || alive(p->pid, p->start)) continue;
+        release_proc(c, i);
+        n++;
+    }
+    if (n) atomic_fetch_add(&c->h->reaped, n);
+    return n;
+}
+
+/* ---- blocks ------------------------------------------------------------------------- */
+
+int sl__shm_blocks_take(sl__cache *c, uint64_t n, uint64_t *first) {
+    sl__chdr *h = c->h;
+    uint32_t *links = sl__clinks(h);
+    if (h->nwarm + h->ncold < n) return SL_ENOMEM;
+    uint64_t head = BLK_END, bs = h->block_size;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t b;
+        if (h->nwarm) {
+            b = sl__cwarm(h)[--h->nwarm];
+        } else {
+            b = sl__ccold(h)[h->ncold - 1];
+            /* punched earlier: take the page back from /dev/shm first, so a
+             * full /dev/shm refuses here instead of a SIGBUS on write */
+            if (fallocate(c->fd, 0, (off_t)(h->off_blocks + b * bs), (off_t)bs) != 0) {
+                if (head != BLK_END) sl__shm_blocks_give(c, head);
+                return SL_ENOMEM;
+            }
+            h->ncold--;
+        }
+        links[b] = (uint32_t)head;
+        head = b;
+    }
+    *first = head;
+    return 0;
+}
+
+void sl__shm_blocks_give(sl__cache *c, uint64_t first) {
+    sl__chdr *h = c->h;
+    uint32_t *links = sl__clinks(h);
+    for (uint64_t b = first; b != BLK_END;) {
+        uint64_t next = links[b];
+        links[b] = BLK_WARM;
+        sl__cwarm(h)[h->nwarm++] = (uint32_t)b;
+        b = next;
+    }
+}
+
+/* Rebuild both free stacks from the links (free blocks hold BLK_WARM or
+ * BLK_COLD; any other value is a used block). */
+static void restack_free(sl__chdr *h) {
+    uint32_t *links = sl__clinks(h);
+    h->nwarm = h->ncold = 0;
+    for (uint64_t b = 0; b < h->nblocks; b++) {
+        if (links[b] == BLK_WARM) sl__cwarm(h)[h->nwarm++] = (uint32_t)b;
+        else if (links[b] == BLK_COLD) sl__ccold(h)[h->ncold++] = (uint32_t)b;
+    }
+}
+
+void sl__shm_punch_free(sl__cache *c) {
+    sl__chdr *h = c->h;
+    uint32_t *links = sl__clinks(h);
+    uint64_t bs = h->block_size;
+    for (uint64_t b = 0; b < h->nblocks;) { /* runs of warm blocks, one call each */
+        if (links[b] != BLK_WARM) {
+            b++;
+            continue;
+        }
+        uint64_t e = b;
+        while (e < h->nblocks && links[e] == BLK_WARM) links[e++] = BLK_COLD; /* marked before punched */
+        fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
+                  (off_t)((e - b) * bs));
+        b = e;
+    }
+    restack_free(h);
+}
+
+/* ---- recovery --------------------------------------------------------------------------- */
+
+/* Claim r's chain in claim[] (one entry a block, SL_NONE: unclaimed).
+ * 1 if it is whole: the right number of blocks, in range, claimed by no
+ * other record, ending in BLK_END; else its claims are undone, 0. */
+static int claim_chain(sl__chdr *h, uint32_t r, uint32_t *claim) {
+    sl__crec *rec = &sl__crecs(h)[r];
+    uint32_t *links = sl__clinks(h);
+    uint64_t bs = h->block_size, want = rec->charge / bs, got = 0, b = rec->loc;
+    int ok = rec->charge == (rec->size + bs - 1) / bs * bs && rec->key < h->keys;
+    while (ok && b != BLK_END) { /* a cycle meets its own claim: it ends */
+        if (b >= h->nblocks || got >= want || claim[b] != SL_NONE) {
+            ok = 0;
+            break;
+        }
+        claim[b] = r;
+        got++;
+        b = links[b];
+    }
+    if (ok && got == want) return 1;
+    for (b = rec->loc; got-- > 0; b = links[b]) claim[b] = SL_NONE; /* the first got blocks were ours */
+    return 0;
+}
+
+/* Keep r if it is whole and (READY, WRITING) first for its key. */
+static int keep_record(sl__chdr *h, uint32_t r, uint32_t *claim) {
+    sl__crec *rec = &sl__crecs(h)[r];
+    sl__cproc *procs = sl__cprocs(h);
+    if (rec->state == REC_WRITING && (rec->owner >= SL_CACHE_PROCS || !procs[rec->owner].pid)) return 0;
+    if (rec->state != REC_READY && rec->state != REC_WRITING && rec->state != REC_DOOMED) return 0;
+    if (rec->state != REC_DOOMED && (rec->key >= h->keys || sl__ckeys(h)[rec->key] != SL_NONE)) return 0;
+    if (!claim_chain(h, r, claim)) return 0;
+    if (rec->state != REC_DOOMED) sl__ckeys(h)[rec->key] = r;
+    return 1;
+}
+
+/* Pins from the live processes' tables; stale entries are dropped. */
+static void recount_pins(sl__chdr *h) {
+    sl__crec *R = sl__crecs(h);
+    for (uint32_t r = 0; r < h->max_entries; r++) R[r].pins = 0;
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
+        sl__cproc *p = &sl__cprocs(h)[i];
+        if (!p->pid) continue;
+        p->npins = 0;
+        for (uint32_t k = 0; k < SL_CACHE_PINS; k++) {
+            uint32_t r = p->pin[k];
+            if (r == SL_NONE) continue;
+            if (r < h->max_entries && (R[r].state == REC_READY || R[r].state == REC_DOOMED)) {
+                R[r].pins++;
+                p->npins++;
+            } else {
+                p->pin[k] = SL_NONE;
+            }
+        }
+    }
+}
+
+/* The index from the records alone. The warm stack serves as the claim
+ * map (it is rebuilt last, from the links). */
+void sl__shm_recover(sl__cache *c) {
+    sl__chdr *h = c->h;
+    sl__crec *R = sl__crecs(h);
+    uint32_t *claim = sl__cwarm(h), *links = sl__clinks(h);
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
+        sl__cproc *p = &sl__cprocs(h)[i];
+        if (p->pid && i != c->proc && !alive(p->pid, p->start)) memset(p, 0, sizeof *p);
+    }
+    for (uint64_t b = 0; b < h->nblocks; b++) claim[b] = SL_NONE;
+    for (uint64_t k = 0; k < h->keys; k++) sl__ckeys(h)[k] = SL_NONE;
+    for (uint32_t r = 0; r < h->max_entries; r++)
+        if (R[r].state != REC_FREE && !keep_record(h, r, claim)) memset(&R[r], 0, sizeof R[r]);
+    recount_pins(h);
+    h->nfrec = h->heap_len = h->entries = 0;
+    h->charged = 0;
+    for (uint32_t r = h->max_entries; r-- > 0;) {
+        if (R[r].state == REC_DOOMED && R[r].pins == 0) { /* nobody reads it any more */
+            for (uint64_t b = R[r].loc; b != BLK_END; b = links[b]) claim[b] = SL_NONE;
+            memset(&R[r], 0, sizeof R[r]);
+        }
+        if (R[r].state == REC_FREE) {
+            sl__cfrec(h)[h->nfrec++] = r;
+            continue;
+        }
+        h->charged += R[r].charge;
+        if (R[r].state == REC_READY) {
+            sl__cheap(h)[h->heap_len++] = r;
+            h->entries++;
+        }
+    }
+    sl__cache_heap_build(h);
+    for (uint64_t b = 0; b < h->nblocks; b++) /* unclaimed blocks are free; cold ones stay cold */
+        if (claim[b] == SL_NONE && links[b] != BLK_COLD) links[b] = BLK_WARM;
+    restack_free(h);
+    atomic_fetch_add(&h->recoveries, 1);
+}
+
+/* ---- the segment ---------------------------------------------------------------------------- */
+
+/* The segment's file under /dev/shm still is this fd's file. */
+static int same_file(const char *name, int fd) {
+    char path[128];
+    struct stat a, b;
+    snprintf(path, sizeof path, SHM_DIR "%s", name);
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* A segment is stale when nobody holds a lock on it and its process
+ * table names nobody alive (a creator registers before it downgrades its
+ * exclusive lock), or it never got initialized and is older than 30 s. */
+static int stale(int fd) {
+    struct stat st;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0) return 0;
+    if ((uint64_t)st.st_size < sizeof(sl__chdr)) return time(NULL) - st.st_mtime > 30;
+    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) return 0;
+    int dead = 1;
+    if (atomic_load(&h->magic) != SL_CACHE_MAGIC || h->off_procs + SL_CACHE_PROCS * sizeof(sl__cproc) > (uint64_t)st.st_size)
+        dead = time(NULL) - st.st_mtime > 30;
+    else
+        for (uint32_t i = 0; i < SL_CACHE_PROCS && dead; i++) {
+            const sl__cproc *p = &sl__cprocs(h)[i];
+            if (alive(p->pid, p->start)) dead = 0;
+        }
+    munmap(h, (size_t)st.st_size);
+    return dead;
+}
+
+/* Unlink every stale node cache segment in /dev/shm (any dataset, any job). */
+static void reclaim_stale(void) {
+    DIR *d = opendir(SHM_DIR);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) != 0) continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        int fd = shm_open(name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (stale(fd) && same_file(name, fd)) shm_unlink(name);
+        close(fd); /* drops the lock */
+    }
+    closedir(d);
+}
+
+static int check_room(uint64_t bytes, char *err, size_t errlen) {
+    struct statvfs v;
+    if (statvfs(SHM_DIR, &v) != 0) return 0; /* fallocate will tell */
+    uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+    if (avail >= bytes) return 0;
+    char a[32], b[32];
+    sl__msg(err, errlen, "node cache: " SHM_DIR " has %s free, the cache needs %s: give it less (cache=) "
+            "or /dev/shm more (docker --shm-size, mount -o remount,size=)", sl__fmt_bytes(avail, a, sizeof a),
+            sl__fmt_bytes(bytes, b, sizeof b));
+    return SL_ENOMEM;
+}
+
+/* ---- the memory cgroup ------------------------------------------------------ */
+
+static int read_u64(const char *path, uint64_t *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = "";
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok || buf[0] < '0' || buf[0] > '9') return -1; /* "max": no limit */
+    *v = strtoull(buf, NULL, 10);
+    return 0;
+}
+
+/* The value of key in a memory.stat file (0 if absent). */
+static uint64_t stat_key(const char *dir, const char *key) {
+    char path[PATH_MAX + 64], line[128];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    FILE *f = fopen(path, "r");
+    uint64_t v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ' ') v = strtoull(line + n + 1, NULL, 10);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Room left under one cgroup folder's memory limit, counting its
+ * reclaimable page cache (file pages less shmem) as room. */
+static int folder_room(const char *dir, int v1, uint64_t *room, uint64_t *limit) {
+    char p[PATH_MAX + 64];
+    uint64_t use;
+    snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    if (read_u64(p, limit) || *limit >= (1ull << 62)) return -1;
+    snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    if (read_u64(p, &use)) return -1;
+    uint64_t file = stat_key(dir, v1 ? "total_cache" : "file"), shmem = stat_key(dir, v1 ? "total_shmem" : "shmem");
+    uint64_t reclaimable = file > shmem ? file - shmem : 0;
+    *room = use - SL_MIN(use, reclaimable) >= *limit ? 0 : *limit - (use - SL_MIN(use, reclaimable));
+    return 0;
+}
+
+/* The least room under the memory limits of this process's cgroup and its
+ * ancestors (v1 memory controller, else v2); 0 and *room = UINT64_MAX
+ * where none is set. where names the tightest folder. */
+static void cgroup_room(uint64_t *room, uint64_t *limit, char *where, size_t len) {
+    char line[PATH_MAX], rel[PATH_MAX - 64] = "", dir[PATH_MAX];
+    int v1 = 0;
+    *room = *limit = UINT64_MAX;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path) continue;
+        if (strncmp(ctl, ":memory:", 8) == 0 || strstr(ctl, ",memory:") || strstr(ctl, ":memory,")) {
+            snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1), v1 = 1;
+            break;
+        }
+        if (strncmp(line, "0::", 3) == 0) snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1);
+    }
+    if (f) fclose(f);
+    for (;;) { /* this folder, then each parent up to the root */
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", v1 ? "/memory" : "", rel);
+        uint64_t r, l;
+        if (folder_room(dir, v1, &r, &l) == 0 && r < *room) {
+            *room = r, *limit = l;
+            snprintf(where, len, "%s", dir);
+        }
+        char *slash = strrchr(rel, '/');
+        if (!slash || !rel[0]) break;
+        *slash = 0;
+    }
+}
+
+/* /dev/shm and the memory cgroup must both hold the segment: a tmpfs page
+ * past a cgroup's limit is an OOM kill, not an error. */
+static int check_cgroup(uint64_t bytes, char *err, size_t errlen) {
+    uint64_t room, limit;
+    char where[PATH_MAX] = "", a[32], b[32], c[32];
+    cgroup_room(&room, &limit, where, sizeof where);
+    if (room >= bytes) return 0;
+    sl__msg(err, errlen, "node cache: the memory cgroup %s (limit %s) has %s of room, the cache needs %s: "
+            "give it less (cache=)", where, sl__fmt_bytes(limit, a, sizeof a), sl__fmt_bytes(room, b, sizeof b),
+            sl__fmt_bytes(bytes, c, sizeof c));
+    return SL_ENOMEM;
+}
+
+static int init_mutex(pthread_mutex_t *mu) {
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a)) return SL_ESYS;
+    int rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) ||
+             pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) || pthread_mutex_init(mu, &a);
+    pthread_mutexattr_destroy(&a);
+    return rc ? SL_ESYS : 0;
+}
+
+/* Size, reserve, map and initialize a segment we just created (LOCK_EX
+ * held), and register in it. */
+static int create_segment(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
+                          char *err, size_t errlen) {
+    sl__chdr t;
+    memset(&t, 0, sizeof t);
+    sl__cache_layout(&t, o->keys, entries, nblocks, bs, 1);
+    int rc = check_room(t.region_bytes, err, errlen);
+    if (rc == 0) rc = check_cgroup(t.region_bytes, err, errlen);
+    if (rc) return rc;
+    rc = posix_fallocate(c->fd, 0, (off_t)t.region_bytes);
+    if (rc) {
+        char a[32];
+        sl__msg(err, errlen, "node cache: cannot reserve %s in " SHM_DIR ": %s",
+                sl__fmt_bytes(t.region_bytes, a, sizeof a), strerror(rc));
+        return rc == ENOSPC ? SL_ENOMEM : SL_ESYS;
+    }
+    sl__chdr *h = mmap(NULL, (size_t)t.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    if (h == MAP_FAILED) {
+        sl__msg(err, errlen, "node cache: mmap of %s failed: %s", c->name, strerror(errno));
+        return SL_ESYS;
+    }
+    c->h = h;
+    c->map_len = t.region_bytes;
+    memcpy(h, &t, sizeof t);
+    if (init_mutex(&h->mu)) return SL_ESYS;
+    sl__cache_format(h);
+    h->total_capacity = o->capacity;
+    h->cap_max = h->capacity = nblocks * bs;
+    h->epoch_len = o->epoch_len;
+    h->refresh_epoch = SL_CACHE_NEVER;
+    register_self(c); /* an empty table: cannot fail */
+    atomic_store_explicit(&h->magic, SL_CACHE_MAGIC, memory_order_release);
+    return 0;
+}
+
+/* The segment another process made must match what we would make. */
+static int check_geometry(sl__cache *c, const sl__chdr *h, const sl__cache_opts *o, uint32_t entries,
+                          uint64_t nblocks, uint32_t bs, char *err, size_t errlen) {
+    if (h->version == SL_CACHE_VERSION && h->crec_size == sizeof(sl__crec) && h->cproc_size == sizeof(sl__cproc) &&
+        h->total_capacity == o->capacity && h->keys == o->keys && h->max_entries == entries &&
+        h->nblocks == nblocks && h->block_size == bs &&
+        h->epoch_len == o->epoch_len)
+        return 0;
+    sl__msg(err, errlen, "node cache %s was made for capacity %llu, %u samples, %u-byte blocks; this process asks "
+            "for capacity %llu, %u samples, %u-byte blocks: every rank must pass the same cache settings",
+            c->name, (unsigned long long)h->total_capacity, h->keys, h->block_size,
+            (unsigned long long)o->capacity, o->keys, bs);
+    return SL_ESTATE;
+}
+
+/* Wait for the creator (LOCK_SH), map, check and register. RETRY when the
+ * segment was unlinked meanwhile or its creator died before finishing. */
+static int join_segment(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
+                        char *err, size_t errlen) {
+    struct stat st;
+    if (flock(c->fd, LOCK_SH) != 0 || fstat(c->fd, &st) != 0) return SL_ESYS;
+    if (st.st_nlink == 0) return RETRY;
+    if ((uint64_t)st.st_size < sizeof(sl__chdr)) return RETRY; /* a dead creator's: reclaim_stale takes it */
+    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    if (h == MAP_FAILED) return SL_ESYS;
+    c->h = h;
+    c->map_len = (uint64_t)st.st_size;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != SL_CACHE_MAGIC) return RETRY;
+    int rc = check_geometry(c, h, o, entries, nblocks, bs, err, errlen);
+    if (rc) return rc;
+    sl__cache_lock(c);
+    sl__shm_reap(c);
+    rc = register_self(c);
+    sl__cache_unlock(c);
+    if (rc) sl__msg(err, errlen, "node cache %s already serves %d processes", c->name, SL_CACHE_PROCS);
+    return rc;
+}
+
+static void close_segment(sl__cache *c) {
+    if (c->h) munmap(c->h, (size_t)c->map_len);
+    if (c->fd >= 0) close(c->fd);
+    c->h = NULL;
+    c->fd = -1;
+}
+
+int sl__shm_attach(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
+                   char *err, size_t errlen) {
+    c->proc = SL_NONE; /* not registered yet: reaping spares no slot as ours */
+    if (strlen(o->shm_name) >= sizeof c->name || o->shm_name[0] != '/' || strchr(o->shm_name + 1, '/')) {
+        sl__msg(err, errlen, "node cache name \"%s\" is not \"/name\" (under %zu bytes)", o->shm_name, sizeof c->name);
+        return SL_EINVAL;
+    }
+    snprintf(c->name, sizeof c->name, "%s", o->shm_name);
+    reclaim_stale();
+    for (int attempt = 0; attempt < 16; attempt++) {
+        c->fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int created = c->fd >= 0, rc;
+        if (created) {
+            struct stat st;
+            rc = flock(c->fd, LOCK_EX) || fstat(c->fd, &st) ? SL_ESYS : st.st_nlink == 0 ? RETRY : 0;
+            if (rc == 0) rc = create_segment(c, o, entries, nblocks, bs, err, errlen);
+            if (rc == 0) rc = flock(c->fd, LOCK_SH) ? SL_ESYS : 0; /* registered: never taken for stale */
+            if (rc && rc != RETRY) shm_unlink(c->name);
+        } else if (errno == EEXIST) {
+            c->fd = shm_open(c->name, O_RDWR | O_CLOEXEC, 0);
+            rc = c->fd < 0 ? (errno == ENOENT ? RETRY : SL_ESYS) : join_segment(c, o, entries, nblocks, bs, err, errlen);
+        } else {
+            rc = SL_ESYS;
+        }
+        if (rc == 0) return 0;
+        close_segment(c);
+        if (rc == RETRY) {
+            reclaim_stale();
+            continue;
+        }
+        if (rc == SL_ESYS && (!err || !*err))
+            sl__msg(err, errlen, "node cache %s: %s", c->name, strerror(errno));
+        return rc;
+    }
+    sl__msg(err, errlen, "node cache %s: the segment kept vanishing while attaching", c->name);
+    return SL_ESYS;
+}
+
+void sl__shm_detach(sl__cache *c) {
+    sl__cache_lock(c);
+    release_proc(c, c->proc);
+    sl__cache_unlock(c);
+    munmap(c->h, (size_t)c->map_len);
+    c->h = NULL;
+    flock(c->fd, LOCK_UN);
+    /* last one out: nobody else holds a lock on it */
+    if (flock(c->fd, LOCK_EX | LOCK_NB) == 0 && same_file(c->name, c->fd)) shm_unlink(c->name);
+    close_segment(c);
+}

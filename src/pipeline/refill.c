@@ -1,0 +1,76 @@
+/*
+ * Refill rounds: how a batch with holes is topped up from the tail of the
+ * epoch's order as ordinary parallel work, with the same result as the
+ * serial rule.
+ *
+ * The serial rule (the definition; engine.c's head): the committer of
+ * batch k, in batch order, fills the lowest hole with the sample at the
+ * last unused position of the order (tail T: position T-1, then T-2, ...),
+ * one at a time, a failed refill leaving its hole for the next one, until
+ * the batch is full or the tail reaches the batch's own end ((k+1)B).
+ *
+ * Rounds. Instead of decoding those refills itself, the committer starts a
+ * round: with h holes and r = T - (k+1)B unused positions, it takes the
+ * m = min(h, r) positions T-1 .. T-m at once (the tail drops to T-m under
+ * mu, so nominal claims of them become voids) and hands them out as claims
+ * like any position: refill i decodes position T-1-i into the i-th lowest
+ * hole. When the round's claims are all finished the batch is committable
+ * again; the next pass records the round's failures in refill order, then
+ * moves the round's successes down into the lowest of the round's holes in
+ * refill order, and starts another round for the holes left.
+ *
+ * Why this equals the serial rule. Serially, refills stop at the h-th
+ * success (or at (k+1)B); a round of m = (holes left) positions can never
+ * take a position the serial rule would not (each hole needs at least one
+ * more attempt), so both consume exactly the same positions, T-1 downwards.
+ * After the move-down, the successes of attempts in order occupy the
+ * lowest holes in order, which is where the serial rule put them (a failed
+ * attempt leaves its hole to the next attempt). Failures are recorded in
+ * attempt order in both. So a batch's samples, their order, its error
+ * records and the tail after it depend only on the seed, the epoch and
+ * which files fail — never on the worker count or on timing.
+ *
+ * Only the batch being committed (seqno c_seqno) can be in a round: a
+ * later batch's commit waits for it, but the refills themselves run on
+ * every worker, beside the nominal positions of later batches.
+ *
+ * Ownership: rf_hole and rf_passes belong to the committer between rounds
+ * (no claim is out: every refill of the last round was claimed and
+ * finished under mu before the batch was committable again); rf_count,
+ * rf_claimed and rf_top are read by claimers, so they change under mu
+ * only (engine.c's commit_slot publishes a round there).
+ */
+#include <string.h>
+
+#include "../base/util.h"
+#include "loader_impl.h"
+
+/* The round just finished: record its failures in attempt order, then
+ * move its successes down into its lowest holes, in attempt order. */
+static void settle_round(sl_loader *ld, sl_batch *s) {
+    for (uint32_t i = 0; i < s->rf_count; i++) {
+        uint32_t j = s->rf_hole[i];
+        if (!s->ok[j] && s->err[j] && -(int)s->err[j] != SL_ESTATE) /* ESTATE: shutting down */
+            sl__record_error(ld, s, sl__slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+    }
+    uint32_t dst = 0;
+    for (uint32_t i = 0; i < s->rf_count; i++) {
+        uint32_t j = s->rf_hole[i];
+        if (!s->ok[j]) continue;
+        if (i != dst) sl__slot_move(ld, s, j, s->rf_hole[dst]); /* rf_hole ascends: down */
+        dst++;
+    }
+}
+
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T) {
+    uint64_t B = ld->B, k = s->batch;
+    if (s->rf_passes++) settle_round(ld, s);
+    uint32_t have = 0;
+    for (uint32_t j = 0; j < B; j++) have += s->ok[j];
+    if (have >= B || *T <= (k + 1) * B) return 0;
+    uint32_t m = (uint32_t)SL_MIN((uint64_t)(B - have), *T - (k + 1) * B), n = 0;
+    for (uint32_t j = 0; j < B && n < m; j++)
+        if (!s->ok[j]) s->rf_hole[n++] = j;
+    *T -= m;
+    return m;
+}

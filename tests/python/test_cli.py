@@ -1,0 +1,254 @@
+"""The sluice command's messages and outputs, run as a user runs it: help for
+every command, checks on every value of `decode` and `show`, sizes by one rule,
+the pictures written (PNG/PPM) against the library's own decode."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import sluice
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SLUICE = os.path.join(os.environ.get("SLUICE_BUILD", os.path.join(ROOT, "build")), "sluice")
+
+pytestmark = pytest.mark.skipif(not os.access(SLUICE, os.X_OK), reason="build/sluice not built")
+
+
+def run(*args):
+    p = subprocess.run([SLUICE, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture(scope="module")
+def jpeg(dataset):
+    return os.path.join(dataset, "cat", "cat_003.jpg")
+
+
+# ---- help ----------------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["bench", "show", "decode", "plan", "top"])
+def test_every_command_has_help(cmd):
+    rc, out, err = run(cmd, "--help")
+    assert rc == 0 and out.startswith(f"usage: sluice {cmd}") and err == ""
+    assert (rc, out) == run("help", cmd)[:2]
+
+
+def test_help_lists_the_commands():
+    rc, out, _ = run("help")
+    assert rc == 0
+    for cmd in ("bench", "show", "decode", "plan", "top", "help", "version"):
+        assert f"\n  {cmd} " in out
+    assert run("--help")[:2] == (0, out)
+
+
+def test_help_of_an_unknown_command():
+    rc, out, err = run("help", "nope")
+    assert rc == 2 and "unknown command 'nope'" in err and out == ""
+
+
+def test_no_command_is_usage_on_stderr():
+    rc, out, err = run()
+    assert rc == 2 and out == "" and err.startswith("usage: sluice COMMAND")
+
+
+def test_version_names_the_build():
+    rc, out, _ = run("--version")
+    assert rc == 0 and out.startswith(f"sluice {sluice.__version__}")
+    assert "build: version=" in out and ";jpeg=libjpeg" in out
+
+
+def test_top_help_prints_a_percent_sign():
+    _, out, _ = run("top", "--help")
+    assert "PCT% of" in out and "%%" not in out
+
+
+# ---- decode: checks -------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["--seed", "--index", "--epoch"])
+def test_decode_refuses_negative_numbers(jpeg, tmp_path, flag):
+    out = tmp_path / "x.png"
+    rc, _, err = run("decode", jpeg, "-o", out, flag, "-1")
+    assert rc == 2 and f"{flag} takes a whole number from 0 to" in err and "not '-1'" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--size", "0"), ("--size", "70000"), ("--max-pixels", "0"),
+                                        ("--seed", "12x"), ("--index", "18446744073709551616")])
+def test_decode_refuses_numbers_out_of_range(jpeg, tmp_path, flag, value):
+    rc, _, err = run("decode", jpeg, "-o", tmp_path / "x.png", flag, value)
+    # --size is a recipe flag (N or H,W), the others whole numbers
+    want = f"{flag} takes N or H,W" if flag == "--size" else f"{flag} takes a whole number"
+    assert rc == 2 and want in err and f"not '{value}'" in err
+
+
+def test_decode_refuses_an_unknown_extension(jpeg, tmp_path):
+    out = tmp_path / "x.jpg"
+    rc, _, err = run("decode", jpeg, "-o", out, "--preset", "val")
+    assert rc == 2 and "cannot tell the format of" in err and "write .png or .ppm" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", [["--preset", "train"], ["--size", "64"], ["--seed", "3"], ["--exif"]])
+def test_decode_transform_without_output_is_refused(jpeg, flag):
+    rc, out, err = run("decode", jpeg, *flag)
+    assert rc == 2 and f"{flag[0]} only matters when writing" in err and "add -o OUT.png" in err and out == ""
+
+
+def test_decode_without_output_prints_the_header(jpeg):
+    rc, out, _ = run("decode", jpeg)
+    assert rc == 0 and out.startswith(f"{jpeg}: JPEG ") and "3 channels" in out
+
+
+def test_decode_command_line_mistakes(jpeg):
+    assert run("decode", jpeg, "--bogus")[0] == 2
+    rc, _, err = run("decode", jpeg, jpeg)
+    assert rc == 2 and "one FILE only" in err
+    rc, _, err = run("decode", jpeg, "-o")
+    assert rc == 2 and "-o needs a value" in err
+    rc, _, err = run("decode")
+    assert rc == 2 and "no FILE" in err
+    rc, _, err = run("decode", jpeg, "-o", "x.png", "--preset", "big")
+    assert rc == 2 and "--preset is none, train or val, not 'big'" in err
+
+
+def test_decode_refuses_a_file_over_max_bytes_before_reading(jpeg, tmp_path):
+    rc, _, err = run("decode", jpeg, "-o", tmp_path / "x.png", "--max-bytes", "1K")
+    size = os.path.getsize(jpeg)
+    assert size > 1024
+    assert rc == 1 and f"is {size} bytes, over the limit of 1024 (--max-bytes)" in err
+
+
+def test_decode_unreadable_and_corrupt_files(tmp_path):
+    rc, _, err = run("decode", tmp_path / "missing.jpg")
+    assert rc == 1 and "cannot open" in err and "No such file" in err
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    rc, _, err = run("decode", bad, "-o", tmp_path / "x.png")
+    assert rc == 1 and "unsupported file format" in err
+
+
+# ---- decode: the pictures ----------------------------------------------------------
+def _read_picture(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        assert im.mode == "RGB"
+        return np.asarray(im)
+
+
+@pytest.mark.parametrize("ext", ["png", "PNG", "ppm"])
+@pytest.mark.parametrize("preset", ["train", "val", "none"])
+def test_decode_writes_what_the_library_decodes(jpeg, tmp_path, ext, preset):
+    out = tmp_path / f"seen.{ext}"
+    rc, _, err = run("decode", jpeg, "-o", out, "--preset", preset, "--size", 40, "--seed", 7, "--index", 5)
+    assert rc == 0, err
+    with open(jpeg, "rb") as f:
+        data = f.read()
+    want = sluice.decode_image(data, preset=None if preset == "none" else preset, size=40, seed=7, index=5)
+    if preset != "none":
+        want = want.transpose(1, 2, 0)  # CHW -> HWC
+    assert np.array_equal(_read_picture(out), want)
+    with open(out, "rb") as f:
+        magic = f.read(8)
+    assert magic == b"\x89PNG\r\n\x1a\n" if ext.lower() == "png" else magic.startswith(b"P6\n")
+
+
+def test_png_writer_across_stored_block_boundaries(tmp_path):
+    # 200 x 150 RGB: rows of 601 bytes, 90150 bytes of scanlines: two deflate
+    # blocks, a row split across them. Pillow checks every CRC and the Adler-32.
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 256, (150, 200, 3), dtype=np.uint8)
+    jpg = tmp_path / "noise.png"
+    Image.fromarray(src).save(jpg)  # sluice reads PNG too (lossless)
+    if sluice.build_info()["png"] is None:
+        pytest.skip("built without libspng")
+    out = tmp_path / "copy.png"
+    rc, _, err = run("decode", jpg, "-o", out, "--preset", "none")
+    assert rc == 0, err
+    assert np.array_equal(_read_picture(out), src)
+
+
+# ---- sizes: one rule --------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["bench", "plan", "show"])
+def test_decimal_size_units_are_refused(dataset, tmp_path, cmd):
+    extra = ["-o", tmp_path / "g.png"] if cmd == "show" else []
+    rc, _, err = run(cmd, dataset, "--budget", "2GB", *extra)
+    assert rc == 2 and "did you mean 2G (GiB, powers of 1024)?" in err
+
+
+def test_binary_size_units_are_taken(dataset):
+    rc, out, err = run("bench", dataset, "--budget", "64MiB", "--batch", 8, "--size", 32, "--batches", 1, "--json")
+    assert rc == 0, err
+    assert '"budget_bytes": 67108864' in out
+
+
+def test_python_sizes_follow_the_same_rule(dataset):
+    assert sluice.parse_size("1.5GiB") == 3 << 29
+    with pytest.raises(ValueError, match=r"did you mean 2G \(GiB, powers of 1024\)\?"):
+        sluice.parse_size("2GB")
+    with pytest.raises(ValueError, match=r"budget: size '512MB': did you mean 512M"):
+        sluice.Loader(dataset, budget="512MB")
+
+
+def test_budget_messages_name_the_front_ends_option(dataset):
+    rc, _, err = run("bench", dataset, "--budget", "1M", "--batch", 64)
+    assert rc == 1 and "raise the budget to at least" in err and "--budget" in err
+    with pytest.raises(sluice.BudgetError) as ei:
+        sluice.Loader(dataset, batch_size=64, budget="1M")
+    msg = str(ei.value)
+    assert "raise the budget to at least" in msg and "budget=" in msg and "--budget" not in msg
+
+
+# ---- show ------------------------------------------------------------------------
+def test_show_draws_the_first_batch_with_labels(dataset, tmp_path):
+    out = tmp_path / "grid.png"
+    rc, stdout, err = run("show", dataset, "--batch", 6, "--size", 32, "--seed", 4, "-o", out)
+    assert rc == 0, err
+    assert f"wrote {out}: 6 samples" in stdout and "3x2 tiles" in stdout
+    grid = _read_picture(out)
+    gap, line_h, side = 4, 8 + 2, 32
+    tile_h = side + 2 + 2 * line_h  # picture, then caption lines: label (class), #index
+    assert grid.shape == (2 * (tile_h + gap) + gap, 3 * (side + gap) + gap, 3)
+    with sluice.Loader(dataset, batch_size=6, size=32, seed=4, workers=1) as ld:
+        batch = ld.next_batch()
+        images = np.asarray(batch["image"]).transpose(0, 2, 3, 1)
+        for i in range(6):
+            y, x = gap + (i // 3) * (tile_h + gap), gap + (i % 3) * (side + gap)
+            assert np.array_equal(grid[y:y + side, x:x + side], images[i]), i
+            caption = grid[y + side:y + tile_h, x:x + side]
+            assert (caption == 255).all(axis=-1).sum() > 20  # white text drawn under each tile
+        del batch, images
+
+
+def test_show_ppm_and_columns(dataset, tmp_path):
+    out = tmp_path / "grid.ppm"
+    rc, stdout, err = run("show", dataset, "--batch", 5, "--size", 16, "--cols", 5, "--preset", "val", "-o", out)
+    assert rc == 0, err
+    assert "5x1 tiles" in stdout
+    assert _read_picture(out).shape[1] == 5 * (16 + 4) + 4
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "no -o GRID.png to write"),
+    (["-o", "grid.gif"], "cannot tell the format of 'grid.gif'"),
+    (["-o", "g.png", "--batch", "0"], "--batch takes a whole number from 1 to 1024, not '0'"),
+    (["-o", "g.png", "--seed", "-3"], "--seed takes a whole number from 0 to"),
+    (["-o", "g.png", "--preset", "none"], "--preset is train or val, not 'none'"),
+    (["-o", "g.png", "--frobnicate", "1"], "unknown option --frobnicate"),
+    (["-o", "g.png", "--batch"], "--batch needs a value"),
+])
+def test_show_command_line_mistakes(dataset, args, message):
+    rc, _, err = run("show", dataset, *args)
+    assert rc == 2 and message in err
+
+
+def test_show_missing_source(tmp_path):
+    rc, _, err = run("show", tmp_path / "nowhere", "-o", tmp_path / "g.png")
+    assert rc == 1 and "no such file" in err
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_show_budget_below_minimum(dataset, tmp_path):
+    rc, _, err = run("show", dataset, "--budget", "1M", "-o", tmp_path / "g.png")
+    assert rc == 1 and "raise the budget to at least" in err and "--budget" in err
