@@ -96,9 +96,12 @@ static int always(void) { return 1; }
  * order; a format whose library is not built in (available() == 0) still
  * probes (its probe says so: SL_EUNSUPPORTED), so the reason names it. */
 static const sl__image_format formats[] = {
-    {"jpeg", "libjpeg-turbo", SL_FORMAT_JPEG, jpeg_sig, sl__jpeg_probe, sl__jpeg_mem, sl__jpeg_decode, always},
-    {"png", "libspng", SL_FORMAT_PNG, png_sig, sl__png_probe, sl__png_mem, png_decode, sl__png_available},
-    {"webp", "libwebp", SL_FORMAT_WEBP, webp_sig, sl__webp_probe, sl__webp_mem, webp_decode, sl__webp_available},
+    {"jpeg", "libjpeg-turbo", SL_FORMAT_JPEG, jpeg_sig, sl__jpeg_probe, sl__jpeg_mem, sl__jpeg_decode, always,
+     sl__jpeg_version},
+    {"png", "libspng", SL_FORMAT_PNG, png_sig, sl__png_probe, sl__png_mem, png_decode, sl__png_available,
+     sl__png_version},
+    {"webp", "libwebp", SL_FORMAT_WEBP, webp_sig, sl__webp_probe, sl__webp_mem, webp_decode, sl__webp_available,
+     sl__webp_version},
 };
 #define NFORMATS (sizeof formats / sizeof *formats)
 

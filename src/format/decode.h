@@ -115,10 +115,16 @@ typedef struct sl__image_format {
                   const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason, size_t rlen);
     /* 0 when built without its library (its probe then says so) */
     int (*available)(void);
+    /* its library and version for sl_build_info ("libspng 0.7.3"), or "off" */
+    void (*version)(char *buf, size_t len);
 } sl__image_format;
 
 /* The registry, in probing order: *n entries. Static; cannot fail. */
 const sl__image_format *sl__image_formats(size_t *n);
+/* Each format's library version (build_info.c). */
+void sl__jpeg_version(char *buf, size_t len);
+void sl__png_version(char *buf, size_t len);
+void sl__webp_version(char *buf, size_t len);
 
 /* Per format (decode.c's registry holds them). */
 int sl__jpeg_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);

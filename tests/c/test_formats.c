@@ -1,7 +1,7 @@
 /*
  * The image format registry (src/format/decode.c): JPEG, PNG and WebP are
  * entries probed by content in order; sl_version() names each with its
- * library (or "off"); files no entry handles are SL_EFORMAT, and error
+ * library (or "off") and sl_build_info() gives their versions; files no entry handles are SL_EFORMAT, and error
  * records in a loader, whatever their name says.
  */
 #define _GNU_SOURCE
@@ -26,6 +26,19 @@ TEST(registry_lists_the_formats_and_version_names_them) {
         CHECK_STR_CONTAINS(sl_version(), want);
     }
     CHECK(strncmp(sl_version(), SL_VERSION_STRING " (", strlen(SL_VERSION_STRING) + 2) == 0);
+    /* sl_build_info's image keys are the registry's, in its order, each
+     * with the library's version or "off" */
+    const char *bi = sl_build_info(), *at = bi;
+    for (size_t i = 0; i < n; i++) {
+        char key[64], v[128];
+        snprintf(key, sizeof key, ";%s=", f[i].name);
+        const char *k = strstr(at, key);
+        CHECK(k != NULL);
+        f[i].version(v, sizeof v);
+        CHECK(strncmp(k + strlen(key), v, strlen(v)) == 0);
+        CHECK(f[i].available() ? strcmp(v, "off") != 0 : strcmp(v, "off") == 0);
+        at = k + 1;
+    }
 }
 
 TEST(probe_goes_by_content) {
