@@ -67,16 +67,7 @@ static void usage(FILE *f) {
 /* ---- options ------------------------------------------------------------------ */
 
 static int number(const char *a, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi) {
-        fprintf(stderr, "sluice pack: %s takes a whole number from %llu to %llu, not '%s'\n", a,
-                (unsigned long long)lo, (unsigned long long)hi, v);
-        return 2;
-    }
-    *out = x;
-    return 0;
+    return sl_cli_whole("pack", a, v, lo, hi, out) ? 2 : 0;
 }
 
 static int option_value(pack_opts *o, const char *a, const char *v) {

@@ -27,7 +27,7 @@ TW_FN void b_put(buf *b, const void *p, size_t n) {
         CHECK(b->p != NULL);
         b->cap = c;
     }
-    memcpy(b->p + b->n, p, n);
+    if (n) memcpy(b->p + b->n, p, n); /* p may be NULL when n is 0 */
     b->n += n;
 }
 
