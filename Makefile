@@ -6,6 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 DEMO_DATA ?= $(BUILD)/demo-data
+DEMO_FIELDS ?= $(BUILD)/demo-fields
 DEMO_IMAGES ?= 2000
 # PYTHON: the interpreter you choose (python3 by default). PY: the one every
 # target runs: the project venv .venv/ when tools/setup.sh made one (PYTHON
@@ -35,11 +36,20 @@ $(DEMO_DATA)/.done: tools/make_demo_data.py
 	$(PY) tools/make_demo_data.py $(DEMO_DATA) --images $(DEMO_IMAGES) --classes 10
 	@touch $@
 
+# Samples with fields: paired arrays (a crop group), LiDAR scans, and the
+# demo images in WebDataset tar shards (tools/make_demo_fields.py)
+$(DEMO_FIELDS)/.done: tools/make_demo_fields.py $(DEMO_DATA)/.done
+	$(PY) tools/make_demo_fields.py $(DEMO_FIELDS) --images $(DEMO_DATA)
+	@touch $@
+
 demo: setup-demo
 	$(MAKE) all
 	$(MAKE) $(DEMO_DATA)/.done
 	$(BUILD)/sluice bench $(DEMO_DATA) --preset train --batch 64 --budget 256M --epochs 2
 	$(BUILD)/sluice bench $(DEMO_DATA) --preset val --batch 64 --budget 128M --epochs 1
+	$(MAKE) $(DEMO_FIELDS)/.done
+	$(BUILD)/sluice bench $(DEMO_FIELDS)/pairs.jsonl --fields $(DEMO_FIELDS)/pairs.fields.json --batch 4 --budget 64M --epochs 2
+	$(BUILD)/sluice bench "$(DEMO_FIELDS)/$$(cat $(DEMO_FIELDS)/shards.txt)" --preset train --batch 64 --budget 256M --epochs 2
 
 test: setup
 	$(MAKE) all

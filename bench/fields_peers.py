@@ -136,7 +136,7 @@ def measure(name, it, a, per_sample_bytes):
     t0 = time.perf_counter()
     for _ in range(a.batches):
         b = next(it)
-        sum(v.numel() for v in b.values())  # touch nothing heavy: the consumer is a GPU that waits
+        sum(int(np.prod(v.shape)) for v in b.values())  # touch nothing heavy: the consumer is a GPU that waits
     dt = time.perf_counter() - t0
     sampler.stop = True
     sampler.join()

@@ -7,7 +7,8 @@
 #   SHARED=/path/to/shared bench/gpu_fields.sh [DATA] [PAIRS_GB] [SCANS]
 # SHARED: the folder holding bench/peer_torch.py (its tree-PSS sampler).
 # FIELDS_READ: a prebuilt fields_read (default build-static/fields_read,
-# made by bench/fields_read.sh).
+# made by bench/fields_read.sh). For a small run elsewhere: WORKERS (16),
+# PAIRS_BATCHES (60), LIDAR_BATCHES (200), BUDGET (8G).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-/tmp/sluice-fields}
@@ -15,10 +16,13 @@ FR=${FIELDS_READ:-build-static/fields_read}
 PY=${PYTHON:-python3}
 echo "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GiB"
 [ -f "$DATA/lidar.jsonl" ] || $PY bench/make_fields_bench.py "$DATA" --pairs-gb "${2:-20}" --scans "${3:-2000}"
+WORKERS=${WORKERS:-16}
+[ -x "$FR" ] || bench/fields_read.sh
 for c in pairs lidar; do
-  n=$([ $c = pairs ] && echo 60 || echo 200)
-  PYTHONPATH=python $PY bench/fields_peers.py "$DATA" --case $c --loaders cat,torch,sluice --workers 16 --batches $n \
+  n=$([ $c = pairs ] && echo "${PAIRS_BATCHES:-60}" || echo "${LIDAR_BATCHES:-200}")
+  PYTHONPATH=python $PY bench/fields_peers.py "$DATA" --case $c --loaders cat,torch,sluice --workers "$WORKERS" \
+    --batches "$n" --budget "${BUDGET:-8G}" \
     2> >(grep -v -e UserWarning -e 'super().__init__' >&2)
-  "$FR" "$DATA" $c 16 $((n * 8))
+  "$FR" "$DATA" $c "$WORKERS" $((n * 8))
   "$FR" "$DATA" $c 1 $((n * 8 / 8))
 done

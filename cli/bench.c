@@ -32,7 +32,6 @@
 #include "recipe.h"
 #include "sluice.h"
 
-#define FIELDS_MAX ((size_t)1 << 20) /* a schema file larger than this is a mistake */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -159,9 +158,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         fprintf(stderr, "sluice bench: --max-error-rate takes a fraction from 0 to 1 (1: never stop), not '%s'\n", val);
     } else if (!strcmp(a, "--fields")) {
         free(o->fields);
-        if ((o->fields = sl_cli_read_text(val, FIELDS_MAX))) return 0;
-        fprintf(stderr, "sluice bench: --fields %s: %s\n", val,
-                errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
+        if ((o->fields = sl_cli_read_fields("bench", val))) return 0;
     } else {
         fprintf(stderr, "sluice bench: unknown option %s\n", a);
         usage(stderr);

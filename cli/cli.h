@@ -8,5 +8,6 @@ int sl_cli_top(int argc, char **argv);
 int sl_cli_plan(int argc, char **argv);
 int sl_cli_decode(int argc, char **argv);
 int sl_cli_show(int argc, char **argv);
+int sl_cli_pack(int argc, char **argv);
 
 #endif

@@ -170,3 +170,11 @@ int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, 
     *out = x;
     return 0;
 }
+
+char *sl_cli_read_fields(const char *cmd, const char *path) {
+    char *text = sl_cli_read_text(path, (size_t)1 << 20);
+    if (!text)
+        fprintf(stderr, "sluice %s: --fields %s: %s\n", cmd, path,
+                errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
+    return text;
+}

@@ -48,4 +48,8 @@ int sl_cli_read_file(const char *path, uint64_t max, unsigned char **data, size_
  * printing "sluice cmd: flag takes a whole number from lo to hi, not 'v'". */
 int sl_cli_whole(const char *cmd, const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
 
+/* The --fields schema file's text (at most 1 MiB, malloc'd), or NULL with
+ * "sluice CMD: --fields PATH: why" printed. */
+char *sl_cli_read_fields(const char *cmd, const char *path);
+
 #endif

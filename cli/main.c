@@ -15,6 +15,7 @@ static const struct {
     {"decode", sl_cli_decode, "decode one image as the loader would (PNG/PPM output)"},
     {"plan", sl_cli_plan, "size a pipeline for a dataset before starting it"},
     {"top", sl_cli_top, "watch memory of a process tree, the cgroup and the GPUs"},
+    {"pack", sl_cli_pack, "write WebDataset tar shards from any source (optionally re-encoded smaller)"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -671,6 +671,51 @@ typedef struct sl_budget_event {
  * last 256; first counts from the first ever made); returns how many. */
 SL_API size_t sl_budget_events(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max);
 
+/* ---- sources (no loader) ------------------------------------------------
+ * A dataset's samples and their raw values, indexed exactly as a loader
+ * indexes cfg->source with cfg->fields (the schema's fields that take a
+ * value from the source; without a schema the sample's file, "image", and
+ * its label, "label"), and nothing decoded: for tools that copy or inspect
+ * datasets (`sluice pack`). The index is counted in a budget of cfg->budget
+ * bytes (SL_EBUDGET when it cannot hold it). An sl_source is read-only
+ * after open: any number of threads may use it at once. */
+typedef struct sl_source sl_source;
+
+/* What a value is (sl_value.type). */
+enum { SL_VALUE_FILE = 1, SL_VALUE_FILES = 2, SL_VALUE_INT = 3, SL_VALUE_NUMBERS = 4 };
+
+typedef struct sl_value {
+    const char *name;   /* the field's name (valid while the source is open) */
+    int kind;           /* SL_KIND_* of the field (a sequence's: SL_KIND_SEQUENCE) */
+    int type;           /* SL_VALUE_* */
+    uint32_t count;     /* FILES: files, NUMBERS: numbers; else 1 */
+    int64_t ival;       /* INT: the integer */
+} sl_value;
+
+/* Index cfg->source. 0, or the codes of sl_loader_create's indexing
+ * (SL_ENOENT, SL_EPARSE, SL_EINVAL for a bad schema, SL_EBUDGET, ...) with
+ * a sentence in errbuf. *out is freed by sl_source_close. */
+SL_API int sl_source_open(const sl_config *cfg, sl_source **out, char *errbuf, size_t errlen);
+SL_API void sl_source_close(sl_source *s);
+/* Samples, and values per sample (fields with a value, in schema order). */
+SL_API uint64_t sl_source_len(const sl_source *s);
+SL_API int sl_source_num_values(const sl_source *s);
+/* Value k of sample i. 0 or SL_EINVAL (out of range). */
+SL_API int sl_source_value(const sl_source *s, uint64_t i, int k, sl_value *out);
+/* Numbers [first, first + n) of a NUMBERS or INT value into out: how many
+ * the value holds in all, or SL_EINVAL. */
+SL_API int sl_source_numbers(const sl_source *s, uint64_t i, int k, uint32_t first, double *out, uint32_t n);
+/* File elem (0 for a FILE value; 0..count-1 for FILES) of value k of
+ * sample i: its size in bytes, and its name into name (namelen bytes; may
+ * be NULL): a path, or "SHARD:MEMBER" for a tar member. 0, or SL_EINVAL /
+ * SL_ENOENT / SL_EIO with a sentence in errbuf. */
+SL_API int sl_source_file(const sl_source *s, uint64_t i, int k, uint32_t elem, uint64_t *size, char *name,
+                          size_t namelen, char *errbuf, size_t errlen);
+/* Read that whole file into buf (len >= its size): its size, or SL_EOVERFLOW
+ * (len too small) / SL_EINVAL / SL_ENOENT / SL_EIO with a sentence. */
+SL_API int64_t sl_source_read(const sl_source *s, uint64_t i, int k, uint32_t elem, void *buf, size_t len,
+                              char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -383,7 +383,7 @@ class Loader:
             source = os.fsdecode(source)
         if not source:
             raise ValueError("source is empty: give an image folder or a .csv/.jsonl manifest")
-        if not os.path.exists(source):
+        if not os.path.exists(source) and not ("{" in source and "}" in source):  # a brace pattern of shards
             raise FileNotFoundError(f"source {source!r} does not exist")
         kw = {
             "batch_size": _int("batch_size", batch_size, 1, _U32),

@@ -21,6 +21,7 @@
 #include "../base/scratch.h"
 #include "../cache/cache.h"
 #include "../format/decode.h"
+#include "../ops/array.h"
 #include "../ops/ops.h"
 #include "../source/source.h"
 #include "sluice.h"
@@ -61,6 +62,15 @@ struct sl__field {
             sl__video_limits lim;
             char codecs[256];
         } video;
+        struct {                /* array.c */
+            sl__array_spec spec;    /* ops: layout, crop, center_crop, pad, points, output dtype */
+            sl__array_shape out;    /* the output, fixed at resolve from the first sample */
+            int raw;                /* 1: a raw file of dtype raw_dtype and shape raw_shape */
+            int raw_dtype, raw_big;
+            uint32_t raw_ndim;
+            int64_t raw_shape[SL_ARRAY_MAX_DIMS];
+            uint64_t max_bytes;     /* file size limit (0: none) */
+        } array;
     } u;
 };
 
@@ -141,7 +151,8 @@ void sl__fileval_close(sl__load *L, sl__fileval *v);
 const sl__kind *sl__kind_find(const char *name);
 const char *sl__kind_names(void); /* "image, label, ..." for messages */
 
-extern const sl__kind sl__kind_image, sl__kind_label, sl__kind_target, sl__kind_sequence, sl__kind_video;
+extern const sl__kind sl__kind_image, sl__kind_label, sl__kind_target, sl__kind_sequence, sl__kind_video,
+    sl__kind_array;
 
 /* The image recipe options of a field's JSON object (preset, size, scale,
  * ratio, hflip, crop_pct, resize; interpolation, exif, keep_alpha, fast,

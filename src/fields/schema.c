@@ -21,7 +21,7 @@
 #include "kind_util.h"
 
 static const sl__kind *const kinds[] = {&sl__kind_image, &sl__kind_label, &sl__kind_target, &sl__kind_sequence,
-                                        &sl__kind_video};
+                                        &sl__kind_video, &sl__kind_array};
 
 const sl__kind *sl__kind_find(const char *name) {
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
@@ -29,7 +29,7 @@ const sl__kind *sl__kind_find(const char *name) {
     return NULL;
 }
 
-const char *sl__kind_names(void) { return "image, label, target, sequence, video"; }
+const char *sl__kind_names(void) { return "image, label, target, sequence, video, array"; }
 
 /* The stream of a randomness group. The group "image" is stream 0: the
  * stream the default schema and sl_image_train_crop use. */
@@ -46,6 +46,7 @@ static void default_key(sl__field *f) {
     case SL_KIND_IMAGE: more = ";path;file;jpg;jpeg;png;webp"; break;
     case SL_KIND_VIDEO: more = ";path;file;mp4;avi;mkv;webm;mov"; break;
     case SL_KIND_LABEL: more = ";label;cls"; break;
+    case SL_KIND_ARRAY: more = ";npy"; break;
     default: break;
     }
     snprintf(f->key, sizeof f->key, "%s%s", f->name, more);

@@ -3,7 +3,8 @@
  *
  * One "key=value;key=value" string, made once (the first call) from the
  * macros the build defined and the versions the linked libraries report.
- * Keys, always all present, in this order:
+ * Keys, always all present, in this order (the image formats' from the
+ * format registry, src/format/decode.c, in its order):
  *   version  SL_VERSION_STRING
  *   jpeg     "libjpeg-turbo 2.1.5 (libjpeg API 62)": built against (libjpeg
  *            has no run-time version call)
@@ -22,6 +23,7 @@
 
 #include <jpeglib.h>
 
+#include "decode.h"
 #include "sluice.h"
 
 #ifdef SL_HAVE_SPNG
@@ -49,7 +51,8 @@ static const char *packed_version(unsigned v, char *buf, size_t len) {
 }
 #endif
 
-static void jpeg_info(char *buf, size_t len) {
+/* The image formats' libraries (decode.c's registry calls these). */
+void sl__jpeg_version(char *buf, size_t len) {
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
     int v = LIBJPEG_TURBO_VERSION_NUMBER; /* 2001005 = 2.1.5 */
     snprintf(buf, len, "libjpeg-turbo %d.%d.%d (libjpeg API %d)", v / 1000000, v / 1000 % 1000, v % 1000,
@@ -59,7 +62,7 @@ static void jpeg_info(char *buf, size_t len) {
 #endif
 }
 
-static void png_info(char *buf, size_t len) {
+void sl__png_version(char *buf, size_t len) {
 #ifdef SL_HAVE_SPNG
     snprintf(buf, len, "libspng %s", spng_version_string());
 #else
@@ -67,7 +70,7 @@ static void png_info(char *buf, size_t len) {
 #endif
 }
 
-static void webp_info(char *buf, size_t len) {
+void sl__webp_version(char *buf, size_t len) {
 #ifdef SL_HAVE_WEBP
     char v[32];
     snprintf(buf, len, "libwebp %s", packed_version((unsigned)WebPGetDecoderVersion(), v, sizeof v));
@@ -103,15 +106,18 @@ static void nvjpeg_info(char *buf, size_t len) {
 #endif
 }
 
+/* The image formats come from the registry (decode.c), in its order. */
 static void make_build_info(void) {
-    char jpeg[96], png[64], webp[64], video[128], nvjpeg[64];
-    jpeg_info(jpeg, sizeof jpeg);
-    png_info(png, sizeof png);
-    webp_info(webp, sizeof webp);
+    char v[128], video[128], nvjpeg[64];
+    size_t n, at = (size_t)snprintf(build_info, sizeof build_info, "version=%s", SL_VERSION_STRING);
+    const sl__image_format *f = sl__image_formats(&n);
+    for (size_t i = 0; i < n && at < sizeof build_info; i++) {
+        f[i].version(v, sizeof v);
+        at += (size_t)snprintf(build_info + at, sizeof build_info - at, ";%s=%s", f[i].name, v);
+    }
     video_info(video, sizeof video);
     nvjpeg_info(nvjpeg, sizeof nvjpeg);
-    snprintf(build_info, sizeof build_info, "version=%s;jpeg=%s;png=%s;webp=%s;video=%s;nvjpeg=%s", SL_VERSION_STRING,
-             jpeg, png, webp, video, nvjpeg);
+    if (at < sizeof build_info) snprintf(build_info + at, sizeof build_info - at, ";video=%s;nvjpeg=%s", video, nvjpeg);
 }
 
 const char *sl_build_info(void) {

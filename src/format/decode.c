@@ -1,4 +1,5 @@
-/* Format dispatch by content. The per-sample quota allocator is in quota.c. */
+/* The image format registry (dispatch by content). The per-sample quota
+ * allocator is in quota.c. */
 #include "decode.h"
 
 #include <stdio.h>
@@ -23,30 +24,66 @@ int sl__check_pixels(const sl_image_info *info, uint64_t max_pixels, char *reaso
     return SL_ELIMIT;
 }
 
+/* ---- the image formats ------------------------------------------------- */
+
+/* JPEG's decoder keeps state per worker; the others take none. */
+static int png_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
+                      const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason, size_t rlen) {
+    (void)d;
+    return sl__png_decode(data, len, info, req, q, sink, reason, rlen);
+}
+
+static int webp_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
+                       const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason, size_t rlen) {
+    (void)d;
+    return sl__webp_decode(data, len, info, req, q, sink, reason, rlen);
+}
+
+static int jpeg_sig(const uint8_t *d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
+static int png_sig(const uint8_t *d, size_t n) { return n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8); }
+static int webp_sig(const uint8_t *d, size_t n) { return n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4); }
+static int always(void) { return 1; }
+
+/* The registry: a format is one entry. Probing goes by content, in this
+ * order; a format whose library is not built in (available() == 0) still
+ * probes (its probe says so: SL_EUNSUPPORTED), so the reason names it. */
+static const sl__image_format formats[] = {
+    {"jpeg", "libjpeg-turbo", SL_FORMAT_JPEG, jpeg_sig, sl__jpeg_probe, sl__jpeg_mem, sl__jpeg_decode, always,
+     sl__jpeg_version},
+    {"png", "libspng", SL_FORMAT_PNG, png_sig, sl__png_probe, sl__png_mem, png_decode, sl__png_available,
+     sl__png_version},
+    {"webp", "libwebp", SL_FORMAT_WEBP, webp_sig, sl__webp_probe, sl__webp_mem, webp_decode, sl__webp_available,
+     sl__webp_version},
+};
+#define NFORMATS (sizeof formats / sizeof *formats)
+
+const sl__image_format *sl__image_formats(size_t *n) {
+    *n = NFORMATS;
+    return formats;
+}
+
+static const sl__image_format *format_of(int id) {
+    for (size_t i = 0; i < NFORMATS; i++)
+        if (formats[i].id == id) return &formats[i];
+    return NULL;
+}
+
 int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen) {
     memset(info, 0, sizeof *info);
     if (len == 0) {
         sl__msg(reason, rlen, "empty file");
         return SL_EFORMAT;
     }
-    if (len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
-        return sl__jpeg_probe(data, len, info, reason, rlen);
-    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-    if (len >= 8 && !memcmp(data, png_sig, 8)) return sl__png_probe(data, len, info, reason, rlen);
-    if (len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4))
-        return sl__webp_probe(data, len, info, reason, rlen);
+    for (size_t i = 0; i < NFORMATS; i++)
+        if (formats[i].sig(data, len)) return formats[i].probe(data, len, info, reason, rlen);
     sl__msg(reason, rlen, "not a JPEG, PNG or WebP file (first bytes %02x %02x %02x %02x)", data[0],
             len > 1 ? data[1] : 0, len > 2 ? data[2] : 0, len > 3 ? data[3] : 0);
     return SL_EFORMAT;
 }
 
 uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req) {
-    switch (info->format) {
-    case SL_FORMAT_JPEG: return sl__jpeg_mem(info, req);
-    case SL_FORMAT_PNG: return sl__png_mem(info, req);
-    case SL_FORMAT_WEBP: return sl__webp_mem(info, req);
-    default: return 0;
-    }
+    const sl__image_format *f = format_of(info->format);
+    return f ? f->mem(info, req) : 0;
 }
 
 int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
@@ -58,19 +95,26 @@ int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_i
         sl__msg(reason, rlen, "bad decode request");
         return SL_EINVAL;
     }
-    switch (info->format) {
-    case SL_FORMAT_JPEG: return sl__jpeg_decode(d, data, len, info, req, q, sink, reason, rlen);
-    case SL_FORMAT_PNG: return sl__png_decode(data, len, info, req, q, sink, reason, rlen);
-    case SL_FORMAT_WEBP: return sl__webp_decode(data, len, info, req, q, sink, reason, rlen);
-    default: sl__msg(reason, rlen, "unknown format"); return SL_EFORMAT;
+    const sl__image_format *f = format_of(info->format);
+    if (!f) {
+        sl__msg(reason, rlen, "unknown format");
+        return SL_EFORMAT;
     }
+    return f->decode(d, data, len, info, req, q, sink, reason, rlen);
 }
 
-/* The runtime version names the formats this build decodes. */
+/* The runtime version names the formats this build decodes, from the
+ * registry: "0.1.0 (jpeg libjpeg-turbo, png libspng, webp off)". */
 const char *sl_version(void) {
-    static char v[80];
-    if (!v[0])
-        snprintf(v, sizeof v, "%s (libjpeg %s, png %s, webp %s)", SL_VERSION_STRING, "turbo",
-                 sl__png_available() ? "libspng" : "off", sl__webp_available() ? "libwebp" : "off");
+    static char v[160];
+    if (!v[0]) {
+        char tmp[160];
+        size_t n = (size_t)snprintf(tmp, sizeof tmp, "%s (", SL_VERSION_STRING);
+        for (size_t i = 0; i < NFORMATS && n < sizeof tmp; i++)
+            n += (size_t)snprintf(tmp + n, sizeof tmp - n, "%s%s %s", i ? ", " : "", formats[i].name,
+                                  formats[i].available() ? formats[i].library : "off");
+        if (n < sizeof tmp) snprintf(tmp + n, sizeof tmp - n, ")");
+        memcpy(v, tmp, sizeof v); /* one write of a finished string (racing first calls write the same) */
+    }
     return v;
 }

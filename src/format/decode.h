@@ -123,7 +123,35 @@ int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_i
                const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason,
                size_t rlen);
 
-/* Per format (decode.c dispatches). */
+/* An image format: one entry of decode.c's registry. Adding a format is
+ * writing its probe, mem and decode and adding its entry there. */
+typedef struct sl__image_format {
+    const char *name;    /* "jpeg", "png", "webp" */
+    const char *library; /* what decodes it, for sl_version() */
+    int id;              /* SL_FORMAT_* (sl_image_info.format) */
+    /* 1 when the first n bytes are this format's signature */
+    int (*sig)(const uint8_t *data, size_t n);
+    /* the header: as sl__probe */
+    int (*probe)(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
+    /* as sl__decode_mem */
+    uint64_t (*mem)(const sl_image_info *info, const sl__decode_req *req);
+    /* as sl__decode (the request already checked against info) */
+    int (*decode)(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
+                  const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason, size_t rlen);
+    /* 0 when built without its library (its probe then says so) */
+    int (*available)(void);
+    /* its library and version for sl_build_info ("libspng 0.7.3"), or "off" */
+    void (*version)(char *buf, size_t len);
+} sl__image_format;
+
+/* The registry, in probing order: *n entries. Static; cannot fail. */
+const sl__image_format *sl__image_formats(size_t *n);
+/* Each format's library version (build_info.c). */
+void sl__jpeg_version(char *buf, size_t len);
+void sl__png_version(char *buf, size_t len);
+void sl__webp_version(char *buf, size_t len);
+
+/* Per format (decode.c's registry holds them). */
 int sl__jpeg_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
 uint64_t sl__jpeg_mem(const sl_image_info *info, const sl__decode_req *req);
 int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,

@@ -1,10 +1,11 @@
 /*
  * Manifests: CSV (`path,label`, RFC 4180; lines end with LF, CRLF or a
- * lone CR) and JSONL ({"path": ..., "label":
- * ...} per line). Both parsers are strict, allocate nothing (decoded paths
- * go through a PATH_MAX stack buffer: a longer path could not be opened
- * anyway) and report the first error with its line number. They run on
- * hostile input (fuzzed: tests/fuzz/fuzz_manifest.c).
+ * lone CR) and JSONL ({"path": ..., "label": ...} per line, rows in
+ * jsonrow.h's grammar). Both parsers are strict,
+ * allocate nothing (decoded paths go through a PATH_MAX stack buffer: a
+ * longer path could not be opened anyway) and report the first error with
+ * its line number. They run on hostile input (fuzzed:
+ * tests/fuzz/fuzz_manifest.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,25 +15,12 @@
 #include <unistd.h>
 
 #include "../base/util.h"
+#include "jsonrow.h"
 #include "source_impl.h"
 
 typedef unsigned long long ull;
 
-/* A bounded output buffer: bytes past cap-1 are dropped and noted. */
-typedef struct obuf {
-    char *p;
-    size_t cap, len;
-    int trunc;
-} obuf;
-
-static inline void put(obuf *o, char c) {
-    if (o->len + 1 < o->cap) o->p[o->len++] = c;
-    else o->trunc = 1;
-}
-
-/* Decimal int64 in [s, s+n), optional sign, surrounding blanks allowed
- * (CSV). 0 or -1. */
-static int parse_int(const char *s, size_t n, int64_t *out) {
+int sl__parse_int(const char *s, size_t n, int64_t *out) {
     size_t i = 0;
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
     while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
@@ -51,7 +39,7 @@ static int parse_int(const char *s, size_t n, int64_t *out) {
 }
 
 /* Checks every parser makes of a decoded path. NULL if fine. */
-static const char *bad_path(const obuf *o) {
+static const char *bad_path(const sl__obuf *o) {
     if (o->trunc) return "path longer than PATH_MAX";
     if (o->len == 0) return "empty path";
     if (memchr(o->p, 0, o->len)) return "path contains a NUL byte";
@@ -66,83 +54,100 @@ static size_t eol_len(const char *t, size_t i, size_t n) {
     return t[i] == '\r' && i + 1 < n && t[i + 1] == '\n' ? 2 : 1;
 }
 
-int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, void *ctx, char *err,
-                           size_t errlen) {
-    char pbuf[PATH_MAX], lbuf[32];
-    size_t i = 0;
-    uint64_t line = 1;
-    int first = 1;
-    if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3; /* UTF-8 BOM */
-    while (i < n) {
-        /* A blank line (spaces and tabs only) is skipped. */
+int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_t *rec_line, sl__csv_field *f,
+                   uint32_t maxf, uint32_t *nf, char *buf, size_t cap, char *err, size_t errlen) {
+    size_t i = *pos, used = 0;
+    for (;;) { /* a blank line (spaces and tabs only) is skipped */
         size_t j = i;
         while (j < n && (t[j] == ' ' || t[j] == '\t')) j++;
-        if (j == n) break;
-        if (t[j] == '\n' || t[j] == '\r') {
-            i = j + eol_len(t, j, n);
-            line++;
-            continue;
+        if (j == n) {
+            *pos = n;
+            return 1;
         }
-        uint64_t rec_line = line;
-        obuf f[2] = {{pbuf, sizeof pbuf, 0, 0}, {lbuf, sizeof lbuf, 0, 0}};
-        int nf = 0;
-        for (;;) { /* one field per turn, starting at i */
-            obuf dummy = {NULL, 0, 0, 0};
-            obuf *o = nf < 2 ? &f[nf] : &dummy;
-            if (i < n && t[i] == '"') {
-                uint64_t qline = line;
-                i++;
-                for (;;) {
-                    if (i >= n) {
-                        sl__msg(err, errlen, "line %llu: quoted field never closed", (ull)qline);
-                        return SL_EPARSE;
-                    }
-                    char c = t[i];
-                    if (c == '"') {
-                        if (i + 1 < n && t[i + 1] == '"') {
-                            put(o, '"');
-                            i += 2;
-                            continue;
-                        }
-                        i++;
-                        break;
-                    }
-                    if (c == '\n') line++;
-                    put(o, c);
-                    i++;
-                }
-                if (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
-                    sl__msg(err, errlen, "line %llu: unexpected character after a closing quote", (ull)line);
+        if (t[j] != '\n' && t[j] != '\r') break;
+        i = j + eol_len(t, j, n);
+        ++*line;
+    }
+    *rec_line = *line;
+    *nf = 0;
+    for (;;) { /* one field per turn, starting at i */
+        sl__obuf dummy = {NULL, 0, 0, 0}, field = {buf + used, cap - used, 0, 0};
+        sl__obuf *o = *nf < maxf ? &field : &dummy;
+        if (i < n && t[i] == '"') {
+            uint64_t qline = *line;
+            i++;
+            for (;;) {
+                if (i >= n) {
+                    sl__msg(err, errlen, "line %llu: quoted field never closed", (ull)qline);
                     return SL_EPARSE;
                 }
-            } else {
-                while (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
-                    if (t[i] == '"') {
-                        sl__msg(err, errlen, "line %llu: quote inside an unquoted field (quote the whole field)",
-                                (ull)line);
-                        return SL_EPARSE;
+                char c = t[i];
+                if (c == '"') {
+                    if (i + 1 < n && t[i + 1] == '"') {
+                        sl__obuf_put(o, '"');
+                        i += 2;
+                        continue;
                     }
-                    put(o, t[i]);
                     i++;
+                    break;
                 }
-            }
-            nf++;
-            if (i < n && t[i] == ',') {
+                if (c == '\n') ++*line;
+                sl__obuf_put(o, c);
                 i++;
-                continue;
             }
-            break; /* at a line end or the end */
+            if (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
+                sl__msg(err, errlen, "line %llu: unexpected character after a closing quote", (ull)*line);
+                return SL_EPARSE;
+            }
+        } else {
+            while (i < n && t[i] != ',' && t[i] != '\n' && t[i] != '\r') {
+                if (t[i] == '"') {
+                    sl__msg(err, errlen, "line %llu: quote inside an unquoted field (quote the whole field)",
+                            (ull)*line);
+                    return SL_EPARSE;
+                }
+                sl__obuf_put(o, t[i]);
+                i++;
+            }
         }
-        if (i < n) { /* the line end */
-            i += eol_len(t, i, n);
-            line++;
+        if (*nf < maxf) {
+            f[*nf] = (sl__csv_field){used, field.len, field.trunc};
+            used += field.len;
         }
+        ++*nf;
+        if (i < n && t[i] == ',') {
+            i++;
+            continue;
+        }
+        break; /* at a line end or the end */
+    }
+    if (i < n) { /* the line end */
+        i += eol_len(t, i, n);
+        ++*line;
+    }
+    *pos = i;
+    return 0;
+}
+
+int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, void *ctx, char *err,
+                           size_t errlen) {
+    char buf[PATH_MAX + 32];
+    size_t i = 0;
+    uint64_t line = 1, rec_line;
+    int first = 1;
+    if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3; /* UTF-8 BOM */
+    for (;;) {
+        sl__csv_field f[2];
+        uint32_t nf;
+        int rc = sl__csv_record(t, n, &i, &line, &rec_line, f, 2, &nf, buf, sizeof buf, err, errlen);
+        if (rc) return rc == 1 ? 0 : rc;
         if (nf != 2) {
-            sl__msg(err, errlen, "line %llu: expected 2 fields (path,label), found %d", (ull)rec_line, nf);
+            sl__msg(err, errlen, "line %llu: expected 2 fields (path,label), found %u", (ull)rec_line, nf);
             return SL_EPARSE;
         }
         int64_t label;
-        int is_int = !f[1].trunc && parse_int(lbuf, f[1].len, &label) == 0;
+        const char *lab = buf + f[1].off;
+        int is_int = !f[1].trunc && f[1].len < 32 && sl__parse_int(lab, f[1].len, &label) == 0;
         if (!is_int && first) { /* a header row */
             first = 0;
             continue;
@@ -150,323 +155,64 @@ int sl__manifest_parse_csv(const char *t, size_t n, sl__manifest_row_fn add, voi
         first = 0;
         if (!is_int) {
             sl__msg(err, errlen, "line %llu: label \"%.*s%s\" is not a 64-bit integer", (ull)rec_line,
-                    (int)SL_MIN(f[1].len, 24), lbuf, f[1].trunc || f[1].len > 24 ? "..." : "");
+                    (int)SL_MIN(f[1].len, 24), lab, f[1].trunc || f[1].len > 24 ? "..." : "");
             return SL_EPARSE;
         }
-        const char *why = bad_path(&f[0]);
+        sl__obuf path = {buf, PATH_MAX, f[0].len, f[0].trunc || f[0].len >= PATH_MAX};
+        const char *why = bad_path(&path);
         if (why) {
             sl__msg(err, errlen, "line %llu: %s", (ull)rec_line, why);
             return SL_EPARSE;
         }
-        int rc = add(ctx, pbuf, f[0].len, label);
-        if (rc) return rc;
+        if ((rc = add(ctx, buf, f[0].len, label))) return rc;
     }
-    return 0;
 }
 
 /* ---- JSONL ------------------------------------------------------------- */
 
-/* A cursor over one line [p, e). why is set on the first error. */
-typedef struct jcur {
-    const char *p, *e;
-    const char *why;
-} jcur;
-
-static void ws(jcur *c) {
-    while (c->p < c->e && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++;
-}
-
-static int fail(jcur *c, const char *why) {
-    if (!c->why) c->why = why;
-    return -1;
-}
-
-static int hex4(const char *s, const char *e, unsigned *out) {
-    if (e - s < 4) return -1;
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        char ch = s[k];
-        v <<= 4;
-        if (ch >= '0' && ch <= '9') v |= (unsigned)(ch - '0');
-        else if (ch >= 'a' && ch <= 'f') v |= (unsigned)(ch - 'a' + 10);
-        else if (ch >= 'A' && ch <= 'F') v |= (unsigned)(ch - 'A' + 10);
-        else return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static void put_utf8(obuf *o, unsigned cp) {
-    if (cp < 0x80) put(o, (char)cp);
-    else if (cp < 0x800) {
-        put(o, (char)(0xC0 | (cp >> 6)));
-        put(o, (char)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        put(o, (char)(0xE0 | (cp >> 12)));
-        put(o, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        put(o, (char)(0x80 | (cp & 0x3F)));
-    } else {
-        put(o, (char)(0xF0 | (cp >> 18)));
-        put(o, (char)(0x80 | ((cp >> 12) & 0x3F)));
-        put(o, (char)(0x80 | ((cp >> 6) & 0x3F)));
-        put(o, (char)(0x80 | (cp & 0x3F)));
-    }
-}
-
-/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlongs,
- * no surrogates, at most U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *s, const unsigned char *e) {
-    unsigned c = s[0];
-    size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 0;
-    if ((size_t)(e - s) < n) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k < n; k++)
-        if (s[k] < 0x80 || s[k] > 0xBF) return 0;
-    return n;
-}
-
-/* A JSON string at c->p (which is '"'), decoded into o (NULL: validate
- * only). */
-static int jstring(jcur *c, obuf *o) {
-    obuf sink = {NULL, 0, 0, 0};
-    if (!o) o = &sink;
-    c->p++;
-    for (;;) {
-        if (c->p >= c->e) return fail(c, "string never closed");
-        unsigned char ch = (unsigned char)*c->p;
-        if (ch == '"') {
-            c->p++;
-            return 0;
-        }
-        if (ch < 0x20) return fail(c, "control character in a string (escape it)");
-        if (ch == '\\') {
-            if (c->e - c->p < 2) return fail(c, "string never closed");
-            char esc = c->p[1];
-            c->p += 2;
-            switch (esc) {
-            case '"': put(o, '"'); break;
-            case '\\': put(o, '\\'); break;
-            case '/': put(o, '/'); break;
-            case 'b': put(o, '\b'); break;
-            case 'f': put(o, '\f'); break;
-            case 'n': put(o, '\n'); break;
-            case 'r': put(o, '\r'); break;
-            case 't': put(o, '\t'); break;
-            case 'u': {
-                unsigned cp, lo;
-                if (hex4(c->p, c->e, &cp)) return fail(c, "bad \\u escape (4 hex digits expected)");
-                c->p += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(c, "lone low surrogate in \\u escape");
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (c->e - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' || hex4(c->p + 2, c->e, &lo) ||
-                        lo < 0xDC00 || lo > 0xDFFF)
-                        return fail(c, "high surrogate not followed by a low surrogate");
-                    c->p += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                put_utf8(o, cp);
-                break;
-            }
-            default: return fail(c, "unknown escape in a string");
-            }
-            continue;
-        }
-        if (ch < 0x80) {
-            put(o, (char)ch);
-            c->p++;
-            continue;
-        }
-        size_t k = utf8_len((const unsigned char *)c->p, (const unsigned char *)c->e);
-        if (!k) return fail(c, "invalid UTF-8 in a string");
-        for (size_t q = 0; q < k; q++) put(o, c->p[q]);
-        c->p += k;
-    }
-}
-
-/* A JSON number (RFC 8259 grammar). *is_int: no fraction, no exponent. */
-static int jnumber(jcur *c, int *is_int) {
-    const char *p = c->p;
-    *is_int = 1;
-    if (p < c->e && *p == '-') p++;
-    if (p >= c->e || *p < '0' || *p > '9') return fail(c, "bad number");
-    if (*p == '0') p++;
-    else
-        while (p < c->e && *p >= '0' && *p <= '9') p++;
-    if (p < c->e && *p == '.') {
-        *is_int = 0;
-        p++;
-        if (p >= c->e || *p < '0' || *p > '9') return fail(c, "bad number");
-        while (p < c->e && *p >= '0' && *p <= '9') p++;
-    }
-    if (p < c->e && (*p == 'e' || *p == 'E')) {
-        *is_int = 0;
-        p++;
-        if (p < c->e && (*p == '+' || *p == '-')) p++;
-        if (p >= c->e || *p < '0' || *p > '9') return fail(c, "bad number");
-        while (p < c->e && *p >= '0' && *p <= '9') p++;
-    }
-    c->p = p;
-    return 0;
-}
-
-static int jliteral(jcur *c, const char *word) {
-    size_t n = strlen(word);
-    if ((size_t)(c->e - c->p) < n || memcmp(c->p, word, n) != 0) return fail(c, "unexpected character");
-    c->p += n;
-    return 0;
-}
-
-#define JSON_MAX_DEPTH 64
-
-/* Any JSON value at c->p (after blanks), checked and skipped. */
-static int jskip(jcur *c, int depth) {
-    ws(c);
-    if (c->p >= c->e) return fail(c, "value expected");
-    int is_int;
-    switch (*c->p) {
-    case '"': return jstring(c, NULL);
-    case 't': return jliteral(c, "true");
-    case 'f': return jliteral(c, "false");
-    case 'n': return jliteral(c, "null");
-    case '{':
-    case '[': {
-        if (depth >= JSON_MAX_DEPTH) return fail(c, "nesting deeper than 64");
-        char close = *c->p == '{' ? '}' : ']';
-        c->p++;
-        ws(c);
-        if (c->p < c->e && *c->p == close) {
-            c->p++;
-            return 0;
-        }
-        for (;;) {
-            if (close == '}') {
-                ws(c);
-                if (c->p >= c->e || *c->p != '"') return fail(c, "object key (a string) expected");
-                if (jstring(c, NULL)) return -1;
-                ws(c);
-                if (c->p >= c->e || *c->p != ':') return fail(c, "':' expected after an object key");
-                c->p++;
-            }
-            if (jskip(c, depth + 1)) return -1;
-            ws(c);
-            if (c->p < c->e && *c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (c->p < c->e && *c->p == close) {
-                c->p++;
-                return 0;
-            }
-            return fail(c, close == '}' ? "',' or '}' expected" : "',' or ']' expected");
-        }
-    }
-    default:
-        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) return jnumber(c, &is_int);
-        return fail(c, "unexpected character");
-    }
-}
-
-/* "label": a JSON integer in int64 range. */
-static int jlabel(jcur *c, int64_t *out) {
-    ws(c);
-    const char *s = c->p;
-    int is_int;
-    if (c->p >= c->e || !(*c->p == '-' || (*c->p >= '0' && *c->p <= '9')))
-        return fail(c, "\"label\" must be an integer");
-    if (jnumber(c, &is_int)) return -1;
-    if (!is_int) return fail(c, "\"label\" must be an integer (no fraction or exponent)");
-    if (parse_int(s, (size_t)(c->p - s), out)) return fail(c, "\"label\" outside the 64-bit integer range");
-    return 0;
-}
-
-/* One line holding an object: path into o, label into *label. */
-static int jline(jcur *c, obuf *o, int64_t *label) {
-    char kbuf[8];
-    int have_path = 0, have_label = 0;
-    if (*c->p != '{') return fail(c, "a JSON object expected");
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') c->p++;
-    else {
-        for (;;) {
-            ws(c);
-            if (c->p >= c->e || *c->p != '"') return fail(c, "object key (a string) expected");
-            obuf k = {kbuf, sizeof kbuf, 0, 0};
-            if (jstring(c, &k)) return -1;
-            ws(c);
-            if (c->p >= c->e || *c->p != ':') return fail(c, "':' expected after an object key");
-            c->p++;
-            ws(c);
-            int is_path = !k.trunc && k.len == 4 && memcmp(kbuf, "path", 4) == 0;
-            int is_label = !k.trunc && k.len == 5 && memcmp(kbuf, "label", 5) == 0;
-            if (is_path) {
-                if (have_path) return fail(c, "duplicate key \"path\"");
-                if (c->p >= c->e || *c->p != '"') return fail(c, "\"path\" must be a string");
-                if (jstring(c, o)) return -1;
-                have_path = 1;
-            } else if (is_label) {
-                if (have_label) return fail(c, "duplicate key \"label\"");
-                if (jlabel(c, label)) return -1;
-                have_label = 1;
-            } else if (jskip(c, 1)) {
-                return -1;
-            }
-            ws(c);
-            if (c->p < c->e && *c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (c->p < c->e && *c->p == '}') {
-                c->p++;
-                break;
-            }
-            return fail(c, "',' or '}' expected");
-        }
-    }
-    ws(c);
-    if (c->p != c->e) return fail(c, "characters after the object");
-    if (!have_path) return fail(c, "missing \"path\"");
-    if (!have_label) return fail(c, "missing \"label\"");
-    const char *why = bad_path(o);
-    if (why) return fail(c, why);
-    return 0;
+/* One row's path (into o) and label, by the row grammar (jsonrow.h). */
+static const char *path_label(const sl__jrow *row, sl__obuf *o, int64_t *label) {
+    const sl__jmember *p = sl__jrow_find(row, "path"), *l = sl__jrow_find(row, "label");
+    if (!p) return "missing \"path\"";
+    if (!l) return "missing \"label\"";
+    if (p->type != SL__JV_STRING) return "\"path\" must be a string";
+    if (l->type != SL__JV_NUMBER || !l->is_int) return "\"label\" must be an integer (no fraction or exponent)";
+    if (sl__jrow_int(row, l, label)) return "\"label\" outside the 64-bit integer range";
+    sl__jiter it;
+    sl__jrow_iter(row, p, &it);
+    sl__jiter_string(&it, o);
+    return bad_path(o);
 }
 
 int sl__manifest_parse_jsonl(const char *t, size_t n, sl__manifest_row_fn add, void *ctx, char *err,
                              size_t errlen) {
-    char pbuf[PATH_MAX];
+    char pbuf[PATH_MAX], why[256];
+    sl__jrow row[1]; /* ~10 KiB of stack: manifests are indexed on the caller's thread */
     size_t i = 0;
     uint64_t line = 0;
+    int rc = 0;
     if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3;
-    while (i < n) {
+    while (i < n && !rc) {
         line++;
         const char *nl = memchr(t + i, '\n', n - i);
-        size_t e = nl ? (size_t)(nl - t) : n;
-        jcur c = {t + i, t + e, NULL};
+        size_t e = nl ? (size_t)(nl - t) : n, j = i;
+        while (j < e && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r')) j++;
+        const char *start = t + i;
         i = nl ? e + 1 : n;
-        ws(&c);
-        if (c.p == c.e) continue; /* blank line */
-        obuf o = {pbuf, sizeof pbuf, 0, 0};
+        if (j == e) continue; /* blank line */
+        sl__obuf o = {pbuf, sizeof pbuf, 0, 0};
         int64_t label = 0;
-        if (jline(&c, &o, &label)) {
-            sl__msg(err, errlen, "line %llu: %s", (ull)line, c.why ? c.why : "syntax error");
-            return SL_EPARSE;
+        const char *bad = NULL;
+        if (sl__jrow_parse(start, (size_t)(t + e - start), row, why, sizeof why)) bad = why;
+        else bad = path_label(row, &o, &label);
+        if (bad) {
+            sl__msg(err, errlen, "line %llu: %s", (ull)line, bad);
+            rc = SL_EPARSE;
+        } else {
+            rc = add(ctx, pbuf, o.len, label);
         }
-        int rc = add(ctx, pbuf, o.len, label);
-        if (rc) return rc;
     }
-    return 0;
+    return rc;
 }
 
 /* ---- into a source ----------------------------------------------------- */

@@ -263,17 +263,19 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
         return SL_EINVAL;
     }
     struct stat st;
-    if (stat(path, &st) != 0) {
+    int form = sl__shards_form(path);
+    if (!form && stat(path, &st) != 0) {
         int e = errno;
         sl__msg(err, errlen, "%s: %s", path, e == ENOENT ? "no such file or folder" : strerror(e));
         return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
     }
     int kind;
-    if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
+    if (form) kind = SL__KIND_TAR;
+    else if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
     else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".csv")) kind = SL__KIND_CSV;
     else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".jsonl")) kind = SL__KIND_JSONL;
     else {
-        sl__msg(err, errlen, "%s: neither a folder nor a .csv/.jsonl manifest", path);
+        sl__msg(err, errlen, "%s: neither a folder, a .csv/.jsonl manifest nor .tar shards", path);
         return SL_EINVAL;
     }
 
@@ -287,7 +289,9 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
     s->kind = kind;
     s->basefd = -1;
     int rc;
-    if (kind == SL__KIND_FOLDER) {
+    if (kind == SL__KIND_TAR) {
+        rc = sl__shards_index(s, path, form, req, nreq, err, errlen);
+    } else if (kind == SL__KIND_FOLDER) {
         /* The make_imagenet_like.py layout: DIR/train holds the classes. */
         char sub[PATH_MAX];
         size_t n = strlen(path);
@@ -309,14 +313,13 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
         size_t n = slash ? (size_t)(slash - path) : 0;
         if (slash && n == 0) n = 1; /* "/m.csv": base "/" */
         rc = set_base(s, path, n, err, errlen);
-        if (!rc && req && kind == SL__KIND_JSONL) {
-            s->kind = SL__KIND_TABLE;
-            rc = sl__table_index(s, path, req, nreq, err, errlen);
+        if (!rc && req && (kind == SL__KIND_JSONL || kind == SL__KIND_CSV)) {
+            rc = sl__table_index(s, path, kind, req, nreq, err, errlen);
         } else if (!rc) {
             rc = sl__manifest_index(s, path, kind, err, errlen);
         }
     }
-    if (!rc && req && s->kind != SL__KIND_TABLE) rc = map_legacy(s, path, req, nreq, err, errlen);
+    if (!rc && req && !s->tab) rc = map_legacy(s, path, req, nreq, err, errlen);
     if (rc) {
         sl__source_close(s);
         return rc;
@@ -333,6 +336,7 @@ void sl__source_close(sl__source *s) {
         sl__free(b, s->chunks);
     }
     sl__table_free(b, s->tab);
+    sl__shards_free(b, s->shards);
     if (s->basefd >= 0) close(s->basefd);
     sl__free(b, s->base);
     sl__free(b, s);
@@ -357,7 +361,7 @@ static const sl__chunk *find_chunk(const sl__source *s, uint64_t i) {
 }
 
 int64_t sl__source_label(const sl__source *s, uint64_t i) {
-    if (i >= s->count || s->kind == SL__KIND_TABLE) return SL_EINVAL;
+    if (i >= s->count || s->tab) return SL_EINVAL;
     const sl__chunk *c = find_chunk(s, i);
     return c->labels ? c->labels[i - c->first] : c->label;
 }
@@ -387,6 +391,7 @@ static int rel_path(const sl__source *s, uint64_t i, char *buf, size_t len, int 
 
 int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len) {
     if (i >= s->count) return SL_EINVAL;
+    if (s->kind == SL__KIND_TAR) return sl__shards_path(s, i, -1, buf, len);
     if (s->kind == SL__KIND_TABLE) { /* the first file of the row */
         for (uint32_t c = 0; c < s->tab->ncols; c++)
             if (s->tab->types[c] == SL__VAL_FILE || s->tab->types[c] == SL__VAL_FILES)
@@ -422,8 +427,7 @@ static const char *errno_reason(int e, char *tmp, size_t n) {
     }
 }
 
-/* Errors of the moment, not of the file: wait and retry (SL_EAGAIN). */
-static int transient(int e) {
+int sl__transient(int e) {
     return e == EMFILE || e == ENFILE || e == EAGAIN || e == EINTR || e == ENOMEM || e == ENOBUFS;
 }
 
@@ -446,7 +450,7 @@ static int open_at(const sl__source *s, const char *path, int absolute, sl__samp
             sl__msg(reason, rlen, "not a regular file (a socket)");
         else
             sl__msg(reason, rlen, "%s", errno_reason(e, tmp, sizeof tmp));
-        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : transient(e) ? SL_EAGAIN : SL_EIO;
+        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : sl__transient(e) ? SL_EAGAIN : SL_EIO;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -513,6 +517,7 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
         sl__msg(reason, rlen, "sample %llu out of range", (unsigned long long)i);
         return SL_EINVAL;
     }
+    if (s->kind == SL__KIND_TAR) return sl__shards_open_file(s, i, col, elem, f, reason, rlen);
     char path[PATH_MAX];
     int absolute = 0, n = value_rel_path(s, i, col, elem, path, sizeof path, &absolute);
     if (n == SL_EOVERFLOW) {
@@ -527,6 +532,7 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
 }
 
 int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len) {
+    if (s->kind == SL__KIND_TAR) return elem ? SL_EINVAL : sl__shards_path(s, i, (int)col, buf, len);
     char rel[PATH_MAX];
     int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute);
     if (n < 0) return n;
@@ -545,14 +551,14 @@ int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t
 
 int sl__source_value(const sl__source *s, uint64_t i, uint32_t col, int *type, uint32_t *count, int64_t *ival) {
     if (i >= s->count) return SL_EINVAL;
-    if (s->kind != SL__KIND_TABLE) {
+    if (!s->tab) {
         int c = s->ncols ? (col < s->ncols ? s->colmap[col] : -1) : (int)col;
         if (c == SL__COL_FILE) *type = SL__VAL_FILE, *count = 1, *ival = 0;
         else if (c == SL__COL_LABEL) *type = SL__VAL_INT, *count = 1, *ival = sl__source_label(s, i);
         else return SL_EINVAL;
         return 0;
     }
-    if (col >= s->tab->ncols) return SL_EINVAL;
+    if (col >= s->ncols) return SL_EINVAL; /* a tar table has a hidden last column */
     const sl__rec *r = sl__table_at(s->tab, i, col);
     *type = s->tab->types[col];
     *count = *type == SL__VAL_FILES || *type == SL__VAL_NUMBERS ? r->len : 1;
@@ -588,7 +594,7 @@ int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rl
             if (e == EINTR) continue;
             sl__msg(reason, rlen, "read failed after %llu of %llu bytes: %s", (unsigned long long)got,
                     (unsigned long long)f->size, errno_reason(e, tmp, sizeof tmp));
-            return transient(e) ? SL_EAGAIN : SL_EIO;
+            return sl__transient(e) ? SL_EAGAIN : SL_EIO;
         }
         if (r == 0) {
             sl__msg(reason, rlen, "file shrank while reading (%llu of %llu bytes)", (unsigned long long)got,

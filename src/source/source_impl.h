@@ -45,7 +45,9 @@ typedef struct sl__chunk {
     uint64_t first; /* global index of recs[0] */
 } sl__chunk;
 
-enum { SL__KIND_FOLDER = 1, SL__KIND_CSV = 2, SL__KIND_JSONL = 3, SL__KIND_TABLE = 4 };
+enum { SL__KIND_FOLDER = 1, SL__KIND_CSV = 2, SL__KIND_JSONL = 3, SL__KIND_TABLE = 4, SL__KIND_TAR = 5 };
+
+#define SL__MAX_COLS 64 /* columns a source can be asked for */
 
 /* A table of values (schema sources): vals[row * ncols + col] is a record
  * into arena, by the column's type:
@@ -65,6 +67,8 @@ typedef struct sl__table {
     uint64_t nrows;
 } sl__table;
 
+typedef struct sl__shards sl__shards; /* shards.c */
+
 struct sl__source {
     sl__budget *b;
     int kind;
@@ -75,9 +79,10 @@ struct sl__source {
     uint32_t nchunks;
     uint32_t num_classes;
     uint64_t count;
-    sl__table *tab;    /* SL__KIND_TABLE */
+    sl__table *tab;    /* SL__KIND_TABLE, SL__KIND_TAR (values of the members) */
+    sl__shards *shards;/* SL__KIND_TAR */
     uint32_t ncols;    /* columns requested (0: the legacy file + label) */
-    uint8_t colmap[64];/* legacy kinds opened with requests: column -> SL__COL_* */
+    uint8_t colmap[SL__MAX_COLS]; /* legacy kinds opened with requests: column -> SL__COL_* */
     int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
 };
 
@@ -95,6 +100,27 @@ void sl__chunk_free(sl__budget *b, sl__chunk *c);
  * allocation, O(n log n) worst case. */
 void sl__recs_sort(sl__rec *r, uint64_t n, const char *arena, int by_dir);
 
+/* Decimal int64 in [s, s+n): optional sign, spaces and tabs around it
+ * allowed. 0, or -1 (not such a number, or out of range). */
+int sl__parse_int(const char *s, size_t n, int64_t *out);
+
+/* One CSV record (RFC 4180) of text[0, n) from *pos, blank lines skipped
+ * first: its fields decoded one after another into buf (cap bytes), field
+ * k at buf[f[k].off, + f[k].len) (trunc: cut short by cap), at most maxf
+ * stored and all of them counted in *nf. *line counts lines (records may
+ * span several); *rec_line is the record's first. 0 (a record), 1 (no more
+ * records), or SL_EPARSE with err "line N: ...". (manifest.c) */
+typedef struct sl__csv_field {
+    size_t off, len;
+    int trunc;
+} sl__csv_field;
+int sl__csv_record(const char *t, size_t n, size_t *pos, uint64_t *line, uint64_t *rec_line, sl__csv_field *f,
+                   uint32_t maxf, uint32_t *nf, char *buf, size_t cap, char *err, size_t errlen);
+
+/* 1 for an errno of the moment, not of the file (out of descriptors,
+ * EAGAIN, ENOMEM...): the caller returns SL_EAGAIN, the worker retries. */
+int sl__transient(int e);
+
 /* SL_EBUDGET if want bytes more would pass the budget, else SL_ENOMEM. */
 int sl__nomem_code(const sl__budget *b, uint64_t want);
 
@@ -102,13 +128,52 @@ int sl__nomem_code(const sl__budget *b, uint64_t want);
  * failure s holds whatever was built; sl__source_close frees it. */
 int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *err, size_t errlen);
 int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, size_t errlen);
-/* Index a .jsonl manifest's requested keys into s->tab (table.c). */
-int sl__table_index(sl__source *s, const char *path, const sl__colreq *req, uint32_t nreq, char *err,
+/* Index a manifest's requested keys into s->tab (table.c): a .jsonl
+ * (kind SL__KIND_JSONL) by its rows' keys, a .csv (SL__KIND_CSV) by its
+ * header's names. A .csv whose first row is a path,label row (two fields,
+ * an integer second) has no header: it is indexed as a path,label
+ * manifest instead (s->tab stays NULL). s->kind is set to what was built. */
+int sl__table_index(sl__source *s, const char *path, int kind, const sl__colreq *req, uint32_t nreq, char *err,
                     size_t errlen);
+/* A table of ncols columns (types to be set by the caller), empty. 0 or
+ * SL_EBUDGET/SL_ENOMEM. */
+int sl__table_new(sl__budget *b, uint32_t ncols, sl__table **out);
+/* Append n bytes to t's arena (8-aligned when align): their offset in *off.
+ * 0, or SL_EOVERFLOW/SL_EBUDGET/SL_ENOMEM (the table unchanged). */
+int sl__table_put(sl__budget *b, sl__table *t, const void *src, size_t n, int align, uint64_t *off);
+/* Append one value record (row-major: a row's ncols records in turn). */
+int sl__table_add(sl__budget *b, sl__table *t, sl__rec r);
+/* Give back the arrays' unused capacity once the table is complete. */
+void sl__table_shrink(sl__budget *b, sl__table *t);
 void sl__table_free(sl__budget *b, sl__table *t);
 /* The record of (row, col) and the column's type. */
 static inline const sl__rec *sl__table_at(const sl__table *t, uint64_t row, uint32_t col) {
     return &t->vals[row * t->ncols + col];
 }
+
+/* Tar shard sources (shards.c). What path names: SL__SHARDS_FILE (a .tar
+ * file), _FOLDER (a folder of .tar files and no subfolder), _PATTERN (a
+ * brace pattern naming no existing file), or 0 (not shards). */
+enum { SL__SHARDS_FILE = 1, SL__SHARDS_FOLDER, SL__SHARDS_PATTERN };
+int sl__shards_form(const char *path);
+/* Scan the shards of path (form above) into s->shards and s->tab, one
+ * column per request (req NULL: the image and the label, WebDataset's
+ * "jpg;jpeg;png;webp" and "cls"). Errors as sl__source_open, naming the
+ * shard and the sample. On failure s holds what was built (freed by
+ * sl__source_close). */
+int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq *req, uint32_t nreq, char *err,
+                     size_t errlen);
+void sl__shards_free(sl__budget *b, sl__shards *h);
+/* Open the member of (i, col): a descriptor of its own (the caller closes
+ * it), its offset and size. SL_EINVAL (not a file column), SL_ENOENT /
+ * SL_EIO (the shard cannot be opened), SL_EAGAIN (out of descriptors for
+ * the moment) with a reason. */
+int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
+                         char *reason, size_t rlen);
+/* "SHARD:PREFIX" of sample i, with ".KEY" of column col (col >= 0) into
+ * buf: its length, or SL_EOVERFLOW / SL_EINVAL. */
+int sl__shards_path(const sl__source *s, uint64_t i, int col, char *buf, size_t len);
+/* Shard descriptors held open. */
+uint32_t sl__shards_open_fds(const sl__source *s);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * Test helpers for file-backed samples, header-only: a generated file as
- * an sl__sample_file, and the Python generators (tests/c/gen_arrays.py,
- * tools/make_demo_fields.py) run into a folder.
+ * an sl__sample_file, and opening a source with every allocation failing
+ * in turn.
  */
 #ifndef SL_TEST_FILES_H
 #define SL_TEST_FILES_H
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "base/mem.h"
 #include "source/source.h"
 
 /* dir/rel opened read-only, offset 0, its whole size. */
@@ -26,12 +27,39 @@ static __attribute__((unused)) sl__sample_file open_sample(const char *dir, cons
     return f;
 }
 
-/* python3 $SL_SRC/script args; the case fails if it does. */
-static __attribute__((unused)) void run_python(const char *script, const char *args) {
-    const char *src = getenv("SL_SRC");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "python3 %s/%s %s", src ? src : ".", script, args);
-    if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy and Pillow is needed)", cmd);
+/* Open path as a source (with columns req, or none) with allocation n
+ * failing, for n = 0, 1, ... until it succeeds (with want_count samples):
+ * every failure must be SL_ENOMEM or SL_EBUDGET with a reason, and leave
+ * nothing counted. */
+static __attribute__((unused)) void fail_each_alloc_cols(const char *path, uint32_t threads, const sl__colreq *req,
+                                                         uint32_t nreq, uint64_t want_count) {
+    int done = 0;
+    for (long n = 0; n < 100000 && !done; n++) {
+        sl__budget b;
+        sl__budget_init(&b, (uint64_t)64 << 20);
+        sl__source *s = NULL;
+        char err[512] = "";
+        sl__mem_fail_after(n);
+        int rc = sl__source_open_cols(&b, path, threads, req, nreq, &s, err, sizeof err);
+        sl__mem_fail_after(-1);
+        if (rc == 0) {
+            CHECK_EQ(sl__source_count(s), want_count);
+            sl__source_close(s);
+            done = 1;
+            if (n < 3) SL_FAIL("open of %s succeeded after only %ld allocations", path, n);
+        } else {
+            if (rc != SL_ENOMEM && rc != SL_EBUDGET) SL_FAIL("n=%ld: rc %d (%s): %s", n, rc, sl_strerror(rc), err);
+            CHECK(s == NULL);
+            CHECK(err[0] != 0);
+        }
+        if (atomic_load(&b.used) != 0) SL_FAIL("n=%ld: %llu bytes still counted", n, (unsigned long long)b.used);
+        sl__budget_fini(&b);
+    }
+    CHECK(done);
+}
+
+static __attribute__((unused)) void fail_each_alloc(const char *path, uint32_t threads, uint64_t want_count) {
+    fail_each_alloc_cols(path, threads, NULL, 0, want_count);
 }
 
 #endif

@@ -339,4 +339,111 @@ static inline uint64_t fx_min_budget(sl_config cfg) {
     return hi;
 }
 
+/* The whole text of a file, NUL-terminated (malloc'd; the case fails if
+ * it cannot be read). */
+FX_FN char *fx_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) SL_FAIL("fixture: fopen %s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0, k;
+    char *t = malloc(cap);
+    while (t && (k = fread(t + n, 1, cap - n - 1, f)) > 0)
+        if ((n += k) + 1 == cap) t = realloc(t, cap *= 2);
+    fclose(f);
+    CHECK(t != NULL);
+    t[n] = 0;
+    return t;
+}
+
+/* python3 $SL_SRC/script args; the case fails if it does. */
+FX_FN void run_python(const char *script, const char *args) {
+    const char *src = getenv("SL_SRC");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 %s/%s %s", src ? src : ".", script, args);
+    if (system(cmd) != 0) SL_FAIL("%s failed (python3 with numpy and Pillow is needed)", cmd);
+}
+
+/* The fields demo data (tools/make_demo_fields.py ARGS) made once per
+ * process into a temporary folder, removed at exit: its path. */
+FX_FN const char *fx_demo_fields(const char *args) {
+    static char dir[256];
+    if (dir[0]) return dir;
+    snprintf(dir, sizeof dir, "/tmp/sl_demo_fields_XXXXXX");
+    if (!mkdtemp(dir)) SL_FAIL("mkdtemp: %s", strerror(errno));
+    fx_track(dir);
+    char a[512];
+    snprintf(a, sizeof a, "%s %s 2>/dev/null", dir, args);
+    run_python("tools/make_demo_fields.py", a);
+    return dir;
+}
+
+/* sl_loader_create must refuse c: its code, and its sentence in err. */
+FX_FN int fx_create_fails(const sl_config *c, char *err, size_t errlen) {
+    sl_loader *ld = NULL;
+    int rc = sl_loader_create(c, &ld, err, errlen);
+    if (rc == 0) {
+        sl_loader_destroy(ld);
+        SL_FAIL("%s with fields %s was accepted", c->source, c->fields ? c->fields : "(none)");
+    }
+    return rc;
+}
+
+/* A hash of one epoch's batch checksums (cfg needs SL_FLAG_CHECKSUM), and
+ * the samples delivered (samples may be NULL). The case fails if create
+ * does. */
+FX_FN uint64_t fx_epoch_sum(const sl_config *c, uint64_t *samples) {
+    sl_loader *ld;
+    char err[512];
+    int rc = sl_loader_create(c, &ld, err, sizeof err);
+    if (rc) SL_FAIL("create: %s", err);
+    uint64_t h = 0, n = 0;
+    sl_batch *b;
+    while ((rc = sl_loader_next(ld, &b)) == 0) {
+        uint64_t pair[2] = {h, sl_batch_checksum(b)};
+        h = sl_hash64(pair, sizeof pair, 1);
+        n += sl_batch_len(b);
+        sl_loader_release(ld, b);
+    }
+    CHECK_EQ(rc, SL_EEND);
+    sl_loader_destroy(ld);
+    if (samples) *samples = n;
+    return h;
+}
+
+/* Resume: take `after` batches of epoch 0 with configuration a, save the
+ * state, resume it in a new loader with configuration b (another worker
+ * count, say): the rest of the epoch must equal the same batches of a full
+ * run of a, checksum for checksum (a and b need SL_FLAG_CHECKSUM). */
+FX_FN void fx_check_resume(const sl_config *a, const sl_config *b, int after) {
+    sl_loader *ld;
+    char err[512];
+    sl_batch *bt;
+    uint64_t sums[256];
+    int n = 0;
+    if (sl_loader_create(a, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    while (sl_loader_next(ld, &bt) == 0) {
+        CHECK(n < 256);
+        sums[n++] = sl_batch_checksum(bt);
+        sl_loader_release(ld, bt);
+    }
+    sl_loader_destroy(ld);
+    CHECK(after < n);
+    sl_state st;
+    if (sl_loader_create(a, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    for (int k = 0; k < after; k++) {
+        CHECK_OK(sl_loader_next(ld, &bt));
+        sl_loader_release(ld, bt);
+    }
+    CHECK_OK(sl_loader_get_state(ld, &st));
+    sl_loader_destroy(ld);
+    if (sl_loader_create(b, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    CHECK_OK(sl_loader_set_state(ld, &st));
+    for (int k = after; k < n; k++) {
+        CHECK_OK(sl_loader_next(ld, &bt));
+        CHECK_EQ(sl_batch_checksum(bt), sums[k]);
+        sl_loader_release(ld, bt);
+    }
+    CHECK_EQ(sl_loader_next(ld, &bt), SL_EEND);
+    sl_loader_destroy(ld);
+}
+
 #endif

@@ -20,18 +20,7 @@
 #include "ops/array.h"
 #include "source/tar.h"
 
-static char dir[256];
-
-static const char *demo(void) {
-    if (dir[0]) return dir;
-    snprintf(dir, sizeof dir, "/tmp/sl_demo_fields_XXXXXX");
-    if (!mkdtemp(dir)) SL_FAIL("mkdtemp: %s", strerror(errno));
-    fx_track(dir);
-    char args[512];
-    snprintf(args, sizeof args, "%s --pairs 6 --scans 16 2>/dev/null", dir);
-    run_python("tools/make_demo_fields.py", args);
-    return dir;
-}
+static const char *demo(void) { return fx_demo_fields("--pairs 6 --scans 16"); }
 
 static sl__sample_file open_rel(const char *rel) { return open_sample(demo(), rel); }
 

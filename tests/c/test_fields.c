@@ -65,26 +65,6 @@ static const char *create_error(const char *source, const char *fields) {
     return err;
 }
 
-/* Checksum of an epoch (and the count of samples). */
-static uint64_t epoch_sum(const sl_config *c, uint64_t *samples) {
-    sl_loader *ld;
-    char err[512];
-    int rc = sl_loader_create(c, &ld, err, sizeof err);
-    if (rc) SL_FAIL("create: %s", err);
-    uint64_t h = 0, n = 0;
-    sl_batch *b;
-    while ((rc = sl_loader_next(ld, &b)) == 0) {
-        uint64_t pair[2] = {h, sl_batch_checksum(b)};
-        h = sl_hash64(pair, sizeof pair, 1);
-        n += sl_batch_len(b);
-        sl_loader_release(ld, b);
-    }
-    CHECK_EQ(rc, SL_EEND);
-    sl_loader_destroy(ld);
-    if (samples) *samples = n;
-    return h;
-}
-
 TEST(schema_errors_name_the_field) {
     fx_dataset *d = calloc(1, sizeof *d);
     fx_simple(d, 4, 0, 64, 96);
@@ -110,7 +90,7 @@ TEST(default_schema_is_the_loader_without_one) {
     cfg_for(&a, d->root, NULL, 2);
     cfg_for(&b, d->root, "{\"image\": {\"kind\": \"image\"}, \"label\": {\"kind\": \"label\"}}", 2);
     uint64_t na, nb;
-    CHECK_EQ(epoch_sum(&a, &na), epoch_sum(&b, &nb));
+    CHECK_EQ(fx_epoch_sum(&a, &na), fx_epoch_sum(&b, &nb));
     CHECK_EQ(na, 12);
     CHECK_EQ(nb, 12);
     free(d);
@@ -197,37 +177,9 @@ TEST(same_bytes_for_any_worker_count_and_resume) {
     sl_config c1, c4;
     cfg_for(&c1, path, SCHEMA, 1);
     cfg_for(&c4, path, SCHEMA, 4);
-    uint64_t full = epoch_sum(&c1, NULL);
-    CHECK_EQ(full, epoch_sum(&c4, NULL));
-    /* resume after batch 2 of epoch 0: the rest equals the tail of a full run */
-    sl_loader *ld;
-    char err[512];
-    if (sl_loader_create(&c4, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    sl_batch *b;
-    uint64_t sums[8];
-    int n = 0;
-    while (sl_loader_next(ld, &b) == 0) {
-        sums[n++] = sl_batch_checksum(b);
-        sl_loader_release(ld, b);
-    }
-    sl_state st;
-    sl_loader_destroy(ld);
-    if (sl_loader_create(&c4, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(sl_loader_next(ld, &b));
-        sl_loader_release(ld, b);
-    }
-    CHECK_OK(sl_loader_get_state(ld, &st));
-    sl_loader_destroy(ld);
-    if (sl_loader_create(&c1, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    CHECK_OK(sl_loader_set_state(ld, &st));
-    for (int k = 2; k < n; k++) {
-        CHECK_OK(sl_loader_next(ld, &b));
-        CHECK_EQ(sl_batch_checksum(b), sums[k]);
-        sl_loader_release(ld, b);
-    }
-    CHECK_EQ(sl_loader_next(ld, &b), SL_EEND);
-    sl_loader_destroy(ld);
+    uint64_t full = fx_epoch_sum(&c1, NULL);
+    CHECK_EQ(full, fx_epoch_sum(&c4, NULL));
+    fx_check_resume(&c4, &c1, 2); /* resume after batch 2 of epoch 0 */
     free(d);
 }
 

@@ -276,7 +276,22 @@ typedef struct node_out {
     uint32_t nb[8];
     uint64_t sums[8][RUN_MAX];
     uint64_t hits[8], misses[8], processes[8];
+    _Atomic int victim_pid; /* set by the victim just before it kills itself */
 } node_out;
+
+/* Whether pid has exited (a zombie or gone): its files, and so its lock on
+ * the segment, are closed. */
+static int exited(int pid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
 
 static void node_config(sl_config *c, const fx_dataset *d, int r, int P, uint64_t cache) {
     base_config(c, d, 3);
@@ -309,7 +324,10 @@ static int node_rank(const fx_dataset *d, int r, int P, int victim, uint64_t cac
         int rc;
         while ((rc = sl_loader_next(ld, &b)) == 0) {
             if (out->nb[r] < RUN_MAX) out->sums[r][out->nb[r]++] = sl_batch_checksum(b);
-            if (r == victim && e == 1 && sl_batch_index(b) == sl_loader_len(ld) / 2) raise(SIGKILL); /* held */
+            if (r == victim && e == 1 && sl_batch_index(b) == sl_loader_len(ld) / 2) {
+                atomic_store(&out->victim_pid, (int)getpid());
+                raise(SIGKILL); /* a batch held */
+            }
             sl_loader_release(ld, b);
         }
         if (rc != SL_EEND) return 1;
@@ -320,6 +338,11 @@ static int node_rank(const fx_dataset *d, int r, int P, int victim, uint64_t cac
     sl_stats st;
     sl_loader_stats(ld, &st);
     out->hits[r] = st.cache_hits, out->misses[r] = st.cache_misses;
+    /* A survivor may finish before the victim reaches its kill: it leaves
+     * after the victim is dead, so the last one out is a survivor (a
+     * segment a dead rank held last is stale, for the next job to reclaim). */
+    for (int i = 0; i < 600 && (!atomic_load(&out->victim_pid) || !exited(atomic_load(&out->victim_pid))); i++)
+        usleep(100 * 1000);
     sl_loader_destroy(ld);
     return 0;
 }

@@ -14,58 +14,7 @@
 #include "check.h"
 #include "base/util.h"
 #include "source/tar.h"
-
-/* ---- building archives ------------------------------------------------------ */
-
-typedef struct buf {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void b_put(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t c = b->cap ? b->cap : 4096;
-        while (c < b->n + n) c *= 2;
-        b->p = realloc(b->p, c);
-        CHECK(b->p != NULL);
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-
-static void b_pad(buf *b) {
-    static const uint8_t z[512];
-    if (b->n % 512) b_put(b, z, 512 - b->n % 512);
-}
-
-static void hdr_sum(uint8_t *h) {
-    memset(h + 148, ' ', 8);
-    unsigned s = 0;
-    for (int i = 0; i < 512; i++) s += h[i];
-    snprintf((char *)h + 148, 8, "%06o", s);
-    h[155] = ' ';
-}
-
-/* A ustar header; size written in octal (size_field NULL) or as given. */
-static void header(buf *b, const char *name, char type, uint64_t size, const uint8_t *size_field) {
-    uint8_t h[512] = {0};
-    memcpy(h, name, SL_MIN(strlen(name), 100));
-    memcpy(h + 100, "0000644", 8);
-    if (size_field) memcpy(h + 124, size_field, 12);
-    else snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-    memcpy(h + 136, "14000000000", 12);
-    h[156] = (uint8_t)type;
-    memcpy(h + 257, "ustar\0" "00", 8);
-    hdr_sum(h);
-    b_put(b, h, 512);
-}
-
-static void member(buf *b, const char *name, const char *data) {
-    header(b, name, '0', strlen(data), NULL);
-    b_put(b, data, strlen(data));
-    b_pad(b);
-}
+#include "tarw.h"
 
 /* A pax 'x' header holding one record key=value (value of vlen bytes). */
 static void pax(buf *b, const char *key, const char *value, size_t vlen, char type) {
@@ -78,11 +27,6 @@ static void pax(buf *b, const char *key, const char *value, size_t vlen, char ty
     header(b, "././@PaxHeader", type, n, NULL);
     b_put(b, rec, n);
     b_pad(b);
-}
-
-static void end(buf *b) {
-    static const uint8_t z[1024];
-    b_put(b, z, sizeof z);
 }
 
 /* ---- listing ---------------------------------------------------------------- */

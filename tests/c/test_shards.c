@@ -1,0 +1,400 @@
+/* ctest: tsan */
+/*
+ * Tar shards as a source (src/source/shards.c): the same images as a
+ * folder, packed into shards in the folder's order, give the same batches
+ * (bytes and labels: equal checksums) for 1 and 8 workers, through a
+ * .tar file, a brace pattern and a folder of shards; resume mid-epoch;
+ * schemas find members by key (a field "x" finds "x.npy"); a member over
+ * 4 GiB keeps its size; shards past a quarter of the descriptor limit are
+ * opened per read; hostile shards are index errors naming the shard, or
+ * error records for the sample (a member that is not an image).
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "fixture.h"
+#include "source/source_impl.h"
+#include "sluice.h"
+#include "tarw.h"
+
+static void read_all(const char *path, buf *out) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    uint8_t chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) b_put(out, chunk, n);
+    fclose(f);
+}
+
+/* The dataset's files, in index order, as nshards shards
+ * OUT/s-00000N.tar of samples "kNNNNN.jpg" + "kNNNNN.cls". */
+static void write_shards(const fx_dataset *d, const char *out, int nshards) {
+    uint32_t per = (d->files + (uint32_t)nshards - 1) / (uint32_t)nshards;
+    for (int s = 0; s < nshards; s++) {
+        buf b = {0};
+        for (uint32_t k = (uint32_t)s * per; k < d->files && k < (uint32_t)(s + 1) * per; k++) {
+            char path[512], name[64], cls[16];
+            buf img = {0};
+            snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
+            read_all(path, &img);
+            snprintf(name, sizeof name, "k%05u.jpg", k);
+            member_n(&b, name, img.p, img.n);
+            snprintf(name, sizeof name, "k%05u.cls", k);
+            snprintf(cls, sizeof cls, "%d\n", d->label[k]);
+            member(&b, name, cls);
+            free(img.p);
+        }
+        end(&b);
+        char path[512];
+        snprintf(path, sizeof path, "%s/s-%06d.tar", out, s);
+        b_write(&b, path);
+        free(b.p);
+    }
+}
+
+static void cfg_for(sl_config *c, const char *source, uint32_t workers) {
+    sl_config_init(c);
+    c->source = source;
+    c->batch_size = 5;
+    c->size = 32;
+    c->workers = workers;
+    c->budget = 64 << 20;
+    c->seed = 5;
+    c->flags = SL_FLAG_CHECKSUM;
+}
+
+/* The code and message sl_loader_create gives for source (it must fail). */
+static int create_fails(const char *source, const char *fields, char *err, size_t errlen) {
+    sl_config c;
+    cfg_for(&c, source, 1);
+    c.fields = fields;
+    return fx_create_fails(&c, err, errlen);
+}
+
+static fx_dataset *dataset_and_shards(char *shards, size_t len, int nshards, uint32_t corrupt) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 23, corrupt, 48, 200);
+    fx_empty_dir(shards, len);
+    write_shards(d, shards, nshards);
+    return d;
+}
+
+TEST(shards_equal_the_folder_for_1_and_8_workers) {
+    char dir[256], pattern[300];
+    fx_dataset *d = dataset_and_shards(dir, sizeof dir, 3, 3);
+    snprintf(pattern, sizeof pattern, "%s/s-{000000..000002}.tar", dir);
+    for (int preset = SL_PRESET_TRAIN; preset <= SL_PRESET_VAL; preset++) {
+        sl_config folder, tar1, tar8, bydir;
+        cfg_for(&folder, d->root, 2);
+        cfg_for(&tar1, pattern, 1);
+        cfg_for(&tar8, pattern, 8);
+        cfg_for(&bydir, dir, 3);
+        folder.preset = tar1.preset = tar8.preset = bydir.preset = preset;
+        uint64_t n0, n1, n8, nd;
+        uint64_t want = fx_epoch_sum(&folder, &n0);
+        CHECK_EQ(fx_epoch_sum(&tar1, &n1), want);
+        CHECK_EQ(fx_epoch_sum(&tar8, &n8), want);
+        CHECK_EQ(fx_epoch_sum(&bydir, &nd), want);
+        CHECK(n0 == 23 && n1 == 23 && n8 == 23 && nd == 23); /* 3 corrupt ones skipped */
+    }
+    /* a sample's path names its shard and member; the corrupt ones are error
+     * records in both */
+    sl_config c;
+    cfg_for(&c, pattern, 2);
+    sl_loader *ld;
+    char err[512], path[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    CHECK(sl_loader_sample_path(ld, 20, path, sizeof path) != NULL);
+    CHECK_STR_CONTAINS(path, "/s-000002.tar:k00020");
+    sl_batch *b;
+    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK_EQ(st.errors, 3);
+    sl_loader_destroy(ld);
+    free(d);
+}
+
+TEST(one_tar_file_and_resume) {
+    char dir[256], one[300];
+    fx_dataset *d = dataset_and_shards(dir, sizeof dir, 1, 0);
+    snprintf(one, sizeof one, "%s/s-000000.tar", dir);
+    sl_config folder, tar, tar4;
+    cfg_for(&folder, d->root, 2);
+    cfg_for(&tar, one, 1);
+    cfg_for(&tar4, one, 4);
+    CHECK_EQ(fx_epoch_sum(&tar, NULL), fx_epoch_sum(&folder, NULL));
+    fx_check_resume(&tar4, &tar, 2);
+    free(d);
+}
+
+/* A minimal .npy of float32 [rows, cols]: a v1 header of 128 bytes. */
+static void npy(buf *out, uint32_t rows, uint32_t cols, float first) {
+    char h[118]; /* the dict, spaces, '\n' */
+    int n = snprintf(h, sizeof h, "{'descr': '<f4', 'fortran_order': False, 'shape': (%u, %u), }", rows, cols);
+    CHECK(n > 0 && (size_t)n < sizeof h);
+    memset(h + n, ' ', sizeof h - 1 - (size_t)n);
+    h[sizeof h - 1] = '\n';
+    b_put(out, "\x93NUMPY\x01\x00\x76\x00", 10);
+    b_put(out, h, sizeof h);
+    for (uint32_t i = 0; i < rows * cols; i++) {
+        float v = first + (float)i;
+        b_put(out, &v, 4);
+    }
+}
+
+TEST(schema_finds_members_by_key) {
+    char dir[256], path[300];
+    fx_empty_dir(dir, sizeof dir);
+    buf b = {0};
+    for (int k = 0; k < 6; k++) {
+        char name[64];
+        buf a = {0}, s = {0};
+        npy(&a, 6, 8, (float)(100 * k));
+        npy(&s, 6, 8, (float)(100 * k) + 1);
+        snprintf(name, sizeof name, "p/%03d.blur.npy", k);
+        member_n(&b, name, a.p, a.n);
+        snprintf(name, sizeof name, "p/%03d.sharp.npy", k);
+        member_n(&b, name, s.p, s.n);
+        snprintf(name, sizeof name, "p/%03d.Label", k); /* keys compare lowercased */
+        member(&b, name, k % 2 ? " 7 \n" : "-3");
+        free(a.p), free(s.p);
+    }
+    end(&b);
+    snprintf(path, sizeof path, "%s/pairs.tar", dir);
+    b_write(&b, path);
+    free(b.p);
+    sl_config c;
+    cfg_for(&c, path, 2);
+    c.batch_size = 6;
+    c.shuffle = 0;
+    c.fields = "{\"blur\": {\"kind\": \"array\", \"layout\": \"HW\", \"crop\": [3, 4], \"crop_group\": \"g\"},"
+               " \"sharp\": {\"kind\": \"array\", \"layout\": \"HW\", \"crop\": [3, 4], \"crop_group\": \"g\"},"
+               " \"y\": {\"kind\": \"label\", \"key\": \"label\"}}";
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *bt;
+    CHECK_OK(sl_loader_next(ld, &bt));
+    sl_field x, y, lab;
+    CHECK_OK(sl_batch_find(bt, "blur", &x));
+    CHECK_OK(sl_batch_find(bt, "sharp", &y));
+    CHECK_OK(sl_batch_find(bt, "y", &lab));
+    CHECK(x.shape[1] == 3 && x.shape[2] == 4);
+    for (int k = 0; k < 6; k++) {
+        const float *xb = (const float *)x.data + k * 12, *yb = (const float *)y.data + k * 12;
+        CHECK(xb[0] >= 100.0f * k && xb[0] < 100.0f * k + 48);
+        for (int e = 0; e < 12; e++) CHECK(yb[e] == xb[e] + 1.0f);
+        CHECK_EQ(((const int64_t *)lab.data)[k], k % 2 ? 7 : -3);
+    }
+    sl_loader_release(ld, bt);
+    char p[512];
+    CHECK(sl_loader_sample_path(ld, 4, p, sizeof p) != NULL);
+    CHECK_STR_CONTAINS(p, "pairs.tar:p/004");
+    sl_loader_destroy(ld);
+    /* a sequence has no tar form */
+    char why[512];
+    CHECK_EQ(create_fails(path, "{\"s\": {\"kind\": \"sequence\", \"of\": {\"kind\": \"array\"}}}", why, sizeof why),
+             SL_EINVAL);
+    CHECK_STR_CONTAINS(why, "needs a .jsonl manifest");
+}
+
+/* A tar of one member of 2^32 + 5 bytes (sparse) and its label, then a
+ * small sample. */
+TEST(member_over_4_gib_keeps_its_size) {
+    char dir[256], path[300];
+    fx_empty_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/big.tar", dir);
+    uint64_t size = ((uint64_t)1 << 32) + 5, data_end = 512 + (size + 511) / 512 * 512;
+    buf h = {0}, t = {0};
+    header(&h, "a.jpg", '0', size, NULL);
+    member(&t, "a.cls", "1");
+    unsigned long len;
+    unsigned char *jpg = fx_jpeg_bytes(40, 30, 2, 0, 85, &len);
+    member_n(&t, "b.jpg", jpg, len); /* and a good sample: an epoch of failures only stops a loader */
+    member(&t, "b.cls", "2");
+    free(jpg);
+    end(&t);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK_EQ(pwrite(fd, h.p, h.n, 0), (ssize_t)h.n);
+    CHECK_EQ(pwrite(fd, t.p, t.n, (off_t)data_end), (ssize_t)t.n);
+    close(fd);
+    free(h.p), free(t.p);
+    sl_config c;
+    cfg_for(&c, path, 1);
+    c.batch_size = 1;
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *b;
+    for (int k = 0; k < 2; k++)
+        if (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    sl_error_record e;
+    CHECK_EQ(sl_loader_errors(ld, 0, &e, 1), 1);
+    CHECK_STR_CONTAINS(e.reason, "file is 4294967301 bytes, over the max_bytes limit");
+    sl_loader_destroy(ld);
+}
+
+/* With a soft limit of 64 descriptors, 16 of 40 shards stay open; the rest
+ * are opened per read, and every sample loads. */
+TEST(shards_past_the_fd_limit_open_per_read) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 40, 0, 32, 48);
+    char dir[256], pattern[300];
+    fx_empty_dir(dir, sizeof dir);
+    write_shards(d, dir, 40);
+    snprintf(pattern, sizeof pattern, "%s/s-{000000..000039}.tar", dir);
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    rl.rlim_cur = 64;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    sl__budget bg;
+    CHECK_OK(sl__budget_init(&bg, 16 << 20));
+    sl__source *s;
+    char err[512];
+    if (sl__source_open(&bg, pattern, 1, &s, err, sizeof err)) SL_FAIL("open: %s", err);
+    CHECK_EQ(sl__shards_open_fds(s), 16);
+    sl__source_close(s);
+    CHECK_EQ(atomic_load(&bg.used), 0);
+    sl__budget_fini(&bg);
+    sl_config folder, tar;
+    cfg_for(&folder, d->root, 2);
+    cfg_for(&tar, pattern, 4);
+    uint64_t n;
+    CHECK_EQ(fx_epoch_sum(&tar, &n), fx_epoch_sum(&folder, NULL));
+    CHECK_EQ(n, 40);
+    free(d);
+}
+
+/* ---- hostile shards ---------------------------------------------------------------- */
+
+/* One shard of two good samples, then what add() appends; the index must
+ * fail with code and a message holding why (and the shard's name). */
+static void refused(void (*add)(buf *), int code, const char *why) {
+    static char dir[256];
+    char path[300], err[512];
+    if (!dir[0]) fx_empty_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/x.tar", dir);
+    buf b = {0};
+    member(&b, "a.jpg", "jpeg bytes");
+    member(&b, "a.cls", "1");
+    add(&b);
+    b_write(&b, path);
+    free(b.p);
+    CHECK_EQ(create_fails(path, NULL, err, sizeof err), code);
+    CHECK_STR_CONTAINS(err, why);
+    CHECK_STR_CONTAINS(err, "x.tar");
+}
+
+static void bad_checksum(buf *b) {
+    member(b, "b.jpg", "x");
+    b->p[b->n - 1024 + 148] ^= 1;
+    end(b);
+}
+static void truncated(buf *b) {
+    header(b, "b.jpg", '0', 5000, NULL);
+    b_put(b, "short", 5);
+}
+static void dotdot(buf *b) {
+    member(b, "../b.jpg", "x");
+    end(b);
+}
+static void huge(buf *b) {
+    header(b, "b.jpg", '0', 0, (const uint8_t *)"\x80\x00\x00\x00\x7f\xff\xff\xff\xff\xff\xff\xff");
+    end(b);
+}
+static void swallowing(buf *b) { /* a size that swallows the next header: b.cls is data */
+    header(b, "b.jpg", '0', 1024, NULL);
+    member(b, "b.cls", "2");
+    end(b);
+}
+static void no_label(buf *b) {
+    member(b, "b.jpg", "x");
+    end(b);
+}
+static void bad_label(buf *b) {
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "dog");
+    end(b);
+}
+static void ambiguous(buf *b) {
+    member(b, "b.jpg", "x");
+    member(b, "b.jpeg", "x");
+    member(b, "b.cls.txt", "1");
+    member(b, "b.cls.bak", "1");
+    end(b);
+}
+static void comes_back(buf *b) {
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "1");
+    member(b, "a.txt", "again");
+    end(b);
+}
+
+TEST(hostile_shards_are_index_errors) {
+    refused(bad_checksum, SL_ECORRUPT, "checksum");
+    refused(truncated, SL_ECORRUPT, "declares 5000 bytes, past the end");
+    refused(dotdot, SL_ECORRUPT, "..");
+    refused(huge, SL_ECORRUPT, "declares 9223372036854775807 bytes");
+    refused(swallowing, SL_EPARSE, "sample 'b' has no member for \"cls;label\" (its members: jpg)");
+    refused(no_label, SL_EPARSE, "no member for \"cls;label\"");
+    refused(bad_label, SL_EPARSE, "'b.cls' is not an integer label");
+    refused(ambiguous, SL_EPARSE, "sample 'b' has more than one member for \"cls;label\"");
+    refused(comes_back, SL_ECORRUPT, "contiguous");
+    char err[512], pattern[300];
+    snprintf(pattern, sizeof pattern, "/tmp/sl-no-such-folder/none-{0..2}.tar");
+    CHECK_EQ(create_fails(pattern, NULL, err, sizeof err), SL_ENOENT);
+    CHECK_STR_CONTAINS(err, "none-0.tar");
+    snprintf(pattern, sizeof pattern, "/tmp/sl-no-such-folder/x-{0..b}.tar");
+    CHECK_EQ(create_fails(pattern, NULL, err, sizeof err), SL_EPARSE);
+}
+
+TEST(members_that_are_not_images_are_error_records) {
+    char dir[256], path[300];
+    fx_empty_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/x.tar", dir);
+    unsigned long len;
+    unsigned char *jpg = fx_jpeg_bytes(64, 48, 3, 0, 85, &len);
+    buf b = {0};
+    member_n(&b, "a.jpg", jpg, len);
+    member(&b, "a.cls", "0");
+    member(&b, "b.png", "not a png");
+    member(&b, "b.cls", "1");
+    member_n(&b, "c.webp", jpg, len / 2); /* a truncated JPEG under a .webp key: found by content */
+    member(&b, "c.cls", "2");
+    end(&b);
+    b_write(&b, path);
+    free(b.p);
+    free(jpg);
+    sl_config c;
+    cfg_for(&c, path, 2);
+    c.shuffle = 0;
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *bt;
+    CHECK_OK(sl_loader_next(ld, &bt));
+    CHECK_EQ(sl_batch_len(bt), 1);
+    sl_loader_release(ld, bt);
+    sl_error_record e[2];
+    CHECK_EQ(sl_loader_errors(ld, 0, e, 2), 2);
+    CHECK(e[0].index == 1 && e[0].code == SL_EFORMAT);
+    CHECK(e[1].index == 2 && e[1].code == SL_ECORRUPT);
+    sl_loader_destroy(ld);
+}
+
+TEST(alloc_failure_at_every_allocation) {
+    char dir[256], pattern[300];
+    fx_dataset *d = dataset_and_shards(dir, sizeof dir, 4, 0);
+    snprintf(pattern, sizeof pattern, "%s/s-{000000..000003}.tar", dir);
+    fail_each_alloc(pattern, 1, 23);
+    fail_each_alloc(dir, 1, 23);
+    free(d);
+}
