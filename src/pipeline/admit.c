@@ -39,7 +39,7 @@ uint64_t sl__sample_cap(uint64_t budget) { return budget / 4; }
  * when no field could be bounded. */
 static int probe_need(sl_loader *ld, uint64_t i, uint64_t *need, char *what, size_t wlen) {
     sl__worker *w = &ld->workers[0];
-    sl__load L = {ld->src, &w->scratch, w->dec, &ld->cancel, ld->cfg.seed, 0, i, ld->cfg.max_bytes, ld->cfg.max_pixels, 0};
+    sl__load L = {ld->src, &w->scratch, w->dec, &ld->cancel, ld->cfg.seed, 0, i, ld->cfg.max_bytes, ld->cfg.max_pixels, 0, NULL};
     int ok = 0;
     *need = 0;
     for (uint32_t k = 0; k < ld->schema.nfields; k++) {
