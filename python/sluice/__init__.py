@@ -42,6 +42,7 @@ _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 _PRESETS = {"train": _sluice.PRESET_TRAIN, "val": _sluice.PRESET_VAL}
 _ON_ERROR = {"skip": _sluice.ON_ERROR_SKIP, "raise": _sluice.ON_ERROR_RAISE}
+_DECODE = {"cpu": 0, "auto": 1, "gpu": 2}  # SL_DECODE_*
 
 
 # ---- argument checks -------------------------------------------------------
@@ -315,6 +316,16 @@ class Loader:
       fields       the schema: a dict of named fields (docs/fields.md), e.g.
                    {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
                    None: "image" + "label" with preset and size above
+      decode       "cpu" (the CPU workers); "gpu": JPEGs decoded by the GPU engine
+                   (nvJPEG) beside the workers, the image field delivered in device
+                   memory (field.device "cuda:N": take it with DLPack,
+                   torch.from_dlpack; it is not a host buffer); "auto": "gpu" where
+                   it can run, else "cpu" (stats()["decode_reason"] says why).
+                   sluice.torch.Loader defaults to "auto" (docs/gpu.md)
+      gpu_device, gpu_budget, gpu_max_pixels, gpu_staging   the CUDA device (0), its
+                   memory for the engine and the device batches ("512M"), larger
+                   images go to the CPU (4.2 Mpx), pinned staging in the budget
+                   ("64M", at most an eighth of it)
 
     PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
     ``persistent_workers`` (no effect), ``prefetch_factor=None``,
@@ -347,6 +358,7 @@ class Loader:
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
+                 decode="cpu", gpu_device=None, gpu_budget=None, gpu_max_pixels=None, gpu_staging=None,
                  **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
@@ -417,6 +429,17 @@ class Loader:
                        | (_sluice.FLAG_FAST if _flag("fast", fast) else 0))
         if fields is not None:
             kw["fields"] = _schema_json(fields)
+        kw["decode"] = _choice("decode", decode, _DECODE)
+        if gpu_device is not None:
+            kw["gpu_device"] = _int("gpu_device", gpu_device, 0, 1024)
+        for name, value in (("gpu_budget", gpu_budget), ("gpu_staging", gpu_staging)):
+            if value is not None:
+                try:
+                    kw[name] = parse_size(value)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"{name}: {e}") from None
+        if gpu_max_pixels is not None:
+            kw["gpu_max_pixels"] = _int("gpu_max_pixels", gpu_max_pixels, 1)
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]
