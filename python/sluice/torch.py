@@ -242,7 +242,10 @@ class Loader:
             self._stream = torch.cuda.Stream(dev)
             self._scale = self._scale.to(dev)
             self._bias = self._bias.to(dev)
-            if not self._pin:  # pin_memory=False
+            if not self._pin or self.loader.stats()["decode"] == "gpu":
+                # pin_memory=False; or the GPU decodes: the images arrive in device
+                # memory, and the library's workers copy CPU-decoded ones from the
+                # slots themselves (unpinning under their copies would be unsafe)
                 self._pinned = 0
                 return
             base, length = self.loader.slot_region()
