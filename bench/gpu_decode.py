@@ -234,21 +234,9 @@ def synthetic_batches(a, root, files, labels):
         yield x, y
 
 
-def sluice_batches(a, root, files, labels):
-    import sluice.torch as st
-
-    ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
-                   seed=SEED, drop_last=True, decode="cpu")
-    a._ld = ld
-    epoch = 0
-    while True:
-        ld.set_epoch(epoch)
-        yield from ld
-        epoch += 1
-
-
-def sluice_gpu_batches(a, root, files, labels, decode="auto"):
-    """The loader's C scheduler: nvJPEG beside the CPU workers, no Python per sample."""
+def sluice_batches(a, root, files, labels, decode="cpu"):
+    """sluice.torch.Loader; decode="auto"/"gpu": the loader's C scheduler feeds nvJPEG
+    beside the CPU workers (no Python per sample)."""
     import sluice.torch as st
 
     ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
@@ -261,8 +249,12 @@ def sluice_gpu_batches(a, root, files, labels, decode="auto"):
         epoch += 1
 
 
+def sluice_gpu_batches(a, root, files, labels):
+    yield from sluice_batches(a, root, files, labels, decode="auto")
+
+
 def sluice_gpuonly_batches(a, root, files, labels):
-    yield from sluice_gpu_batches(a, root, files, labels, decode="gpu")
+    yield from sluice_batches(a, root, files, labels, decode="gpu")
 
 
 def tvio_batches(a, root, files, labels):
