@@ -19,10 +19,10 @@
 Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
   synthetic   one random batch already on the GPU, reused: the ceiling
   sluice      sluice.torch.Loader, CPU workers (decode="cpu")
-  sluice-gpu  the GPU engine beside CPU threads (a prototype of the scheduler in
-              Python: bytes read by threads, each batch split between the engine
-              and the CPU threads from measured rates with the library's split
-              policy, CPU samples through sluice.decode_image into pinned memory)
+  sluice-gpu  sluice.torch.Loader(decode="auto"): the loader's C scheduler feeds the
+              GPU engine beside its CPU workers (split by measured rates); batches
+              arrive in device memory through DLPack
+  sluice-gpuonly  the same with decode="gpu": every JPEG the GPU takes goes to it
   tvio        DataLoader, --workers processes, torchvision.io.decode_image +
               v2.RandomResizedCrop + flip, pin_memory
   tvcuda      DataLoader reading bytes (--workers, pin_memory), then per batch
@@ -32,7 +32,6 @@ Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
 Prints one JSON line per measurement.
 """
 import argparse
-import concurrent.futures as cf
 import json
 import os
 import sys
@@ -235,11 +234,14 @@ def synthetic_batches(a, root, files, labels):
         yield x, y
 
 
-def sluice_batches(a, root, files, labels):
+def sluice_batches(a, root, files, labels, decode="cpu"):
+    """sluice.torch.Loader; decode="auto"/"gpu": the loader's C scheduler feeds nvJPEG
+    beside the CPU workers (no Python per sample)."""
     import sluice.torch as st
 
     ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
-                   seed=SEED, drop_last=True, decode="cpu")
+                   seed=SEED, drop_last=True, decode=decode, gpu_budget=f"{a.gpu_budget}M")
+    a._ld = ld
     epoch = 0
     while True:
         ld.set_epoch(epoch)
@@ -247,118 +249,12 @@ def sluice_batches(a, root, files, labels):
         epoch += 1
 
 
-class GpuCpuLoader:
-    """The GPU engines beside CPU threads (see the module doc). A producer thread
-    reads each batch, splits it by measured rates (sluice._gpu.split), starts its
-    CPU samples on the thread pool and issues its GPU samples on the next of two
-    engines, while the consumer finishes the batch before: waits for its engine
-    and its CPU samples, copies those into place. Buffers rotate through a ring;
-    a buffer is reused only after the consumer's stream is done with it."""
-
-    RING = 4
-
-    def __init__(self, a, files, labels):
-        import queue
-
-        self.a, self.files, self.labels = a, files, torch.from_numpy(labels)
-        kw = dict(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
-        self.engines = [_gpu.Engine(**kw) for _ in range(a.engines)]
-        self.engine = self.engines[0]
-        # one batch in flight per engine: taken by the producer's submit, given
-        # back by the consumer after that engine's wait
-        self.idle = {id(e): threading.Lock() for e in self.engines}
-        self.pool = cf.ThreadPoolExecutor(a.workers)
-        self.eligible = {}
-        self.cpu_rate = 0.0
-        self.cpu_samples = self.gpu_samples = 0
-        B = a.batch
-        self.ring = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, device="cuda") for _ in range(self.RING)]
-        self.host = [torch.empty((B, 3, 224, 224), dtype=torch.uint8, pin_memory=True) for _ in range(self.RING)]
-        self.free = queue.Queue()
-        for k in range(self.RING):
-            self.free.put((k, None))
-        self.ready = queue.Queue(maxsize=self.RING - 1)
-        threading.Thread(target=self._produce, daemon=True).start()
-
-    def _eligible(self, i, blob):
-        e = self.eligible.get(i)
-        if e is None:
-            try:
-                info = sluice.probe_image(blob)
-                e = info["format"] == "jpeg" and not info["progressive"] and info["channels"] in (1, 3)
-            except Exception:
-                e = False
-            self.eligible[i] = e
-        return e
-
-    def _cpu(self, host, blob, index, pos, epoch):
-        t0 = time.perf_counter()
-        try:
-            host[pos].numpy()[...] = sluice.decode_image(blob, preset="train", size=224, seed=SEED, epoch=epoch,
-                                                         index=index)
-        except Exception:
-            host[pos].zero_()  # a bad file: the loader's refill is not modelled here
-        return time.perf_counter() - t0
-
-    def _produce(self):
-        a, B, n = self.a, self.a.batch, len(self.files)
-        k, epoch = 0, 0
-        while True:
-            order = np.random.default_rng([SEED, epoch]).permutation(n)
-            nxt = None
-            for b in range(n // B):
-                idx = order[b * B:(b + 1) * B]
-                futs = nxt or [self.pool.submit(read, self.files[i]) for i in idx]
-                nxt = ([self.pool.submit(read, self.files[i]) for i in order[(b + 1) * B:(b + 2) * B]]
-                       if b + 1 < n // B else None)
-                blobs = [f.result() for f in futs]
-                slot, used = self.free.get()
-                if used is not None:
-                    used.synchronize()  # the consumer's stream is done with this buffer
-                self.ready.put(self._issue(blobs, idx, slot, self.engines[k % len(self.engines)], epoch))
-                k += 1
-            epoch += 1
-
-    def _issue(self, blobs, idx, slot, engine, epoch):
-        B, dst, host = len(blobs), self.ring[slot], self.host[slot]
-        elig = bytes(1 if self._eligible(int(i), blob) else 0 for i, blob in zip(idx, blobs))
-        g_rate = sum(e.stats()["rate"] for e in self.engines)
-        to_gpu = _gpu.split(elig, g_rate, self.cpu_rate, 0.0, 0.0, self.a.split == "gpu")
-        gpos = [p for p in range(B) if to_gpu[p]]
-        cpos = [p for p in range(B) if not to_gpu[p]]
-        futs = [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in cpos]
-        self.idle[id(engine)].acquire()
-        res = engine.submit([blobs[p] for p in gpos], [int(idx[p]) for p in gpos], gpos, dst.data_ptr(),
-                            dst[0].numel(), sluice._sluice.PRESET_TRAIN, 224, SEED, epoch) if gpos else []
-        back = [gpos[j] for j, (st, _) in enumerate(res) if st != _gpu.DONE]
-        futs += [self.pool.submit(self._cpu, host, blobs[p], int(idx[p]), p, epoch) for p in back]
-        return slot, engine, futs, cpos + back, idx
-
-    def batches(self):
-        a = self.a
-        while True:
-            slot, engine, futs, cpos, idx = self.ready.get()
-            dst, host = self.ring[slot], self.host[slot]
-            engine.wait()
-            self.idle[id(engine)].release()
-            busy = sum(f.result() for f in futs)
-            if cpos:
-                rate = len(cpos) / (busy / a.workers) if busy > 0 else 0.0
-                self.cpu_rate = rate if self.cpu_rate == 0 else 0.8 * self.cpu_rate + 0.2 * rate
-                for p in cpos:
-                    dst[p].copy_(host[p], non_blocking=True)
-            self.cpu_samples += len(cpos)
-            self.gpu_samples += len(idx) - len(cpos)
-            yield dst, self.labels[idx].to("cuda", non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record()
-            self.free.put((slot, ev))
-
-
 def sluice_gpu_batches(a, root, files, labels):
-    ld = GpuCpuLoader(a, files, labels)
-    a._proto = ld
-    yield from ld.batches()
+    yield from sluice_batches(a, root, files, labels, decode="auto")
+
+
+def sluice_gpuonly_batches(a, root, files, labels):
+    yield from sluice_batches(a, root, files, labels, decode="gpu")
 
 
 def tvio_batches(a, root, files, labels):
@@ -422,7 +318,24 @@ def tvcuda_batches(a, root, files, labels):
 
 
 LOADERS = {"synthetic": synthetic_batches, "sluice": sluice_batches, "sluice-gpu": sluice_gpu_batches,
-           "tvio": tvio_batches, "tvcuda": tvcuda_batches}
+           "sluice-gpuonly": sluice_gpuonly_batches, "tvio": tvio_batches, "tvcuda": tvcuda_batches}
+
+
+def sluice_report(a):
+    """Which engine decoded how much, device and pinned memory: from stats()."""
+    ld = getattr(a, "_ld", None)
+    if ld is None:
+        return {}
+    s = ld.stats()
+    total = s["gpu_samples"] + s["cpu_samples"]
+    return {"decode": s["decode"], "decode_reason": s["decode_reason"],
+            "gpu_share": round(s["gpu_samples"] / total, 3) if total else 0.0, "gpu_samples": s["gpu_samples"],
+            "cpu_samples": s["cpu_samples"], "handed_back": s["gpu_handed_back"], "gpu_rate": round(s["gpu_rate"], 1),
+            "cpu_rate": round(s["cpu_rate"], 1), "device_pool_bytes": s["gpu_pool_bytes"],
+            "device_pool_peak_bytes": s["gpu_pool_peak"], "device_batch_bytes": s["gpu_batch_bytes"],
+            "pinned_bytes": s["gpu_pinned_bytes"], "staging_peak_bytes": s["gpu_staging_peak"],
+            "host_peak_accounted_bytes": s["peak_accounted_bytes"], "consumer_wait_fraction":
+            round(s["consumer_wait_fraction"], 3)}
 
 
 def bench_loader(a, name, root, files, labels):
@@ -438,13 +351,7 @@ def bench_loader(a, name, root, files, labels):
     dt = time.perf_counter() - t0
     r = {"run": "loader", "loader": name, "workers": a.workers, "batch": a.batch,
          "images_per_s": round(a.batches * a.batch / dt, 1), "seconds": round(dt, 2)}
-    proto = getattr(a, "_proto", None)
-    if name == "sluice-gpu" and proto:
-        s = proto.engine.stats()
-        total = proto.gpu_samples + proto.cpu_samples
-        r.update({"gpu_share": round(proto.gpu_samples / total, 3), "gpu_rate": round(s["rate"], 1),
-                  "cpu_rate": round(proto.cpu_rate, 1), "device_pool_bytes": s["device_pool_bytes"],
-                  "device_peak_bytes": s["device_peak"], "pinned_pool_bytes": s["pinned_pool_bytes"]})
+    r.update(sluice_report(a))
     emit(r)
     del it
 
@@ -475,9 +382,11 @@ def bench_train(a, name, root, files, labels):
         step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    emit({"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
-          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps,
-          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated()})
+    r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
+         "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps,
+         "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated()}
+    r.update(sluice_report(a))
+    emit(r)
 
 
 def main():
@@ -485,7 +394,7 @@ def main():
     p.add_argument("data")
     p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train"])
     p.add_argument("--images", type=int, default=2000)
-    p.add_argument("--loaders", default="sluice,sluice-gpu,tvio,tvcuda")
+    p.add_argument("--loaders", default="sluice,sluice-gpu,sluice-gpuonly,tvio,tvcuda")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count())
     p.add_argument("--batches", type=int, default=60)
@@ -494,9 +403,7 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--engines", type=int, default=2, help="GPU engines (each its own nvJPEG state and stream)")
     p.add_argument("--arch", default="resnet18")
-    p.add_argument("--split", choices=["auto", "gpu"], default="auto",
-                   help="sluice-gpu: split by measured rates, or every eligible sample to the GPU")
-    p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device pool per engine")
+    p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device memory per engine (the loaders: gpu_budget)")
     p.add_argument("--pinned", type=int, default=96, help="MiB of pinned pool per engine")
     a = p.parse_args()
     ok, why = _gpu.available()
@@ -508,7 +415,9 @@ def main():
         return
     for name in a.loaders.split(","):
         (bench_loader if a.what == "loaders" else bench_train)(a, name, root, files, labels)
-        a._proto = None
+        if getattr(a, "_ld", None) is not None:
+            a._ld.close()
+        a._ld = None
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@
 #   bench/gpu_host.sh plan           issue 5: `sluice plan` predictions beside bench and peer measurements
 #   bench/gpu_host.sh pycheck        an epoch through the Python loader beside torchvision and Pillow
 #   bench/gpu_host.sh train          issue 4: train_imagenet.py, ResNet-18/50 x synthetic/torch/sluice
-#   bench/gpu_host.sh gpu            issue 13: GPU decode engine alone, pixel differences, device memory,
-#                                    loaders (sluice CPU, sluice GPU+CPU, torchvision.io, decode_jpeg cuda),
-#                                    ResNet-18/50 fed by each (bench/gpu_decode.py, one process per run)
+#   bench/gpu_host.sh gpu            issue 13: GPU decode engine alone, pixel differences, device memory
+#                                    (SKIP_ENGINE=1: not these), `sluice bench --decode cpu|auto|gpu`,
+#                                    loaders (sluice CPU, sluice GPU+CPU by the C scheduler, decode=gpu,
+#                                    torchvision.io, decode_jpeg cuda), ResNet-18/50 fed by each
+#                                    (bench/gpu_decode.py, one process per run)
 #
 # SHARED: the folder holding make_imagenet_like.py & co (default ../shared/bench).
 # DATA: dataset folder (default .data/inet20k). NWORK: workers (default: CPUs).
@@ -122,10 +124,19 @@ train)
   ;;
 gpu)
   G="$PY bench/gpu_decode.py $DATA"
-  $G diff --images 2000 | tee -a "$OUT/results.jsonl"
-  $G memory | tee -a "$OUT/results.jsonl"
-  for e in 1 2; do $G engine --engines $e --epochs 2 | tee -a "$OUT/results.jsonl"; done
-  for l in sluice sluice-gpu tvio tvcuda; do $G loaders --loaders $l --batches 40 | tee -a "$OUT/results.jsonl"; done
+  if [ -z "${SKIP_ENGINE:-}" ]; then
+    $G diff --images 2000 | tee -a "$OUT/results.jsonl"
+    $G memory | tee -a "$OUT/results.jsonl"
+    for e in 1 2; do $G engine --engines $e --epochs 2 | tee -a "$OUT/results.jsonl"; done
+  fi
+  # the CLI: the loader alone, batches thrown away (GPU batches stay in device memory)
+  for d in cpu auto gpu; do
+    rec "cli_bench_decode_$d" build/sluice bench "$DATA" --decode "$d" --workers "$NWORK" --batch 256 --budget 4G \
+      --epochs "${CLI_EPOCHS:-2}" --json
+  done
+  for l in sluice sluice-gpu sluice-gpuonly tvio tvcuda; do
+    $G loaders --loaders $l --batches "${BATCHES:-40}" | tee -a "$OUT/results.jsonl"
+  done
   for arch in ${ARCHS:-resnet18 resnet50}; do
     for l in synthetic sluice sluice-gpu tvio tvcuda; do
       $G train --arch "$arch" --loaders $l --steps "${STEPS:-40}" --warmup "${WARMUP:-10}" | tee -a "$OUT/results.jsonl"

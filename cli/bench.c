@@ -5,6 +5,7 @@
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
  *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
+ *   [--decode cpu|auto|gpu] [--gpu-budget SIZE] [--gpu-device N]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -42,13 +43,16 @@ static void usage(FILE *f) {
             "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
             "                    [--fields FILE.json] [--json]\n"
             "                    [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]\n"
+            "                    [--decode cpu|auto|gpu] [--gpu-budget 512M] [--gpu-device N]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
             "field's value). --fields: the schema, a JSON object of named fields\n"
             "(docs/fields.md). --cache: a sample cache of SIZE (docs/cache.md): a part of\n"
             "the budget, or with --cache-share node one /dev/shm segment for the node's\n"
-            "ranks. Sizes take K, M, G suffixes (1024).\n",
+            "ranks. --decode gpu: JPEGs decoded by the GPU engine (nvJPEG) beside the CPU\n"
+            "workers, batches in device memory (docs/gpu.md); auto: where it can run.\n"
+            "Sizes take K, M, G suffixes (1024).\n",
             sl_cli_recipe_usage);
 }
 
@@ -85,7 +89,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
     struct { const char *name; uint64_t lo, hi; } nums[] = {
         {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
-        {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}};
+        {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         if (strcmp(a, nums[i].name)) continue;
         if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
@@ -100,7 +104,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         else if (i == 4) cfg->seed = v;
         else if (i == 5) cfg->rank = (uint32_t)v;
         else if (i == 6) cfg->world_size = (uint32_t)v;
-        else cfg->max_pixels = v;
+        else if (i == 7) cfg->max_pixels = v;
+        else cfg->gpu_device = (int)v;
         return 0;
     }
     if (!strcmp(a, "--preset")) {
@@ -109,13 +114,21 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
             return 0;
         }
         fprintf(stderr, "sluice bench: --preset is train or val, not '%s'\n", val);
-    } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes")) {
+    } else if (!strcmp(a, "--budget") || !strcmp(a, "--max-bytes") || !strcmp(a, "--gpu-budget")) {
         char why[256] = "0 bytes: give a size above 0, such as 512M or 2G";
         if (sl_parse_size_msg(val, &v, why, sizeof why) == 0 && v > 0) {
-            *(a[2] == 'b' ? &cfg->budget : &cfg->max_bytes) = v;
+            *(a[2] == 'b' ? &cfg->budget : a[2] == 'g' ? &cfg->gpu_budget : &cfg->max_bytes) = v;
             return 0;
         }
         fprintf(stderr, "sluice bench: %s: %s\n", a, why);
+    } else if (!strcmp(a, "--decode")) {
+        static const char *const names[] = {"cpu", "auto", "gpu"}; /* SL_DECODE_* in order */
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(val, names[k])) {
+                cfg->decode = k;
+                return 0;
+            }
+        fprintf(stderr, "sluice bench: --decode is cpu, auto or gpu, not '%s'\n", val);
     } else if (!strcmp(a, "--workers")) {
         if (!strcmp(val, "auto") || (parse_u64(val, &v) == 0 && v >= 1 && v <= 1024)) {
             cfg->workers = val[0] == 'a' ? 0 : (uint32_t)v;
@@ -329,7 +342,15 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
     fprintf(f, ", \"mem_peak_bytes\": {");
     for (int c = 0; c < SL_MEM__COUNT; c++)
         fprintf(f, "%s\"%s\": %" PRIu64, c ? ", " : "", sl_mem_category_name(c), st->mem_peak[c]);
-    fprintf(f, "}, \"version\": ");
+    fprintf(f, "}, \"decode\": \"%s\", \"decode_reason\": ", st->decode == SL_DECODE_GPU ? "gpu" : "cpu");
+    sl_cli_json_str(f, st->decode_reason);
+    fprintf(f, ", \"gpu_samples\": %" PRIu64 ", \"cpu_samples\": %" PRIu64 ", \"gpu_handed_back\": %" PRIu64
+               ", \"gpu_pool_bytes\": %" PRIu64 ", \"gpu_pool_peak_bytes\": %" PRIu64 ", \"gpu_batch_bytes\": %" PRIu64
+               ", \"gpu_pinned_bytes\": %" PRIu64 ", \"gpu_staging_peak_bytes\": %" PRIu64
+               ", \"gpu_rate\": %.1f, \"cpu_rate\": %.1f",
+            st->gpu_samples, st->cpu_samples, st->gpu_handed_back, st->gpu_pool_bytes, st->gpu_pool_peak,
+            st->gpu_batch_bytes, st->gpu_pinned_bytes, st->gpu_staging_peak, st->gpu_rate, st->cpu_rate);
+    fprintf(f, ", \"version\": ");
     sl_cli_json_str(f, sl_version());
     fprintf(f, "}\n");
 }
@@ -363,7 +384,14 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                st->cache_shared ? " (node)" : "", st->cache_hits, st->cache_misses, 100 * st->cache_hit_rate,
                sl_format_size(st->cache_bytes, a1, sizeof a1), sl_format_size(st->cache_capacity, a2, sizeof a2),
                st->cache_evictions, sl_format_size(st->storage_bytes_read, a3, sizeof a3));
-    printf("\n  errors: %" PRIu64 "%s\n", st->errors, st->errors ? " (first below)" : "");
+    printf("\n  decode: %s\n", st->decode_reason);
+    if (st->decode == SL_DECODE_GPU)
+        printf("  GPU %" PRIu64 " samples, CPU %" PRIu64 " (%" PRIu64 " handed back); device pool peak %s of %s, "
+               "batches %s, pinned %s\n",
+               st->gpu_samples, st->cpu_samples, st->gpu_handed_back, sl_format_size(st->gpu_pool_peak, a1, sizeof a1),
+               sl_format_size(st->gpu_pool_bytes, a2, sizeof a2), sl_format_size(st->gpu_batch_bytes, a3, sizeof a3),
+               sl_format_size(st->gpu_pinned_bytes, a4, sizeof a4));
+    printf("  errors: %" PRIu64 "%s\n", st->errors, st->errors ? " (first below)" : "");
     for (size_t i = 0; i < nrec; i++) {
         const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
         printf("    %s: %s\n", p ? p : "?", recs[i].reason);

@@ -171,9 +171,28 @@ typedef struct sl_config {
     uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
     uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
                                   (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
+    /* Appended (issue 13): GPU decode (docs/gpu.md). With SL_DECODE_AUTO or
+     * SL_DECODE_GPU the loader's scheduler feeds the nvJPEG engine beside
+     * the CPU workers and the image field's batch lives in device memory
+     * (sl_field.device_type SL_DEVICE_CUDA); sl_stats says which engine
+     * decodes and why. Zero: the CPU workers only, host batches, as before. */
+    int decode;              /* SL_DECODE_CPU (0), SL_DECODE_AUTO or SL_DECODE_GPU */
+    int gpu_device;          /* CUDA device ordinal (0) */
+    uint64_t gpu_budget;     /* device bytes: the engine's pool + the device batch slots (0: 512 MiB) */
+    uint64_t gpu_max_pixels; /* larger images go to the CPU workers (0: 2^22, docs/gpu.md) */
+    uint64_t gpu_staging;    /* pinned host bytes for encoded samples queued for the GPU, in the
+                                budget (SL_MEM_PINNED) and its minimum working set (0: 64 MiB,
+                                at most budget / 8) */
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
+/* cfg.decode. AUTO: the GPU engine when it can run here and an image field
+ * is one it decodes (baseline JPEGs, train/val presets, bilinear, RGB),
+ * else the CPU workers (sl_stats.decode_reason says why). GPU: the same,
+ * but create fails (SL_EUNSUPPORTED, SL_EBUDGET, with the reason) where
+ * the GPU cannot decode; every sample the GPU can take goes to it (a
+ * deterministic split). */
+enum { SL_DECODE_CPU = 0, SL_DECODE_AUTO = 1, SL_DECODE_GPU = 2 };
 #define SL_ERROR_RATE_MIN_TRIED 100
 
 /* Fill cfg with the defaults above (source NULL, fields NULL) and record the
@@ -299,7 +318,12 @@ typedef struct sl_field {
     int64_t strides[SL_MAX_DIMS];  /* in bytes, C order */
     uint64_t nbytes;
     int kind;            /* SL_KIND_* of the field it comes from */
+    /* -- appended (issue 13); filled only for callers built with it (the sized calls) -- */
+    int device_type;     /* where data lives, as DLPack's DLDeviceType: SL_DEVICE_CPU (host
+                            memory) or SL_DEVICE_CUDA (device memory of the GPU decode engine) */
+    int device_id;       /* the CUDA device ordinal (0 for host memory) */
 } sl_field;
+enum { SL_DEVICE_CPU = 1, SL_DEVICE_CUDA = 2 }; /* DLPack's kDLCPU, kDLCUDA */
 
 /* Field kinds (the schema's "kind"). */
 enum {
@@ -312,8 +336,16 @@ enum {
  * uint8 [n, C, height, width] (CHW, RGB; size x size unless
  * the recipe sets height and width), 1 "label" int64 [n], 2 "index". */
 SL_API int sl_batch_num_fields(const sl_batch *b);
-SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out);
+/* Fill the first out_size bytes of *out (the macros pass sizeof): a caller
+ * built before sl_field grew device_type gets what it knows. A device
+ * field's data is device memory, complete when the batch is delivered
+ * (readable from any stream) and valid until release. */
+SL_API int sl_batch_field_sized(const sl_batch *b, int i, sl_field *out, size_t out_size);
+SL_API int sl_batch_find_sized(const sl_batch *b, const char *name, sl_field *out, size_t out_size);
+SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out); /* the fields before device_type */
 SL_API int sl_batch_find(const sl_batch *b, const char *name, sl_field *out);
+#define sl_batch_field(b, i, out) sl_batch_field_sized((b), (i), (out), sizeof *(out))
+#define sl_batch_find(b, name, out) sl_batch_find_sized((b), (name), (out), sizeof *(out))
 SL_API uint32_t sl_batch_len(const sl_batch *b);       /* samples in this batch */
 SL_API uint64_t sl_batch_epoch(const sl_batch *b);
 SL_API uint64_t sl_batch_index(const sl_batch *b);     /* batch number within the epoch */
@@ -365,6 +397,20 @@ typedef struct sl_stats {
     uint64_t cache_entries;      /* values held now (the node's for a node cache) */
     uint32_t cache_shared;       /* 1: a node cache */
     uint32_t cache_processes;    /* processes attached to it now (1 for a private cache) */
+    /* GPU decode (appended, issue 13; zero on the CPU path but decode_reason) */
+    int decode;                  /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
+    char decode_reason[160];     /* why, e.g. "cfg.decode=auto: nvJPEG (libnvjpeg) not found (...)" */
+    uint64_t gpu_samples;        /* image samples decoded by the GPU engine (all epochs, delivered or not) */
+    uint64_t cpu_samples;        /* image samples decoded by the CPU workers, handed back ones included */
+    uint64_t gpu_handed_back;    /* taken by the GPU, given back to the CPU (engine's refusals, errors) */
+    uint64_t gpu_pool_bytes;     /* the engine's device pool (constant) */
+    uint64_t gpu_pool_peak;      /* its high-water mark */
+    uint64_t gpu_batch_bytes;    /* device memory of the batch slots (constant) */
+    uint64_t gpu_pinned_bytes;   /* pinned host memory (staging + nvJPEG's), in mem[SL_MEM_PINNED] */
+    uint64_t gpu_staging_peak;   /* most staging bytes queued for the GPU at once */
+    double gpu_rate;             /* GPU samples/s while busy (moving average) */
+    double cpu_rate;             /* CPU workers' image samples/s, all workers busy (moving average) */
+    char gpu_device_name[64];
 } sl_stats;
 
 /* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */

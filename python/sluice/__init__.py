@@ -44,6 +44,7 @@ _PRESETS = {"train": _sluice.PRESET_TRAIN, "val": _sluice.PRESET_VAL}
 _ON_ERROR = {"skip": _sluice.ON_ERROR_SKIP, "raise": _sluice.ON_ERROR_RAISE}
 _CACHE_SHARE = {"none": _sluice.CACHE_PRIVATE, "node": _sluice.CACHE_NODE}
 _CACHE_WHAT = {"encoded": _sluice.CACHE_ENCODED, "decoded": _sluice.CACHE_DECODED}
+_DECODE = {"cpu": 0, "auto": 1, "gpu": 2}  # SL_DECODE_*
 
 
 # ---- argument checks -------------------------------------------------------
@@ -340,6 +341,16 @@ class Loader:
                    LOCAL_RANK / LOCAL_WORLD_SIZE), counted once, outside the budgets
       cache_what   "encoded" (file bytes) or "decoded" (a field's output where it
                    depends on the file alone: val images and clips; file bytes otherwise)
+      decode       "cpu" (the CPU workers); "gpu": JPEGs decoded by the GPU engine
+                   (nvJPEG) beside the workers, the image field delivered in device
+                   memory (field.device "cuda:N": take it with DLPack,
+                   torch.from_dlpack; it is not a host buffer); "auto": "gpu" where
+                   it can run, else "cpu" (stats()["decode_reason"] says why).
+                   sluice.torch.Loader defaults to "auto" (docs/gpu.md)
+      gpu_device, gpu_budget, gpu_max_pixels, gpu_staging   the CUDA device (0), its
+                   memory for the engine and the device batches ("512M"), larger
+                   images go to the CPU (4.2 Mpx), pinned staging in the budget
+                   ("64M", at most an eighth of it)
 
     PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
     ``persistent_workers`` (no effect), ``prefetch_factor=None``,
@@ -372,7 +383,8 @@ class Loader:
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
-                 cache=None, cache_share="none", cache_what="encoded", **dataloader_args):
+                 cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
+                 gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -443,6 +455,17 @@ class Loader:
         if fields is not None:
             kw["fields"] = _schema_json(fields)
         kw.update(_cache_args(cache, cache_share, cache_what))
+        kw["decode"] = _choice("decode", decode, _DECODE)
+        if gpu_device is not None:
+            kw["gpu_device"] = _int("gpu_device", gpu_device, 0, 1024)
+        for name, value in (("gpu_budget", gpu_budget), ("gpu_staging", gpu_staging)):
+            if value is not None:
+                try:
+                    kw[name] = parse_size(value)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"{name}: {e}") from None
+        if gpu_max_pixels is not None:
+            kw["gpu_max_pixels"] = _int("gpu_max_pixels", gpu_max_pixels, 1)
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]

@@ -313,7 +313,9 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "min_slots", "budget", "on_error", "max_pixels", "max_bytes",
                              "flags", "max_error_records", "fields", "recipe", "max_scans", "max_error_rate", "shared_budget",
                              /* issue 12: the sample cache */
-                             "cache", "cache_share", "cache_what", "local_rank", "local_world_size", NULL};
+                             "cache", "cache_share", "cache_what", "local_rank", "local_world_size",
+                             /* GPU decode (issue 13) */
+                             "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL, *recipe = NULL;
@@ -321,14 +323,15 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
             &cfg.budget, &on_error, conv_u64, &cfg.max_pixels, conv_u64, &cfg.max_bytes,
             conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans,
             &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
-            &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size))
+            &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
+            &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging))
         return -1;
     if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
         Py_DECREF(source);
@@ -621,7 +624,17 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_U64(d, "dataset_size", sl_loader_dataset_size(self->ld)) < 0 ||
         PUT_U64(d, "samples_per_epoch", sl_loader_num_samples(self->ld)) < 0 ||
         PUT_U64(d, "batches_per_epoch", sl_loader_len(self->ld)) < 0 ||
-        PUT_U64(d, "batches_alive_in_python", (uint64_t)self->held) < 0)
+        PUT_U64(d, "batches_alive_in_python", (uint64_t)self->held) < 0 ||
+        dict_put(d, "decode", PyUnicode_FromString(st.decode == SL_DECODE_GPU ? "gpu" : "cpu")) < 0 ||
+        dict_put(d, "decode_reason", PyUnicode_FromString(st.decode_reason)) < 0 ||
+        PUT_U64(d, "gpu_samples", st.gpu_samples) < 0 || PUT_U64(d, "cpu_samples", st.cpu_samples) < 0 ||
+        PUT_U64(d, "gpu_handed_back", st.gpu_handed_back) < 0 ||
+        PUT_U64(d, "gpu_pool_bytes", st.gpu_pool_bytes) < 0 || PUT_U64(d, "gpu_pool_peak", st.gpu_pool_peak) < 0 ||
+        PUT_U64(d, "gpu_batch_bytes", st.gpu_batch_bytes) < 0 ||
+        PUT_U64(d, "gpu_pinned_bytes", st.gpu_pinned_bytes) < 0 ||
+        PUT_U64(d, "gpu_staging_peak", st.gpu_staging_peak) < 0 || PUT_F(d, "gpu_rate", st.gpu_rate) < 0 ||
+        PUT_F(d, "cpu_rate", st.cpu_rate) < 0 ||
+        dict_put(d, "gpu_device_name", PyUnicode_FromString(st.gpu_device_name)) < 0)
         goto fail;
     /* elastic batch slots (mem2: issue 8 item 3) */
     if (PUT_U64(d, "slots_retired", st.slots_retired) < 0 || PUT_U64(d, "slots_min", st.slots_min) < 0 ||
@@ -938,6 +951,12 @@ static int field_is_c_contiguous(const FieldObject *self, Py_ssize_t itemsize) {
 /* Writable views: the batch belongs to the consumer until it is released,
  * so in-place work on it (normalising, say) is allowed. */
 static int Field_getbuffer(FieldObject *self, Py_buffer *view, int flags) {
+    if (self->f.device_type != kDLCPU) {
+        PyErr_Format(PyExc_BufferError,
+                     "field '%s' lives in GPU memory (decode='gpu'): take it with DLPack (torch.from_dlpack), "
+                     "not as a host buffer", self->name);
+        return -1;
+    }
     Py_ssize_t itemsize;
     const char *fmt = field_format(self->f.dtype, &itemsize);
     if (!fmt) {
@@ -1022,7 +1041,8 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwlist, &stream, &max_version, &dl_device,
                                      &copy))
         return NULL;
-    if (stream != Py_None) {
+    int on_cuda = self->f.device_type == SL_DEVICE_CUDA;
+    if (stream != Py_None && !on_cuda) {
         int overflow = 0;
         long v = PyLong_Check(stream) ? PyLong_AsLongAndOverflow(stream, &overflow) : 0;
         if (v == -1 && PyErr_Occurred()) return NULL;
@@ -1030,7 +1050,7 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_BufferError, "__dlpack__: a CPU tensor takes stream=None (or -1)");
             return NULL;
         }
-    }
+    } /* device memory: complete when the batch was delivered, readable from any stream */
     if (dl_device != Py_None) {
         int type = 0, id = 0;
         if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2) {
@@ -1039,8 +1059,9 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
             return NULL;
         }
         if (!PyArg_ParseTuple(dl_device, "ii", &type, &id)) return NULL;
-        if (type != kDLCPU || id != 0) {
-            PyErr_SetString(PyExc_BufferError, "__dlpack__: sluice fields live on the CPU (device (1, 0))");
+        if (type != self->f.device_type || id != self->f.device_id) {
+            PyErr_Format(PyExc_BufferError, "__dlpack__: this field lives on device (%d, %d), not (%d, %d)",
+                         self->f.device_type, self->f.device_id, type, id);
             return NULL;
         }
     }
@@ -1075,8 +1096,8 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
     }
     DLTensor *t = versioned ? &h->u.versioned.dl_tensor : &h->u.classic.dl_tensor;
     t->data = self->f.data;
-    t->device.device_type = kDLCPU;
-    t->device.device_id = 0;
+    t->device.device_type = self->f.device_type; /* SL_DEVICE_* are DLPack's codes */
+    t->device.device_id = self->f.device_id;
     t->ndim = self->f.ndim;
     t->dtype.code = code;
     t->dtype.bits = bits;
@@ -1107,7 +1128,7 @@ static PyObject *Field_dlpack(FieldObject *self, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *Field_dlpack_device(FieldObject *self, PyObject *unused) {
-    return Py_BuildValue("(ii)", kDLCPU, 0);
+    return Py_BuildValue("(ii)", self->f.device_type, self->f.device_id);
 }
 
 static PyObject *Field_get_shape(FieldObject *self, void *u) {
@@ -1152,6 +1173,10 @@ static PyObject *Field_get_ptr(FieldObject *self, void *u) {
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->f.data);
 }
 static PyObject *Field_get_batch(FieldObject *self, void *u) { return Py_NewRef((PyObject *)self->batch); }
+static PyObject *Field_get_device(FieldObject *self, void *u) {
+    if (self->f.device_type == SL_DEVICE_CUDA) return PyUnicode_FromFormat("cuda:%d", self->f.device_id);
+    return PyUnicode_FromString("cpu");
+}
 
 static Py_ssize_t Field_length(FieldObject *self) { return self->f.ndim > 0 ? self->shape[0] : 0; }
 
@@ -1169,7 +1194,8 @@ static PyObject *Field_repr(FieldObject *self) {
 static PyMethodDef Field_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))Field_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> capsule."},
-    {"__dlpack_device__", (PyCFunction)Field_dlpack_device, METH_NOARGS, "(kDLCPU, 0)"},
+    {"__dlpack_device__", (PyCFunction)Field_dlpack_device, METH_NOARGS,
+     "(kDLCPU, 0), or (kDLCUDA, device) for a field the GPU decoded into device memory"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Field_getset[] = {
@@ -1183,6 +1209,7 @@ static PyGetSetDef Field_getset[] = {
     {"nbytes", (getter)Field_get_nbytes, NULL, "Bytes spanned.", NULL},
     {"ptr", (getter)Field_get_ptr, NULL, "Address of the first element (inside the slot).", NULL},
     {"batch", (getter)Field_get_batch, NULL, "The _Batch this field views.", NULL},
+    {"device", (getter)Field_get_device, NULL, "'cpu', or 'cuda:N' for device memory (GPU decode).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods Field_as_sequence = {.sq_length = (lenfunc)Field_length};

@@ -21,6 +21,10 @@ How a batch travels (CUDA):
     memory to the side stream while your kernels still use it.
   * The slot goes back to the pool once its copy has finished (event query,
     or synchronize when every slot would otherwise be held).
+  * GPU decode (decode="auto" where the engine runs, or "gpu"): the library's
+    scheduler decodes JPEGs with nvJPEG beside its CPU workers straight into
+    the slot's device memory; the image arrives as a CUDA tensor through DLPack
+    (no copy) and is converted and normalized on the side stream as above.
 Without CUDA the same loader yields CPU tensors, and warns once.
 """
 import os
@@ -84,8 +88,10 @@ def gpu_decode_available():
 
 
 def _resolve_decode(decode, dev):
-    """Which engine decodes: ("cpu" | "gpu", reason). "auto" takes the GPU when it
-    can run here; "gpu" insists and raises, saying why, where it cannot."""
+    """What the loader is asked for: (decode, reason), reason set where this layer
+    chose the CPU itself. "auto" lets the library take the GPU when its engine can
+    run here (the library says why not in stats()["decode_reason"]); "gpu" insists
+    and raises, saying why, where it cannot."""
     if decode not in _DECODE:
         raise ValueError(f"decode must be one of {list(_DECODE)}, got {decode!r}")
     if decode == "cpu":
@@ -97,14 +103,7 @@ def _resolve_decode(decode, dev):
         if decode == "gpu":
             raise ValueError("decode='gpu' needs device='cuda'")
         return "cpu", "device is the CPU"
-    if not ok:
-        return "cpu", why
-    # The engine runs here (sluice._gpu), but the loader's scheduler does not
-    # drive it yet: that arrives with the pipeline rewrite (issue 10).
-    if decode == "gpu":
-        raise NotImplementedError("decode='gpu': the GPU decode engine works on this machine (sluice._gpu) "
-                                  "but the loader does not drive it yet; use decode='auto' or 'cpu'")
-    return "cpu", "the loader does not drive the GPU decode engine yet"
+    return decode, None
 
 
 class Loader:
@@ -128,10 +127,14 @@ class Loader:
       decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
                      workers where the GPU engine can run, else on the CPU;
                      "cpu": CPU workers only; "gpu": insist on the GPU engine
-                     (raises, saying why, where it cannot run). Without CUDA
-                     "auto" is the CPU path, with one line of notice (the
+                     (raises, saying why, where it cannot run; every JPEG the
+                     GPU takes goes to it, so the bytes repeat exactly). Without
+                     CUDA "auto" is the CPU path, with one line of notice (the
                      CUDA warning above). ``stats()["decode"]`` says which
-                     engine decodes and ``["decode_reason"]`` why.
+                     engine decodes and ``["decode_reason"]`` why;
+                     ``gpu_samples``/``cpu_samples`` how many each decoded.
+                     gpu_budget=, gpu_staging=, gpu_max_pixels= go to the
+                     library (docs/gpu.md).
 
     ``images`` is [N, C, height, width] of dtype on device, ``labels`` int64 [N]
     on device. With ``fields=``: a dict name -> tensor on device; image fields
@@ -187,7 +190,9 @@ class Loader:
             dev = torch.device("cpu")
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        self._decode, self._decode_reason = _resolve_decode(decode, dev)
+        decode, self._decode_reason = _resolve_decode(decode, dev)
+        if decode != "cpu":  # the library's scheduler feeds the GPU engine on this device
+            kwargs["gpu_device"] = dev.index
         channels = 4 if kwargs.get("keep_alpha") else 3
         if (mean is None) != (std is None):
             raise ValueError("mean and std go together: give both or neither")
@@ -202,7 +207,7 @@ class Loader:
         self._device = dev
         self._dtype = dtype
         self._channels_last = bool(channels_last)
-        self.loader = sluice.Loader(source, **kwargs)
+        self.loader = sluice.Loader(source, decode=decode, **kwargs)
         self._dict = kwargs.get("fields") is not None
         if video_layout not in ("TCHW", "CTHW"):
             raise ValueError(f'video_layout must be "TCHW" or "CTHW", got {video_layout!r}')
@@ -237,7 +242,10 @@ class Loader:
             self._stream = torch.cuda.Stream(dev)
             self._scale = self._scale.to(dev)
             self._bias = self._bias.to(dev)
-            if not self._pin:  # pin_memory=False
+            if not self._pin or self.loader.stats()["decode"] == "gpu":
+                # pin_memory=False; or the GPU decodes: the images arrive in device
+                # memory, and the library's workers copy CPU-decoded ones from the
+                # slots themselves (unpinning under their copies would be unsafe)
                 self._pinned = 0
                 return
             try:  # pinned slots are fixed in the budget: refused while a lowered limit keeps some retired
@@ -350,12 +358,17 @@ class Loader:
         tensors = {}
         with torch.cuda.stream(self._stream):
             for name, field in batch.items():
+                # a field the GPU decoded is device memory of the slot already (DLPack, no copy)
                 t = torch.from_dlpack(field).to(dev, non_blocking=True)
-                tensors[name] = (t, self._is_pixels(field), field.kind)
-            copied = torch.cuda.Event()
+                tensors[name] = (t, self._is_pixels(field), field.kind, field.device != "cpu")
+            for name, (t, pixels, kind, in_slot) in tensors.items():
+                if pixels:
+                    t = self._layout(kind, self._pixels(t))
+                    if in_slot and t.data_ptr() == tensors[name][0].data_ptr():
+                        t = t.clone()  # uint8 out: a tensor of its own, the slot goes back
+                tensors[name] = t
+            copied = torch.cuda.Event()  # the slot's memory has been read (copies, conversion)
             copied.record(self._stream)
-            for name, (t, pixels, kind) in tensors.items():
-                tensors[name] = self._layout(kind, self._pixels(t)) if pixels else t
             out = self._outputs(tensors)
             ready = torch.cuda.Event()
             ready.record(self._stream)
@@ -422,8 +435,8 @@ class Loader:
     def stats(self):
         s = self.loader.stats()
         s["device"] = str(self._device)
-        s["decode"] = self._decode
-        s["decode_reason"] = self._decode_reason
+        if self._decode_reason:  # chosen here, not by the library
+            s["decode_reason"] = self._decode_reason
         s["pinned_bytes"] = self._pinned or 0
         return s
 

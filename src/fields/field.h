@@ -74,6 +74,16 @@ struct sl__field {
     } u;
 };
 
+/* Where a kind may hand a planned image instead of decoding it (the
+ * loader's GPU stage, pipeline/gpustage.c). offer returns 1 when it takes
+ * the sample: the field's output is then written by someone else and the
+ * kind returns 0 without decoding; 0: decode here. data is valid only
+ * during the call (the taker copies what it keeps). */
+typedef struct sl__defer {
+    int (*offer)(struct sl__defer *d, const sl__field *f, const uint8_t *data, size_t len, const sl_image_info *info,
+                 const sl__plan *plan);
+} sl__defer;
+
 /* One sample being loaded by one worker: what a kind's load may use. */
 typedef struct sl__load {
     const sl__source *src;
@@ -90,6 +100,7 @@ typedef struct sl__load {
     uint64_t now;               /* the sample's time in the global order (sampler.h) */
     uint32_t key;               /* this field's first key (the worker sets it per field) */
     sl__fileio *io;             /* the loader's counters (may be NULL) */
+    sl__defer *defer;           /* NULL, or offered each planned image (image kind) */
 } sl__load;
 
 struct sl__kind {

@@ -11,6 +11,9 @@
  * configuration (cfg.preset, cfg.size, cfg.recipe, cfg.flags,
  * cfg.max_scans), so the default schema is exactly the loader without one.
  *
+ * GPU decode: a planned image is first offered to the load's defer hook
+ * (the loader's GPU stage), which may take it and decode it elsewhere.
+ *
  * Memory: the file is read whole into the worker's scratch (or found in
  * the sample cache: sl__fileval); the decoder's
  * need is bounded from the header (sl__plan_sample) and reserved before
@@ -142,6 +145,7 @@ static int image_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     if ((rc = sl__check_pixels(&info, L->max_pixels, reason, rlen))) goto out;
     sl__plan_params pp = {&f->recipe, L->seed ^ f->stream, L->epoch, L->index, L->cancel};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
+    if (L->defer && L->defer->offer(L->defer, f, buf, (size_t)v.size, &info, &plan)) goto out; /* decoded elsewhere */
     if ((rc = sl__scratch_reserve(s, v.size, plan.mem, &lost, reason, rlen))) goto out;
     if (lost && (rc = sl__fileval_read(L, &v, sl__scratch_buf(s, v.size), &buf, reason, rlen))) goto out;
     sl__quota q;

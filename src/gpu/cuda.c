@@ -96,6 +96,7 @@ static const char *bind_driver(void *dl) {
     REQ(dl, cuMemFreeHost, "cuMemFreeHost");
     REQ(dl, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     REQ(dl, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    REQ(dl, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     REQ(dl, cuStreamCreate, "cuStreamCreate");
     REQ(dl, cuStreamDestroy, "cuStreamDestroy_v2");
     REQ(dl, cuStreamSynchronize, "cuStreamSynchronize");

@@ -105,6 +105,7 @@ typedef struct sl__cuda_api {
     sl_CUresult (*cuMemFreeHost)(void *);
     sl_CUresult (*cuMemcpyHtoDAsync)(sl_CUdeviceptr, const void *, size_t, sl_CUstream);
     sl_CUresult (*cuMemcpyDtoH)(void *, sl_CUdeviceptr, size_t);
+    sl_CUresult (*cuMemcpyDtoDAsync)(sl_CUdeviceptr, sl_CUdeviceptr, size_t, sl_CUstream);
     sl_CUresult (*cuStreamCreate)(sl_CUstream *, unsigned);
     sl_CUresult (*cuStreamDestroy)(sl_CUstream);
     sl_CUresult (*cuStreamSynchronize)(sl_CUstream);

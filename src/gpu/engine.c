@@ -357,3 +357,11 @@ void sl__gpu_engine_stats(const sl__gpu_engine *ce, sl__gpu_stats *out) {
     out->pinned_peak = p.peak;
     out->pool_refusals = d.fails + p.fails;
 }
+
+void *sl__gpu_stage_alloc(sl__gpu_engine *e, size_t n) {
+    return n ? (void *)(uintptr_t)sl__pool_alloc(&e->ppool, n) : NULL;
+}
+
+void sl__gpu_stage_free(sl__gpu_engine *e, void *p) {
+    if (p) sl__pool_free(&e->ppool, (uint64_t)(uintptr_t)p);
+}

@@ -129,6 +129,15 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen);
 int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb, const sl__gpu_item *items,
                         uint64_t dst, uint64_t stride, char *err, size_t errlen);
 
+/* A block of n bytes of the engine's pinned pool (page-locked host memory),
+ * e.g. to stage encoded samples until they are decoded; NULL when the
+ * pool has no room now. Any thread (the pool locks itself). The caller
+ * keeps room for nvJPEG's own pinned buffers (the pool was sized with
+ * sl__gpu_min_pinned on top of what it stages). */
+void *sl__gpu_stage_alloc(sl__gpu_engine *e, size_t n);
+/* Give a block back; NULL is ignored. Any thread. */
+void sl__gpu_stage_free(sl__gpu_engine *e, void *p);
+
 typedef struct sl__gpu_stats {
     uint64_t device_pool_bytes;  /* taken at create; constant */
     uint64_t device_used, device_peak; /* of the pool, now and high-water */

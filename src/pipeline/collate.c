@@ -71,7 +71,7 @@ int sl__layout_build(sl__layout *L, const sl__schema *sc, uint32_t B) {
 
 void sl__layout_move(const sl__layout *L, uint8_t *base, uint32_t a, uint32_t b) {
     for (uint32_t k = 0; k < L->nout; k++)
-        memcpy(sl__layout_at(L, base, k, b), sl__layout_at(L, base, k, a), L->out[k].sample_bytes);
+        if (!L->out[k].device) memcpy(sl__layout_at(L, base, k, b), sl__layout_at(L, base, k, a), L->out[k].sample_bytes);
     uint64_t *hash = (uint64_t *)(base + L->off_hash);
     hash[b] = hash[a];
     base[L->off_ok + b] = 1;
@@ -81,7 +81,7 @@ void sl__layout_move(const sl__layout *L, uint8_t *base, uint32_t a, uint32_t b)
 uint64_t sl__layout_hash(const sl__layout *L, uint8_t *base, uint32_t j) {
     uint64_t h = 0;
     for (uint32_t k = 0; k < L->nout; k++)
-        if (k != L->index_out) h = sl__hash64(sl__layout_at(L, base, k, j), L->out[k].sample_bytes, h);
+        if (k != L->index_out && !L->out[k].device) h = sl__hash64(sl__layout_at(L, base, k, j), L->out[k].sample_bytes, h);
     return h;
 }
 
@@ -102,4 +102,5 @@ void sl__layout_field(const sl__layout *L, uint8_t *base, uint32_t k, uint32_t n
     }
     f->strides[0] = (int64_t)o->sample_bytes;
     f->nbytes = (uint64_t)n * o->sample_bytes;
+    f->device_type = SL_DEVICE_CPU; /* the loader points device outputs at device memory */
 }

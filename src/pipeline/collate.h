@@ -28,6 +28,9 @@ typedef struct sl__output {
     int64_t shape[SL_MAX_DIMS - 1];
     uint64_t sample_bytes;
     uint64_t offset;             /* of position 0 in a slot */
+    int device;                  /* delivered from device memory (GPU decode): the slot's
+                                    copy is only where CPU workers decode before the upload,
+                                    so moves and hashes leave it out */
 } sl__output;
 
 typedef struct sl__layout {
@@ -49,9 +52,10 @@ int sl__layout_build(sl__layout *L, const sl__schema *sc, uint32_t B);
 static inline uint8_t *sl__layout_at(const sl__layout *L, uint8_t *base, uint32_t k, uint32_t j) {
     return base + L->out[k].offset + (uint64_t)j * L->out[k].sample_bytes;
 }
-/* Move the sample at position a to position b of a slot (every output). */
+/* Move the sample at position a to position b of a slot (every host
+ * output; a device output is moved by the caller). */
 void sl__layout_move(const sl__layout *L, uint8_t *base, uint32_t a, uint32_t b);
-/* Hash of position j's outputs (index excluded). */
+/* Hash of position j's host outputs (index and device outputs excluded). */
 uint64_t sl__layout_hash(const sl__layout *L, uint8_t *base, uint32_t j);
 /* The public view of output k of a slot holding n samples. */
 void sl__layout_field(const sl__layout *L, uint8_t *base, uint32_t k, uint32_t n, sl_field *f);

@@ -31,6 +31,11 @@
  *  - a reset (set_epoch, set_state) bumps gen, waits until no claim or
  *    commit is in flight, and frees every slot the consumer does not hold.
  *
+ * GPU decode (gpustage.c): a position whose sample the GPU took stays
+ * pending until the GPU thread has written it (or handed it back: then a
+ * worker claims it before any other work and decodes it here); the GPU
+ * thread counts in active while its call runs, so a reset waits for it.
+ *
  * Lock order: mu, then budget.mu (inside sl__budget_*), then errmu. A
  * worker never waits for budget while holding mu.
  *
@@ -78,7 +83,10 @@ uint64_t sl__slot_index(const sl_loader *ld, const sl_batch *s, uint32_t j) {
     return (uint64_t)v;
 }
 
-void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) { sl__layout_move(&ld->layout, s->base, a, b); }
+void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) {
+    sl__layout_move(&ld->layout, s->base, a, b);
+    sl__gstage_move(ld, s, a, b); /* the device copy of a GPU-decoded field */
+}
 
 /* ---- elastic slots: retire and reactivate ------------------------------------ */
 /*
@@ -224,6 +232,7 @@ typedef struct claim {
     uint64_t sample;
     uint64_t epoch;
     uint64_t gen;
+    int cpu_only; /* a sample the GPU handed back: decode it here */
 } claim;
 
 static sl_batch *slot_by_seqno(sl_loader *ld, uint64_t seqno, int state) {
@@ -285,18 +294,27 @@ static int claim_refill(sl_loader *ld, claim *c) {
         c->sample = ld->seq[s->epoch & 1][c->order_pos];
         c->epoch = s->epoch;
         c->gen = s->gen;
+        c->cpu_only = 0;
         return 1;
     }
     return 0;
 }
 
-/* Find work: a refill, else the lowest-seqno filling slot with unclaimed
+/* Find work: a sample the GPU handed back, a refill, else the lowest-seqno filling slot with unclaimed
  * positions, else a newly opened batch. Positions at or past the tail are
  * voids: settled here without decoding. Returns 1 with c filled, 0 if
  * nothing to do. */
 static int claim_next(sl_loader *ld, claim *c) {
     for (;;) {
         if (ld->paused || ld->stop) return 0;
+        if (sl__gstage_take_back(ld, &c->slot, &c->pos, &c->sample, &c->epoch)) {
+            c->gen = c->slot->gen;
+            c->cpu_only = 1;
+            /* its time for the cache's clock: the nominal position (a refill's is
+             * later in the order; the clock only ranks evictions, never bytes) */
+            c->order_pos = c->slot->batch * ld->B + c->pos;
+            return 1;
+        }
         if (claim_refill(ld, c)) return 1;
         sl_batch *best = NULL;
         for (uint32_t i = 0; i < ld->nslots; i++) {
@@ -319,11 +337,17 @@ static int claim_next(sl_loader *ld, claim *c) {
         c->sample = ld->seq[best->epoch & 1][p]; /* valid: the dispatch epoch's order */
         c->epoch = best->epoch;
         c->gen = best->gen;
+        c->cpu_only = 0;
         return 1;
     }
 }
 
 /* ---- commit ------------------------------------------------------------------ */
+
+void sl__position_done(sl_loader *ld, sl_batch *s) {
+    s->pending--;
+    if ((s->gen != ld->gen || s->discard) && s->pending == 0 && s->state == SLOT_FILLING) slot_free(ld, s);
+}
 
 /* First commit pass: record the failures of the nominal positions that
  * are still the batch's own (in position order). */
@@ -449,13 +473,15 @@ static int try_commit(sl__worker *w) {
 /* ---- workers -------------------------------------------------------------- */
 
 /* Load sample into position j of s. A failure is kept in the slot for
- * the commit to record if the position is still part of the batch then. */
-static void fill_position(sl__worker *w, const claim *c) {
+ * the commit to record if the position is still part of the batch then.
+ * Returns 1 when the GPU took the sample (it settles the position). */
+static int fill_position(sl__worker *w, const claim *c) {
     sl_batch *s = c->slot;
     uint32_t j = c->pos;
-    int rc = sl__worker_fill(w, s, j, c->sample, c->epoch, c->order_pos);
+    int rc = sl__worker_fill(w, s, j, c->sample, c->epoch, c->order_pos, c->cpu_only);
     s->ok[j] = rc == 0;
     s->err[j] = (uint8_t)-rc; /* codes are -1 .. -20 */
+    return rc == 0 && w->g_taken;
 }
 
 void sl__loader_run(sl__worker *w) {
@@ -479,14 +505,15 @@ void sl__loader_run(sl__worker *w) {
         ld->active++;
         pthread_mutex_unlock(&ld->mu);
         uint64_t t0 = sl__now_ns();
-        fill_position(w, &c);
+        int to_gpu = fill_position(w, &c);
         atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&ld->mu);
         ld->active--;
         sl_batch *s = c.slot;
-        s->pending--;
-        if (s->gen != ld->gen || s->discard) {
-            if (s->pending == 0 && s->state == SLOT_FILLING) slot_free(ld, s);
+        int stale = s->gen != ld->gen || s->discard;
+        if (to_gpu) sl__gstage_push(ld, w); /* pending drops when the GPU has written it */
+        else sl__position_done(ld, s);
+        if (stale) {
             pthread_cond_broadcast(&ld->cv_quiet);
             continue;
         }
@@ -502,6 +529,7 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
     ld->paused = 1;
     ld->gen++;
     while (ld->active > 0 || ld->committing) pthread_cond_wait(&ld->cv_quiet, &ld->mu);
+    sl__gstage_reset(ld); /* samples queued for the GPU or handed back belong to the old generation */
     for (uint32_t i = 0; i < ld->nslots; i++) {
         sl_batch *s = &ld->slots[i];
         if (s->state == SLOT_FILLING || s->state == SLOT_READY) slot_free(ld, s);

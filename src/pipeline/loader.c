@@ -75,6 +75,9 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
         BAD("cache_share %d is neither private (0) nor node (1)", c->cache_share);
     if (c->cache_what != SL_CACHE_ENCODED && c->cache_what != SL_CACHE_DECODED)
         BAD("cache_what %d is neither encoded (0) nor decoded (1)", c->cache_what);
+    if (c->decode != SL_DECODE_CPU && c->decode != SL_DECODE_AUTO && c->decode != SL_DECODE_GPU)
+        BAD("decode %d is none of SL_DECODE_CPU, SL_DECODE_AUTO, SL_DECODE_GPU", c->decode);
+    if (c->gpu_device < 0) BAD("gpu_device %d is negative", c->gpu_device);
     return 0;
 #undef BAD
 }
@@ -414,7 +417,7 @@ static int step_slots(sl_loader *ld, const sl_plan *p, char *err, size_t errlen)
         ld->slots[i].id = i;
         sl__slot_carve(ld, &ld->slots[i], ld->region + (uint64_t)i * pitch);
     }
-    return 0;
+    return sl__gstage_slots(ld, err, errlen); /* their device memory, with GPU decode */
 }
 
 static void stop_workers(sl_loader *ld, uint32_t n) {
@@ -426,6 +429,7 @@ static void stop_workers(sl_loader *ld, uint32_t n) {
     pthread_mutex_unlock(&ld->mu);
     sl__budget_close(ld->budget);
     for (uint32_t i = 0; i < n; i++) pthread_join(ld->workers[i].thread, NULL);
+    sl__gstage_stop(ld);
 }
 
 /* Start the workers with every asynchronous signal blocked (they inherit
@@ -468,8 +472,10 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
             return rc;
         }
     }
-    /* everything held now is fixed for life but the elastic slots */
-    sl__budget_fix(ld->budget, atomic_load(&ld->budget->used) - (uint64_t)(ld->nslots - ld->min_live) * ld->pitch);
+    /* everything held now is fixed for life but the elastic slots (the GPU
+     * engine fixed its pinned pool already) */
+    sl__budget_fix(ld->budget, atomic_load(&ld->budget->used) - atomic_load(&ld->budget->fixed) -
+                                   (uint64_t)(ld->nslots - ld->min_live) * ld->pitch);
     if (sl__budget_headroom(ld->budget) < ld->sample_cap) { /* allocation rounding ate into it */
         char b1[32], b2[32];
         sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it",
@@ -490,13 +496,15 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
     pthread_mutex_lock(&ld->mu);
     while (ld->started < ld->nworkers) pthread_cond_wait(&ld->cv_ready, &ld->mu);
     pthread_mutex_unlock(&ld->mu);
-    return 0;
+    if ((rc = sl__gstage_start(ld, err, errlen))) stop_workers(ld, ld->nworkers);
+    return rc;
 }
 
 /* Free what the loader allocated. In a child of fork() the decoders are
  * left alone: a decode may have been mid-call in the parent at the fork. */
 static void free_memory(sl_loader *ld, int in_child) {
     sl__budget *b = ld->budget;
+    sl__gstage_close(ld, in_child);
     /* The cache first (its values are counted in b). In a child of fork()
      * it is left alone: a node cache's process slot is the parent's, and
      * its locks may have been held by the parent's threads at the fork. */
@@ -558,6 +566,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     int rc = step_new(cfg, &ld, err, errlen);
     if (!rc) rc = step_index(ld, err, errlen);
     if (!rc) rc = step_tables(ld, err, errlen);
+    if (!rc) rc = sl__gstage_open(ld, 0, err, errlen); /* GPU decode: engine and pinned staging, before sizing */
     if (!rc) rc = step_size(ld, &plan, err, errlen);
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
     if (!rc) rc = sl__lcache_create(ld, err, errlen); /* the sample cache: sizing kept its room */
@@ -585,6 +594,7 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
     int rc = step_new(cfg, &ld, err, errlen);
     if (!rc) rc = step_index(ld, err, errlen);
     if (!rc) rc = step_tables(ld, err, errlen);
+    if (!rc) rc = sl__gstage_open(ld, 1, err, errlen);
     if (!rc) {
         rc = step_size(ld, &plan, err, errlen);
         if (rc == SL_EBUDGET) rc = 0; /* plan.min_budget says what is needed */
@@ -631,17 +641,35 @@ int sl_loader_slot_region(const sl_loader *cld, void **base, size_t *len) {
 
 int sl_batch_num_fields(const sl_batch *b) { return b ? (int)b->ld->layout.nout : 0; }
 
-int sl_batch_field(const sl_batch *b, int i, sl_field *f) {
-    if (!b || !f || i < 0 || (uint32_t)i >= b->ld->layout.nout) return SL_EINVAL;
-    sl__layout_field(&b->ld->layout, b->base, (uint32_t)i, b->n, f);
+int sl_batch_field_sized(const sl_batch *b, int i, sl_field *out, size_t out_size) {
+    if (!b || !out || out_size == 0 || i < 0 || (uint32_t)i >= b->ld->layout.nout) return SL_EINVAL;
+    sl_field f;
+    sl__layout_field(&b->ld->layout, b->base, (uint32_t)i, b->n, &f);
+    uint64_t dev = sl__gstage_data(b->ld, b, (uint32_t)i);
+    if (dev) { /* decoded into device memory (GPU decode) */
+        f.data = (void *)(uintptr_t)dev;
+        f.device_type = b->ld->gs.dev.device_type;
+        f.device_id = b->ld->gs.dev.device_id;
+    }
+    memcpy(out, &f, SL_MIN(out_size, sizeof f));
     return 0;
 }
 
-int sl_batch_find(const sl_batch *b, const char *name, sl_field *f) {
+int sl_batch_find_sized(const sl_batch *b, const char *name, sl_field *out, size_t out_size) {
     if (!b || !name) return SL_EINVAL;
     for (uint32_t i = 0; i < b->ld->layout.nout; i++)
-        if (!strcmp(b->ld->layout.out[i].name, name)) return sl_batch_field(b, (int)i, f);
+        if (!strcmp(b->ld->layout.out[i].name, name)) return sl_batch_field_sized(b, (int)i, out, out_size);
     return SL_EINVAL;
+}
+
+/* The calls of callers built before sl_field grew device_type. */
+#undef sl_batch_field
+#undef sl_batch_find
+int sl_batch_field(const sl_batch *b, int i, sl_field *f) {
+    return sl_batch_field_sized(b, i, f, offsetof(sl_field, device_type));
+}
+int sl_batch_find(const sl_batch *b, const char *name, sl_field *f) {
+    return sl_batch_find_sized(b, name, f, offsetof(sl_field, device_type));
 }
 
 uint32_t sl_batch_len(const sl_batch *b) { return b ? b->n : 0; }
@@ -689,6 +717,7 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     }
     o->index_seconds = ld->index_seconds;
     sl__lcache_stats(ld, o);
+    sl__gstage_stats(ld, o);
     memcpy(out, o, SL_MIN(out_size, sizeof *o));
     return 0;
 }

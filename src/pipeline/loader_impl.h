@@ -13,6 +13,7 @@
 #include "../cache/cache.h"
 #include "../fields/field.h"
 #include "../format/decode.h"
+#include "../gpu/device.h"
 #include "../source/source.h"
 #include "collate.h"
 #include "nextuse.h"
@@ -77,6 +78,19 @@ struct sl_batch {
 };
 #define SL_REASON_LEN sizeof(((sl_error_record *)0)->reason)
 
+/* A sample queued for the GPU (gpustage.c): its position, the staged
+ * encoded bytes (a staging block of the device's pinned pool) and the
+ * plan's resize. */
+typedef struct sl__gitem {
+    sl_batch *slot;
+    uint32_t pos;
+    uint64_t gen, sample, epoch;
+    void *data;              /* staging block; NULL once freed */
+    size_t len;
+    uint64_t t_ns;           /* when it was queued */
+    sl__gpu_item item;       /* item.pos = slot id * B + pos */
+} sl__gitem;
+
 typedef struct sl__worker {
     sl_loader *ld;
     uint32_t id;
@@ -84,7 +98,63 @@ typedef struct sl__worker {
     sl__decoder *dec;
     sl__scratch scratch; /* read buffer and decoder room (base/scratch.h) */
     _Atomic uint64_t busy_ns, idle_ns;
+    /* GPU stage (gpustage.c): the sample in hand, offered through defer */
+    sl__defer defer;
+    sl_batch *g_slot;    /* the position being filled */
+    uint32_t g_pos;
+    uint64_t g_sample, g_epoch;
+    int g_cpu_only;      /* a handed-back sample: decode here */
+    int g_taken;         /* the GPU took it: g_item holds its staging */
+    sl__gitem g_item;
 } sl__worker;
+
+/* The GPU stage: the decode engine beside the workers (gpustage.c). The
+ * image field g.field is delivered from device memory: slot s's batch at
+ * region + s->id * slot_bytes. A worker that plans a sample the GPU can
+ * take (and the split gives it) stages its bytes and queues it instead of
+ * decoding; the GPU thread decodes the queue in calls of up to max_batch
+ * samples straight into the slots' device memory; what the engine hands
+ * back is claimed by workers first (handbacks). CPU-decoded positions are
+ * uploaded by the worker that decoded them, so a position is complete on
+ * the device when its pending count drops; compaction moves device
+ * positions too (sl__slot_move). */
+typedef struct sl__gstage {
+    int mode;                /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
+    int gpu_only;            /* cfg.decode == SL_DECODE_GPU: every sample the GPU can take goes to it */
+    char reason[160];        /* why this mode */
+    int on;                  /* dev is open (mode == SL_DECODE_GPU) */
+    sl__gpu_dev dev;
+    uint32_t field, out;     /* the schema field it decodes, and its output */
+    uint64_t sample_bytes, slot_bytes; /* one sample's output; one slot's batch (B x sample) */
+    uint64_t region, region_bytes;     /* device memory of the slots (0 until step_gpu_slots) */
+    uint64_t pool_bytes;     /* the engine's device pool */
+    uint32_t max_batch, slots_max;
+    uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
+    /* staging: pinned bytes held by queued samples (smu) */
+    uint64_t staging_cap, staged, staged_peak;
+    pthread_mutex_t smu;
+    pthread_cond_t scv;      /* room in the staging */
+    int sync_init;
+    /* queue and handbacks (ld->mu): rings of qcap items each */
+    sl__gitem *q, *back;
+    uint32_t qcap, qhead, qlen, bhead, blen;
+    _Atomic uint32_t queued; /* qlen + samples in the GPU's call */
+    _Atomic int failed;      /* the device stopped: nothing more is offered */
+    pthread_cond_t cv;       /* the GPU thread: queue not empty, or stop (ld->mu) */
+    pthread_t thread;
+    int thread_on;
+    /* the call in progress (GPU thread only) */
+    sl__gitem *cur;
+    const uint8_t **data;
+    size_t *len;
+    sl__gpu_item *items;
+    int *status;
+    char (*reasons)[SL_GPU_REASON];
+    /* stats */
+    _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
+    _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
+    _Atomic uint64_t cpu_ns;       /* ns a worker spends on one CPU image sample (moving average) */
+} sl__gstage;
 
 struct sl_loader {
     sl_config cfg;
@@ -193,6 +263,7 @@ struct sl_loader {
     sl__consumer cache_consumer;   /* the governor's first lever (a private cache) */
     int cache_consumer_on;
     sl__fileio fileio;             /* lookups and storage reads, every worker's */
+    sl__gstage gs;                 /* GPU decode (gpustage.c) */
 };
 
 /* lcache.c: the sample cache in the loader (see its head). */
@@ -232,11 +303,13 @@ void sl__worker_idle(sl__worker *w);
  * 0, or a code with the reason in the position's reason string. Transient
  * system failures (SL_EAGAIN: out of file descriptors, ...; and SL_ENOMEM
  * from the system) are waited out with a bounded backoff and retried, so
- * they never become error records unless they last SL_TRANSIENT_MAX_S;
- * SL_ESTATE if the loader closes meanwhile. */
-/* pos: the sample's position in the rank's order of epoch (its time for
- * the sample cache). */
-int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos);
+ * they never become error records unless they last SL_TRANSIENT_MAX_S.
+ * With the GPU stage on, the image may be taken by the GPU (w->g_taken
+ * after the call: queue it); cpu_only (a handed-back sample) keeps it
+ * here. SL_ESTATE if the loader closes meanwhile. pos: the sample's
+ * position in the rank's order of epoch (its time for the sample cache). */
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos,
+                    int cpu_only);
 /* Record a failure for batch s being committed (committer only). */
 void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason);
 
@@ -263,6 +336,46 @@ int sl__slots_pin(sl_loader *ld, char *err, size_t errlen);
 void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base);
 /* Has destroy begun? (a worker's retry loop stops waiting). */
 int sl__loader_stopping(sl_loader *ld);
+
+/* Settle a position whose fill finished (mu held): pending drops; a stale
+ * or discarded slot is freed once nothing is pending. */
+void sl__position_done(sl_loader *ld, sl_batch *s);
+
+/* gpustage.c: the GPU stage (see sl__gstage). */
+/* At create, before sizing: choose the engine (cfg.decode, the schema, the
+ * device), open the device and its host tables (counted in the budget, so
+ * the minimum working set holds them). plan_only: choose and count the
+ * pinned bytes, open nothing. 0 (ld->gs.mode says which), or the failure
+ * of decode=gpu with err. */
+int sl__gstage_open(sl_loader *ld, int plan_only, char *err, size_t errlen);
+/* After the slots are carved: the device memory of nslots batches. */
+int sl__gstage_slots(sl_loader *ld, char *err, size_t errlen);
+/* Start / stop (join) the GPU thread; stop after ld->stop is set. */
+int sl__gstage_start(sl_loader *ld, char *err, size_t errlen);
+void sl__gstage_stop(sl_loader *ld);
+/* Release the device and the tables (threads stopped). in_child: after
+ * fork(), touch no lock and no driver: forget them. */
+void sl__gstage_close(sl_loader *ld, int in_child);
+/* Worker side, around one fill of position j of s: begin sets the defer
+ * hook (cpu_only: a handback, never offered); end settles it: returns 1
+ * when the GPU took the sample (queue it with sl__gstage_push, under mu),
+ * else 0 after uploading a CPU decode (rc 0) to the device; a failed
+ * upload becomes rc. */
+void sl__gstage_begin(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, int cpu_only);
+int sl__gstage_end(sl__worker *w, int *rc, uint64_t t0_ns);
+/* mu held: queue the worker's taken sample for the GPU thread. */
+void sl__gstage_push(sl_loader *ld, sl__worker *w);
+/* mu held: a handed-back position to decode on the CPU (1 with *s, *j,
+ * *sample, *epoch), or 0. Stale ones are dropped. */
+int sl__gstage_take_back(sl_loader *ld, sl_batch **s, uint32_t *j, uint64_t *sample, uint64_t *epoch);
+/* mu held, nothing in flight (reset): drop queued samples and handbacks. */
+void sl__gstage_reset(sl_loader *ld);
+/* The committer moves position a of s to b on the device too. */
+void sl__gstage_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b);
+/* Device address of output k of slot s (0 when k is a host output). */
+uint64_t sl__gstage_data(const sl_loader *ld, const sl_batch *s, uint32_t k);
+/* Fill the GPU part of the stats. */
+void sl__gstage_stats(const sl_loader *ld, sl_stats *o);
 
 /* registry.c: live loaders, process-wide. A pthread_atfork child handler
  * marks every loader registered at the fork as forked (no lock needed: the

@@ -88,7 +88,7 @@ static void name_field(const sl_loader *ld, const sl__field *f, char *reason, si
 
 /* Every field of the sample, once. */
 static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos,
-                     char *reason) {
+                     int cpu_only, char *reason) {
     sl_loader *ld = w->ld;
     const sl__layout *L = &ld->layout;
     reason[0] = 0;
@@ -97,6 +97,10 @@ static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, ui
                      .max_pixels = ld->cfg.max_pixels,
                      .now = sl__sampler_time(&ld->sampler, epoch, pos), /* the sample cache's clock */
                      .io = &ld->fileio};
+    if (ld->gs.on) { /* the image may go to the GPU (gpustage.c) */
+        sl__gstage_begin(w, s, j, sample, epoch, cpu_only);
+        load.defer = &w->defer;
+    }
     int rc = 0;
     for (uint32_t i = 0; i < ld->schema.nfields && rc == 0; i++) {
         const sl__field *f = &ld->schema.fields[i];
@@ -113,14 +117,15 @@ static void sleep_us(uint64_t us) {
     nanosleep(&ts, NULL);
 }
 
-int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos) {
+int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uint64_t epoch, uint64_t pos,
+                    int cpu_only) {
     sl_loader *ld = w->ld;
     const sl__layout *L = &ld->layout;
     char *reason = s->reasons + (size_t)j * SL_REASON_LEN;
-    uint64_t t0 = 0, delay_us = 1000;
+    uint64_t t0 = 0, delay_us = 1000, t_start = sl__now_ns();
     int rc;
     for (;;) {
-        rc = fill_once(w, s, j, sample, epoch, pos, reason);
+        rc = fill_once(w, s, j, sample, epoch, pos, cpu_only, reason);
         if (rc == SL_ENOENT && sl__source_gone(ld->src)) {
             atomic_store(&ld->source_gone, 1);
             sl__msg(reason, SL_REASON_LEN, "the dataset folder was removed");
@@ -142,6 +147,7 @@ int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uin
         sleep_us(delay_us);
         delay_us = SL_MIN(delay_us * 2, (uint64_t)50000);
     }
+    sl__gstage_end(w, &rc, t_start); /* a CPU decode goes to the device now */
     int64_t ix = (int64_t)sample;
     memcpy(sl__layout_at(L, s->base, L->index_out, j), &ix, 8);
     if (rc == 0 && (ld->cfg.flags & SL_FLAG_CHECKSUM)) s->hash[j] = sl__layout_hash(L, s->base, j);

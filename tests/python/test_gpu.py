@@ -63,6 +63,27 @@ def test_decode_auto_without_cuda_is_the_cpu_path_with_one_line(dataset):
         ld.close()
 
 
+def test_plain_loader_decode_option(dataset):
+    with pytest.raises(ValueError, match="decode must be one of"):
+        sluice.Loader(dataset, batch_size=8, decode="nvjpeg")
+    with sluice.Loader(dataset, batch_size=8, decode="cpu") as ld:
+        s = ld.stats()
+        assert s["decode"] == "cpu" and s["decode_reason"] == "decode=cpu"
+        assert s["gpu_samples"] == 0
+        b = next(iter(ld))
+        assert b["image"].device == "cpu" and b["image"].__dlpack_device__() == (1, 0)
+
+
+@pytest.mark.skipif(GPU_OK, reason="this machine can run the GPU engine")
+def test_plain_loader_without_a_gpu(dataset):
+    with pytest.raises(sluice.DecodeError, match="decode=gpu: "):
+        sluice.Loader(dataset, batch_size=8, decode="gpu")
+    with sluice.Loader(dataset, batch_size=8, decode="auto") as ld:
+        s = ld.stats()
+        assert s["decode"] == "cpu" and s["decode_reason"].startswith("decode=auto, the CPU: ")
+        assert next(iter(ld))["image"].device == "cpu"
+
+
 def test_split_policy_from_python():
     if _gpu is None:
         pytest.skip(GPU_WHY)
@@ -187,3 +208,104 @@ def test_gpu_memory_flat_over_100_epochs_and_released(tmp_path):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     assert abs(torch.cuda.mem_get_info()[0] - free0) <= (2 << 20)
+
+
+# ---- the loader's scheduler on the GPU (GPU host) ---------------------------------------
+def _epoch(ld):
+    imgs, labels = [], []
+    for x, y in ld:
+        imgs.append(x.cpu())
+        labels.append(y.cpu())
+    return torch.cat(imgs), torch.cat(labels)
+
+
+@need_gpu
+def test_torch_loader_gpu_batches_match_the_cpu_path(dataset):
+    """Same samples in the same order as the CPU path; the pixels are the
+    engine's (see the next test): the fixture's sawtooth images with hard
+    colour edges are far from photos, so nvJPEG's chroma upsampling differs
+    from libjpeg-turbo's by more than on photos (printed, not bounded here)."""
+    kw = dict(batch_size=8, seed=3, device="cuda", dtype=torch.uint8, workers=4)
+    with st.Loader(dataset, decode="gpu", **kw) as g, st.Loader(dataset, decode="cpu", **kw) as c:
+        xb, yb = next(iter(g))
+        assert xb.is_cuda and xb.dtype == torch.uint8 and xb.shape == (8, 3, 224, 224)
+        g.set_epoch(0)
+        xg, yg = _epoch(g)
+        xc, yc = _epoch(c)
+        s = g.stats()
+    assert torch.equal(yg, yc)
+    per_image = (xg.int() - xc.int()).abs().float().mean(dim=(1, 2, 3))
+    print(f"GPU vs CPU path: mean {per_image.mean():.3f} max {per_image.max():.3f}; {s['decode_reason']}; "
+          f"gpu {s['gpu_samples']} cpu {s['cpu_samples']}")
+    assert s["decode"] == "gpu" and s["gpu_samples"] > 0
+    assert s["gpu_pool_bytes"] > 0 and s["gpu_pinned_bytes"] > 0
+    assert s["memory"]["pinned"] >= s["gpu_pinned_bytes"]
+
+
+@need_gpu
+def test_loader_gpu_bytes_are_the_engines(dataset):
+    """Each image the loader's GPU stage delivers equals the engine's own decode
+    of that file with the same plan (sluice._gpu), byte for byte: the staging,
+    positions, device batch and DLPack export add nothing."""
+    e = _gpu.Engine(max_batch=8)
+    dst = torch.zeros((8, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    with sluice.Loader(dataset, batch_size=8, seed=3, decode="gpu", workers=4) as ld:
+        checked = 0
+        for b in ld:
+            got = torch.from_dlpack(b["image"]).cpu()
+            index = np.asarray(b["index"]).tolist()
+            blobs = []
+            for i in index:
+                with open(ld.sample_path(i), "rb") as f:
+                    blobs.append(f.read())
+            res = e.submit(blobs, index, list(range(len(index))), dst.data_ptr(), dst[0].numel(),
+                           sluice._sluice.PRESET_TRAIN, 224, 3, b.epoch)
+            e.wait()
+            want = dst.cpu()
+            for j, (status, _) in enumerate(res):
+                if status == _gpu.DONE:
+                    assert torch.equal(got[j], want[j]), f"sample {index[j]}"
+                    checked += 1
+    e.close()
+    assert checked >= 32
+
+
+@need_gpu
+def test_torch_loader_gpu_is_deterministic_and_normalized(dataset):
+    kw = dict(batch_size=8, seed=9, device="cuda", decode="gpu", dtype=torch.float32)
+    with st.Loader(dataset, workers=1, **kw) as a, st.Loader(dataset, workers=8, **kw) as b:
+        xa, ya = _epoch(a)
+        xb, yb = _epoch(b)
+    assert torch.equal(ya, yb) and torch.equal(xa, xb)
+    with st.Loader(dataset, workers=2, **dict(kw, dtype=torch.uint8)) as u:
+        xu, _ = _epoch(u)
+    mean = torch.tensor(st.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(st.IMAGENET_STD).view(1, 3, 1, 1)
+    assert torch.allclose(xa, (xu.float() / 255 - mean) / std, atol=1e-4)
+
+
+@need_gpu
+def test_plain_loader_gpu_field_is_device_memory(dataset):
+    with sluice.Loader(dataset, batch_size=8, decode="gpu") as ld:
+        b = next(iter(ld))
+        img = b["image"]
+        assert img.device == "cuda:0" and img.__dlpack_device__() == (2, 0)
+        with pytest.raises(BufferError, match="GPU memory"):
+            np.asarray(img)
+        t = torch.from_dlpack(img)
+        assert t.is_cuda and t.shape == (8, 3, 224, 224) and t.data_ptr() == img.ptr
+        assert np.asarray(b["label"]).shape == (8,)
+
+
+@need_gpu
+def test_torch_loader_gpu_memory_flat_over_epochs(dataset):
+    with st.Loader(dataset, batch_size=8, device="cuda", decode="gpu", workers=4) as ld:
+        seen = set()
+        for epoch in range(8):
+            _epoch(ld)
+            torch.cuda.synchronize()
+            if epoch >= 2:
+                seen.add(torch.cuda.mem_get_info()[0])
+        s = ld.stats()
+    print(f"device free memory seen from epoch 2 on: {sorted(seen)}; pool peak {s['gpu_pool_peak']}")
+    assert len(seen) == 1

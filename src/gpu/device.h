@@ -1,0 +1,77 @@
+/*
+ * The loader's view of a GPU: the decode engine, the device memory of the
+ * batch slots, the copies the loader makes into it and the pinned staging
+ * of encoded samples queued for the engine. A table of functions, so the
+ * loader's scheduler (pipeline/gpustage.c) is one piece of code whatever
+ * the device: the CUDA device opened here (sl__gpu_dev_open: the nvJPEG
+ * engine on the device's primary context, the one PyTorch uses), or the
+ * device a test installs (sl__gpu_dev_override), which lets CPU-only CI
+ * run the scheduler with a real decoder behind it.
+ *
+ * Ownership: the device owns its engine, its streams, the region and the
+ * staging pool; close releases all of them (waiting for work in flight).
+ * Host memory (the engine's pinned pool and tables, the stream table) is
+ * counted in the host budget given to open.
+ *
+ * Threads: decode is called by one thread at a time (the loader's GPU
+ * thread); upload and move by one thread per lane at a time (each worker
+ * is a lane, the committer has its own); stage_alloc, stage_free and stats
+ * from any thread.
+ */
+#ifndef SL_GPU_DEVICE_H
+#define SL_GPU_DEVICE_H
+
+#include "engine.h"
+
+typedef struct sl__gpu_dev_config {
+    int device;             /* CUDA device ordinal */
+    uint64_t pool_bytes;    /* the engine's device pool (sl__gpu_config.gpu_budget) */
+    uint64_t staging_bytes; /* pinned bytes for staging, on top of nvJPEG's minimum */
+    uint32_t max_batch;     /* samples per decode call */
+    uint64_t max_pixels;    /* larger images go to the CPU (0: SL_GPU_MAX_PIXELS) */
+    uint32_t lanes;         /* threads that may copy at once, lanes 0 .. lanes-1 */
+} sl__gpu_dev_config;
+
+typedef struct sl__gpu_dev {
+    void *ctx;
+    int device_type, device_id; /* where region memory lives (SL_DEVICE_*) */
+    /* Decode a batch and wait for it (sl__gpu_decode_batch, sl__gpu_wait):
+     * on return every SL_GPU_DONE position is written. 0, or SL_EIO with
+     * err: every status is SL_GPU_CPU and the device is unusable. */
+    int (*decode)(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
+                  uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
+                  size_t errlen);
+    /* The batch slots' device memory, bytes > 0, taken once; *base its
+     * address. 0, or SL_ENOMEM with err. close frees it. */
+    int (*region)(void *ctx, uint64_t bytes, uint64_t *base, char *err, size_t errlen);
+    /* n bytes host -> device (upload) or device -> device (move; the
+     * ranges do not overlap), complete on return: readable from any
+     * stream. 0 or SL_EIO. */
+    int (*upload)(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n);
+    int (*move)(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n);
+    /* A staging block of n bytes (pinned host memory), or NULL: no room now. */
+    void *(*stage_alloc)(void *ctx, size_t n);
+    void (*stage_free)(void *ctx, void *p);
+    void (*stats)(void *ctx, sl__gpu_stats *out);
+    /* Release everything; the table is unusable afterwards. */
+    void (*close)(void *ctx);
+} sl__gpu_dev;
+
+typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err,
+                                   size_t errlen);
+
+/* Whether a device can be opened in this process and if not why: the
+ * override's answer when one is installed (1), else sl__gpu_available. */
+int sl__gpu_dev_available(char *why, size_t len);
+
+/* Open cfg->device: the engine (pools counted in host), one stream per
+ * lane. On success *out is filled. Fails as sl__gpu_engine_new (err says
+ * why), and with nothing left allocated. With an override installed, it
+ * opens the override's device instead. */
+int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err, size_t errlen);
+
+/* Tests: open devices with fn instead of the CUDA one, process-wide (NULL:
+ * back to CUDA). Set before any loader is created. */
+void sl__gpu_dev_override(sl__gpu_dev_open_fn fn);
+
+#endif
