@@ -28,7 +28,7 @@
 #   bench/gpu_host.sh summary   the table of $OUT/results.jsonl
 #
 # Sizes (environment; the defaults fit one 10-minute call on 16 cores):
-#   IMAGES=20000 NWORK=$(nproc)
+#   IMAGES=20000 NWORK=$(nproc) IMAGES_REPS=3 W1_BATCHES=16 PEER_BATCHES=100 (images step)
 #   VIDEO_SETS="320x240:300 1280x720:60" (size:clips) VIDEO_CASES="320x240:112 1280x720:224" (set:crop)
 #   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=16 VIDEO_WARMUP=NWORK
 #   VIDEO_BATCHES=2*NWORK (timed; the clip list is repeated until an epoch holds them) VIDEO_EPOCHS=2
@@ -52,6 +52,10 @@ export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 # The bundle's prefix first: pkg-config (CMake), the linker (-lspng, -lwebp) and
 # the loader (libjansson.so.4, libspng.so.0, libwebp.so.7; FFmpeg is static).
+# It travels packed (root.tar.xz) and is unpacked beside it once.
+if [ -f "$DEPS/root.tar.xz" ] && [ "$DEPS/root.tar.xz" -nt "$DEPS/root/.unpacked" ]; then
+  rm -rf "$DEPS/root" && tar -xJf "$DEPS/root.tar.xz" -C "$DEPS" && touch "$DEPS/root/.unpacked"
+fi
 if [ -d "$DEPS/root/usr/lib/x86_64-linux-gnu" ]; then
   DEPS_LIB=$(cd "$DEPS/root/usr/lib/x86_64-linux-gnu" && pwd)
   export PKG_CONFIG_PATH=$DEPS_LIB/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
@@ -135,14 +139,16 @@ images)
   find "$DATA" -name '*.JPEG' | sort | head -1000 >"$WORK/files1000"
   rec decode_ceiling_py $PY "$SHARED/decode_ceiling.py" "$DATA" --images 1000
   rec decode_loop_c build/jpeg_loop <"$WORK/files1000"
-  for rep in 1 2 3; do
-    rec "sluice_train_w1_r$rep" build/sluice bench "$DATA" --workers 1 --batches 16 --json
+  for rep in $(seq "${IMAGES_REPS:-3}"); do
+    rec "sluice_train_w1_r$rep" build/sluice bench "$DATA" --workers 1 --batches "${W1_BATCHES:-16}" --json
     rec "sluice_train_w${NWORK}_r$rep" build/sluice bench "$DATA" --workers "$NWORK" --epochs 1 --json
   done
   rec "sluice_val_w${NWORK}" build/sluice bench "$DATA" --preset val --workers "$NWORK" --epochs 1 --json
   rec "sluice_train_w${NWORK}_budget256M" build/sluice bench "$DATA" --workers "$NWORK" --budget 256M --epochs 1 --json
-  rec "peer_pil_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline pil --workers "$NWORK" --batch 256 --batches 100
-  rec "peer_tvio_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline tvio --workers "$NWORK" --batch 256 --batches 100
+  for p in pil tvio; do
+    rec "peer_${p}_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline $p --workers "$NWORK" --batch 256 \
+      --batches "${PEER_BATCHES:-100}" 2> >(quiet)
+  done
   ;;
 top)
   $PY "$SHARED/peer_torch.py" "$DATA" --pipeline pil --workers "$NWORK" --batch 256 --batches 400 >/dev/null 2>&1 &

@@ -8,6 +8,13 @@ of a clip) and int64 labels, from a class-folder video set
 clips/s after a warm-up, and the peak PSS of the whole process tree
 (main process + workers, /proc/PID/smaps_rollup, sampled every 0.2 s), per
 epoch so that growth over epochs shows. One JSON line per pipeline.
+The warm-up and the timed batches lie inside one epoch: a set smaller than
+that is listed several times (--repeat; sluice then reads a .jsonl table
+of the same rows), since a DataLoader's 16 workers x prefetch 2 have 32
+batches in flight and timing past an epoch's end would time those alone.
+Give the warm-up at least one batch a worker (--warmup 16). torch is
+imported first in every case (a training process has it), so with one
+pipeline a process (gpu_host.sh video) every tree starts from one base.
 
 Peers, written the way their users write them (a Dataset whose
 __getitem__ opens the file, decodes the clip, closes it; DataLoader with
