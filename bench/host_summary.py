@@ -26,6 +26,8 @@ def memory_of(r):
         return "PSS " + " > ".join("%.0f" % x for x in r["peak_pss_mb_by_epoch"]) + " MiB"
     if isinstance(r.get("peak_tree_pss_mb"), (int, float)):
         return "PSS %.0f MiB" % r["peak_tree_pss_mb"]
+    if "set" in r:  # a dataset made by the step
+        return "%s clips, %s MiB, made in %s s" % (r.get("clips"), r.get("mib"), r.get("seconds"))
     if isinstance(r.get("rss_growth_bytes"), int):
         return "RSS +%.0f MB (accounted %.0f of %.0f)" % (r["rss_growth_bytes"] / MB, r.get("peak_accounted_bytes", 0) / MB,
                                                         r.get("budget_bytes", 0) / MB)
