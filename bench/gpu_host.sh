@@ -50,8 +50,9 @@ PY=${PYTHON:-python3}
 DEPS_SITE=${DEPS_SITE:-/tmp/sluice-deps-site}
 export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-# The bundle's prefix first: pkg-config (CMake), the linker (-lspng, -lwebp) and
-# the loader (libjansson.so.4, libspng.so.0, libwebp.so.7; FFmpeg is static).
+# The bundle's prefix first: pkg-config (its own pkgconf, and the .pc files for
+# CMake), the linker (-lspng, -lwebp) and the loader (libjansson.so.4,
+# libspng.so.0, libwebp.so.7, libpkgconf.so.3; FFmpeg is static).
 # It travels packed (root.tar.xz) and is unpacked beside it once.
 if [ -f "$DEPS/root.tar.xz" ] && [ "$DEPS/root.tar.xz" -nt "$DEPS/root/.unpacked" ]; then
   rm -rf "$DEPS/root" && tar -xJf "$DEPS/root.tar.xz" -C "$DEPS" && touch "$DEPS/root/.unpacked"
@@ -61,6 +62,7 @@ if [ -d "$DEPS/root/usr/lib/x86_64-linux-gnu" ]; then
   export PKG_CONFIG_PATH=$DEPS_LIB/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LIBRARY_PATH=$DEPS_LIB${LIBRARY_PATH:+:$LIBRARY_PATH}
   export LD_LIBRARY_PATH=$DEPS_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  [ -x "$DEPS_LIB/../../bin/pkgconf" ] && export PATH=$(cd "$DEPS_LIB/../../bin" && pwd):$PATH
 fi
 log() { echo "== $*" >&2; }
 keep() { # name: wrap each JSON line of stdin as a result, append it; other lines go to stderr
@@ -121,6 +123,7 @@ build)
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" "${flags[@]}" \
     >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
   grep -E "^-- (PNG|WebP|Video)" "$OUT/build.log" >&2
+  log "pkg-config: $(command -v pkg-config) $(pkg-config --version)"
   cmake --build build -j "$(nproc)" >>"$OUT/build.log" 2>&1 ||
     { grep -E "error|undefined" "$OUT/build.log" | head -20; exit 1; }
   ls python/sluice/_sluice*.so >/dev/null 2>&1 || $PY -m pip install -q --no-build-isolation --target /tmp/site . ||

@@ -12,7 +12,8 @@
 #   root.tar.xz          root/usr/: one prefix, relocatable (.pc files say prefix=${pcfiledir}/../../..):
 #                        Debian 12's libjansson4 + -dev, libspng0 + -dev, libwebp7 + -dev
 #                        (+ libwebpmux3, libwebpdemux2 that its -dev needs), zlib.pc and
-#                        zlib.h (libspng's .pc requires zlib; the host has the runtime);
+#                        zlib.h (libspng's .pc requires zlib; the host has the runtime),
+#                        pkgconf (the pkg-config that CMake runs, where the host has none);
 #                        a minimal static FFmpeg (libavformat, libavcodec, libswscale,
 #                        libavutil; PIC; the decoders, demuxers and parsers of sluice's
 #                        video allow-list) built from Debian 12's ffmpeg source package;
@@ -47,16 +48,18 @@ mkdir -p "$work/debs" "$root"
 log() { echo "== host_deps: $*" >&2; }
 
 # ---- Debian packages, unpacked into one prefix -------------------------------------
-DEBS="libjansson4 libjansson-dev libspng0 libspng-dev libwebp7 libwebp-dev libwebpmux3 libwebpdemux2 zlib1g-dev"
-if [ ! -f "$root/.debs-done" ]; then
-  log "downloading $DEBS"
+# (pkgconf: the host may have no pkg-config, which CMake needs for jansson)
+DEBS="libjansson4 libjansson-dev libspng0 libspng-dev libwebp7 libwebp-dev libwebpmux3 libwebpdemux2 zlib1g-dev
+      pkgconf pkgconf-bin libpkgconf3"
+if [ "$(cat "$root/.debs-done" 2>/dev/null)" != "$(echo $DEBS)" ]; then
+  log "downloading $(echo $DEBS)"
   (cd "$work/debs" && apt-get download $DEBS)
   for d in "$work"/debs/*.deb; do dpkg -x "$d" "$root"; done
   # keep zlib's .pc and header only: the host has libz.so.1, and a libz.a here
   # would be picked before it by -lz
   rm -f "$root"/usr/lib/x86_64-linux-gnu/libz.* "$root"/usr/lib/x86_64-linux-gnu/libwebp*.a
   rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian"
-  touch "$root/.debs-done"
+  echo $DEBS >"$root/.debs-done"
 fi
 
 # ---- FFmpeg, static and minimal, from Debian 12's source package --------------------
@@ -88,14 +91,14 @@ EOF
   ver=$(basename "$tarball" .orig.tar.xz | sed 's/^ffmpeg_//')
   [ -d "$work/ffmpeg-$ver" ] || tar -xf "$tarball" -C "$work"
   log "building FFmpeg $ver (static, minimal) with $jobs jobs"
-  (cd "$work/ffmpeg-$ver" &&
+  (cd "$work/ffmpeg-$ver" && { [ -f libavcodec/libavcodec.a ] || {
     ./configure --prefix=/usr --libdir=/usr/lib/x86_64-linux-gnu \
       --disable-everything --disable-autodetect --enable-pthreads --enable-static --disable-shared --enable-pic \
       --disable-programs --disable-doc --disable-avdevice --disable-avfilter --disable-swresample \
       --disable-postproc --disable-network --disable-debug --disable-iconv \
       --enable-decoder=$FF_DECODERS --enable-demuxer=$FF_DEMUXERS --enable-parser=$FF_PARSERS \
       --enable-protocol=file >"$work/ffmpeg-configure.log" &&
-    nice -n 10 make -j"$jobs" >"$work/ffmpeg-make.log" 2>&1 &&
+    nice -n 10 make -j"$jobs" >"$work/ffmpeg-make.log" 2>&1; }; } &&
     make install DESTDIR="$root" >>"$work/ffmpeg-make.log" 2>&1) || { log "FFmpeg build failed: see $work/ffmpeg-*.log"; exit 1; }
   rm -rf "$root/usr/share/ffmpeg"
 fi
