@@ -21,16 +21,19 @@
 #                               torchvision.io, torchcodec, OpenCV (those present), one process each
 #   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
 #                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
-#                               each; tar shards vs the same images as a folder (where `sluice pack` is)
+#                               each
 #   bench/gpu_host.sh rss       issue 8: rss_bench.py, RSS growth vs budget, large and ImageNet-like
-#   bench/gpu_host.sh all       ALL_STEPS (default: build data images plan video fields rss), each
-#                               timed, then the summary
+#   bench/gpu_host.sh shards    issue 10: tar shards (sluice pack) vs the same SHARDS_IMAGES images
+#                               of DATA as a folder, sluice bench on each, twice
+#   bench/gpu_host.sh all       ALL_STEPS (default: build video fields rss data shards images plan:
+#                               the steps with no earlier GPU-host numbers first), each timed; a step
+#                               is skipped once ALL_DEADLINE (500) s have passed; then the summary
 #   bench/gpu_host.sh summary   the table of $OUT/results.jsonl
 #
 # Sizes (environment; the defaults fit one 10-minute call on 16 cores):
 #   IMAGES=20000 NWORK=$(nproc) IMAGES_REPS=3 W1_BATCHES=16 PEER_BATCHES=100 (images step)
-#   VIDEO_SETS="320x240:300 1280x720:60" (size:clips) VIDEO_CASES="320x240:112 1280x720:224" (set:crop)
-#   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=16 VIDEO_WARMUP=NWORK
+#   VIDEO_SETS="320x240:200 1280x720:32" (size:clips) VIDEO_CASES="320x240:112 1280x720:224" (set:crop)
+#   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=8 VIDEO_WARMUP=NWORK
 #   VIDEO_BATCHES=2*NWORK (timed; the clip list is repeated until an epoch holds them) VIDEO_EPOCHS=2
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
@@ -226,7 +229,7 @@ gpu)
   done
   ;;
 video)
-  for set in ${VIDEO_SETS:-320x240:300 1280x720:60}; do
+  for set in ${VIDEO_SETS:-320x240:200 1280x720:32}; do
     size=${set%%:*} clips=${set##*:}
     d=$WORK/video-$size-$clips
     if [ ! -f "$d/.done" ]; then
@@ -241,7 +244,7 @@ video)
     size=${c%%:*} crop=${c##*:}
     d=$(ls -d "$WORK"/video-"$size"-* | head -1)
     for peer in ${VIDEO_PEERS:-sluice pyav tvio torchcodec opencv}; do
-      $PY bench/video_peers.py "$d" --peers "$peer" --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-16}" \
+      $PY bench/video_peers.py "$d" --peers "$peer" --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" \
         --warmup "${VIDEO_WARMUP:-$NWORK}" --batches "${VIDEO_BATCHES:-$((2 * NWORK))}" --epochs "${VIDEO_EPOCHS:-2}" \
         --table-dir "$WORK" 2> >(quiet) | keep "video_${size}_$crop"
     done
@@ -258,7 +261,6 @@ fields)
         --budget "${FIELDS_BUDGET:-8G}" 2> >(quiet) | keep "fields_${c}_$l"
     done
   done
-  "$0" shards
   ;;
 shards)
   # issue 10: tar shards within 10 % of the same images as a folder (sluice pack writes them)
@@ -288,7 +290,12 @@ rss)
   ;;
 all)
   log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GiB"
-  for s in ${ALL_STEPS:-build data images plan video fields rss}; do
+  start=$(date +%s)
+  for s in ${ALL_STEPS:-build video fields rss data shards images plan}; do
+    if [ $(($(date +%s) - start)) -gt "${ALL_DEADLINE:-500}" ]; then # leave the summary time to print
+      echo "{\"step\": \"$s\", \"skipped\": \"past ALL_DEADLINE=${ALL_DEADLINE:-500} s\"}" | keep step
+      continue
+    fi
     log "step $s"
     t0=$(date +%s.%N)
     "$0" "$s"
@@ -302,5 +309,5 @@ summary)
   $PY bench/host_summary.py "$OUT/results.jsonl" | tee "$OUT/summary.txt"
   ;;
 *)
-  sed -n 2,40p "$0"; exit 2 ;;
+  sed -n "2,/^set -uo/{/^set/!p}" "$0"; exit 2 ;;
 esac
