@@ -88,7 +88,7 @@ def ratios(rows):
 
 def main():
     rows = load(sys.argv[1] if len(sys.argv) > 1 else "/tmp/sluice-bench/results.jsonl")
-    steps = [(r.get("step"), r.get("seconds"), r.get("rc")) for run, r in rows if run == "step"]
+    steps = [(r.get("step"), r.get("seconds"), r.get("rc"), r.get("skipped")) for run, r in rows if run == "step"]
     print("\n## Results (%s)" % (sys.argv[1] if len(sys.argv) > 1 else ""))
     print("%-30s %-48s %12s %-9s %s" % ("run", "what", "rate", "unit", "memory / notes"))
     for run, r in rows:
@@ -96,6 +96,8 @@ def main():
             continue
         rate, unit = rate_of(r)
         note = memory_of(r) or (r.get("skipped") and "skipped: " + r["skipped"]) or ""
+        if r == {"value": None}:
+            note = "no result: the command failed (its error is in the log)"
         if "errors" in r and r["errors"]:
             note += " errors %s" % r["errors"]
         print("%-30s %-48s %12s %-9s %s" % (run[:30], label_of(r)[:48], "%.1f" % rate if rate is not None else "-",
@@ -109,9 +111,12 @@ def main():
             print("\n## Host: " + ", ".join("%s %s" % kv for kv in r.items()))
     if steps:
         print("\n## Steps")
-        for name, secs, rc in steps:
-            print("%-10s %7.1f s%s" % (name, secs, "" if rc == 0 else "  rc=%s" % rc))
-        print("%-10s %7.1f s" % ("total", sum(s for _, s, _ in steps)))
+        for name, secs, rc, skipped in steps:
+            if skipped:
+                print("%-10s skipped: %s" % (name, skipped))
+            else:
+                print("%-10s %7.1f s%s" % (name, secs, "" if rc == 0 else "  rc=%s" % rc))
+        print("%-10s %7.1f s" % ("total", sum(s[1] or 0 for s in steps)))
 
 
 if __name__ == "__main__":
