@@ -29,8 +29,8 @@ __getitem__ opens the file, decodes the clip, closes it; DataLoader with
 The crop and resize of the peers: torchvision.transforms.v2 on the [T, C, H, W]
 tensor when torchvision is there (RandomResizedCrop(S, antialias=True) and
 RandomHorizontalFlip: one draw per call, so one box for the whole clip),
-else the same in plain torch. A peer whose module is missing is skipped
-with a message.
+else the same in plain torch. A peer whose module is missing is skipped:
+its line says so, and why.
 
     video_peers.py DATA --peers pyav,tvio,torchcodec,opencv,sluice --size 112 --frames 16 --stride 2 \\
         --workers 16 --batch 16 --batches 50 --epochs 2
@@ -311,6 +311,11 @@ def run(name, loader, a, sluice_api=False):
                       "repeat": a.repeat}), flush=True)
 
 
+def skipped(name, why):
+    """A pipeline that cannot run here: one JSON line saying why, in place of its result."""
+    print(json.dumps({"loader": name, "skipped": why}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data")
@@ -347,10 +352,13 @@ def main():
             try:
                 loader = sluice_loader(a, items)
             except ImportError:
-                print(f"sluice: not importable (PYTHONPATH=python after make): skipped", file=sys.stderr)
+                skipped("sluice", "not importable (PYTHONPATH=python after make)")
                 continue
             except TypeError as e:  # the schema pipeline (issue 10) is not wired in this build yet
-                print(f"sluice: this build's Loader takes no video fields ({e}): skipped", file=sys.stderr)
+                skipped("sluice", f"this build's Loader takes no video fields ({e})")
+                continue
+            except ValueError as e:  # refused at create (a build without video, a budget too small)
+                skipped("sluice", str(e))
                 continue
             with loader:
                 run("sluice", loader, a, sluice_api=True)
@@ -361,13 +369,12 @@ def main():
         try:
             __import__(module)
         except ImportError as e:
-            print(f"{peer}: {module} is not installed ({e}): skipped", file=sys.stderr)
+            skipped(f"DataLoader+{peer}", f"{module} is not installed ({e})")
             continue
         if peer == "tvio" and not hasattr(sys.modules[module], "read_video"):  # removed in torchvision 0.26
             import torchvision
 
-            print(f"tvio: torchvision {torchvision.__version__} has no io.read_video (torchcodec replaces it): skipped",
-                  file=sys.stderr)
+            skipped("DataLoader+tvio", f"torchvision {torchvision.__version__} has no io.read_video (torchcodec replaces it)")
             continue
         run(f"DataLoader+{peer}", torch_loader(peer, items, a), a)
 
