@@ -53,10 +53,12 @@ PY=${PYTHON:-python3}
 DEPS_SITE=${DEPS_SITE:-/tmp/sluice-deps-site}
 export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-# The bundle's prefix first: pkg-config (its own pkgconf, and the .pc files for
-# CMake), the linker (-lspng, -lwebp) and the loader (libjansson.so.4,
-# libspng.so.0, libwebp.so.7, libpkgconf.so.3; FFmpeg is static).
-# It travels packed (root.tar.xz) and is unpacked beside it once.
+# The bundle's prefix first for pkg-config (its own pkgconf, and the .pc files
+# for CMake) and the linker (-lspng, -lwebp; FFmpeg is static); at run time
+# what we build finds libjansson.so.4, libspng.so.0 and libwebp.so.7 through
+# an rpath (CMake takes LDFLAGS at its first configure), so the peers'
+# processes see nothing of the bundle. It travels packed (root.tar.xz) and is
+# unpacked beside it once.
 if [ -f "$DEPS/root.tar.xz" ] && [ "$DEPS/root.tar.xz" -nt "$DEPS/root/.unpacked" ]; then
   rm -rf "$DEPS/root" && tar -xJf "$DEPS/root.tar.xz" -C "$DEPS" && touch "$DEPS/root/.unpacked"
 fi
@@ -64,8 +66,14 @@ if [ -d "$DEPS/root/usr/lib/x86_64-linux-gnu" ]; then
   DEPS_LIB=$(cd "$DEPS/root/usr/lib/x86_64-linux-gnu" && pwd)
   export PKG_CONFIG_PATH=$DEPS_LIB/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LIBRARY_PATH=$DEPS_LIB${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$DEPS_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  [ -x "$DEPS_LIB/../../bin/pkgconf" ] && export PATH=$(cd "$DEPS_LIB/../../bin" && pwd):$PATH
+  export LDFLAGS="-Wl,-rpath,$DEPS_LIB${LDFLAGS:+ $LDFLAGS}"
+  if [ -x "$DEPS_LIB/../../bin/pkgconf" ]; then # behind a wrapper that finds its libpkgconf.so.3
+    mkdir -p "$DEPS/root/wrap"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$DEPS_LIB" "$(cd "$DEPS_LIB/../../bin" && pwd)/pkgconf" \
+      >"$DEPS/root/wrap/pkg-config"
+    chmod +x "$DEPS/root/wrap/pkg-config"
+    PATH=$(cd "$DEPS/root/wrap" && pwd):$PATH
+  fi
 fi
 log() { echo "== $*" >&2; }
 keep() { # name: wrap each JSON line of stdin as a result, append it; other lines go to stderr
@@ -82,10 +90,6 @@ rec() { # name, then a command printing one JSON line last: keep that line
   local line
   line=$("$@" | tail -1)
   echo "{\"run\": \"$name\", \"result\": ${line:-null}}" | tee -a "$OUT/results.jsonl"
-}
-recall() { # name, then a command printing JSON lines: keep each
-  local name=$1; shift
-  "$@" | keep "$name"
 }
 quiet() { grep -v -e UserWarning -e 'super().__init__' -e 'warnings.warn' >&2; }
 sl_libs() { # what a program linked with build/libsluice.a needs, from pkg-config
@@ -132,7 +136,7 @@ build)
   ls python/sluice/_sluice*.so >/dev/null 2>&1 || $PY -m pip install -q --no-build-isolation --target /tmp/site . ||
     echo "python extension not built"
   cc -O2 bench/jpeg_loop.c -Iinclude build/libsluice.a ${SPNG_ROOT:+-L$SPNG_ROOT/usr/lib/x86_64-linux-gnu} \
-    $(sl_libs) -o build/jpeg_loop || exit 1
+    $(sl_libs) ${LDFLAGS:-} -o build/jpeg_loop || exit 1
   build/sluice version
   if build/sluice version | grep -q "video=off"; then log "this build has no video (FFmpeg not found)"; exit 1; fi
   $PY -c "import sluice; print(sluice.build_info())" || exit 1
