@@ -1,66 +1,166 @@
 #!/usr/bin/env bash
-# The benchmark table of issues 3, 4 and 5 on a GPU host, in one run, every
-# loader measured on the same machine and dataset. Prints JSON lines and a
-# summary; with OUT set, also writes them there.
+# The benchmark tables of issues 3, 4, 5, 8, 10, 11 and 13 on a GPU host, in
+# one run, every loader measured on the same machine and dataset. Prints JSON
+# lines and a summary; writes them under OUT (results.jsonl) too.
 #
-#   bench/gpu_host.sh build          build sluice (+ libspng from SPNG_ROOT if given)
-#   bench/gpu_host.sh data           make the 20,000-image dataset (make_imagenet_like.py)
-#   bench/gpu_host.sh images         issue 3: decode ceilings, sluice 1 and 16 workers, DataLoader pil/tvio
-#   bench/gpu_host.sh top            issue 5: `sluice top` on a running peer_torch.py vs smaps_rollup
-#   bench/gpu_host.sh plan           issue 5: `sluice plan` predictions beside bench and peer measurements
-#   bench/gpu_host.sh pycheck        an epoch through the Python loader beside torchvision and Pillow
-#   bench/gpu_host.sh train          issue 4: train_imagenet.py, ResNet-18/50 x synthetic/torch/sluice
-#   bench/gpu_host.sh gpu            issue 13: GPU decode engine alone, pixel differences, device memory
-#                                    (SKIP_ENGINE=1: not these), `sluice bench --decode cpu|auto|gpu`,
-#                                    loaders (sluice CPU, sluice GPU+CPU by the C scheduler, decode=gpu,
-#                                    torchvision.io, decode_jpeg cuda), ResNet-18/50 fed by each
-#                                    (bench/gpu_decode.py, one process per run)
+#   bench/gpu_host.sh deps      the bundle of tools/host_deps.sh (DEPS, default .devcarry): its
+#                               prefix (jansson, libspng, libwebp, static FFmpeg) for every step, its
+#                               wheels (PyAV) installed into DEPS_SITE unless the host has them
+#   bench/gpu_host.sh build     deps, then build sluice (+ libspng from SPNG_ROOT if given)
+#   bench/gpu_host.sh data      make the IMAGES-image dataset (make_imagenet_like.py)
+#   bench/gpu_host.sh images    issue 3: decode ceilings, sluice 1 and 16 workers, DataLoader pil/tvio
+#   bench/gpu_host.sh top       issue 5: `sluice top` on a running peer_torch.py vs smaps_rollup
+#   bench/gpu_host.sh plan      issue 5: `sluice plan` predictions beside bench and peer measurements
+#   bench/gpu_host.sh pycheck   an epoch through the Python loader beside torchvision and Pillow
+#   bench/gpu_host.sh train     issue 4: train_imagenet.py, ResNet-18/50 x synthetic/torch/sluice
+#   bench/gpu_host.sh gpu       issue 13: GPU decode engine alone, pixel differences, device memory
+#                               (SKIP_ENGINE=1: not these), `sluice bench --decode cpu|auto|gpu`,
+#                               loaders (sluice CPU, sluice GPU+CPU by the C scheduler, decode=gpu,
+#                               torchvision.io, decode_jpeg cuda), ResNet-18/50 fed by each
+#                               (bench/gpu_decode.py, one process per run)
+#   bench/gpu_host.sh video     issue 11: UCF101-like sets (make_video_set.sh, through PyAV where
+#                               there is no ffmpeg CLI), video_peers.py: sluice vs DataLoader + PyAV,
+#                               torchvision.io, torchcodec, OpenCV (those present), one process each
+#   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
+#                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
+#                               each
+#   bench/gpu_host.sh rss       issue 8: rss_bench.py, RSS growth vs budget, large and ImageNet-like
+#   bench/gpu_host.sh shards    issue 10: tar shards (sluice pack) vs the same SHARDS_IMAGES images
+#                               of DATA as a folder, sluice bench on each, twice
+#   bench/gpu_host.sh all       ALL_STEPS (default: build video fields rss data shards images plan:
+#                               the steps with no earlier GPU-host numbers first), each timed; a step
+#                               is skipped once ALL_DEADLINE (500) s have passed; then the summary
+#   bench/gpu_host.sh summary   the table of $OUT/results.jsonl
 #
-# SHARED: the folder holding make_imagenet_like.py & co (default ../shared/bench).
-# DATA: dataset folder (default .data/inet20k). NWORK: workers (default: CPUs).
+# Sizes (environment; the defaults fit one 10-minute call on 16 cores):
+#   IMAGES=20000 NWORK=$(nproc) IMAGES_REPS=3 W1_BATCHES=16 PEER_BATCHES=100 (images step)
+#   VIDEO_SETS="320x240:200 1280x720:32" (size:clips) VIDEO_CASES="320x240:112 1280x720:224" (set:crop)
+#   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=8 VIDEO_WARMUP=NWORK
+#   VIDEO_BATCHES=2*NWORK (timed; the clip list is repeated until an epoch holds them) VIDEO_EPOCHS=2
+#   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
+#   SHARDS_IMAGES=5000 (0: no shards row)
+#   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
+# SHARED: the folder holding make_imagenet_like.py & co (default ../shared/bench, else the copy in
+# DEPS/shared/bench). DATA: the image set (default WORK/inet20k); WORK: datasets (default .data).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SHARED=${SHARED:-../shared/bench}
-DATA=${DATA:-.data/inet20k}
+DEPS=${DEPS:-.devcarry}
+SHARED=${SHARED:-$([ -d ../shared/bench ] && echo ../shared/bench || echo "$DEPS/shared/bench")}
+WORK=${WORK:-.data}
+DATA=${DATA:-$WORK/inet20k}
 NWORK=${NWORK:-$(nproc)}
 OUT=${OUT:-/tmp/sluice-bench}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$WORK"
 PY=${PYTHON:-python3}
-export PYTHONPATH=$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+DEPS_SITE=${DEPS_SITE:-/tmp/sluice-deps-site}
+export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+# The bundle's prefix first for pkg-config (its own pkgconf, and the .pc files
+# for CMake) and the linker (-lspng, -lwebp; FFmpeg is static); at run time
+# what we build finds libjansson.so.4, libspng.so.0 and libwebp.so.7 through
+# an rpath (CMake takes LDFLAGS at its first configure), so the peers'
+# processes see nothing of the bundle. It travels packed (root.tar.xz) and is
+# unpacked beside it once.
+if [ -f "$DEPS/root.tar.xz" ] && [ "$DEPS/root.tar.xz" -nt "$DEPS/root/.unpacked" ]; then
+  rm -rf "$DEPS/root" && tar -xJf "$DEPS/root.tar.xz" -C "$DEPS" && touch "$DEPS/root/.unpacked"
+fi
+if [ -d "$DEPS/root/usr/lib/x86_64-linux-gnu" ]; then
+  DEPS_LIB=$(cd "$DEPS/root/usr/lib/x86_64-linux-gnu" && pwd)
+  export PKG_CONFIG_PATH=$DEPS_LIB/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LIBRARY_PATH=$DEPS_LIB${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LDFLAGS="-Wl,-rpath,$DEPS_LIB${LDFLAGS:+ $LDFLAGS}"
+  if [ -x "$DEPS_LIB/../../bin/pkgconf" ]; then # behind a wrapper that finds its libpkgconf.so.3
+    mkdir -p "$DEPS/root/wrap"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$DEPS_LIB" "$(cd "$DEPS_LIB/../../bin" && pwd)/pkgconf" \
+      >"$DEPS/root/wrap/pkg-config"
+    chmod +x "$DEPS/root/wrap/pkg-config"
+    PATH=$(cd "$DEPS/root/wrap" && pwd):$PATH
+  fi
+fi
 log() { echo "== $*" >&2; }
-rec() { # name, then a command printing one JSON line: keep it
+keep() { # name: wrap each JSON line of stdin as a result, append it; other lines go to stderr
+  local line
+  while IFS= read -r line; do
+    case $line in
+      "{"*) echo "{\"run\": \"$1\", \"result\": $line}" | tee -a "$OUT/results.jsonl";;
+      *) echo "$line" >&2;;
+    esac
+  done
+}
+rec() { # name, then a command printing one JSON line last: keep that line
   local name=$1; shift
   local line
   line=$("$@" | tail -1)
   echo "{\"run\": \"$name\", \"result\": ${line:-null}}" | tee -a "$OUT/results.jsonl"
 }
+quiet() { grep -v -e UserWarning -e 'super().__init__' -e 'warnings.warn' >&2; }
+sl_libs() { # what a program linked with build/libsluice.a needs, from pkg-config
+  local m
+  for m in jansson spng libwebp libavformat libavcodec libswscale libavutil; do
+    pkg-config --exists $m 2>/dev/null && printf '%s ' "$(pkg-config --libs $m)"
+  done
+  echo "-ljpeg -lpthread -lm -ldl"
+}
 
 case "${1:-}" in
+deps)
+  [ -d "$DEPS/root/usr" ] || log "no bundle in $DEPS (tools/host_deps.sh makes it): the system's libraries"
+  mkdir -p "$DEPS_SITE"
+  for w in "$DEPS"/wheels/*.whl; do
+    [ -f "$w" ] || continue
+    name=$(basename "$w" | cut -d- -f1)
+    case $name in opencv*) mod=cv2;; *) mod=$name;; esac
+    PYTHONPATH= $PY -c "import $mod" 2>/dev/null && continue # the host's own copy wins
+    [ -d "$DEPS_SITE/$mod" ] || $PY -m pip install -q --no-index --no-deps --target "$DEPS_SITE" "$w" ||
+      log "$w did not install"
+  done
+  $PY - <<'EOF' | keep deps
+import importlib, json, os, platform
+out = {"python": platform.python_version(), "cpus": os.cpu_count()}
+for m in ("torch", "torchvision", "av", "cv2", "torchcodec", "numpy", "PIL"):
+    try:
+        out[m] = importlib.import_module(m).__version__
+    except Exception as e:  # a peer that cannot run is skipped by its script, with this reason
+        out[m] = "missing (%s)" % str(e).split("\n")[0][:80]
+print(json.dumps(out))
+EOF
+  ;;
 build)
+  "$0" deps || exit 1
   flags=()
   [ -n "${SPNG_ROOT:-}" ] && flags+=(-DSPNG_ROOT="$SPNG_ROOT")
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" "${flags[@]}" >/dev/null &&
-    cmake --build build -j "$(nproc)" 2>&1 | grep -E "error|warning: unused" | head -20
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" "${flags[@]}" \
+    >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+  grep -E "^-- (PNG|WebP|Video)" "$OUT/build.log" >&2
+  log "pkg-config: $(command -v pkg-config) $(pkg-config --version)"
+  cmake --build build -j "$(nproc)" >>"$OUT/build.log" 2>&1 ||
+    { grep -E "error|undefined" "$OUT/build.log" | head -20; exit 1; }
   ls python/sluice/_sluice*.so >/dev/null 2>&1 || $PY -m pip install -q --no-build-isolation --target /tmp/site . ||
     echo "python extension not built"
-  cc -O2 bench/jpeg_loop.c -Iinclude build/libsluice.a -ljpeg ${SPNG_ROOT:+-L$SPNG_ROOT/usr/lib/x86_64-linux-gnu -lspng} -lpthread -lm -o build/jpeg_loop
-  build/sluice --version
+  cc -O2 bench/jpeg_loop.c -Iinclude build/libsluice.a ${SPNG_ROOT:+-L$SPNG_ROOT/usr/lib/x86_64-linux-gnu} \
+    $(sl_libs) ${LDFLAGS:-} -o build/jpeg_loop || exit 1
+  build/sluice version
+  if build/sluice version | grep -q "video=off"; then log "this build has no video (FFmpeg not found)"; exit 1; fi
+  $PY -c "import sluice; print(sluice.build_info())" || exit 1
   ;;
 data)
-  [ -f "$DATA/manifest.csv" ] || $PY "$SHARED/make_imagenet_like.py" "$DATA" --images "${IMAGES:-20000}" --classes 100 --seed 0 --jobs "$(nproc)"
+  [ -f "$DATA/manifest.csv" ] || $PY "$SHARED/make_imagenet_like.py" "$DATA" --images "${IMAGES:-20000}" --classes 100 \
+    --seed 0 --jobs "$(nproc)" >/dev/null
   ;;
 images)
-  find "$DATA" -name '*.JPEG' | sort | head -1000 >"$OUT/files1000"
+  find "$DATA" -name '*.JPEG' | sort | head -1000 >"$WORK/files1000"
   rec decode_ceiling_py $PY "$SHARED/decode_ceiling.py" "$DATA" --images 1000
-  rec decode_loop_c build/jpeg_loop <"$OUT/files1000"
-  for rep in 1 2 3; do
-    rec "sluice_train_w1_r$rep" build/sluice bench "$DATA" --workers 1 --batches 16 --json
+  rec decode_loop_c build/jpeg_loop <"$WORK/files1000"
+  for rep in $(seq "${IMAGES_REPS:-3}"); do
+    rec "sluice_train_w1_r$rep" build/sluice bench "$DATA" --workers 1 --batches "${W1_BATCHES:-16}" --json
     rec "sluice_train_w${NWORK}_r$rep" build/sluice bench "$DATA" --workers "$NWORK" --epochs 1 --json
   done
   rec "sluice_val_w${NWORK}" build/sluice bench "$DATA" --preset val --workers "$NWORK" --epochs 1 --json
   rec "sluice_train_w${NWORK}_budget256M" build/sluice bench "$DATA" --workers "$NWORK" --budget 256M --epochs 1 --json
-  rec "peer_pil_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline pil --workers "$NWORK" --batch 256 --batches 100
-  rec "peer_tvio_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline tvio --workers "$NWORK" --batch 256 --batches 100
+  for p in pil tvio; do
+    rec "peer_${p}_w${NWORK}" $PY "$SHARED/peer_torch.py" "$DATA" --pipeline $p --workers "$NWORK" --batch 256 \
+      --batches "${PEER_BATCHES:-100}" 2> >(quiet)
+  done
   ;;
 top)
   $PY "$SHARED/peer_torch.py" "$DATA" --pipeline pil --workers "$NWORK" --batch 256 --batches 400 >/dev/null 2>&1 &
@@ -143,6 +243,86 @@ gpu)
     done
   done
   ;;
+video)
+  for set in ${VIDEO_SETS:-320x240:200 1280x720:32}; do
+    size=${set%%:*} clips=${set##*:}
+    d=$WORK/video-$size-$clips
+    if [ ! -f "$d/.done" ]; then
+      t0=$(date +%s.%N)
+      bench/make_video_set.sh "$d" --clips "$clips" --classes 10 --size "$size" --jobs "$(nproc)" >&2 || exit 1
+      touch "$d/.done"
+      echo "{\"set\": \"$d\", \"clips\": $clips, \"mib\": $(du -sm "$d" | cut -f1), \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")}" |
+        keep video_set
+    fi
+  done
+  for c in ${VIDEO_CASES:-320x240:112 1280x720:224}; do
+    size=${c%%:*} crop=${c##*:}
+    d=$(ls -d "$WORK"/video-"$size"-* | head -1)
+    for peer in ${VIDEO_PEERS:-sluice pyav tvio torchcodec opencv}; do
+      $PY bench/video_peers.py "$d" --peers "$peer" --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" \
+        --warmup "${VIDEO_WARMUP:-$NWORK}" --batches "${VIDEO_BATCHES:-$((2 * NWORK))}" --epochs "${VIDEO_EPOCHS:-2}" \
+        --table-dir "$WORK" 2> >(quiet) | keep "video_${size}_$crop"
+    done
+  done
+  ;;
+fields)
+  F=$WORK/fields
+  [ -f "$F/lidar.jsonl" ] || $PY bench/make_fields_bench.py "$F" --pairs-gb "${FIELDS_PAIRS_GB:-3}" \
+    --scans "${FIELDS_SCANS:-800}" 2>/dev/null | keep fields_data
+  for c in pairs lidar; do
+    n=$([ $c = pairs ] && echo "${FIELDS_PAIRS_BATCHES:-40}" || echo "${FIELDS_LIDAR_BATCHES:-150}")
+    for l in cat torch sluice; do
+      SHARED=$(dirname "$SHARED") $PY bench/fields_peers.py "$F" --case $c --loaders $l --workers "$NWORK" --batches "$n" \
+        --budget "${FIELDS_BUDGET:-8G}" 2> >(quiet) | keep "fields_${c}_$l"
+    done
+  done
+  ;;
+shards)
+  # issue 10: tar shards within 10 % of the same images as a folder (sluice pack writes them)
+  n=${SHARDS_IMAGES:-5000}
+  [ "$n" -gt 0 ] || exit 0
+  if ! build/sluice help 2>&1 | grep -qw pack; then
+    echo '{"skipped": "this build has no `sluice pack` (tar shards as a source come with it)"}' | keep shards
+    exit 0
+  fi
+  sub=$WORK/inet-sub$n S=$WORK/shards-sub$n
+  if [ ! -f "$sub/.done" ]; then # the first n images of DATA as a folder of their own
+    mkdir -p "$sub"
+    (cd "$DATA" && find . -name '*.JPEG' | sort | head -"$n") | while IFS= read -r f; do
+      mkdir -p "$sub/$(dirname "$f")" && ln -f "$DATA/$f" "$sub/$f"; done
+    touch "$sub/.done"
+  fi
+  [ -f "$S/.done" ] || { build/sluice pack "$sub" "$S" --shard-size 256M --workers "$NWORK" >&2 && touch "$S/.done"; }
+  for rep in 1 2; do
+    rec "shards_folder_r$rep" build/sluice bench "$sub" --workers "$NWORK" --epochs 2 --json
+    rec "shards_tar_r$rep" build/sluice bench "$S" --workers "$NWORK" --epochs 2 --json
+  done
+  ;;
+rss)
+  $PY bench/rss_bench.py --sluice build/sluice --workers "${RSS_WORKERS:-1,4,8,16,32}" --budget "${RSS_BUDGET:-256M}" \
+    --epochs "${RSS_EPOCHS:-2}" --large-images "${RSS_LARGE:-16}" --imagenet-images "${RSS_IMAGENET:-2000}" \
+    --shared "$(dirname "$SHARED")" --work "$WORK/rss" --jsonl "$OUT/results.jsonl" | tee "$OUT/rss.txt"
+  ;;
+all)
+  log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GiB"
+  start=$(date +%s)
+  for s in ${ALL_STEPS:-build video fields rss data shards images plan}; do
+    if [ $(($(date +%s) - start)) -gt "${ALL_DEADLINE:-500}" ]; then # leave the summary time to print
+      echo "{\"step\": \"$s\", \"skipped\": \"past ALL_DEADLINE=${ALL_DEADLINE:-500} s\"}" | keep step
+      continue
+    fi
+    log "step $s"
+    t0=$(date +%s.%N)
+    "$0" "$s"
+    rc=$?
+    echo "{\"step\": \"$s\", \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"), \"rc\": $rc}" | keep step
+    [ "$s" = build ] && [ $rc != 0 ] && { log "build failed: nothing else runs"; break; }
+  done
+  "$0" summary
+  ;;
+summary)
+  $PY bench/host_summary.py "$OUT/results.jsonl" | tee "$OUT/summary.txt"
+  ;;
 *)
-  sed -n 2,19p "$0"; exit 2 ;;
+  sed -n "2,/^set -uo/{/^set/!p}" "$0"; exit 2 ;;
 esac

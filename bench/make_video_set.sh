@@ -3,7 +3,8 @@
 # .mp4 clips at 25 fps, 5-20 s each, 320x240 or 1280x720, with moving,
 # textured content (so bitrates and decode cost resemble camera footage,
 # not flat test patterns). Deterministic: clip k's source, duration and
-# size derive from k.
+# size derive from k. Without the CLI (a GPU host), make_video_set.py makes
+# the same set through PyAV's FFmpeg.
 #   bench/make_video_set.sh OUT [--clips 300] [--classes 10] [--size 320x240|1280x720|mixed] [--jobs N]
 set -eu
 out=${1:?usage: make_video_set.sh OUT [--clips N] [--classes K] [--size WxH|mixed] [--jobs N]}
@@ -18,7 +19,10 @@ while [ $# -gt 0 ]; do
     *) echo "make_video_set.sh: unknown option $1" >&2; exit 2;;
   esac
 done
-command -v ffmpeg >/dev/null || { echo "make_video_set.sh: needs the ffmpeg CLI" >&2; exit 1; }
+if ! command -v ffmpeg >/dev/null; then
+  exec "${PYTHON:-python3}" "$(dirname "$0")/make_video_set.py" "$out" --clips "$clips" --classes "$classes" \
+    --size "$size" --jobs "$jobs"
+fi
 
 one() { # k -> OUT/cNN/clip_KKKKK.mp4
   k=$1

@@ -12,6 +12,7 @@ too, in the same invocation, side by side.
     bench/rss_bench.py [--sluice build/sluice] [--baseline /tmp/old/build/sluice]
                        [--workers 1,4,8,16,32] [--budget 80M] [--epochs 2]
                        [--large-images 16] [--imagenet-images 2000] [--work /tmp/rss_bench]
+                       [--jsonl results.jsonl]
 
 Datasets (made once under --work, reused):
   large     progressive 4:4:4 JPEGs of 3000x2000 (36 MB of decoder memory each),
@@ -90,6 +91,9 @@ def table(name, data, args):
     for w in args.workers:
         r = run(args.sluice, data, w, args.budget, args.epochs, args.batch)
         print(row("this", r), flush=True)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps({"run": f"rss_{name.split()[0].lower()}_w{w}", "result": r}) + "\n")
         if args.baseline:
             b = run(args.baseline, data, w, args.budget, args.epochs, args.batch)
             print(row("baseline", b) + f"   rss growth this/baseline {r['rss_growth_bytes'] / max(1, b['rss_growth_bytes']):.2f}",
@@ -109,6 +113,7 @@ def main():
     ap.add_argument("--shared", default=os.environ.get("SHARED", "/work/shared"))
     ap.add_argument("--work", default="/tmp/rss_bench")
     ap.add_argument("--only", choices=["large", "imagenet"], default=None)
+    ap.add_argument("--jsonl", default=None, help="also append each run's JSON (this build's) to this file")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     with open("/proc/cpuinfo") as f:

@@ -8,22 +8,29 @@ of a clip) and int64 labels, from a class-folder video set
 clips/s after a warm-up, and the peak PSS of the whole process tree
 (main process + workers, /proc/PID/smaps_rollup, sampled every 0.2 s), per
 epoch so that growth over epochs shows. One JSON line per pipeline.
+The warm-up and the timed batches lie inside one epoch: a set smaller than
+that is listed several times (--repeat; sluice then reads a .jsonl table
+of the same rows), since a DataLoader's 16 workers x prefetch 2 have 32
+batches in flight and timing past an epoch's end would time those alone.
+Give the warm-up at least one batch a worker (--warmup 16). torch is
+imported first in every case (a training process has it), so with one
+pipeline a process (gpu_host.sh video) every tree starts from one base.
 
 Peers, written the way their users write them (a Dataset whose
 __getitem__ opens the file, decodes the clip, closes it; DataLoader with
 16 workers, pin_memory, persistent workers):
   pyav        av.open + container.seek to the start + decode, frame.to_ndarray(rgb24)
-  tvio        torchvision.io.read_video(start_pts, end_pts, pts_unit="sec")
+  tvio        torchvision.io.read_video(start_pts, end_pts, pts_unit="sec") (torchvision < 0.26)
   torchcodec  torchcodec.decoders.VideoDecoder(path).get_frames_at(indices)
   opencv      cv2.VideoCapture + CAP_PROP_POS_FRAMES + read(), cvtColor, release
   sluice      sluice.Loader(path, fields={"clip": {"kind": "video", ...}, "label": {...}})
   sluice-decode  sluice.decode_video (one clip: decode + crop + resize) in the same DataLoader:
-              the decoder alone, until the Loader takes video fields
+              the decoder alone, without sluice's pipeline
 The crop and resize of the peers: torchvision.transforms.v2 on the [T, C, H, W]
 tensor when torchvision is there (RandomResizedCrop(S, antialias=True) and
 RandomHorizontalFlip: one draw per call, so one box for the whole clip),
-else the same in plain torch. A peer whose module is missing is skipped
-with a message.
+else the same in plain torch. A peer whose module is missing is skipped:
+its line says so, and why.
 
     video_peers.py DATA --peers pyav,tvio,torchcodec,opencv,sluice --size 112 --frames 16 --stride 2 \\
         --workers 16 --batch 16 --batches 50 --epochs 2
@@ -251,13 +258,21 @@ def torch_loader(peer, items, a):
                                        persistent_workers=a.workers > 0, drop_last=True)
 
 
-def sluice_loader(a):
+def sluice_loader(a, items):
+    """sluice.Loader over the class folders, or, when the clip list is
+    repeated, over a .jsonl table of the same (path, label) rows."""
     import sluice
 
     fields = {"clip": {"kind": "video", "frames": a.frames, "stride": a.stride, "size": a.size,
                        "preset": "train"},
               "label": {"kind": "label"}}
-    return sluice.Loader(a.data, batch_size=a.batch, budget=a.budget, workers=a.workers, fields=fields,
+    source = a.data
+    if a.repeat > 1:
+        source = os.path.join(a.table_dir, "video_peers_%d.jsonl" % os.getpid())
+        with open(source, "w") as f:
+            for path, label in items:
+                f.write(json.dumps({"clip": os.path.abspath(path), "label": label}) + "\n")
+    return sluice.Loader(source, batch_size=a.batch, budget=a.budget, workers=a.workers, fields=fields,
                          drop_last=True)
 
 
@@ -292,7 +307,13 @@ def run(name, loader, a, sluice_api=False):
     sampler.join()
     print(json.dumps({"loader": name, "clips_per_s": round(rate or 0, 2), "peak_tree_pss_mb": per_epoch[-1],
                       "peak_pss_mb_by_epoch": per_epoch, "frames": a.frames, "stride": a.stride,
-                      "size": a.size, "workers": a.workers, "batch": a.batch}), flush=True)
+                      "size": a.size, "workers": a.workers, "batch": a.batch, "clips": a.clips,
+                      "repeat": a.repeat}), flush=True)
+
+
+def skipped(name, why):
+    """A pipeline that cannot run here: one JSON line saying why, in place of its result."""
+    print(json.dumps({"loader": name, "skipped": why}), flush=True)
 
 
 def main():
@@ -309,19 +330,35 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--budget", default="2G", help="sluice's memory budget")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="list each clip this many times (0: as often as an epoch of warm-up + batches needs)")
+    ap.add_argument("--table-dir", default="/tmp", help="where the sluice table of a repeated list is written")
     a = ap.parse_args()
+    # torch first, for every pipeline (sluice's too): a training process has
+    # it, so each tree's PSS starts from the same base
+    import torch  # noqa: F401
+
     items = list_videos(a.data)
     if not items:
         sys.exit(f"video_peers.py: no videos in class folders under {a.data}")
+    # An epoch must hold the warm-up and the timed batches: batches are counted
+    # after the warm-up, within one epoch, so a shorter epoch would time the
+    # prefetched batches alone. A small set is listed `repeat` times.
+    if a.repeat == 0:
+        a.repeat = max(1, -(-(a.warmup + a.batches) * a.batch // len(items)))
+    a.clips, items = len(items), items * a.repeat
     for peer in a.peers.split(","):
         if peer == "sluice":
             try:
-                loader = sluice_loader(a)
+                loader = sluice_loader(a, items)
             except ImportError:
-                print(f"sluice: not importable (PYTHONPATH=python after make): skipped", file=sys.stderr)
+                skipped("sluice", "not importable (PYTHONPATH=python after make)")
                 continue
             except TypeError as e:  # the schema pipeline (issue 10) is not wired in this build yet
-                print(f"sluice: this build's Loader takes no video fields ({e}): skipped", file=sys.stderr)
+                skipped("sluice", f"this build's Loader takes no video fields ({e})")
+                continue
+            except ValueError as e:  # refused at create (a build without video, a budget too small)
+                skipped("sluice", str(e))
                 continue
             with loader:
                 run("sluice", loader, a, sluice_api=True)
@@ -332,7 +369,12 @@ def main():
         try:
             __import__(module)
         except ImportError as e:
-            print(f"{peer}: {module} is not installed ({e}): skipped", file=sys.stderr)
+            skipped(f"DataLoader+{peer}", f"{module} is not installed ({e})")
+            continue
+        if peer == "tvio" and not hasattr(sys.modules[module], "read_video"):  # removed in torchvision 0.26
+            import torchvision
+
+            skipped("DataLoader+tvio", f"torchvision {torchvision.__version__} has no io.read_video (torchcodec replaces it)")
             continue
         run(f"DataLoader+{peer}", torch_loader(peer, items, a), a)
 
