@@ -12,11 +12,12 @@
  *   webp     "libwebp 1.2.4" (SL_HAVE_WEBP, run-time version) or "off"
  *   video    "libavformat 59.27.100, libavcodec 59.37.100" (SL_HAVE_FFMPEG,
  *            run-time versions) or "off"
- *   nvjpeg   with SL_HAVE_NVJPEG: the library dlopen() found now
- *            ("libnvjpeg.so.12") or "not loadable"; else "off"
+ *   nvjpeg   the library dlopen() finds now ("libnvjpeg.so.13") or
+ *            "not loadable" (the GPU engine's; docs/gpu.md)
  * A part built later defines its SL_HAVE_* macro; until then its key says
  * "off". Values hold no ';' or '='.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,9 +36,6 @@
 #ifdef SL_HAVE_FFMPEG
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
-#endif
-#ifdef SL_HAVE_NVJPEG
-#include <dlfcn.h>
 #endif
 
 static char build_info[512];
@@ -89,9 +87,11 @@ static void video_info(char *buf, size_t len) {
 #endif
 }
 
+/* The GPU engine (src/gpu) is always built and loads nvJPEG at run time:
+ * say which library the dynamic loader finds now, as the engine looks for
+ * it first (no CUDA initialised here: safe before a fork). */
 static void nvjpeg_info(char *buf, size_t len) {
-#ifdef SL_HAVE_NVJPEG
-    static const char *const names[] = {"libnvjpeg.so.12", "libnvjpeg.so.11", "libnvjpeg.so"};
+    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11", "libnvjpeg.so"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *h = dlopen(names[i], RTLD_LAZY | RTLD_LOCAL);
         if (h) {
@@ -101,12 +101,8 @@ static void nvjpeg_info(char *buf, size_t len) {
         }
     }
     snprintf(buf, len, "not loadable");
-#else
-    snprintf(buf, len, "off");
-#endif
 }
 
-/* The image formats come from the registry (decode.c), in its order. */
 static void make_build_info(void) {
     char v[128], video[128], nvjpeg[64];
     size_t n, at = (size_t)snprintf(build_info, sizeof build_info, "version=%s", SL_VERSION_STRING);

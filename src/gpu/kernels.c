@@ -8,8 +8,10 @@
 
 #include "../base/util.h"
 
-/* CUDA C++ source. Mirrors axis_build / hpass / the vertical pass of
- * src/ops/resize.c line for line; keep them together. */
+/* CUDA C++ source. Mirrors axis_build / hpass / the vertical pass and the
+ * vertical-first order (vfirst_*) of src/ops/resize.c line for line; keep
+ * them together. Each pass kernel runs over every descriptor and returns
+ * at once for the samples of the other order. */
 static const char kernel_src[] =
     "#define PRECISION_BITS 22\n"
     "struct sl_axis { double in0, in1, lo, hi; unsigned total, first, n, ksize; };\n"
@@ -17,7 +19,7 @@ static const char kernel_src[] =
     "  unsigned long long src, pitch, tmp, dst, kx, minx, cntx, ky, miny, cnty;\n"
     "  sl_axis ax, ay;\n"
     "  unsigned reg_x, reg_y, reg_w, reg_h, full_w, full_h;\n"
-    "  int flip; unsigned pad;\n"
+    "  int flip; unsigned vfirst;\n"
     "};\n"
     "static_assert(sizeof(sl_desc) == 208, \"descriptor layout\");\n"
     "__device__ double tri(double x) { if (x < 0.0) x = -x; return x < 1.0 ? 1.0 - x : 0.0; }\n"
@@ -75,7 +77,7 @@ static const char kernel_src[] =
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n;\n"
-    "  if (i >= W || r >= d.reg_h) return;\n"
+    "  if (d.vfirst || i >= W || r >= d.reg_h) return;\n"
     "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
     "  const unsigned char *p = (const unsigned char *)d.src + r * d.pitch + 3ull * ((const unsigned *)d.minx)[i];\n"
     "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
@@ -91,7 +93,7 @@ static const char kernel_src[] =
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned x = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n, H = d.ay.n;\n"
-    "  if (x >= W || j >= H) return;\n"
+    "  if (d.vfirst || x >= W || j >= H) return;\n"
     "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
     "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
     "  unsigned long long tplane = (unsigned long long)W * d.reg_h, oplane = (unsigned long long)W * H;\n"
@@ -101,6 +103,41 @@ static const char kernel_src[] =
     "    int kt = k[t]; s0 += t0[0] * kt; s1 += t0[tplane] * kt; s2 += t0[2 * tplane] * kt;\n"
     "  }\n"
     "  unsigned char *o = (unsigned char *)d.dst + (unsigned long long)j * W + x;\n"
+    "  o[0] = clip8(s0); o[oplane] = clip8(s1); o[2 * oplane] = clip8(s2);\n"
+    "}\n"
+    /* vertical first (the height shrinks much more than the width, as Pillow
+     * orders the passes): region column c, output row j -> tmp planes of
+     * ay.n rows x reg_w columns */
+    "extern \"C\" __global__ void sl_vfirst_v(const sl_desc *descs) {\n"
+    "  const sl_desc &d = descs[blockIdx.z];\n"
+    "  unsigned c = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  unsigned H = d.ay.n, RW = d.reg_w;\n"
+    "  if (!d.vfirst || c >= RW || j >= H) return;\n"
+    "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
+    "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
+    "  const unsigned char *p = (const unsigned char *)d.src + (unsigned long long)m * d.pitch + 3ull * c;\n"
+    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
+    "  for (unsigned t = 0; t < cnt; t++, p += d.pitch) { int kt = k[t]; s0 += p[0] * kt; s1 += p[1] * kt; s2 += p[2] * kt; }\n"
+    "  unsigned long long plane = (unsigned long long)RW * H;\n"
+    "  unsigned char *o = (unsigned char *)d.tmp + (unsigned long long)j * RW + c;\n"
+    "  o[0] = clip8(s0); o[plane] = clip8(s1); o[2 * plane] = clip8(s2);\n"
+    "}\n"
+    /* then horizontal: output column i, row j -> dst (CHW; flip here) */
+    "extern \"C\" __global__ void sl_vfirst_h(const sl_desc *descs) {\n"
+    "  const sl_desc &d = descs[blockIdx.z];\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  unsigned W = d.ax.n, H = d.ay.n, RW = d.reg_w;\n"
+    "  if (!d.vfirst || i >= W || j >= H) return;\n"
+    "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
+    "  unsigned long long tplane = (unsigned long long)RW * H, oplane = (unsigned long long)W * H;\n"
+    "  const unsigned char *t0 = (const unsigned char *)d.tmp + (unsigned long long)j * RW + ((const unsigned *)d.minx)[i];\n"
+    "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
+    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
+    "  for (unsigned t = 0; t < cnt; t++, t0++) {\n"
+    "    int kt = k[t]; s0 += t0[0] * kt; s1 += t0[tplane] * kt; s2 += t0[2 * tplane] * kt;\n"
+    "  }\n"
+    "  unsigned xo = d.flip ? W - 1 - i : i;\n"
+    "  unsigned char *o = (unsigned char *)d.dst + (unsigned long long)j * W + xo;\n"
     "  o[0] = clip8(s0); o[oplane] = clip8(s1); o[2 * oplane] = clip8(s2);\n"
     "}\n";
 
@@ -194,7 +231,9 @@ int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernel
     }
     if ((r = cu->cuModuleGetFunction(&k->coeffs, k->mod, "sl_coeffs")) ||
         (r = cu->cuModuleGetFunction(&k->hpass, k->mod, "sl_hpass")) ||
-        (r = cu->cuModuleGetFunction(&k->vpass, k->mod, "sl_vpass"))) {
+        (r = cu->cuModuleGetFunction(&k->vpass, k->mod, "sl_vpass")) ||
+        (r = cu->cuModuleGetFunction(&k->vfirst_v, k->mod, "sl_vfirst_v")) ||
+        (r = cu->cuModuleGetFunction(&k->vfirst_h, k->mod, "sl_vfirst_h"))) {
         sl__msg(err, errlen, "resize kernels: %s", sl__cu_errname(cu, r));
         sl__gpu_kernels_unload(cu, k);
         return SL_EUNSUPPORTED;
@@ -210,14 +249,18 @@ void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k) {
 static uint32_t blocks(uint32_t n, uint32_t per) { return n ? (n + per - 1) / per : 1; }
 
 int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
-                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_h, char *err,
-                        size_t errlen) {
+                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_w, uint32_t max_reg_h,
+                        char *err, size_t errlen) {
     void *args[] = {&descs};
     uint32_t axis_n = SL_MAX(max_out_w, max_out_h);
     sl_CUresult r = cu->cuLaunchKernel(k->coeffs, blocks(axis_n, 128), 2, n, 128, 1, 1, 0, stream, args, NULL);
     if (!r) r = cu->cuLaunchKernel(k->hpass, blocks(max_out_w, 32), blocks(max_reg_h, 8), n, 32, 8, 1, 0, stream,
                                    args, NULL);
     if (!r) r = cu->cuLaunchKernel(k->vpass, blocks(max_out_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
+                                   args, NULL);
+    if (!r) r = cu->cuLaunchKernel(k->vfirst_v, blocks(max_reg_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
+                                   args, NULL);
+    if (!r) r = cu->cuLaunchKernel(k->vfirst_h, blocks(max_out_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
                                    args, NULL);
     if (r) {
         sl__msg(err, errlen, "launching the resize kernels: %s", sl__cu_errname(cu, r));

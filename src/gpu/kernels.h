@@ -7,12 +7,16 @@
  * triangle filter widened by the scale factor, coefficients normalized in
  * double and rounded to 22-bit fixed point, horizontal pass then vertical
  * with uint8 between them, flip applied where the horizontal pass puts its
- * columns. Compiled with --fmad=false so the double arithmetic rounds as
- * the CPU's does: on the same pixels the bytes are equal (tested).
+ * columns; where the height shrinks by more than twice as many pixels as
+ * the width (sl__resample_vertical_first, Pillow's order) the vertical
+ * pass runs first. Compiled with --fmad=false so the double arithmetic
+ * rounds as the CPU's does: on the same pixels the bytes are equal (tested).
  *
- *   sl_coeffs   one thread per output coordinate per axis: taps, weights
- *   sl_hpass    one thread per (output column, region row): planes in tmp
- *   sl_vpass    one thread per (output column, output row): CHW in dst
+ *   sl_coeffs     one thread per output coordinate per axis: taps, weights
+ *   sl_hpass      one thread per (output column, region row): planes in tmp
+ *   sl_vpass      one thread per (output column, output row): CHW in dst
+ *   sl_vfirst_v   vertical first: one thread per (region column, output row)
+ *   sl_vfirst_h   then one thread per (output column, output row): CHW in dst
  */
 #ifndef SL_GPU_KERNELS_H
 #define SL_GPU_KERNELS_H
@@ -39,14 +43,14 @@ typedef struct sl__gpu_desc {
     uint32_t reg_x, reg_y, reg_w, reg_h; /* decoded region, image pixels */
     uint32_t full_w, full_h;        /* the image */
     int32_t flip;
-    uint32_t pad;
+    uint32_t vfirst;                /* 1: vertical pass first (tmp: C planes of ay.n x reg_w) */
 } sl__gpu_desc;
 #define SL_GPU_DESC_SIZE 208
 _Static_assert(sizeof(sl__gpu_desc) == SL_GPU_DESC_SIZE, "descriptor layout");
 
 typedef struct sl__gpu_kernels {
     sl_CUmodule mod;
-    sl_CUfunction coeffs, hpass, vpass;
+    sl_CUfunction coeffs, hpass, vpass, vfirst_v, vfirst_h;
 } sl__gpu_kernels;
 
 /* Load the kernels into the current context (device dev). The source is
@@ -57,10 +61,10 @@ typedef struct sl__gpu_kernels {
 int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernels *k, char *err, size_t errlen);
 void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k);
 
-/* Enqueue the three kernels for descs[0, n) on stream. max_out_w/h and
- * max_reg_h bound the grids. 0 or SL_EIO with the driver's reason. */
+/* Enqueue the kernels for descs[0, n) on stream. max_out_w/h and
+ * max_reg_w/h bound the grids. 0 or SL_EIO with the driver's reason. */
 int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
-                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_h, char *err,
-                        size_t errlen);
+                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_w, uint32_t max_reg_h,
+                        char *err, size_t errlen);
 
 #endif
