@@ -18,6 +18,8 @@
 #                               loaders (sluice CPU, sluice GPU+CPU by the C scheduler, decode=gpu,
 #                               torchvision.io, decode_jpeg cuda), ResNet-18/50 fed by each
 #                               (bench/gpu_decode.py, one process per run)
+#   bench/gpu_host.sh gputests  the GPU tests (ctest test_gpu*, tests/python/test_gpu.py) and the
+#                               integration examples (tests/python/test_examples.py) on the GPU
 #   bench/gpu_host.sh video     issue 11: UCF101-like sets (make_video_set.sh, through PyAV where
 #                               there is no ffmpeg CLI), video_peers.py: sluice vs DataLoader + PyAV,
 #                               torchvision.io, torchcodec, OpenCV (those present), one process each
@@ -223,7 +225,8 @@ train)
   done
   ;;
 gpu)
-  G="$PY bench/gpu_decode.py $DATA"
+  # every process under a time limit (RUN_TIMEOUT s): a hang costs one row, not the call
+  G="timeout ${RUN_TIMEOUT:-150} $PY bench/gpu_decode.py $DATA"
   if [ -z "${SKIP_ENGINE:-}" ]; then
     $G diff --images 2000 | tee -a "$OUT/results.jsonl"
     $G memory | tee -a "$OUT/results.jsonl"
@@ -231,17 +234,26 @@ gpu)
   fi
   # the CLI: the loader alone, batches thrown away (GPU batches stay in device memory)
   for d in cpu auto gpu; do
-    rec "cli_bench_decode_$d" build/sluice bench "$DATA" --decode "$d" --workers "$NWORK" --batch 256 --budget 4G \
-      --epochs "${CLI_EPOCHS:-2}" --json
+    rec "cli_bench_decode_$d" timeout "${RUN_TIMEOUT:-150}" build/sluice bench "$DATA" --decode "$d" --workers "$NWORK" \
+      --batch 256 --budget 4G --epochs "${CLI_EPOCHS:-2}" --json
   done
-  for l in sluice sluice-gpu sluice-gpuonly tvio tvcuda; do
+  for l in ${GPU_LOADERS:-sluice sluice-gpu sluice-gpuonly tvio tvcuda}; do
     $G loaders --loaders $l --batches "${BATCHES:-40}" | tee -a "$OUT/results.jsonl"
   done
   for arch in ${ARCHS:-resnet18 resnet50}; do
-    for l in synthetic sluice sluice-gpu tvio tvcuda; do
+    for l in ${TRAIN_LOADERS:-synthetic sluice sluice-gpu tvio tvcuda}; do
       $G train --arch "$arch" --loaders $l --steps "${STEPS:-40}" --warmup "${WARMUP:-10}" | tee -a "$OUT/results.jsonl"
     done
   done
+  ;;
+gputests)
+  # the GPU tests (C: test_gpu*, one at a time; Python: test_gpu.py), then the
+  # integration examples on the GPU (Lightning, torchrun DDP, timm)
+  (cd build && timeout "${GPUTEST_TIMEOUT:-240}" ctest -R '^test_gpu' --output-on-failure) 2>&1 | tail -40 | tee "$OUT/gputests_c.txt"
+  SLUICE_BUILD=$PWD/build timeout "${GPUTEST_TIMEOUT:-240}" $PY -m pytest -q -p no:cacheprovider tests/python/test_gpu.py 2>&1 |
+    tail -30 | tee "$OUT/gputests_py.txt"
+  SLUICE_BUILD=$PWD/build SLUICE_TEST_CUDA_DEVICES=0 timeout "${GPUTEST_TIMEOUT:-240}" $PY -m pytest -q -p no:cacheprovider \
+    tests/python/test_examples.py 2>&1 | tail -20 | tee "$OUT/examples.txt"
   ;;
 video)
   for set in ${VIDEO_SETS:-320x240:200 1280x720:32}; do

@@ -24,7 +24,8 @@ def test_lightning_datamodule(dataset):
     if not any(__import__("importlib").util.find_spec(m) for m in ("lightning", "pytorch_lightning")):
         pytest.skip("Lightning is not installed")
     r = subprocess.run([sys.executable, os.path.join(EX, "lightning_datamodule.py"), dataset, "--epochs", "2",
-                        "--batch", "16", "--size", "32", "--classes", str(len(CLASSES)), "--accelerator", "cpu",
+                        "--batch", "16", "--size", "32", "--classes", str(len(CLASSES)), "--accelerator",
+                        "gpu" if os.environ.get("SLUICE_TEST_CUDA_DEVICES") else "cpu",
                         "--devices", "1"], env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     n = len(CLASSES) * PER_CLASS
