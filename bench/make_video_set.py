@@ -70,7 +70,11 @@ def make_clip(job):
                                                                "bf": "3", "threads": "1"})
         st.width, st.height, st.pix_fmt = w, h, "yuv420p"
         for _ in range(dur * 25):
-            for packet in st.encode(sink.pull()):
+            frame = sink.pull()
+            # lavfi's sources mark every frame a keyframe (I), and libx264 obeys a
+            # frame's type: clear it (the ffmpeg CLI does), so the GOP is x264's
+            frame.pict_type = av.video.frame.PictureType.NONE
+            for packet in st.encode(frame):
                 container.mux(packet)
         for packet in st.encode(None):
             container.mux(packet)
