@@ -166,8 +166,8 @@ typedef struct sl_config {
                                 the node's /dev/shm segment, outside every rank's budget */
     int cache_share;         /* SL_CACHE_PRIVATE (0) or SL_CACHE_NODE: one cache for the node's ranks */
     int cache_what;          /* SL_CACHE_ENCODED (0): file bytes; SL_CACHE_DECODED: a field's output
-                                where it depends on the file alone (val images, val clips), file bytes
-                                for the others */
+                                where it depends on the file alone (val images, val clips, arrays
+                                without a random crop or points), file bytes for the others */
     uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
     uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
                                   (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */

@@ -340,7 +340,8 @@ class Loader:
                    "node": one /dev/shm segment for every rank of the node (torchrun's
                    LOCAL_RANK / LOCAL_WORLD_SIZE), counted once, outside the budgets
       cache_what   "encoded" (file bytes) or "decoded" (a field's output where it
-                   depends on the file alone: val images and clips; file bytes otherwise)
+                   depends on the file alone: val images and clips, arrays without a random
+                   crop or points; file bytes otherwise)
       decode       "cpu" (the CPU workers); "gpu": JPEGs decoded by the GPU engine
                    (nvJPEG) beside the workers, the image field delivered in device
                    memory (field.device "cuda:N": take it with DLPack,

@@ -242,6 +242,13 @@ static int array_admit(sl__load *L, const sl__field *f, uint64_t *need, char *wh
     return ok;
 }
 
+/* The output depends on the file alone (no random window, no random
+ * subset of points): the sample cache may hold it (cache_what decoded). */
+static int array_fixed_output(const sl__field *f) {
+    const sl__array_spec *s = &f->u.array.spec;
+    return !s->crop[0] && !s->crop[1] && !s->points;
+}
+
 const sl__kind sl__kind_array = {.name = "array", .id = SL_KIND_ARRAY, .value_type = SL__VAL_FILE,
                                  .media = SL__MEDIA_IMAGE, .parse = array_parse, .resolve = array_resolve,
-                                 .load = array_load, .admit = array_admit};
+                                 .load = array_load, .admit = array_admit, .fixed_output = array_fixed_output};

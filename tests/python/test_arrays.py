@@ -212,3 +212,20 @@ def test_hostile_files_are_error_records(tmp_path):
     assert "magic" in why["notnpy.npy"] and "magic" in why["empty.npy"]
     assert "does not fit the field's (8, 4)" in why["shape.npy"]
     assert "no such file" in why["missing.npy"]
+
+
+def test_center_cropped_arrays_cached_decoded(tmp_path):
+    """An array whose output depends on the file alone (a centre crop) is cached as that output
+    (cache_what="decoded"): the same bytes as without the cache, served from it from epoch 2."""
+    path = _pairs(tmp_path, n=16)
+    fields = {"blur": {"kind": "array", "layout": "HWC", "center_crop": [16, 24]},
+              "sharp": {"kind": "array", "layout": "HWC", "crop": [16, 24]}}  # random window: file bytes
+    runs = []
+    for cache in (None, "4M"):
+        with sluice.Loader(path, batch_size=4, budget="64M", workers=2, fields=fields, checksum=True, seed=2,
+                           cache=cache, cache_what="decoded") as ld:
+            sums = [b.checksum for b in ld] + [b.checksum for b in ld]
+            runs.append((sums, ld.stats()))
+    assert runs[0][0] == runs[1][0]
+    st = runs[1][1]
+    assert st["cache_hits"] >= 16 and st["cache_entries"] >= 16
