@@ -91,6 +91,7 @@ typedef struct view {
 } view;
 
 #define MAX_PANEL 320 /* a panel's side at most, in canvas pixels */
+#define MIN_HEAT 96   /* a heat map smaller than this on both sides is drawn an integer times larger */
 
 /* The element at p as a double (NaN for what cannot be read). */
 static double elem(const unsigned char *p, int dtype) {
@@ -306,8 +307,8 @@ static const char *const kind_names[SHOW__KINDS] = {
 /* ---- layout ------------------------------------------------------------------ */
 
 /* The panel box: the largest view of the visual fields (sample 0), each
- * side at most MAX_PANEL (a larger view is drawn scaled down); points take
- * a square. */
+ * side at most MAX_PANEL (a larger view is drawn scaled down; a small heat
+ * map scaled up); points take a square. */
 static void panel_size(grid *g, const sl_batch *b, const sl_field *fields, const int *kinds, int nfields) {
     g->panel_w = g->panel_h = 0;
     for (int k = 0; k < nfields; k++) {
@@ -316,6 +317,8 @@ static void panel_size(grid *g, const sl_batch *b, const sl_field *fields, const
         field_view(b, &fields[k], 0, &v);
         uint64_t h = kinds[k] == SHOW_POINTS ? 160 : v.rows, w = kinds[k] == SHOW_POINTS ? 160 : v.cols;
         double s = SL_CLI_MIN(1.0, SL_CLI_MIN((double)MAX_PANEL / (double)h, (double)MAX_PANEL / (double)w));
+        if (kinds[k] == SHOW_HEAT && SL_CLI_MAX(h, w) < MIN_HEAT) /* small crops: whole pixels, larger */
+            s = (double)(MIN_HEAT / SL_CLI_MAX(h, w));
         g->panel_h = SL_CLI_MAX(g->panel_h, (uint32_t)(h * s));
         g->panel_w = SL_CLI_MAX(g->panel_w, (uint32_t)(w * s));
     }
