@@ -261,13 +261,10 @@ static int run_hw(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, con
 /* Stage the descriptors of the samples the GPU decoded and launch the
  * kernels. Counts the samples in *m. */
 static int launch(sl__gpu_engine *e, uint32_t n, const int *status, uint32_t *m, char *err, size_t errlen) {
-    uint32_t k = 0, max_w = 0, max_h = 0, max_rw = 0, max_r = 0;
+    uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (status[i] != SL_GPU_DONE) continue;
-        const sl__gpu_desc *d = &e->work[i].desc;
-        e->pin_desc[k++] = *d;
-        max_w = SL_MAX(max_w, d->ax.n), max_h = SL_MAX(max_h, d->ay.n), max_r = SL_MAX(max_r, d->reg_h);
-        max_rw = SL_MAX(max_rw, d->reg_w);
+        e->pin_desc[k++] = e->work[i].desc;
     }
     *m = k;
     if (!k) return 0;
@@ -276,7 +273,7 @@ static int launch(sl__gpu_engine *e, uint32_t n, const int *status, uint32_t *m,
         sl__msg(err, errlen, "copying descriptors: %s", sl__cu_errname(e->cu, r));
         return SL_EIO;
     }
-    return sl__gpu_kernels_run(e->cu, &e->k, e->stream, e->dev_desc, k, max_w, max_h, max_rw, max_r, err, errlen);
+    return sl__gpu_kernels_run(e->cu, &e->k, e->stream, e->dev_desc, e->pin_desc, k, err, errlen);
 }
 
 static void poison(sl__gpu_engine *e, uint32_t n, int *status, char (*reasons)[SL_GPU_REASON]) {
@@ -390,13 +387,8 @@ int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb
         e->pin_desc[m++] = w->desc;
     }
     if (!rc) {
-        uint32_t max_w = 0, max_h = 0, max_rw = 0, max_r = 0;
-        for (uint32_t i = 0; i < m; i++)
-            max_w = SL_MAX(max_w, e->pin_desc[i].ax.n), max_h = SL_MAX(max_h, e->pin_desc[i].ay.n),
-            max_rw = SL_MAX(max_rw, e->pin_desc[i].reg_w), max_r = SL_MAX(max_r, e->pin_desc[i].reg_h);
         if (e->cu->cuMemcpyHtoDAsync(e->dev_desc, e->pin_desc, (size_t)m * sizeof *e->pin_desc, e->stream)) rc = SL_EIO;
-        else rc = sl__gpu_kernels_run(e->cu, &e->k, e->stream, e->dev_desc, m, max_w, max_h, max_rw, max_r, err,
-                                      errlen);
+        else rc = sl__gpu_kernels_run(e->cu, &e->k, e->stream, e->dev_desc, e->pin_desc, m, err, errlen);
     }
     e->inflight = 1;
     e->inflight_gpu = 0;

@@ -249,19 +249,28 @@ void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k) {
 static uint32_t blocks(uint32_t n, uint32_t per) { return n ? (n + per - 1) / per : 1; }
 
 int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
-                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_w, uint32_t max_reg_h,
-                        char *err, size_t errlen) {
+                        const sl__gpu_desc *host, uint32_t n, char *err, size_t errlen) {
+    /* grids from the largest sample of each pass order; a pair of pass
+     * kernels no sample of the batch needs is not launched */
+    uint32_t max_w = 0, max_h = 0, hfirst_reg_h = 0, vfirst_reg_w = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        max_w = SL_MAX(max_w, host[i].ax.n), max_h = SL_MAX(max_h, host[i].ay.n);
+        if (host[i].vfirst) vfirst_reg_w = SL_MAX(vfirst_reg_w, host[i].reg_w);
+        else hfirst_reg_h = SL_MAX(hfirst_reg_h, host[i].reg_h);
+    }
     void *args[] = {&descs};
-    uint32_t axis_n = SL_MAX(max_out_w, max_out_h);
+    uint32_t axis_n = SL_MAX(max_w, max_h);
     sl_CUresult r = cu->cuLaunchKernel(k->coeffs, blocks(axis_n, 128), 2, n, 128, 1, 1, 0, stream, args, NULL);
-    if (!r) r = cu->cuLaunchKernel(k->hpass, blocks(max_out_w, 32), blocks(max_reg_h, 8), n, 32, 8, 1, 0, stream,
-                                   args, NULL);
-    if (!r) r = cu->cuLaunchKernel(k->vpass, blocks(max_out_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
-                                   args, NULL);
-    if (!r) r = cu->cuLaunchKernel(k->vfirst_v, blocks(max_reg_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
-                                   args, NULL);
-    if (!r) r = cu->cuLaunchKernel(k->vfirst_h, blocks(max_out_w, 32), blocks(max_out_h, 8), n, 32, 8, 1, 0, stream,
-                                   args, NULL);
+    if (!r && hfirst_reg_h) {
+        r = cu->cuLaunchKernel(k->hpass, blocks(max_w, 32), blocks(hfirst_reg_h, 8), n, 32, 8, 1, 0, stream, args, NULL);
+        if (!r) r = cu->cuLaunchKernel(k->vpass, blocks(max_w, 32), blocks(max_h, 8), n, 32, 8, 1, 0, stream, args, NULL);
+    }
+    if (!r && vfirst_reg_w) {
+        r = cu->cuLaunchKernel(k->vfirst_v, blocks(vfirst_reg_w, 32), blocks(max_h, 8), n, 32, 8, 1, 0, stream, args,
+                               NULL);
+        if (!r) r = cu->cuLaunchKernel(k->vfirst_h, blocks(max_w, 32), blocks(max_h, 8), n, 32, 8, 1, 0, stream, args,
+                                       NULL);
+    }
     if (r) {
         sl__msg(err, errlen, "launching the resize kernels: %s", sl__cu_errname(cu, r));
         return SL_EIO;

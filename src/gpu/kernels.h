@@ -61,10 +61,11 @@ typedef struct sl__gpu_kernels {
 int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernels *k, char *err, size_t errlen);
 void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k);
 
-/* Enqueue the kernels for descs[0, n) on stream. max_out_w/h and
- * max_reg_w/h bound the grids. 0 or SL_EIO with the driver's reason. */
+/* Enqueue the kernels for the n descriptors at descs (device memory) on
+ * stream; host holds the same n descriptors, from which the grids are
+ * sized (only the passes some sample needs are launched). 0 or SL_EIO
+ * with the driver's reason. */
 int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
-                        uint32_t n, uint32_t max_out_w, uint32_t max_out_h, uint32_t max_reg_w, uint32_t max_reg_h,
-                        char *err, size_t errlen);
+                        const sl__gpu_desc *host, uint32_t n, char *err, size_t errlen);
 
 #endif
