@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SLUICE = os.path.join(os.environ.get("SLUICE_BUILD", os.path.join(ROOT, "build")), "sluice")  # the command
 try:  # an installed sluice (pip install .) or PYTHONPATH=python (make test-python)
     import sluice  # noqa: F401
 except ImportError:
@@ -61,3 +62,10 @@ def bad_dataset(tmp_path_factory):
         f.write("this is not an image\n")
     return root
 
+
+@pytest.fixture
+def sluice_exe():
+    """The built sluice command (SLUICE_BUILD, else build/); skips the test where it is not built."""
+    if not os.access(SLUICE, os.X_OK):
+        pytest.skip("build/sluice not built")
+    return SLUICE

@@ -231,22 +231,18 @@ def test_center_cropped_arrays_cached_decoded(tmp_path):
     assert st["cache_hits"] >= 16 and st["cache_entries"] >= 16
 
 
-def test_show_draws_arrays_as_heat_maps(tmp_path):
+def test_show_draws_arrays_as_heat_maps(tmp_path, sluice_exe):
     """`sluice show --fields`: a panel per array, each a heat map of its own range (its least value in
     the ramp's first colour, its greatest in the last), the label and index under them."""
     import subprocess
 
     from PIL import Image
 
-    exe = os.path.join(os.environ.get("SLUICE_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build")),
-                       "sluice")
-    if not os.access(exe, os.X_OK):
-        pytest.skip("build/sluice not built")
     path = _pairs(tmp_path, n=4)
     schema = tmp_path / "pairs.fields.json"
     schema.write_text(json.dumps(PAIRS))
     out = tmp_path / "grid.png"
-    p = subprocess.run([exe, "show", path, "--fields", str(schema), "--batch", "2", "--cols", "2", "-o", str(out)],
+    p = subprocess.run([sluice_exe, "show", path, "--fields", str(schema), "--batch", "2", "--cols", "2", "-o", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "2x1 tiles of blur (heat map), sharp (heat map), vox (heat map)" in p.stdout

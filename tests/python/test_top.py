@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SLUICE = os.path.join(os.environ.get("SLUICE_BUILD", os.path.join(ROOT, "build")), "sluice")
+from conftest import SLUICE
 
 pytestmark = pytest.mark.skipif(not os.access(SLUICE, os.X_OK), reason="build/sluice not built")
 

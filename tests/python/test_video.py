@@ -293,20 +293,16 @@ def test_video_field_torch_layouts(video_folder):
     assert torch.equal(outs["TCHW"].permute(0, 2, 1, 3, 4), outs["CTHW"])
 
 
-def test_show_draws_the_middle_frame(video_folder, tmp_path):
+def test_show_draws_the_middle_frame(video_folder, tmp_path, sluice_exe):
     """`sluice show --fields` draws each clip by its middle frame, exactly as delivered."""
     import json
 
     from PIL import Image
 
-    exe = os.path.join(os.environ.get("SLUICE_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build")),
-                       "sluice")
-    if not os.access(exe, os.X_OK):
-        pytest.skip("build/sluice not built")
     schema = tmp_path / "clip.fields.json"
     schema.write_text(json.dumps(FIELDS))
     out = tmp_path / "grid.png"
-    p = subprocess.run([exe, "show", video_folder, "--fields", str(schema), "--batch", "3", "--cols", "3",
+    p = subprocess.run([sluice_exe, "show", video_folder, "--fields", str(schema), "--batch", "3", "--cols", "3",
                         "--seed", "2", "-o", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "3x1 tiles of clip (picture)" in p.stdout
