@@ -348,7 +348,7 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     if (fixed_min + cache + ld->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
-        char b1[32], b2[32], b3[32], b4[32], b5[32];
+        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
@@ -358,8 +358,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 "size or workers%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(pitch, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
-                ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b4 + 16, 16),
-                cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b3 + 16, 16) : "",
+                ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b6, sizeof b6),
+                cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "",
                 sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
         return SL_EBUDGET;
     }
