@@ -135,4 +135,8 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
  * fail (n < 0: off). Process-wide; tests run each in its own process. */
 void sl__video_fail_after(long n);
 
+/* Tests: packets sent so far with their frame to be skipped (a
+ * non-reference frame no target shows; see video_decode.c). */
+uint64_t sl__video_skips_asked(void);
+
 #endif

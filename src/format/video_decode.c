@@ -17,6 +17,16 @@
  * reports it and is run again from an earlier point (twice), then from the
  * start of the stream.
  *
+ * Frames no target shows are not decoded where the codec can skip them:
+ * a packet whose frame no other frame references (skip_frame NONREF) is
+ * dropped when some packet already sent this pass has a later timestamp q
+ * and no target time lies in [pts, q). The frame on screen at any target
+ * is then never a dropped one (its successor comes no later than q), and
+ * the frames that stay are exactly the ones that were on screen before:
+ * the bytes do not change. With B-frames the later anchor is sent before
+ * the B-frames it brackets, so most lead-in and between-target B-frames
+ * go; streams without non-reference frames decode as before.
+ *
  * Conversion: swscale reads the crop box straight from the decoder's
  * frame (plane pointers offset to the box, its origin aligned down to the
  * chroma grid as ffmpeg's crop filter does), converts YUV to RGB with the
@@ -48,6 +58,8 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
 
 void sl__video_fail_after(long n) { (void)n; }
 
+uint64_t sl__video_skips_asked(void) { return 0; }
+
 #else /* SL_HAVE_FFMPEG */
 
 #include <libavcodec/avcodec.h>
@@ -59,6 +71,7 @@ void sl__video_fail_after(long n) { (void)n; }
 #define BUF_ALIGN 64 /* frame plane and linesize alignment (AVX-512) */
 #define MISSED 1     /* a pass that sought past its first target */
 #define DONE 2       /* every target settled */
+#define SENT_MAX 512 /* packet timestamps remembered a pass; past it nothing more is skipped */
 
 typedef struct vdec {
     const sl__video_info *info;
@@ -89,6 +102,10 @@ typedef struct vdec {
     uint32_t groups, next;                  /* next: first group not yet written */
     int sought;                             /* this pass began with a seek */
     int64_t last_pts;
+
+    /* timestamps of the packets sent this pass (the first SENT_MAX) */
+    int64_t sent[SENT_MAX];
+    uint32_t nsent;
 } vdec;
 
 /* ---- frame buffers from the quota ---------------------------------------- */
@@ -96,6 +113,10 @@ typedef struct vdec {
 /* Tests: fail the allocation after the next n from the quota (< 0: off). */
 static long fail_after = -1;
 void sl__video_fail_after(long n) { fail_after = n; }
+
+/* Packets sent with their frame to be skipped, since the start (tests). */
+static _Atomic uint64_t skips_asked;
+uint64_t sl__video_skips_asked(void) { return atomic_load(&skips_asked); }
 
 static void *quota_alloc(sl__quota *q, size_t n) {
     if (fail_after >= 0 && fail_after-- == 0) return NULL;
@@ -406,6 +427,33 @@ static int send(vdec *d, const AVPacket *pkt) {
     }
 }
 
+/* Whether the frame of a packet with timestamp pts shows at no target:
+ * an earlier-sent packet's later timestamp q bounds its time on screen,
+ * and no target lies in [pts, q). Remembers pts. */
+static int unseen(vdec *d, int64_t pts) {
+    if (pts == AV_NOPTS_VALUE) return 0;
+    int64_t q = INT64_MAX;
+    for (uint32_t i = 0; i < d->nsent; i++)
+        if (d->sent[i] > pts && d->sent[i] < q) q = d->sent[i];
+    if (d->nsent < SENT_MAX) d->sent[d->nsent++] = pts;
+    else return 0; /* the bound below may rest on a timestamp not remembered */
+    if (q == INT64_MAX) return 0;
+    for (uint32_t j = 0; j < d->groups; j++)
+        if (d->when[j] >= pts && d->when[j] < q) return 0;
+    return 1;
+}
+
+/* Send a packet of the stream, its frame skipped when a non-reference
+ * frame no target shows. */
+static int send_stream_packet(vdec *d, const AVPacket *pkt) {
+    int skip = unseen(d, pkt->pts);
+    if (skip) atomic_fetch_add(&skips_asked, 1);
+    d->cc->skip_frame = skip ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    int rc = send(d, pkt);
+    d->cc->skip_frame = AVDISCARD_DEFAULT;
+    return rc;
+}
+
 /* Seek (seek_ts, or the stream's start when AV_NOPTS_VALUE after a first
  * pass) and decode until every target is settled. 0, MISSED or an error. */
 static int pass(vdec *d, int64_t seek_ts, int rewind) {
@@ -420,12 +468,13 @@ static int pass(vdec *d, int64_t seek_ts, int rewind) {
         avcodec_flush_buffers(d->cc);
     }
     av_frame_unref(d->prev);
+    d->nsent = 0;
     while (rc == 0) {
         if (d->cancel && atomic_load(d->cancel)) return fail(d, SL_ESTATE, "video decode cancelled", 0);
         err = av_read_frame(fmt, d->pkt);
         if (err == AVERROR_EOF) break;
         if (err < 0) return fail(d, err == AVERROR(ENOMEM) ? SL_ENOMEM : SL_ECORRUPT, "cannot read the video", err);
-        if (d->pkt->stream_index == d->info->stream) rc = send(d, d->pkt);
+        if (d->pkt->stream_index == d->info->stream) rc = send_stream_packet(d, d->pkt);
         av_packet_unref(d->pkt);
     }
     if (rc == 0) rc = send(d, NULL); /* end of stream: drain the reordered frames */
@@ -485,6 +534,9 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
         coded_box(&d);
         rc = decode_clip(&d);
     }
+    /* A decoder may conceal a frame it got no buffer for and go on: the
+     * clip is then not the stream's, whatever the decoder returned. */
+    if (rc == 0 && d.quota_failed) rc = fail(&d, SL_EBUDGET, "decoder frames over the clip's quota", 0);
     vdec_fini(&d);
     return rc;
 }

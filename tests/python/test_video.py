@@ -35,7 +35,7 @@ def clips(tmp_path_factory):
     p = {k: str(d / v) for k, v in dict(
         mp4="a.mp4", mkv="a.mkv", avi="a.avi", webm="a.webm", odd="odd.mp4", opengop="og.mp4",
         vfr="vfr.mp4", blur="blur.mp4", rot90="rot90.mp4", rot180="rot180.mp4", rot270="rot270.mp4",
-        sound="sound.m4a").items()}
+        sound="sound.m4a", pyramid="pyramid.mp4").items()}
     _ffmpeg(*_src(), *H264, p["mp4"])
     _ffmpeg(*_src(), *H264, p["mkv"])
     _ffmpeg(*_src(), "-c:v", "mpeg4", "-bf", "2", "-g", "10", p["avi"])
@@ -49,6 +49,9 @@ def clips(tmp_path_factory):
     for r in (90, 180, 270):
         _ffmpeg("-i", p["blur"], "-c", "copy", "-metadata:s:v:0", f"rotate={r}", p[f"rot{r}"])
     _ffmpeg("-f", "lavfi", "-i", "sine=duration=1", "-c:a", "aac", p["sound"])
+    # x264's defaults: B-pyramid (some B-frames are references, some not), GOP 50
+    _ffmpeg(*_src(dur=4), "-c:v", "libx264", "-preset", "medium", "-g", "50", "-bf", "3", "-pix_fmt", "yuv420p",
+            p["pyramid"])
     try:
         sluice.probe_video(p["mp4"])
     except sluice.DecodeError as e:
@@ -109,6 +112,17 @@ def test_open_gop_seeks(clips):
                                           index=index)
         assert taken["frames"][-1] < info["frames"]
         assert mean_abs(clip, reference(clips["opengop"], taken["frames"], taken, 24)) == 0.0
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 5])
+def test_skipped_frames_change_nothing(clips, stride):
+    """Non-reference frames that no target shows are not decoded (GOP
+    lead-in, frames between strided targets): the clip is still exactly
+    ffmpeg's decode of its frames."""
+    for index in range(6):
+        clip, taken = sluice.decode_video(clips["pyramid"], frames=6, stride=stride, size=24, preset="train",
+                                          index=index)
+        assert mean_abs(clip, reference(clips["pyramid"], taken["frames"], taken, 24)) == 0.0, (stride, taken)
 
 
 def test_every_frame_index(clips):
