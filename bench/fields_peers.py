@@ -15,7 +15,9 @@ DESIGN.md shows (skipped, with the reason, where this build has no fields=).
 
 Each loader prints one JSON line: samples/s, MB/s of file bytes consumed,
 peak tree PSS (main process + workers, from /proc/PID/smaps_rollup, through
-the shared peer_torch.py's sampler); then the ratios.
+the shared peer_torch.py's sampler), and loader_pss_mb: that peak less the
+tree's PSS before the loader (torch imported), what the loader itself holds;
+then the ratios.
 
     SHARED=/work/shared bench/fields_peers.py DATA --case pairs [--batches 60] [--workers 16]
 """
@@ -29,7 +31,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ.get("SHARED", "/work/shared"), "bench"))
-from peer_torch import PeakSampler  # noqa: E402  (the shared tree-PSS sampler)
+from peer_torch import PeakSampler, tree_pss_bytes  # noqa: E402  (the shared tree-PSS sampler)
 
 CROP, POINTS, SEQ = 256, 16384, 8
 
@@ -145,7 +147,8 @@ def measure(name, it, a, per_sample_bytes):
     sampler.join()
     n = a.batches * a.batch
     res = {"loader": name, "case": a.case, "samples": n, "seconds": round(dt, 3), "samples_per_s": round(n / dt, 2),
-           "file_mb_per_s": round(n * per_sample_bytes / dt / 1e6, 1), "peak_tree_pss_mb": round(sampler.peak / 2**20, 1)}
+           "file_mb_per_s": round(n * per_sample_bytes / dt / 1e6, 1), "peak_tree_pss_mb": round(sampler.peak / 2**20, 1),
+           "base_pss_mb": round(a.base_pss / 2**20, 1), "loader_pss_mb": round((sampler.peak - a.base_pss) / 2**20, 1)}
     print(json.dumps(res), flush=True)
     return res
 
@@ -180,6 +183,9 @@ def main():
     # so each tree's PSS starts from the same base when loaders run one a process
     import torch  # noqa: F401
 
+    # the process before any loader (torch imported): loader_pss_mb is the
+    # peak above it, what the loader itself holds (workers included)
+    a.base_pss = tree_pss_bytes(os.getpid())
     rs = rows(a.data, a.case)
     if len(rs) < a.batch:  # the loaders drop the last partial batch: an epoch would be empty
         sys.exit(f"fields_peers.py: {len(rs)} {a.case} samples, fewer than a batch of {a.batch}")
@@ -193,7 +199,8 @@ def main():
     if out.get("torch") and out.get("sluice"):
         t, s = out["torch"], out["sluice"]
         print(json.dumps({"sluice_vs_torch_throughput": round(s["samples_per_s"] / t["samples_per_s"], 2),
-                          "sluice_vs_torch_peak_pss": round(s["peak_tree_pss_mb"] / t["peak_tree_pss_mb"], 3)}))
+                          "sluice_vs_torch_peak_pss": round(s["peak_tree_pss_mb"] / t["peak_tree_pss_mb"], 3),
+                          "sluice_vs_torch_loader_pss": round(s["loader_pss_mb"] / max(t["loader_pss_mb"], 0.1), 3)}))
     if out.get("cat") and out.get("sluice"):
         print(json.dumps({"sluice_vs_cat_bytes_per_s": round(out["sluice"]["file_mb_per_s"] / out["cat"]["file_mb_per_s"], 2)}))
 

@@ -7,7 +7,9 @@ of a clip) and int64 labels, from a class-folder video set
 (bench/make_video_set.sh). Measured side by side in one run: steady-state
 clips/s after a warm-up, and the peak PSS of the whole process tree
 (main process + workers, /proc/PID/smaps_rollup, sampled every 0.2 s), per
-epoch so that growth over epochs shows. One JSON line per pipeline.
+epoch so that growth over epochs shows, and loader_pss_mb: the last peak
+less the tree's PSS before the pipeline (torch imported), what the
+pipeline itself holds. One JSON line per pipeline.
 The warm-up and the timed batches lie inside one epoch: a set smaller than
 that is listed several times (--repeat; sluice then reads a .jsonl table
 of the same rows), since a DataLoader's 16 workers x prefetch 2 have 32
@@ -306,7 +308,8 @@ def run(name, loader, a, sluice_api=False):
     sampler.stop = True
     sampler.join()
     print(json.dumps({"loader": name, "clips_per_s": round(rate or 0, 2), "peak_tree_pss_mb": per_epoch[-1],
-                      "peak_pss_mb_by_epoch": per_epoch, "frames": a.frames, "stride": a.stride,
+                      "peak_pss_mb_by_epoch": per_epoch, "base_pss_mb": round(a.base_pss / 2**20, 1),
+                      "loader_pss_mb": round(per_epoch[-1] - a.base_pss / 2**20, 1), "frames": a.frames, "stride": a.stride,
                       "size": a.size, "workers": a.workers, "batch": a.batch, "clips": a.clips,
                       "repeat": a.repeat}), flush=True)
 
@@ -338,6 +341,9 @@ def main():
     # it, so each tree's PSS starts from the same base
     import torch  # noqa: F401
 
+    # the process before any pipeline (torch imported): loader_pss_mb is the
+    # peak above it, what the pipeline itself holds (workers included)
+    a.base_pss = tree_pss_bytes(os.getpid())
     items = list_videos(a.data)
     if not items:
         sys.exit(f"video_peers.py: no videos in class folders under {a.data}")
