@@ -17,7 +17,8 @@
 #                               (SKIP_ENGINE=1: not these), `sluice bench --decode cpu|auto|gpu`,
 #                               loaders (sluice CPU, sluice GPU+CPU by the C scheduler, decode=gpu,
 #                               torchvision.io, decode_jpeg cuda), ResNet-18/50 fed by each
-#                               (bench/gpu_decode.py, one process per run)
+#                               (bench/gpu_decode.py, one process per run; TRAIN_WORKERS="16 12 8":
+#                               each loader fed by each worker count)
 #   bench/gpu_host.sh gputests  the GPU tests (ctest test_gpu*, tests/python/test_gpu.py) and the
 #                               integration examples (tests/python/test_examples.py) on the GPU
 #   bench/gpu_host.sh video     issue 11: UCF101-like sets (make_video_set.sh, through PyAV where
@@ -243,9 +244,15 @@ gpu)
   for l in ${GPU_LOADERS:-sluice sluice-gpu sluice-gpuonly tvio tvcuda}; do
     $G loaders --loaders $l --batches "${BATCHES:-40}" | tee -a "$OUT/results.jsonl"
   done
+  # TRAIN_WORKERS: worker counts to try for the loaders (the sluice ones leave cores to the
+  # training thread and the engine's thread when fewer)
   for arch in ${ARCHS:-resnet18 resnet50}; do
     for l in ${TRAIN_LOADERS:-synthetic sluice sluice-gpu tvio tvcuda}; do
-      $G train --arch "$arch" --loaders $l --steps "${STEPS:-40}" --warmup "${WARMUP:-10}" | tee -a "$OUT/results.jsonl"
+      for w in ${TRAIN_WORKERS:-$NWORK}; do
+        $G train --arch "$arch" --loaders $l --workers "$w" --steps "${STEPS:-40}" --warmup "${WARMUP:-10}" |
+          tee -a "$OUT/results.jsonl"
+        [ "$l" = synthetic ] && break # no workers to vary
+      done
     done
   done
   ;;
