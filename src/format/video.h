@@ -139,4 +139,9 @@ void sl__video_fail_after(long n);
  * non-reference frame no target shows; see video_decode.c). */
 uint64_t sl__video_skips_asked(void);
 
+/* Tests: on, every decoded frame's time counts as guessed (as a stream
+ * whose packets carry no or wrong timestamps): skipping stops, and a pass
+ * that had skipped runs again without. Process-wide. */
+void sl__video_distrust_times(int on);
+
 #endif

@@ -25,7 +25,10 @@
  * the frames that stay are exactly the ones that were on screen before:
  * the bytes do not change. With B-frames the later anchor is sent before
  * the B-frames it brackets, so most lead-in and between-target B-frames
- * go; streams without non-reference frames decode as before.
+ * go; streams without non-reference frames decode as before. This rests
+ * on a frame's display time being its packet's timestamp: once a frame's
+ * time is guessed (no pts, or best_effort_timestamp differs) nothing more
+ * is skipped in the clip, and a pass that had skipped runs again.
  *
  * Conversion: swscale reads the crop box straight from the decoder's
  * frame (plane pointers offset to the box, its origin aligned down to the
@@ -60,6 +63,8 @@ void sl__video_fail_after(long n) { (void)n; }
 
 uint64_t sl__video_skips_asked(void) { return 0; }
 
+void sl__video_distrust_times(int on) { (void)on; }
+
 #else /* SL_HAVE_FFMPEG */
 
 #include <libavcodec/avcodec.h>
@@ -71,6 +76,7 @@ uint64_t sl__video_skips_asked(void) { return 0; }
 #define BUF_ALIGN 64 /* frame plane and linesize alignment (AVX-512) */
 #define MISSED 1     /* a pass that sought past its first target */
 #define DONE 2       /* every target settled */
+#define UNSURE 3     /* a frame's time is not its packet's: a pass that skipped must run again without */
 #define SENT_MAX 512 /* packet timestamps remembered a pass; past it nothing more is skipped */
 
 typedef struct vdec {
@@ -106,6 +112,8 @@ typedef struct vdec {
     /* timestamps of the packets sent this pass (the first SENT_MAX) */
     int64_t sent[SENT_MAX];
     uint32_t nsent;
+    int skipped;   /* this pass asked the decoder to skip a frame */
+    int skip_off;  /* no skipping: the stream's frame times are not its packets' */
 } vdec;
 
 /* ---- frame buffers from the quota ---------------------------------------- */
@@ -117,6 +125,10 @@ void sl__video_fail_after(long n) { fail_after = n; }
 /* Packets sent with their frame to be skipped, since the start (tests). */
 static _Atomic uint64_t skips_asked;
 uint64_t sl__video_skips_asked(void) { return atomic_load(&skips_asked); }
+
+/* Tests: every frame's time counts as guessed. */
+static int distrust_times;
+void sl__video_distrust_times(int on) { distrust_times = on; }
 
 static void *quota_alloc(sl__quota *q, size_t n) {
     if (fail_after >= 0 && fail_after-- == 0) return NULL;
@@ -389,6 +401,10 @@ static int on_frame(vdec *d) {
     AVFrame *f = d->frame;
     int64_t pts = f->best_effort_timestamp;
     int held = d->prev->buf[0] != NULL;
+    if (f->pts == AV_NOPTS_VALUE || f->pts != pts || distrust_times) { /* a guessed time: packet times say nothing */
+        d->skip_off = 1;
+        if (d->skipped) return UNSURE;
+    }
     if (pts == AV_NOPTS_VALUE) pts = held ? d->last_pts + 1 : d->info->start_pts;
     if (!held && d->sought && pts > d->when[d->next]) return MISSED;
     while (d->next < d->groups && d->when[d->next] < pts) {
@@ -431,7 +447,7 @@ static int send(vdec *d, const AVPacket *pkt) {
  * an earlier-sent packet's later timestamp q bounds its time on screen,
  * and no target lies in [pts, q). Remembers pts. */
 static int unseen(vdec *d, int64_t pts) {
-    if (pts == AV_NOPTS_VALUE) return 0;
+    if (pts == AV_NOPTS_VALUE || d->skip_off) return 0;
     int64_t q = INT64_MAX;
     for (uint32_t i = 0; i < d->nsent; i++)
         if (d->sent[i] > pts && d->sent[i] < q) q = d->sent[i];
@@ -447,7 +463,7 @@ static int unseen(vdec *d, int64_t pts) {
  * frame no target shows. */
 static int send_stream_packet(vdec *d, const AVPacket *pkt) {
     int skip = unseen(d, pkt->pts);
-    if (skip) atomic_fetch_add(&skips_asked, 1);
+    if (skip) atomic_fetch_add(&skips_asked, 1), d->skipped = 1;
     d->cc->skip_frame = skip ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
     int rc = send(d, pkt);
     d->cc->skip_frame = AVDISCARD_DEFAULT;
@@ -455,7 +471,8 @@ static int send_stream_packet(vdec *d, const AVPacket *pkt) {
 }
 
 /* Seek (seek_ts, or the stream's start when AV_NOPTS_VALUE after a first
- * pass) and decode until every target is settled. 0, MISSED or an error. */
+ * pass) and decode until every target is settled. 0, MISSED, UNSURE or
+ * an error. */
 static int pass(vdec *d, int64_t seek_ts, int rewind) {
     AVFormatContext *fmt = d->in.fmt;
     int err, rc = 0;
@@ -468,7 +485,7 @@ static int pass(vdec *d, int64_t seek_ts, int rewind) {
         avcodec_flush_buffers(d->cc);
     }
     av_frame_unref(d->prev);
-    d->nsent = 0;
+    d->nsent = 0, d->skipped = 0;
     while (rc == 0) {
         if (d->cancel && atomic_load(d->cancel)) return fail(d, SL_ESTATE, "video decode cancelled", 0);
         err = av_read_frame(fmt, d->pkt);
@@ -505,6 +522,10 @@ static int decode_clip(vdec *d) {
     for (int attempt = 0;; attempt++) {
         d->next = 0;
         int rc = pass(d, seek, attempt > 0);
+        if (rc == UNSURE) { /* the same pass again, skip_off set */
+            d->next = 0;
+            rc = pass(d, seek, 1);
+        }
         if (rc != MISSED) return rc;
         seek = attempt < 2 ? first - back * (attempt + 1) : AV_NOPTS_VALUE;
         if (seek != AV_NOPTS_VALUE && seek <= d->info->start_pts) seek = AV_NOPTS_VALUE;
