@@ -2,7 +2,6 @@
 #include "mem.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,7 +19,7 @@ typedef struct hdr {
     uint32_t cat;
     uint64_t counted; /* bytes counted against the budget */
     uint64_t mapped;  /* mmap length, 0 for malloc */
-    uint64_t pad;
+    uint64_t size;    /* the caller's request, bytes after the header */
 } hdr;
 _Static_assert(sizeof(hdr) == SL_HDR, "header size");
 
@@ -346,12 +345,19 @@ size_t sl__alloc_cost(size_t n) {
         size_t ps = sl__page_size();
         return (t + ps - 1) / ps * ps;
     }
-    return t; /* malloc: counted at usable size, at least this */
+    /* malloc: the usable size of the chunk glibc cuts for t (8 bytes of
+     * size field, 16-byte granules, 32 at least). A formula, not
+     * malloc_usable_size: that also holds the slack of a larger free chunk
+     * reused unsplit (under 32 bytes), which depends on the heap's history,
+     * and the budget's decisions (create's minimum, the cache's capacity)
+     * must not. */
+    size_t chunk = (t + 8 + 15) & ~(size_t)15;
+    return (chunk < 32 ? 32 : chunk) - 8;
 }
 
 /* Allocate a block of cost bytes (sl__alloc_cost of the request), already counted under
  * cat. On failure the cost is given back and NULL returned. */
-static void *alloc_counted(sl__budget *b, size_t cost, int cat) {
+static void *alloc_counted(sl__budget *b, size_t n, size_t cost, int cat) {
     if (cost >= SL_MMAP_MIN) {
         void *m = mmap(NULL, cost, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
@@ -359,21 +365,15 @@ static void *alloc_counted(sl__budget *b, size_t cost, int cat) {
             return NULL;
         }
         hdr *h = m;
-        *h = (hdr){SL_MAGIC_MMAP, (uint32_t)cat, cost, cost, 0};
+        *h = (hdr){SL_MAGIC_MMAP, (uint32_t)cat, cost, cost, n};
         return (char *)m + SL_HDR;
     }
-    /* The request was counted first so the budget is never passed; settle
-     * the difference to the usable size malloc really gave. */
     hdr *h = malloc(cost);
     if (!h) {
         sl__budget_release(b, cost, cat);
         return NULL;
     }
-    size_t usable = malloc_usable_size(h);
-    if (usable > cost) {
-        if (take(b, usable - cost, cat) == 0) cost = usable;
-    }
-    *h = (hdr){SL_MAGIC_MALLOC, (uint32_t)cat, cost, 0, 0};
+    *h = (hdr){SL_MAGIC_MALLOC, (uint32_t)cat, cost, 0, n};
     return h + 1;
 }
 
@@ -382,7 +382,7 @@ void *sl__alloc(sl__budget *b, size_t n, int cat) {
     if (cost == SIZE_MAX) return NULL;
     if (injected_failure()) return NULL;
     if (sl__budget_try(b, cost, cat)) return NULL;
-    return alloc_counted(b, cost, cat);
+    return alloc_counted(b, n, cost, cat);
 }
 
 void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err) {
@@ -403,7 +403,7 @@ void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err) {
         *err = SL_ENOMEM;
         return NULL;
     }
-    void *p = alloc_counted(b, cost, cat);
+    void *p = alloc_counted(b, n, cost, cat);
     if (!p) *err = SL_ENOMEM;
     return p;
 }
@@ -434,7 +434,7 @@ void sl__free(sl__budget *b, void *p) {
 void *sl__realloc(sl__budget *b, void *p, size_t n, int cat) {
     if (!p) return sl__alloc(b, n, cat);
     hdr *h = (hdr *)((char *)p - SL_HDR);
-    size_t old = h->counted - SL_HDR; /* at least the old payload */
+    size_t old = h->size;
     void *q = sl__alloc(b, n, cat);
     if (!q) return NULL;
     memcpy(q, p, SL_MIN(old, n));

@@ -145,7 +145,8 @@ void sl__budget_forget_consumer(sl__budget *b, sl__consumer *c);
  * system refuses (the budget is left unchanged). Blocks of 64 KiB and more
  * are page-rounded anonymous mappings, so freeing them returns the memory
  * to the system at once; smaller ones come from malloc and are counted at
- * their usable size. sl__free takes NULL. */
+ * the usable size of the chunk glibc cuts for them (a formula of the
+ * request: the same count whatever the heap's state). sl__free takes NULL. */
 void *sl__alloc(sl__budget *b, size_t n, int cat);
 void *sl__calloc(sl__budget *b, size_t count, size_t size, int cat);
 void *sl__realloc(sl__budget *b, void *p, size_t n, int cat);
@@ -153,8 +154,8 @@ void sl__free(sl__budget *b, void *p);
 /* Allocate waiting for budget (sl__budget_wait), for pipeline buffers. On
  * failure returns NULL and sets *err. */
 void *sl__alloc_wait(sl__budget *b, size_t n, int cat, int *err);
-/* Bytes the budget counts for p, a block from sl__alloc and kin (at
- * least sl__alloc_cost of its request: malloc may give a little more). */
+/* Bytes the budget counts for p, a block from sl__alloc and kin
+ * (sl__alloc_cost of its request). */
 size_t sl__alloc_counted(const void *p);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);

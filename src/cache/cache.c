@@ -377,7 +377,7 @@ static int fill_private(sl__cache *c, uint32_t r, const void *data, size_t len) 
         sl__ckeys(h)[rec->key] = SL_NONE;
         sl__cache_rec_free(c, r); /* loc 0: frees no value */
     } else {
-        uint64_t counted = sl__alloc_counted(p); /* malloc may give a little more than asked */
+        uint64_t counted = sl__alloc_counted(p); /* the budget's count of the block, past len */
         h->charged += counted - rec->charge;
         rec->charge = counted;
         rec->loc = (uint64_t)(uintptr_t)p;

@@ -52,7 +52,7 @@ CF_FN int cf_check(const uint8_t *p, size_t n, uint32_t k) {
 }
 
 /* What a private cache charges for a value of n bytes: the budget's count
- * of an allocation of n (malloc may round up past sl__alloc_cost). */
+ * of an allocation of n (sl__alloc_cost: header and malloc's rounding). */
 CF_FN uint64_t cf_counted(size_t n) {
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, (uint64_t)1 << 40));
