@@ -5,7 +5,7 @@
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
  *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
- *   [--decode cpu|auto|gpu] [--gpu-budget SIZE] [--gpu-device N]
+ *   [--decode cpu|auto|gpu] [--gpu-budget SIZE] [--gpu-device N] [--worker-nice N]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -37,7 +37,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]\n"
-            "                    [--budget 512M] [--workers N|auto] [--prefetch N]\n"
+            "                    [--budget 512M] [--workers N|auto] [--worker-nice 10] [--prefetch N]\n"
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
             "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "the budget, or with --cache-share node one /dev/shm segment for the node's\n"
             "ranks. --decode gpu: JPEGs decoded by the GPU engine (nvJPEG) beside the CPU\n"
             "workers, batches in device memory (docs/gpu.md); auto: where it can run.\n"
+            "--worker-nice: the workers' priority below the process's (0..19; 10).\n"
             "Sizes take K, M, G suffixes (1024).\n",
             sl_cli_recipe_usage);
 }
@@ -89,7 +90,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
     struct { const char *name; uint64_t lo, hi; } nums[] = {
         {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
-        {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024}};
+        {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024},
+        {"--worker-nice", 0, 19}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         if (strcmp(a, nums[i].name)) continue;
         if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
@@ -105,7 +107,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         else if (i == 5) cfg->rank = (uint32_t)v;
         else if (i == 6) cfg->world_size = (uint32_t)v;
         else if (i == 7) cfg->max_pixels = v;
-        else cfg->gpu_device = (int)v;
+        else if (i == 8) cfg->gpu_device = (int)v;
+        else cfg->worker_nice = (int)v;
         return 0;
     }
     if (!strcmp(a, "--preset")) {

@@ -183,6 +183,11 @@ typedef struct sl_config {
     uint64_t gpu_staging;    /* pinned host bytes for encoded samples queued for the GPU, in the
                                 budget (SL_MEM_PINNED) and its minimum working set (0: 64 MiB,
                                 at most budget / 8) */
+    /* Appended (issue 13): the CPU workers' priority below the process's,
+     * a nice increment 0..19 (10; 19 at most in all). Under CPU
+     * contention the threads that feed the GPU, the training loop and the
+     * GPU engine, run first; an idle CPU still goes to the workers. */
+    int worker_nice;
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };

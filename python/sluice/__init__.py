@@ -321,6 +321,9 @@ class Loader:
                    to keep the container's memory cgroup under its limit
       workers      decode threads; None = this rank's share of the CPUs it may run on
                    (the affinity mask and cgroup quota, divided by LOCAL_WORLD_SIZE)
+      worker_nice  how far below the process's CPU priority the workers run, a nice
+                   increment 0..19 (None: 10): under contention the training loop and
+                   the GPU engine run first; an idle CPU still goes to the workers
       prefetch     batch slots (in flight + held by you); None = as the budget allows
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
@@ -385,7 +388,8 @@ class Loader:
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
-                 gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, **dataloader_args):
+                 gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, worker_nice=None,
+                 **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -467,6 +471,8 @@ class Loader:
                     raise type(e)(f"{name}: {e}") from None
         if gpu_max_pixels is not None:
             kw["gpu_max_pixels"] = _int("gpu_max_pixels", gpu_max_pixels, 1)
+        if worker_nice is not None:
+            kw["worker_nice"] = _int("worker_nice", worker_nice, 0, 19)
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]

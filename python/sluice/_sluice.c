@@ -315,7 +315,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              /* issue 12: the sample cache */
                              "cache", "cache_share", "cache_what", "local_rank", "local_world_size",
                              /* GPU decode (issue 13) */
-                             "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", NULL};
+                             "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", "worker_nice",
+                             NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     PyObject *source = NULL, *recipe = NULL;
@@ -323,7 +324,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&i", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
@@ -331,7 +332,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             conv_u32, &cfg.flags, conv_u32, &cfg.max_error_records, &fields, &recipe, conv_u32, &cfg.max_scans,
             &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
             &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
-            &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging))
+            &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
+            &cfg.worker_nice))
         return -1;
     if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
         Py_DECREF(source);

@@ -47,6 +47,7 @@ void sl_config_init_sized(sl_config *c, size_t struct_size) {
     d.max_bytes = DEFAULT_MAX_BYTES;
     d.max_error_records = 1000;
     d.max_error_rate = 0.1;
+    d.worker_nice = SL_WORKER_NICE;
     memcpy(c, &d, n);
 }
 
@@ -78,6 +79,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->decode != SL_DECODE_CPU && c->decode != SL_DECODE_AUTO && c->decode != SL_DECODE_GPU)
         BAD("decode %d is none of SL_DECODE_CPU, SL_DECODE_AUTO, SL_DECODE_GPU", c->decode);
     if (c->gpu_device < 0) BAD("gpu_device %d is negative", c->gpu_device);
+    if (c->worker_nice < 0 || c->worker_nice > 19) BAD("worker_nice %d out of range 0..19", c->worker_nice);
     return 0;
 #undef BAD
 }

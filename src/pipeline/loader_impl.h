@@ -318,6 +318,10 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
 /* A worker thread's stack, counted (SL_MEM_OTHER) while the thread lives. */
 #define SL_WORKER_STACK ((size_t)2 << 20)
+/* sl_config.worker_nice's default: at nice 10 a worker weighs about a
+ * ninth of a nice-0 thread in the scheduler, so the training loop sharing
+ * its core runs when it is ready (bench/nice_sim.py). */
+#define SL_WORKER_NICE 10
 
 /* engine.c: the slot machinery, run by workers and the consumer */
 void sl__loader_run(sl__worker *w);

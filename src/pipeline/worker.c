@@ -22,8 +22,12 @@
  * the source, reads and decodes it, and writes it into the slot; with a
  * sample cache, through it (lcache.c), at the sample's time in the order.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../base/util.h"
 #include "loader_impl.h"
@@ -155,7 +159,21 @@ int sl__worker_fill(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, uin
     return rc;
 }
 
+/* Lower the calling thread's priority by `by` (Linux: a thread has its own
+ * nice value). Raising nice needs no privilege; a failure leaves the
+ * thread as it was, which only costs the training loop its precedence. */
+static void lower_priority(int by) {
+    if (by <= 0) return;
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    if (now == -1 && errno) return;
+    (void)setpriority(PRIO_PROCESS, tid, now + by > 19 ? 19 : now + by);
+}
+
 void *sl__worker_main(void *arg) {
-    sl__loader_run(arg);
+    sl__worker *w = arg;
+    lower_priority(w->ld->cfg.worker_nice);
+    sl__loader_run(w);
     return NULL;
 }

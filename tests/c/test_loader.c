@@ -12,8 +12,11 @@
  * seconds under TSan on 2 cores. Nothing asserts on timing.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "check.h"
@@ -316,6 +319,76 @@ TEST(checksums_workers_train_corrupt) { same_for_worker_counts(SL_PRESET_TRAIN, 
 TEST(checksums_workers_val_corrupt) { same_for_worker_counts(SL_PRESET_VAL, 5); }
 
 /* ---- order ------------------------------------------------------------------ */
+
+/* ---- worker priority ------------------------------------------------------ */
+
+/* This process's threads whose nice value is `nice`. */
+static int threads_at_nice(int nice) {
+    DIR *dir = opendir("/proc/self/task");
+    CHECK(dir != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that just ended */
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        const char *p = strrchr(buf, ')'); /* the name may hold anything; fields follow its last ')' */
+        CHECK(p != NULL);
+        long v = 0;
+        for (int field = 3; field <= 19; field++) { /* state is field 3, nice field 19 (proc(5)) */
+            while (*++p == ' ') {
+            }
+            if (field == 19) v = strtol(p, NULL, 10);
+            while (*p && *p != ' ') p++;
+        }
+        n += v == nice;
+    }
+    closedir(dir);
+    return n;
+}
+
+/* The CPU workers run worker_nice below the process (default 10); the
+ * caller's thread keeps its priority; out of range is refused. */
+TEST(workers_run_below_the_process_priority) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    CHECK(d != NULL);
+    fx_simple(d, 12, 0, 64, 64);
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, 0);
+    CHECK(!(base == -1 && errno));
+    if (base > 9) { /* no room below 19 to tell the settings apart */
+        printf("skipped: this process runs at nice %d\n", base);
+        free(d);
+        return;
+    }
+    sl_config cfg;
+    base_cfg(&cfg, d);
+    CHECK_EQ(cfg.worker_nice, 10);
+    cfg.workers = 3;
+    int settings[] = {10, 4, 0};
+    for (int k = 0; k < 3; k++) {
+        cfg.worker_nice = settings[k];
+        int before = threads_at_nice(base + settings[k]);
+        sl_loader *ld = open_loader(&cfg);
+        sl_batch *b;
+        CHECK_OK(sl_loader_next(ld, &b)); /* every worker has started */
+        if (settings[k]) CHECK_EQ(threads_at_nice(base + settings[k]) - before, 3);
+        CHECK_EQ(getpriority(PRIO_PROCESS, 0), base); /* the process, and this thread, as they were */
+        sl_loader_release(ld, b);
+        sl_loader_destroy(ld);
+    }
+    cfg.worker_nice = 20;
+    sl_loader *ld = NULL;
+    char err[256] = "";
+    CHECK_EQ(sl_loader_create(&cfg, &ld, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "worker_nice 20 out of range 0..19");
+    free(d);
+}
 
 TEST(in_order_no_shuffle) {
     fx_dataset *d = calloc(1, sizeof *d);

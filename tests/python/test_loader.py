@@ -183,6 +183,36 @@ def test_same_seed_same_batches_whatever_the_workers(dataset):
     assert all(np.array_equal(x, y) for (_, x), (_, y) in zip(ra, rb))
 
 
+def _thread_nices():
+    """nice of each of this process's threads (proc(5): stat field 19)."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                out.append(int(f.read().rsplit(")", 1)[1].split()[16]))
+        except OSError:
+            pass  # a thread that just ended
+    return out
+
+
+@pytest.mark.parametrize("nice", [None, 3])
+def test_workers_run_below_the_process_priority(dataset, nice):
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base > 9:
+        pytest.skip(f"this process runs at nice {base}: no room below 19 to tell the settings apart")
+    want = base + (10 if nice is None else nice)
+    before = _thread_nices().count(want)
+    kw = {} if nice is None else {"worker_nice": nice}
+    with make(dataset, workers=2, **kw) as ld:
+        next(iter(ld))  # the workers have started
+        assert _thread_nices().count(want) - before == 2
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this thread as it was
+    with pytest.raises(ValueError, match="worker_nice must be <= 19"):
+        make(dataset, worker_nice=20)
+    with pytest.raises(TypeError, match="worker_nice must be an int"):
+        make(dataset, worker_nice=1.5)
+
+
 def test_set_epoch(dataset):
     with make(dataset, seed=5) as ld:
         e0 = [np.asarray(b["index"]).copy() for b in ld]
