@@ -134,16 +134,22 @@ def test_governed_budgets(dataset):
         closed.stats()
 
 
-def _settle(ld, timeout=5.0):
-    """Wait until every live slot is filled or held (the workers idle)."""
+def _settle(ld, stall=30.0):
+    """Wait until every live slot is filled or held (the workers idle); fail
+    only when `stall` seconds pass with no slot filled (a loaded machine is
+    slow, and the tests are about what is filled, not how fast)."""
     import time
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    last, since = None, time.monotonic()
+    while True:
         s = ld.stats()
-        if s["slots_ready"] + s["slots_held"] >= s["slots"]:
+        filled = s["slots_ready"] + s["slots_held"]
+        if filled >= s["slots"]:
             return s
+        if filled != last:
+            last, since = filled, time.monotonic()
+        elif time.monotonic() - since > stall:
+            raise AssertionError(f"slots never filled: {s}")
         time.sleep(0.005)
-    raise AssertionError(f"slots never filled: {ld.stats()}")
 
 
 def _epochs(dataset, budget, on_batch=None):
