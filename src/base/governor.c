@@ -256,7 +256,9 @@ static void step(sl__governor *g) {
     sl__gov_reading r;
     sl__gov_read(g->dir[0] ? g->dir : NULL, &r);
     uint64_t now = sl__now_ns();
-    sl__gov_budget gb = {atomic_load(&g->b->limit), atomic_load(&g->b->ceiling), atomic_load(&g->b->fixed),
+    /* "fixed" to the governor: the lowest it may go, the fixed parts plus
+     * one sample's room (mem.h, sl__budget_set_room) */
+    sl__gov_budget gb = {atomic_load(&g->b->limit), atomic_load(&g->b->ceiling), sl__budget_floor(g->b),
                          atomic_load(&g->b->used)};
     char reason[112] = "";
     uint64_t want = sl__gov_decide(&g->o, &g->st, &gb, &r, now, reason, sizeof reason);

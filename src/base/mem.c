@@ -111,6 +111,29 @@ void sl__budget_attach(sl__budget *child, sl__budget *root) {
     pthread_mutex_unlock(&root->mu);
 }
 
+/* A root's room: its children's largest. r->mu held. */
+static void update_room(sl__budget *r) {
+    uint64_t m = 0;
+    for (sl__budget *c = r->children; c; c = c->sibling) m = SL_MAX(m, atomic_load(&c->room));
+    atomic_store(&r->room, m);
+}
+
+void sl__budget_set_room(sl__budget *b, uint64_t room) {
+    atomic_store(&b->room, room);
+    sl__budget *r = b->parent;
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    update_room(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t sl__budget_floor(const sl__budget *b) {
+    const sl__budget *r = root_of(b);
+    uint64_t fixed = atomic_load(&r->fixed), room = atomic_load(&r->room), ceiling = atomic_load(&r->ceiling);
+    uint64_t floor = room > UINT64_MAX - fixed ? UINT64_MAX : fixed + room;
+    return SL_MIN(floor, SL_MAX(ceiling, fixed));
+}
+
 void sl__budget_unbind_limit(sl__budget *child) {
     atomic_store(&child->limit, UINT64_MAX);
     atomic_store(&child->ceiling, UINT64_MAX);
@@ -124,6 +147,7 @@ void sl__budget_fini(sl__budget *b) {
         while (*pp && *pp != b) pp = &(*pp)->sibling;
         if (*pp) *pp = b->sibling;
         atomic_fetch_sub(&r->fixed, atomic_load(&b->fixed));
+        update_room(r);
         for (int c = 0; c < SL_MEM__COUNT; c++) /* whatever the child still counts leaves with it */
             give_one(r, atomic_load(&b->cat[c]), c);
         pthread_cond_broadcast(&r->cv);

@@ -75,6 +75,8 @@ typedef struct sl__budget {
     _Atomic uint64_t used;
     _Atomic uint64_t peak;
     _Atomic uint64_t fixed;
+    _Atomic uint64_t room;    /* kept free above fixed for one sample's growth: a loader's per-sample
+                                 room (sl__sample_cap); a root's, its children's largest (mu) */
     _Atomic uint64_t cat[SL_MEM__COUNT];
     _Atomic uint64_t cat_peak[SL_MEM__COUNT];
     _Atomic uint64_t wait_ns;
@@ -102,6 +104,14 @@ void sl__budget_fini(sl__budget *b);
 void sl__budget_attach(sl__budget *child, sl__budget *root);
 /* A child's own limit off: only its root's binds. */
 void sl__budget_unbind_limit(sl__budget *child);
+/* Keep room bytes free above b's fixed part for one sample's growth (its
+ * root keeps its children's largest). The governor never moves the limit
+ * under fixed + room (sl__budget_floor): a need a loader promised to grant
+ * in the end (at most its room) must still fit, or which samples fail
+ * would depend on when the container was short. */
+void sl__budget_set_room(sl__budget *b, uint64_t room);
+/* b's root's fixed part plus its room, at most its ceiling. */
+uint64_t sl__budget_floor(const sl__budget *b);
 /* Wake every waiter of b (of a child: its own, in the root's queue) with
  * SL_ESTATE; its later waits fail at once. */
 void sl__budget_close(sl__budget *b);

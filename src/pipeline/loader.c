@@ -198,6 +198,7 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     }
     ld->owner_pid = (long)getpid();
     ld->sample_cap = sl__sample_cap(ld->cfg.budget);
+    sl__budget_set_room(ld->budget, ld->sample_cap); /* the governor keeps this above the fixed part */
     ld->nworkers = c.workers ? c.workers : sl__local_share_cpus(); /* a rank's share of its CPUs */
     ld->B = c.batch_size;
     *out = ld;

@@ -455,6 +455,37 @@ TEST(children_draw_on_their_root) {
     sl__budget_fini(&root);
 }
 
+/* The governor's floor: the fixed parts plus the largest room a child
+ * keeps for one sample's growth, never above the ceiling; a child that
+ * leaves takes its room with it. */
+TEST(floor_is_fixed_plus_the_largest_room) {
+    sl__budget root, a, b;
+    CHECK_OK(sl__budget_init(&root, 1000));
+    CHECK_OK(sl__budget_init(&a, 1000));
+    CHECK_OK(sl__budget_init(&b, 1000));
+    sl__budget_attach(&a, &root);
+    sl__budget_attach(&b, &root);
+    sl__budget_unbind_limit(&a);
+    sl__budget_unbind_limit(&b);
+    CHECK_OK(sl__budget_try(&a, 300, SL_MEM_BATCHES));
+    sl__budget_fix(&a, 300);
+    CHECK_OK(sl__budget_try(&b, 100, SL_MEM_BATCHES));
+    sl__budget_fix(&b, 100);
+    CHECK_EQ(sl__budget_floor(&root), 400);
+    sl__budget_set_room(&a, 250);
+    sl__budget_set_room(&b, 150);
+    CHECK_EQ(sl__budget_floor(&root), 650); /* 400 fixed + the larger room */
+    CHECK_EQ(sl__budget_floor(&b), 650);    /* a child answers for its root */
+    CHECK_OK(sl__budget_set_limit(&root, 600, 1, NULL, 0)); /* the user may go lower ... */
+    CHECK_EQ(sl__budget_floor(&root), 600);                 /* ... and the floor stays under the ceiling */
+    CHECK_OK(sl__budget_set_limit(&root, 1000, 1, NULL, 0));
+    sl__budget_fini(&a); /* its fixed part, what it held and its room go with it */
+    CHECK_EQ(sl__budget_floor(&root), 250); /* 100 fixed + b's 150 */
+    sl__budget_fini(&b);
+    CHECK_EQ(sl__budget_floor(&root), 0);
+    sl__budget_fini(&root);
+}
+
 /* A child's own limit binds too while set (a loader being created sees
  * exactly what was left). */
 TEST(child_limit_binds_until_unbound) {

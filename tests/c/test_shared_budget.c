@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "fixture.h"
+#include "base/budget.h"
 #include "base/governor.h"
 #include "base/util.h"
 #include "base/mem.h"
@@ -108,6 +109,10 @@ TEST(two_loaders_one_budget) {
     CHECK_EQ(st.loader_fixed[1], s2.fixed_bytes);
     CHECK_EQ(st.fixed, s1.fixed_bytes + s2.fixed_bytes);
     CHECK_LE(st.peak, st.limit);
+    /* the governor's floor: the fixed parts and the larger room each loader
+     * keeps for one sample's growth (a quarter of what it was given) */
+    uint64_t room = SL_MAX(s1.budget_bytes / 4, s2.budget_bytes / 4);
+    CHECK_EQ(sl__budget_floor(sl__shared_core(b)), SL_MIN(st.fixed + room, st.ceiling));
     atomic_store(&o.stop, 1);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK(o.max_used > s1.fixed_bytes);
