@@ -68,7 +68,13 @@ def main():
         with open(f"{a.dump}.{rank}", "w") as f:
             json.dump({"rank": rank, "world": world, "indices": seen, "samples": stats["samples"]}, f)
     print(f"rank {rank}/{world}: {stats['samples']} samples, {stats['samples_per_s']:.0f}/s, "
-          f"loss {float(loss):.3f}")
+          f"loss {loss.item():.3f}")
+    # Every rank done with its collectives, and DDP's reducer (which holds
+    # gloo work) gone, before the group is torn down: a rank that destroys
+    # it while the other's last allreduce is in flight can abort in gloo's
+    # threads ("terminate called without an active exception").
+    dist.barrier()
+    del model, opt
     dist.destroy_process_group()
 
 
