@@ -79,9 +79,12 @@ static int take_one(sl__budget *b, uint64_t n, int cat) {
     }
 }
 
+/* The category before the total, as take_one adds the total before the
+ * category: the categories never sum past used, so no category's peak
+ * passes the limit (a give between another thread's two adds did). */
 static void give_one(sl__budget *b, uint64_t n, int cat) {
-    atomic_fetch_sub(&b->used, n);
     atomic_fetch_sub(&b->cat[cat], n);
+    atomic_fetch_sub(&b->used, n);
 }
 
 static void wake(sl__budget *r) {
