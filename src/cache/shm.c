@@ -595,7 +595,18 @@ int sl__shm_attach(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint
     }
     snprintf(c->name, sizeof c->name, "%s", o->shm_name);
     reclaim_stale();
-    for (int attempt = 0; attempt < 16; attempt++) {
+    /* A segment can vanish between our open and our lock (its last rank
+     * left, or a failed creator unlinked it): try again, with a short
+     * sleep between tries (1 ms doubling to 50 ms), for up to 10 s: a
+     * burst of instant retries ran out while a slow creator (a sanitizer
+     * build on a busy machine) was still at work. */
+    uint64_t give_up = sl__now_ns() + 10ull * 1000000000u;
+    useconds_t pause = 1000;
+    for (int attempt = 0; attempt == 0 || sl__now_ns() < give_up; attempt++) {
+        if (attempt) {
+            usleep(pause);
+            pause = pause * 2 > 50000 ? 50000 : pause * 2;
+        }
         c->fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         int created = c->fd >= 0, rc;
         if (created) {
