@@ -11,6 +11,8 @@
  *  - bx_rss(): VmRSS / VmHWM of this process from /proc/self/status, and
  *    bx_reset_peak() (clear_refs 5) so the peak starts now; BX_RSS_MEANINGFUL
  *    (not under a sanitizer); bx_now_s(), bx_sleep_ms().
+ *  - bx_fill_slots(): wait, consuming nothing, until every live batch slot
+ *    of a loader is filled or held.
  */
 #ifndef SL_BIGIMG_H
 #define SL_BIGIMG_H
@@ -108,6 +110,25 @@ FX_FN int bx_reset_peak(void) {
     if (!f) return -1;
     int ok = fputs("5", f) >= 0;
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Wait until every live slot of ld is filled or held (its workers idle).
+ * Fails only when 30 s pass with no slot filled: under a sanitizer on a
+ * busy machine a slot can take seconds, and the tests are about what is
+ * filled, not how fast. */
+FX_FN void bx_fill_slots(sl_loader *ld) {
+    sl_stats st;
+    uint32_t last = UINT32_MAX;
+    double since = bx_now_s();
+    for (;;) {
+        CHECK_OK(sl_loader_stats(ld, &st));
+        uint32_t filled = st.slots_ready + st.slots_held;
+        if (filled >= st.slots) return;
+        if (filled != last) last = filled, since = bx_now_s();
+        else if (bx_now_s() - since > 30)
+            SL_FAIL("slots never filled: %u ready, %u held of %u", st.slots_ready, st.slots_held, st.slots);
+        bx_sleep_ms(5);
+    }
 }
 
 #endif

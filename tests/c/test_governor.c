@@ -190,23 +190,6 @@ static void consume(job *j, const scenario *sc, FILE *sums) {
     sl_loader_release(j->ld, bt);
 }
 
-/* Wait, consuming nothing, until every live slot is filled or held; fails
- * only after 30 s with no slot filled. */
-static void fill_slots(sl_loader *ld) {
-    sl_stats st;
-    uint32_t last = UINT32_MAX;
-    double since = bx_now_s();
-    for (;;) {
-        sl_loader_stats(ld, &st);
-        uint32_t filled = st.slots_ready + st.slots_held;
-        if (filled >= st.slots) return;
-        if (filled != last) last = filled, since = bx_now_s();
-        else if (bx_now_s() - since > 30)
-            SL_FAIL("slots never filled: %u ready, %u held of %u", st.slots_ready, st.slots_held, st.slots);
-        bx_sleep_ms(5);
-    }
-}
-
 /* The governor's moves; returns how many. */
 static size_t print_events(sl_budget *b) {
     sl_budget_event ev[64];
@@ -261,7 +244,7 @@ static int run_job(const char *cg, int v, const char *data, const scenario *sc) 
              * slot never filled is never touched: with workers slowed by a
              * busy machine the consumer keeps reusing two or three, and the
              * cgroup sees 40 MiB of the 190 MiB counted) */
-            fill_slots(j.ld);
+            bx_fill_slots(j.ld);
             t = bx_now_s() - j.t0;
             j.hog_start = t;
             CHECK(write(start[1], "g", 1) == 1);

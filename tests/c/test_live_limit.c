@@ -88,25 +88,6 @@ static void reference(const fx_dataset *d, run *r, uint32_t nbatches) {
     sl_budget_destroy(b);
 }
 
-/* Wait until every live slot is filled or held (workers idle). Fails only
- * when 30 s pass with no slot filled: under a sanitizer on a loaded
- * machine a slot can take seconds, and the test is about what is filled,
- * not how fast. */
-static void settle(sl_loader *ld) {
-    sl_stats st;
-    uint32_t last = UINT32_MAX;
-    double since = bx_now_s();
-    for (;;) {
-        CHECK_OK(sl_loader_stats(ld, &st));
-        uint32_t filled = st.slots_ready + st.slots_held;
-        if (filled >= st.slots) return;
-        if (filled != last) last = filled, since = bx_now_s();
-        else if (bx_now_s() - since > 30)
-            SL_FAIL("slots never filled: %u ready, %u held of %u", st.slots_ready, st.slots_held, st.slots);
-        bx_sleep_ms(5);
-    }
-}
-
 TEST(shrink_retires_slots_and_delivery_is_unchanged) {
     fx_dataset *d = fx_new(128, 0, 96, 160); /* small files: the run stays short under TSan */
     uint32_t total = 128 / BATCH * EPOCHS;
@@ -128,7 +109,7 @@ TEST(shrink_retires_slots_and_delivery_is_unchanged) {
     uint64_t fixed = st.fixed_bytes;
 
     for (int i = 0; i < 12; i++) take(ld, &got, 0); /* every slot used once */
-    settle(ld);
+    bx_fill_slots(ld);
     uint64_t rss_full = bx_rss();
     sl_budget_info bi;
     CHECK_OK(sl_budget_stats(b, &bi));
@@ -142,7 +123,7 @@ TEST(shrink_retires_slots_and_delivery_is_unchanged) {
         CHECK_OK(sl_budget_stats(b, &bi));
         if (t_under < 0 && bi.used <= limit) t_under = bx_now_s() - t0;
     }
-    settle(ld);
+    bx_fill_slots(ld);
     CHECK_OK(sl_budget_stats(b, &bi));
     CHECK_OK(sl_loader_stats(ld, &st));
     uint64_t rss_shrunk = bx_rss();
@@ -191,7 +172,7 @@ TEST(a_consumer_holding_batches_keeps_getting_the_next) {
     run got = {{0}, 0};
     sl_batch *held[3];
     for (int i = 0; i < 3; i++) held[i] = take(ld, &got, 1);
-    settle(ld);
+    bx_fill_slots(ld);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     char err[256] = "";
