@@ -1,14 +1,14 @@
 /* The decode arena. See arena.h for the invariants. */
 #define _GNU_SOURCE /* mremap */
-#include "arena.h"
+#include "base/arena.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "mem.h"
+#include "base/mem.h"
+#include "base/util.h"
 #include "sluice.h"
-#include "util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SL_ASAN 1

@@ -6,13 +6,13 @@
  * attached; the last sl__shared_unref stops the governor and frees. The
  * governor's stack is counted in the core's fixed part while it runs.
  */
-#include "budget.h"
+#include "base/budget.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "governor.h"
-#include "util.h"
+#include "base/governor.h"
+#include "base/util.h"
 
 struct sl_budget {
     sl__budget core;

@@ -6,7 +6,7 @@
 #ifndef SL_BUDGET_H
 #define SL_BUDGET_H
 
-#include "mem.h"
+#include "base/mem.h"
 #include "sluice.h"
 
 /* The root a loader's budget attaches to. */

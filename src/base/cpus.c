@@ -1,6 +1,6 @@
 /* The CPUs a rank should use. See cpus.h. */
 #define _GNU_SOURCE
-#include "cpus.h"
+#include "base/cpus.h"
 
 #include <sched.h>
 #include <stdio.h>

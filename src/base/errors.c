@@ -1,6 +1,6 @@
 /* Error names, version number: the small public helpers (sizes: size.c). */
+#include "base/util.h"
 #include "sluice.h"
-#include "util.h"
 
 const char *sl_strerror(int code) {
     switch (code) {

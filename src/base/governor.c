@@ -1,5 +1,5 @@
 /* The governor. See governor.h for the policy. */
-#include "governor.h"
+#include "base/governor.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,11 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "status.h"
-#include "sys/cgroup.h"
-#include "sys/procfs.h"
-#include "sys/psi.h"
-#include "util.h"
+#include "base/status.h"
+#include "base/sys/cgroup.h"
+#include "base/sys/procfs.h"
+#include "base/sys/psi.h"
+#include "base/util.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define EVENTS 256 /* the ring keeps the last this many moves */

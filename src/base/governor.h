@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "mem.h"
+#include "base/mem.h"
 #include "sluice.h"
 
 /* One sample of the world. */

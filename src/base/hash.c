@@ -1,4 +1,4 @@
-#include "hash.h"
+#include "base/hash.h"
 #include "sluice.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The budget and accounting allocator. See mem.h for the invariants. */
-#include "mem.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define SL_MMAP_MIN ((size_t)64 << 10)
 #define SL_HDR 32 /* keeps the payload 16-byte aligned; page-aligned +32 for mmap */

@@ -1,9 +1,9 @@
 /* A worker's scratch: see scratch.h for the wait protocol. */
-#include "scratch.h"
+#include "base/scratch.h"
 
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int sl__scratch_init(sl__scratch *s, sl__budget *b, size_t read_base, uint64_t dec_base) {
     memset(s, 0, sizeof *s);

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mem.h"
+#include "base/mem.h"
 
 typedef struct sl__scratch {
     sl__budget *b;

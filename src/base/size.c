@@ -14,8 +14,8 @@
 #include <ctype.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "sluice.h"
-#include "util.h"
 
 /* The power of 1024 a unit letter names (1 for 'B'), or 0 for none. */
 static uint64_t unit_multiplier(char c) {

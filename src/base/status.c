@@ -1,5 +1,5 @@
 /* Status files for `sluice top`. See status.h. */
-#include "status.h"
+#include "base/status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sys/procfs.h"
+#include "base/sys/procfs.h"
 #include "sluice.h"
 
 /* Open statuses, for the exit handler (lock: reg_mu). */

@@ -4,12 +4,12 @@
  * cache's segment, blocks, processes and recovery are in shm.c. See
  * cache.h for the design and cache_impl.h for the region's invariants.
  */
-#include "cache_impl.h"
+#include "cache/cache_impl.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 void (*sl__cache_test_hook)(int stage);
 

@@ -58,7 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/mem.h"
+#include "base/mem.h"
 
 typedef struct sl__cache sl__cache;
 

@@ -37,7 +37,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "cache.h"
+#include "cache/cache.h"
 
 #define SL_CACHE_MAGIC 0x31656863616373ull /* "scache1" */
 #define SL_CACHE_VERSION 1

@@ -34,9 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
-#include "cache_impl.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "cache/cache_impl.h"
 
 #define SHM_DIR "/dev/shm"
 #define SHM_PREFIX "sluice-cache-"

@@ -29,11 +29,11 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "../format/array.h"
-#include "../ops/array.h"
-#include "field.h"
-#include "kind_util.h"
+#include "base/util.h"
+#include "fields/field.h"
+#include "fields/kind_util.h"
+#include "format/array.h"
+#include "ops/array.h"
 
 #define ARRAY_DEFAULT_MAX_BYTES ((uint64_t)4 << 30)
 

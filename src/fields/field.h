@@ -18,13 +18,13 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../base/scratch.h"
-#include "../cache/cache.h"
-#include "../format/decode.h"
-#include "../ops/array.h"
-#include "../ops/ops.h"
-#include "../source/source.h"
+#include "base/scratch.h"
+#include "cache/cache.h"
+#include "format/decode.h"
+#include "ops/array.h"
+#include "ops/ops.h"
 #include "sluice.h"
+#include "source/source.h"
 
 #define SL__NAME_MAX 64
 #define SL_REASON_MAX 116 /* sizeof(sl_error_record.reason) */

@@ -7,8 +7,8 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "field.h"
+#include "base/util.h"
+#include "fields/field.h"
 
 int sl__fileval_open(sl__load *L, const sl__field *f, sl__fileval *v, char *reason, size_t rlen) {
     memset(v, 0, sizeof *v);

@@ -22,10 +22,10 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "../ops/ops.h"
-#include "field.h"
-#include "kind_util.h"
+#include "base/util.h"
+#include "fields/field.h"
+#include "fields/kind_util.h"
+#include "ops/ops.h"
 
 /* A [a, b] pair of numbers, or absent. */
 static int opt_pair(const sl__field *f, json_t *o, const char *key, double *a, double *b, char *err, size_t errlen) {

@@ -1,9 +1,9 @@
 /* Option reading shared by the kinds. */
-#include "kind_util.h"
+#include "fields/kind_util.h"
 
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 int sl__opts_only(const sl__field *f, json_t *o, const char *const *allowed, char *err, size_t errlen) {
     const char *key;

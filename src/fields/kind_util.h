@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "field.h"
+#include "fields/field.h"
 
 /* Every key of o must be "kind", "key", "crop_group" or one of allowed
  * (NULL-terminated). SL_EINVAL naming the first other key. */

@@ -7,9 +7,9 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "field.h"
-#include "kind_util.h"
+#include "base/util.h"
+#include "fields/field.h"
+#include "fields/kind_util.h"
 
 static int label_parse(sl__field *f, void *opts, const sl_config *cfg, char *err, size_t errlen) {
     (void)cfg;

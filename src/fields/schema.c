@@ -15,10 +15,10 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
-#include "field.h"
-#include "kind_util.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "fields/field.h"
+#include "fields/kind_util.h"
 
 static const sl__kind *const kinds[] = {&sl__kind_image, &sl__kind_label, &sl__kind_target, &sl__kind_sequence,
                                         &sl__kind_video, &sl__kind_array};

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "field.h"
+#include "base/util.h"
+#include "fields/field.h"
 
 _Static_assert((int)SL_VALUE_FILE == (int)SL__VAL_FILE && (int)SL_VALUE_FILES == (int)SL__VAL_FILES &&
                    (int)SL_VALUE_INT == (int)SL__VAL_INT && (int)SL_VALUE_NUMBERS == (int)SL__VAL_NUMBERS,

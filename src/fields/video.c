@@ -18,9 +18,9 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "field.h"
-#include "kind_util.h"
+#include "base/util.h"
+#include "fields/field.h"
+#include "fields/kind_util.h"
 
 #define VIDEO_DEFAULT_SIZE 112
 #define VIDEO_DEFAULT_MAX_BYTES ((uint64_t)4 << 30)

@@ -24,7 +24,7 @@
 
 #include <jpeglib.h>
 
-#include "decode.h"
+#include "format/decode.h"
 #include "sluice.h"
 
 #ifdef SL_HAVE_SPNG

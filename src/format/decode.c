@@ -1,11 +1,11 @@
 /* The image format registry (dispatch by content). The per-sample quota
  * allocator is in quota.c. */
-#include "decode.h"
+#include "format/decode.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 /* ---- limits ------------------------------------------------------------ */
 

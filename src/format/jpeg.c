@@ -30,10 +30,10 @@
 
 #include <jpeglib.h>
 
-#include "../base/arena.h"
-#include "../base/util.h"
-#include "decode.h"
-#include "jpeg_mem.h"
+#include "base/arena.h"
+#include "base/util.h"
+#include "format/decode.h"
+#include "format/jpeg_mem.h"
 
 #define ROWS_PER_READ 16
 #define JPEG_BASE_MEM ((uint64_t)256 << 10)

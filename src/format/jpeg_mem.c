@@ -8,13 +8,13 @@
  * every size is rounded up to 64, so both hold (and under ASan the tail
  * it may touch is not poisoned).
  */
-#include "jpeg_mem.h"
+#include "format/jpeg_mem.h"
 
 #include <jerror.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 #define ALIGN 64                         /* object sizes are rounded to this */
 #define OBJ_ALIGN 32                     /* objects start on this */

@@ -23,7 +23,7 @@
 
 #include <jpeglib.h>
 
-#include "decode.h"
+#include "format/decode.h"
 
 typedef struct sl__jpeg_block sl__jpeg_block;
 

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "array.h"
+#include "base/util.h"
+#include "format/array.h"
 
 typedef unsigned long long ull;
 

@@ -18,11 +18,11 @@
  * scanline buffers, so a tiny IDAT that inflates to gigabytes costs time
  * bounded by the declared dimensions and no memory.
  */
-#include "decode.h"
+#include "format/decode.h"
 
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 #ifdef SL_HAVE_SPNG
 #include <spng.h>

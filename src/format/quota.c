@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/arena.h"
-#include "../base/util.h"
-#include "decode.h"
+#include "base/arena.h"
+#include "base/util.h"
+#include "format/decode.h"
 
 typedef struct qhdr {
     uint64_t size;

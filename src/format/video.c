@@ -7,15 +7,15 @@
  * The bound needs no FFmpeg and is built either way.
  */
 #define _GNU_SOURCE
-#include "video.h"
+#include "format/video.h"
 
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "video_impl.h"
+#include "base/util.h"
+#include "format/video_impl.h"
 
 /* ---- memory bound -------------------------------------------------------- */
 

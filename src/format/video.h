@@ -48,8 +48,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../source/source.h"
-#include "decode.h"
+#include "format/decode.h"
+#include "source/source.h"
 
 #define SL_CLIP_MAX_FRAMES 512 /* frames one clip may ask for */
 

@@ -44,12 +44,12 @@
  * the last AVBufferRef to them is dropped (by the decoder or by us), all
  * before vdec_fini returns.
  */
-#include "video.h"
+#include "format/video.h"
 
 #include <string.h>
 
-#include "../base/util.h"
-#include "video_impl.h"
+#include "base/util.h"
+#include "format/video_impl.h"
 
 #ifndef SL_HAVE_FFMPEG
 

@@ -3,7 +3,7 @@
 #ifndef SL_VIDEO_IMPL_H
 #define SL_VIDEO_IMPL_H
 
-#include "video.h"
+#include "format/video.h"
 
 /* Codec families the memory bound tells apart. */
 enum { SL__VC_OTHER = 0, SL__VC_H264, SL__VC_HEVC, SL__VC_VP9, SL__VC_VP8, SL__VC_MJPEG };

@@ -38,11 +38,11 @@
  * test_webp.c measures libwebp's peak for lossy, lossy + alpha and
  * lossless files against this bound.
  */
-#include "decode.h"
+#include "format/decode.h"
 
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 #ifdef SL_HAVE_WEBP
 #include <webp/decode.h>

@@ -19,9 +19,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "../ops/resize.h"
-#include "engine_impl.h"
+#include "base/util.h"
+#include "gpu/engine_impl.h"
+#include "ops/resize.h"
 
 #define ALIGN 256u
 #define MAX_SIDE 65535u /* the hardware decoder's and the grid's limit */

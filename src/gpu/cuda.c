@@ -1,5 +1,5 @@
 /* CUDA driver, nvJPEG and NVRTC loaded at run time. See cuda.h. */
-#include "cuda.h"
+#include "gpu/cuda.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 static sl__cuda_api api;
 static const sl__cuda_api *api_ok; /* &api once everything loaded */

@@ -4,12 +4,12 @@
  * engine's context (the device's primary context) current on the calling
  * thread first: worker threads never had it.
  */
-#include "device.h"
+#include "gpu/device.h"
 
 #include <string.h>
 
-#include "../base/util.h"
-#include "engine_impl.h"
+#include "base/util.h"
+#include "gpu/engine_impl.h"
 
 typedef struct cuda_dev {
     const sl__cuda_api *cu;

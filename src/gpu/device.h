@@ -21,7 +21,7 @@
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
 
-#include "engine.h"
+#include "gpu/engine.h"
 
 typedef struct sl__gpu_dev_config {
     int device;             /* CUDA device ordinal */

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "engine_impl.h"
+#include "base/util.h"
+#include "gpu/engine_impl.h"
 
 #define POOL_ALIGN 256u
 #define NVJ_PADDING ((size_t)1 << 20) /* nvJPEG grows its buffers in steps this size */

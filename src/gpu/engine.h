@@ -38,8 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/mem.h"
-#include "../ops/ops.h"
+#include "base/mem.h"
+#include "ops/ops.h"
 
 #define SL_GPU_REASON 120 /* bytes of a per-sample reason, NUL included */
 

@@ -14,10 +14,10 @@
 
 #include <pthread.h>
 
-#include "cuda.h"
-#include "engine.h"
-#include "kernels.h"
-#include "pool.h"
+#include "gpu/cuda.h"
+#include "gpu/engine.h"
+#include "gpu/kernels.h"
+#include "gpu/pool.h"
 
 /* Where a sample goes (batch.c). */
 enum { ROUTE_CPU = 0, ROUTE_HW, ROUTE_HYBRID };

@@ -1,12 +1,12 @@
 /* The resize kernels, compiled at run time with NVRTC. See kernels.h. */
-#include "kernels.h"
+#include "gpu/kernels.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 /* CUDA C++ source. Mirrors axis_build / hpass / the vertical pass and the
  * vertical-first order (vfirst_*) of src/ops/resize.c line for line; keep

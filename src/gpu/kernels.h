@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "cuda.h"
+#include "gpu/cuda.h"
 
 /* One axis, as sl__axis_spec plus the tap count per output (ksize). */
 typedef struct sl__gpu_axis {

@@ -1,9 +1,9 @@
 /* Fixed-region block allocator. See pool.h for the invariants. */
-#include "pool.h"
+#include "gpu/pool.h"
 
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 int sl__pool_init(sl__pool *p, sl__budget *host, uint64_t base, uint64_t size, uint64_t align,
                   uint32_t max_blocks) {

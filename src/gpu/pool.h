@@ -24,7 +24,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "../base/mem.h"
+#include "base/mem.h"
 
 typedef struct sl__pool_ext {
     uint64_t off, len;

@@ -1,5 +1,5 @@
 /* The GPU/CPU split of a batch. See split.h for the policy. */
-#include "split.h"
+#include "gpu/split.h"
 
 #include <math.h>
 

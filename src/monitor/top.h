@@ -14,13 +14,13 @@
 
 #include "base/mem.h"
 #include "base/sys/cgroup.h"
+#include "base/sys/procfs.h"
+#include "base/sys/psi.h"
+#include "cache/cache.h"
 #include "monitor/govstatus.h"
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
-#include "base/sys/procfs.h"
 #include "monitor/proctree.h"
-#include "base/sys/psi.h"
-#include "cache/cache.h"
 
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8

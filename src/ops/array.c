@@ -22,13 +22,13 @@
  * points subset, gap ~100 B, 14.6 vs 0.9 ms).
  */
 #define _GNU_SOURCE
-#include "array.h"
+#include "ops/array.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 typedef unsigned long long ull;
 

@@ -48,10 +48,10 @@
 
 #include <stdint.h>
 
-#include "../format/array.h"
-#include "../format/decode.h"
-#include "../source/source.h"
-#include "ops.h"
+#include "format/array.h"
+#include "format/decode.h"
+#include "ops/ops.h"
+#include "source/source.h"
 
 #define SL_ARRAY_CHUNK ((uint64_t)1 << 20) /* the largest read buffer */
 

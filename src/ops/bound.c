@@ -6,9 +6,9 @@
  * the whole image as the box, decoded at full scale (the most rows and
  * columns any crop can reach, at the largest DCT scale), resized from it.
  */
-#include "../base/util.h"
-#include "ops.h"
-#include "resize.h"
+#include "base/util.h"
+#include "ops/ops.h"
+#include "ops/resize.h"
 
 uint64_t sl__plan_mem_bound(const sl_image_info *info, const sl__plan_params *pp) {
     sl__plan p;

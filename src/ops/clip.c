@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "../format/video.h"
-#include "ops.h"
+#include "base/util.h"
+#include "format/video.h"
+#include "ops/ops.h"
 
 /* ---- the plan: which frames, which crop (no FFmpeg) ------------------------ */
 

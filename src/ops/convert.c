@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "array.h"
+#include "ops/array.h"
 
 /* ---- half floats ------------------------------------------------------------ */
 

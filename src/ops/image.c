@@ -2,8 +2,8 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "ops.h"
+#include "base/util.h"
+#include "ops/ops.h"
 
 #define DEFAULT_MAX_PIXELS (1ull << 26)
 #define DEFAULT_MAX_BYTES (64ull << 20)

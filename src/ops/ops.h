@@ -17,8 +17,8 @@
 
 #include <stdint.h>
 
-#include "../format/decode.h"
-#include "../format/video.h"
+#include "format/decode.h"
+#include "format/video.h"
 #include "sluice.h"
 
 /* Deterministic per-sample randomness: depends only on (seed, epoch,

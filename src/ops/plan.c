@@ -22,9 +22,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "ops.h"
-#include "resize.h"
+#include "base/util.h"
+#include "ops/ops.h"
+#include "ops/resize.h"
 
 /* A resized side must fit the axis arithmetic (uint32 totals). */
 #define SL_MAX_RESIZED 2147483647.0

@@ -13,8 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "ops.h"
+#include "base/util.h"
+#include "ops/ops.h"
 
 #define SL_MAX_SIDE 16384u     /* output side limit (as cfg.size) */
 #define SL_DEFAULT_MAX_SCANS 64u

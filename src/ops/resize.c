@@ -11,8 +11,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "resize.h"
+#include "base/util.h"
+#include "ops/resize.h"
 
 #define PRECISION_BITS 22
 /* Largest window kept transposed; larger ones stream (see rs_begin). */

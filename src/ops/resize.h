@@ -2,7 +2,7 @@
 #ifndef SL_RESIZE_H
 #define SL_RESIZE_H
 
-#include "ops.h"
+#include "ops/ops.h"
 
 
 typedef struct sl__axis {

@@ -1,5 +1,5 @@
 /* xoshiro256** seeded through splitmix64 from (seed, epoch, index). */
-#include "ops.h"
+#include "ops/ops.h"
 
 static uint64_t splitmix(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);

@@ -26,9 +26,9 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "../ops/ops.h"
-#include "loader_impl.h"
+#include "base/util.h"
+#include "ops/ops.h"
+#include "pipeline/loader_impl.h"
 
 #define ADMIT_PROBES 32
 

@@ -1,10 +1,10 @@
 /* Collate: the slot layout from the schema (see collate.h). */
-#include "collate.h"
+#include "pipeline/collate.h"
 
 #include <string.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
+#include "base/hash.h"
+#include "base/util.h"
 
 #define SLOT_ALIGN 64
 

@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "../fields/field.h"
+#include "fields/field.h"
 #include "sluice.h"
 
 #define SL__MAX_OUTPUTS (2 * SL__MAX_FIELDS + 1)

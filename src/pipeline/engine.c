@@ -48,9 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 /* ---- order ----------------------------------------------------------------- */
 

@@ -40,9 +40,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../base/util.h"
-#include "../gpu/split.h"
-#include "loader_impl.h"
+#include "base/util.h"
+#include "gpu/split.h"
+#include "pipeline/loader_impl.h"
 
 #define DEFAULT_GPU_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_STAGING ((uint64_t)64 << 20)

@@ -15,8 +15,8 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 /* Append "; first failures: PATH: REASON; ..." (up to 3 kept records)
  * to buf. errmu is taken inside mu (lock order mu, then errmu). */

@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 typedef unsigned long long ull;
 

@@ -16,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/budget.h"
-#include "../base/cpus.h"
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/budget.h"
+#include "base/cpus.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 #define DEFAULT_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_MAX_PIXELS (1ull << 26)

@@ -8,17 +8,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "../base/mem.h"
-#include "../base/scratch.h"
-#include "../cache/cache.h"
-#include "../fields/field.h"
-#include "../format/decode.h"
-#include "../gpu/device.h"
-#include "../source/source.h"
-#include "collate.h"
-#include "nextuse.h"
-#include "sampler.h"
+#include "base/mem.h"
+#include "base/scratch.h"
+#include "cache/cache.h"
+#include "fields/field.h"
+#include "format/decode.h"
+#include "gpu/device.h"
+#include "pipeline/collate.h"
+#include "pipeline/nextuse.h"
+#include "pipeline/sampler.h"
 #include "sluice.h"
+#include "source/source.h"
 
 /* A slot's states (engine.c). RETIRED: an elastic slot given back under a
  * lowered limit (its pages returned, its bytes released); dispatch never

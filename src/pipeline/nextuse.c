@@ -1,9 +1,9 @@
 /* The next-use oracle. See nextuse.h for the contract and the locking. */
-#include "nextuse.h"
+#include "pipeline/nextuse.h"
 
 #include <string.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 int sl__nextuse_init(sl__nextuse *o, sl__budget *b, const sl__sampler *s, uint32_t rank_lo, uint32_t ranks) {
     memset(o, 0, sizeof *o);

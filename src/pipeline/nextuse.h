@@ -21,8 +21,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "../base/mem.h"
-#include "sampler.h"
+#include "base/mem.h"
+#include "pipeline/sampler.h"
 
 #define SL_NEXTUSE_NEVER UINT64_MAX
 #define SL_NEXTUSE_NO_EPOCH UINT64_MAX

@@ -42,8 +42,8 @@
  */
 #include <string.h>
 
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 /* The round just finished: record its failures in attempt order, then
  * move its successes down into its lowest holes, in attempt order. */

@@ -21,7 +21,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "loader_impl.h"
+#include "pipeline/loader_impl.h"
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static sl_loader *reg_head; /* reg_mu */

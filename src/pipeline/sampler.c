@@ -1,6 +1,6 @@
-#include "sampler.h"
+#include "pipeline/sampler.h"
 
-#include "../ops/ops.h"
+#include "ops/ops.h"
 #include "sluice.h"
 
 int sl__sampler_init(sl__sampler *s, uint64_t n, uint32_t rank, uint32_t world, int shuffle, int drop_last,

@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "loader_impl.h"
+#include "base/util.h"
+#include "pipeline/loader_impl.h"
 
 /* The decoder's arena is unmapped down to its baseline before the room
  * behind it is given back (scratch.h: trim). */

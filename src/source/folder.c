@@ -25,8 +25,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "source_impl.h"
+#include "base/util.h"
+#include "source/source_impl.h"
 
 #define DENTS_BUF ((size_t)32 << 10)
 

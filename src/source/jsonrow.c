@@ -3,14 +3,14 @@
  * jsonrow.h (and docs/json.md). Strings and numbers follow RFC 8259
  * exactly; the structure is a flat object, checked as it is read.
  */
-#include "jsonrow.h"
+#include "source/jsonrow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/util.h"
-#include "source_impl.h"
+#include "base/util.h"
+#include "source/source_impl.h"
 
 #define NUMBER_MAX 63
 

@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "jsonrow.h"
-#include "source_impl.h"
+#include "base/util.h"
+#include "source/jsonrow.h"
+#include "source/source_impl.h"
 
 typedef unsigned long long ull;
 

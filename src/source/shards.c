@@ -49,9 +49,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "source_impl.h"
-#include "tar.h"
+#include "base/util.h"
+#include "source/source_impl.h"
+#include "source/tar.h"
 
 typedef unsigned long long ull;
 

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../base/util.h"
-#include "source_impl.h"
+#include "base/util.h"
+#include "source/source_impl.h"
 
 /* ---- chunk arrays ------------------------------------------------------ */
 

@@ -25,7 +25,7 @@
 
 #include <stdint.h>
 
-#include "../base/mem.h"
+#include "base/mem.h"
 
 typedef struct sl__source sl__source;
 

@@ -15,7 +15,7 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "source.h"
+#include "source/source.h"
 
 /* A name in a chunk's arena: bytes [off, off+len). For a sample, dir is the
  * index of its directory in the chunk's dirs (SL__DIR_NONE: the name is an

@@ -5,13 +5,13 @@
  * are metadata).
  */
 #define _GNU_SOURCE
-#include "tar.h"
+#include "source/tar.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../base/util.h"
+#include "base/util.h"
 
 #define BLOCK 512
 #define PAX_BUF 8192 /* a pax record longer than this is skipped unread */

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/mem.h"
+#include "base/mem.h"
 
 #define SL_TAR_NAME_MAX 4096 /* bytes of a normalised member name */
 

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../base/hash.h"
-#include "../base/util.h"
-#include "source_impl.h"
-#include "tar.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "source/source_impl.h"
+#include "source/tar.h"
 
 typedef unsigned long long ull;
 
