@@ -59,6 +59,7 @@ static void usage(FILE *f) {
 
 typedef struct bench_opts {
     sl_config cfg;
+    sl_image_recipe recipe; /* what cfg.recipe points at */
     const char *dataset;
     char *fields;          /* the --fields file's text (owned) */
     uint64_t epochs, max_batches;
@@ -185,8 +186,10 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
 /* Parse argv into o: 0, 1 (--help printed: exit 0) or 2 (usage error). */
 static int parse_args(bench_opts *o, int argc, char **argv) {
     sl_config_init(&o->cfg);
+    sl_image_recipe_init(&o->recipe);
+    o->cfg.recipe = &o->recipe;
     o->cfg.flags |= SL_FLAG_CHECKSUM;
-    sl_cli_recipe ro = {&o->cfg.recipe, &o->cfg.size, &o->cfg.flags, &o->cfg.max_scans};
+    sl_cli_recipe ro = {&o->recipe, &o->cfg.size, &o->cfg.flags, &o->cfg.max_scans};
     for (int i = 1; i < argc; i++) {
         int used = sl_cli_recipe_flag("bench", argc, argv, &i, &ro);
         if (used < 0) return 2;
@@ -331,7 +334,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
     if (r->stopped[0]) sl_cli_json_str(f, r->stopped);
     else fprintf(f, "null");
     uint32_t out_h, out_w;
-    sl_cli_out_dims(o->cfg.size, &o->cfg.recipe, &out_h, &out_w);
+    sl_cli_out_dims(o->cfg.size, o->cfg.recipe, &out_h, &out_w);
     fprintf(f,
             ", \"preset\": \"%s\", \"size\": %u, \"height\": %u, \"width\": %u, \"batch\": %u, \"seed\": %" PRIu64
             ", \"epochs\": %" PRIu64,
@@ -343,7 +346,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
             st->worker_idle_s, st->budget_wait_s);
     report_json_cache(f, r, st);
     fprintf(f, ", \"mem_peak_bytes\": {");
-    for (int c = 0; c < SL_MEM__COUNT; c++)
+    for (int c = 0; c < (int)st->mem_count; c++)
         fprintf(f, "%s\"%s\": %" PRIu64, c ? ", " : "", sl_mem_category_name(c), st->mem_peak[c]);
     fprintf(f, "}, \"decode\": \"%s\", \"decode_reason\": ", st->decode == SL_DECODE_GPU ? "gpu" : "cpu");
     sl_cli_json_str(f, st->decode_reason);
@@ -367,7 +370,7 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                o->cfg.batch_size, st->workers, st->slots);
     else {
         uint32_t out_h, out_w;
-        sl_cli_out_dims(o->cfg.size, &o->cfg.recipe, &out_h, &out_w);
+        sl_cli_out_dims(o->cfg.size, o->cfg.recipe, &out_h, &out_w);
         printf("sluice bench: %s, preset %s %ux%u (HxW), batch %u, %u workers, %u slots\n", o->dataset,
                o->cfg.preset == SL_PRESET_TRAIN ? "train" : "val", out_h, out_w, o->cfg.batch_size, st->workers,
                st->slots);
@@ -380,7 +383,7 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
            sl_format_size(st->fixed_bytes, a5, sizeof a5), sl_format_size(r->rss_before, a3, sizeof a3),
            sl_format_size(r->peak_rss, a4, sizeof a4), sl_format_size(r->peak_rss - r->rss_before, a6, sizeof a6));
     printf("  by category (peak):");
-    for (int c = 0; c < SL_MEM__COUNT; c++) printf(" %s %s", sl_mem_category_name(c), sl_format_size(st->mem_peak[c], a1, sizeof a1));
+    for (int c = 0; c < (int)st->mem_count; c++) printf(" %s %s", sl_mem_category_name(c), sl_format_size(st->mem_peak[c], a1, sizeof a1));
     if (st->cache_capacity)
         printf("\n  cache%s: %" PRIu64 " hits, %" PRIu64 " misses (%.1f %%), %s held of %s, %" PRIu64
                " evictions; %s read from storage",

@@ -26,6 +26,7 @@ typedef struct decode_args {
     const char *in, *out;
     int info;
     sl_decode_opts o;
+    sl_image_recipe recipe;     /* what o.recipe points at */
     const char *transform_flag; /* a flag that only matters when writing (for the error without -o) */
 } decode_args;
 
@@ -102,7 +103,9 @@ static int parse_valued(decode_args *a, const char *flag, const char *v, int *us
 static int parse_args(int argc, char **argv, decode_args *a) {
     memset(a, 0, sizeof *a);
     sl_decode_opts_init(&a->o);
-    sl_cli_recipe ro = {&a->o.recipe, &a->o.size, &a->o.flags, &a->o.max_scans};
+    sl_image_recipe_init(&a->recipe);
+    a->o.recipe = &a->recipe;
+    sl_cli_recipe ro = {&a->recipe, &a->o.size, &a->o.flags, &a->o.max_scans};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int used = sl_cli_recipe_flag("decode", argc, argv, &i, &ro);

@@ -209,9 +209,12 @@ static int reencode(member *m, uint32_t max_side, int quality) {
     uint32_t ow = W >= H ? max_side : (uint32_t)(W * s + 0.5), oh = W >= H ? (uint32_t)(H * s + 0.5) : max_side;
     sl_decode_opts o;
     sl_decode_opts_init(&o);
+    sl_image_recipe r;
+    sl_image_recipe_init(&r);
     o.preset = SL_PRESET_VAL; /* Resize keeping the aspect to cover ow x oh, centre crop ow x oh: the whole image */
-    o.recipe.width = ow ? ow : 1, o.recipe.height = oh ? oh : 1;
-    o.recipe.crop_pct = 1.0;
+    r.width = ow ? ow : 1, r.height = oh ? oh : 1;
+    r.crop_pct = 1.0;
+    o.recipe = &r;
     o.max_pixels = (uint64_t)1 << 32;
     o.max_bytes = (uint64_t)1 << 34;
     uint32_t w, h, ch;

@@ -16,10 +16,14 @@
  *    (cfg.budget). When the budget is full, workers wait; nothing grows.
  *  - Handles are opaque. Buffers handed to the caller (batch fields) belong
  *    to the loader and stay valid until the batch is released.
- *  - Structs that may grow carry their size: a configuration records the
- *    size its caller was built with (sl_config_init sets it), and functions
- *    that fill a struct take the caller's size (the macros below pass
- *    sizeof), so a caller built against an older header keeps working.
+ *  - Every struct crosses the API with the size its caller was built with,
+ *    so a program built against an older header keeps working with a newer
+ *    library (docs/abi.md has the rules): a struct the caller fills is
+ *    initialised by a sized _init (sl_config_init and the like are macros
+ *    passing sizeof), and it carries struct_size or the call takes its
+ *    size; a call that fills a struct or an array takes the caller's size
+ *    (the _sized functions; the plain names are macros passing sizeof).
+ *    Fields are only appended; a field never moves.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -38,18 +42,21 @@ extern "C" {
 #endif
 
 #define SL_VERSION_MAJOR 0
-#define SL_VERSION_MINOR 1
+#define SL_VERSION_MINOR 2
 #define SL_VERSION_PATCH 0
-#define SL_VERSION_STRING "0.1.0"
+#define SL_VERSION_STRING "0.2.0"
 #define SL_VERSION_NUMBER (SL_VERSION_MAJOR * 10000 + SL_VERSION_MINOR * 100 + SL_VERSION_PATCH)
 
-/* Runtime version, e.g. "0.1.0 (jpeg 62, png)": the library actually loaded. */
+/* Runtime version, e.g. "0.2.0 (jpeg 62, png)": the library actually loaded,
+ * and its SL_VERSION_NUMBER (200 for 0.2.0). A caller that may run against
+ * an older library than its header asks this before using a field or a call
+ * added later (each one's comment names the version that added it). */
 SL_API const char *sl_version(void);
 SL_API unsigned sl_version_number(void);
 /* What this build decodes, as "key=value;..." with the keys version, jpeg,
  * png, webp, video, nvjpeg in that order; a part not built in says "off"
  * (nvjpeg, when built: the library found at run time, or "not loadable").
- * E.g. "version=0.1.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
+ * E.g. "version=0.2.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
  * 0.7.3;webp=off;video=off;nvjpeg=off". Static, never NULL, thread-safe. */
 SL_API const char *sl_build_info(void);
 
@@ -103,12 +110,16 @@ enum { SL_INTERP_BILINEAR = 0, SL_INTERP_BICUBIC = 1 }; /* Pillow-exact, antiali
 
 /*
  * How a decoded image becomes the output, beyond preset and size. Every
- * field's zero is today's default, so a zeroed recipe is the classic
- * preset (torchvision RandomResizedCrop + flip 0.5; Resize(size*256/224) +
- * CenterCrop). Checked when the loader is created (SL_EINVAL with a
- * reason) and by sl_image_output_size / sl_image_decode.
+ * field's zero is the default, so a recipe fresh from sl_image_recipe_init
+ * is the classic preset (torchvision RandomResizedCrop + flip 0.5;
+ * Resize(size*256/224) + CenterCrop). Reached through a pointer
+ * (sl_config.recipe, sl_decode_opts.recipe), so it grows on its own.
+ * Checked when the loader is created (SL_EINVAL with a reason) and by
+ * sl_image_output_size / sl_image_decode.
  */
 typedef struct sl_image_recipe {
+    size_t struct_size;         /* sizeof(sl_image_recipe) as the caller was built: set by
+                                   sl_image_recipe_init (0.2) */
     uint32_t height, width;     /* output size; 0, 0: size x size. Both or neither */
     int interpolation;          /* SL_INTERP_BILINEAR (0) or SL_INTERP_BICUBIC */
     double scale_min, scale_max;/* train: area fraction range, 0 < min <= max <= 1 (0, 0: 0.08, 1) */
@@ -119,6 +130,11 @@ typedef struct sl_image_recipe {
     uint32_t resize;            /* val: torchvision Resize(resize) + CenterCrop; >= the output's
                                    sides; 0: from crop_pct. Not with crop_pct */
 } sl_image_recipe;
+
+/* Zero every field (the classic presets) and record the caller's
+ * sizeof(sl_image_recipe). (0.2) */
+SL_API void sl_image_recipe_init_sized(sl_image_recipe *r, size_t struct_size);
+#define sl_image_recipe_init(r) sl_image_recipe_init_sized((r), sizeof *(r))
 
 typedef struct sl_config {
     size_t struct_size;   /* sizeof(sl_config) as the caller was built: set by sl_config_init */
@@ -146,21 +162,21 @@ typedef struct sl_config {
                              docs/fields.md); NULL: "image" + "label" (+ "index") with
                              preset and size above */
     /* -- appended; zero keeps the behaviour of callers that predate them -- */
-    sl_image_recipe recipe; /* recipe options (all zero: the classic presets) */
+    uint64_t reserved_0_1_recipe[9]; /* where 0.1's header embedded the recipe (72 bytes): read
+                                        for callers built against it, ignored for the others */
     uint32_t max_scans;     /* JPEG scans a file may have (64); more: SL_ELIMIT before decoding */
-    /* Appended (issue 9). Stop the loader (SL_EERRORS, poisoned) once more
-     * than this fraction of the samples tried in delivered batches failed,
-     * checked from SL_ERROR_RATE_MIN_TRIED samples on; an epoch in which
-     * every sample failed stops it whatever the count. 0.1; 1 = never; 0 =
-     * at the first failure once the minimum was tried. */
+    /* Stop the loader (SL_EERRORS, poisoned) once more than this fraction
+     * of the samples tried in delivered batches failed, checked from
+     * SL_ERROR_RATE_MIN_TRIED samples on; an epoch in which every sample
+     * failed stops it whatever the count. 0.1; 1 = never; 0 = at the first
+     * failure once the minimum was tried. */
     double max_error_rate;
     struct sl_budget *shared_budget; /* draw on this shared budget (sl_budget_create) instead of
                                         a private one of cfg.budget bytes, which is then ignored;
                                         the loader holds a reference (NULL: private, as before) */
-    /* Appended (issue 12): the sample cache (docs/cache.md). One copy for
-     * every worker; evicts the entry whose next use is farthest (the
-     * sampler knows the order). Delivered bytes are the same with and
-     * without it. */
+    /* The sample cache (docs/cache.md). One copy for every worker; evicts
+     * the entry whose next use is farthest (the sampler knows the order).
+     * Delivered bytes are the same with and without it. */
     uint64_t cache;          /* bytes (values and index; 0: no cache). SL_CACHE_PRIVATE: a part of the
                                 budget, which must hold it beside the pipeline's minimum; SL_CACHE_NODE:
                                 the node's /dev/shm segment, outside every rank's budget */
@@ -171,11 +187,11 @@ typedef struct sl_config {
     uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
     uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
                                   (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
-    /* Appended (issue 13): GPU decode (docs/gpu.md). With SL_DECODE_AUTO or
-     * SL_DECODE_GPU the loader's scheduler feeds the nvJPEG engine beside
-     * the CPU workers and the image field's batch lives in device memory
-     * (sl_field.device_type SL_DEVICE_CUDA); sl_stats says which engine
-     * decodes and why. Zero: the CPU workers only, host batches, as before. */
+    /* GPU decode (docs/gpu.md). With SL_DECODE_AUTO or SL_DECODE_GPU the
+     * loader's scheduler feeds the nvJPEG engine beside the CPU workers and
+     * the image field's batch lives in device memory (sl_field.device_type
+     * SL_DEVICE_CUDA); sl_stats says which engine decodes and why. Zero:
+     * the CPU workers only, host batches, as before. */
     int decode;              /* SL_DECODE_CPU (0), SL_DECODE_AUTO or SL_DECODE_GPU */
     int gpu_device;          /* CUDA device ordinal (0) */
     uint64_t gpu_budget;     /* device bytes: the engine's pool + the device batch slots (0: 512 MiB) */
@@ -183,11 +199,14 @@ typedef struct sl_config {
     uint64_t gpu_staging;    /* pinned host bytes for encoded samples queued for the GPU, in the
                                 budget (SL_MEM_PINNED) and its minimum working set (0: 64 MiB,
                                 at most budget / 8) */
-    /* Appended (issue 13): the CPU workers' priority below the process's,
-     * a nice increment 0..19 (10; 19 at most in all). Under CPU
-     * contention the threads that feed the GPU, the training loop and the
-     * GPU engine, run first; an idle CPU still goes to the workers. */
+    /* The CPU workers' priority below the process's, a nice increment
+     * 0..19 (10; 19 at most in all). Under CPU contention the threads that
+     * feed the GPU, the training loop and the GPU engine, run first; an
+     * idle CPU still goes to the workers. */
     int worker_nice;
+    /* Appended (0.2). */
+    const sl_image_recipe *recipe; /* how images are cropped and resized (sl_image_recipe_init); NULL:
+                                      the classic presets. Copied by create, plan and sl_source_open */
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
@@ -200,23 +219,29 @@ enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
 enum { SL_DECODE_CPU = 0, SL_DECODE_AUTO = 1, SL_DECODE_GPU = 2 };
 #define SL_ERROR_RATE_MIN_TRIED 100
 
-/* Fill cfg with the defaults above (source NULL, fields NULL) and record the
- * caller's sizeof(sl_config). */
+/* Fill cfg with the defaults above (source NULL, fields NULL, recipe NULL)
+ * and record the caller's sizeof(sl_config). */
 SL_API void sl_config_init_sized(sl_config *cfg, size_t struct_size);
 #define sl_config_init(cfg) sl_config_init_sized((cfg), sizeof *(cfg))
 
-/* ---- memory categories (stats) ----------------------------------------- */
+/* ---- memory categories (stats) -----------------------------------------
+ * Stats report memory by category in arrays of SL_MEM_CAPACITY entries, of
+ * which the first mem_count are filled (sl_stats, sl_budget_info). A new
+ * category takes the next number; the capacity never changes. */
 enum {
     SL_MEM_INDEX = 0,   /* dataset index, sample order */
-    SL_MEM_BATCHES,     /* batch slots */
-    SL_MEM_SCRATCH,     /* per-worker read and pixel buffers */
-    SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
-    SL_MEM_OTHER,       /* error records, bookkeeping */
-    SL_MEM_PINNED,      /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
-    SL_MEM_CACHE,       /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
-    SL_MEM__COUNT
+    SL_MEM_BATCHES = 1, /* batch slots */
+    SL_MEM_SCRATCH = 2, /* per-worker read and pixel buffers */
+    SL_MEM_DECODER = 3, /* decoder-internal memory (reserved from headers) */
+    SL_MEM_OTHER = 4,   /* error records, bookkeeping */
+    SL_MEM_PINNED = 5,  /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
+    SL_MEM_CACHE = 6    /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
 };
+#define SL_MEM_CAPACITY 16 /* (0.2) */
+/* "index", "batches", ...; "unknown" for a number this library does not count. */
 SL_API const char *sl_mem_category_name(int category);
+/* Categories this library counts (7 in 0.2): mem_count of its stats. (0.2) */
+SL_API int sl_mem_category_count(void);
 
 /* ---- loader ------------------------------------------------------------ */
 typedef struct sl_loader sl_loader;
@@ -323,7 +348,7 @@ typedef struct sl_field {
     int64_t strides[SL_MAX_DIMS];  /* in bytes, C order */
     uint64_t nbytes;
     int kind;            /* SL_KIND_* of the field it comes from */
-    /* -- appended (issue 13); filled only for callers built with it (the sized calls) -- */
+    /* -- appended; filled only for callers built with it (the sized calls) -- */
     int device_type;     /* where data lives, as DLPack's DLDeviceType: SL_DEVICE_CPU (host
                             memory) or SL_DEVICE_CUDA (device memory of the GPU decode engine) */
     int device_id;       /* the CUDA device ordinal (0 for host memory) */
@@ -378,8 +403,8 @@ typedef struct sl_stats {
     uint64_t accounted_bytes;  /* now */
     uint64_t peak_accounted_bytes;
     uint64_t fixed_bytes;      /* held for life (index, min_slots slots, worker baselines) */
-    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
-    uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
+    uint64_t reserved_0_1_mem[7], reserved_0_1_mem_peak[7]; /* 0.1's mem, mem_peak: the first 7
+                                  categories, for callers built against 0.1 (read mem below) */
     uint64_t cache_hits, cache_misses; /* sample cache lookups */
     double index_seconds;      /* time to index the source */
     /* sample cache (appended; 0 without a cache). For a node cache these
@@ -388,21 +413,21 @@ typedef struct sl_stats {
     uint64_t cache_capacity;     /* value bytes allowed now */
     uint64_t cache_evictions;
     uint64_t storage_bytes_read; /* bytes read from storage (misses and uncached reads) */
-    /* Elastic batch slots (appended, mem2: issue 8 item 3). Slots past
-     * min_slots are counted but not fixed: a lowered limit retires free
-     * ones (their pages go back), a grown one brings them back. */
+    /* Elastic batch slots. Slots past min_slots are counted but not fixed:
+     * a lowered limit retires free ones (their pages go back), a grown one
+     * brings them back. */
     uint32_t slots_retired;      /* retired now: slots + slots_retired = slots carved */
     uint32_t slots_min;          /* never retired (min_slots) */
     uint64_t slot_retirements;   /* slots retired since create */
     uint64_t slot_reactivations; /* slots brought back since create */
-    /* Appended (issue 12). cache_hits, cache_misses and storage_bytes_read
-     * above count this loader's own lookups and reads (storage_bytes_read
-     * with or without a cache: the files the image kind reads whole). */
+    /* cache_hits, cache_misses and storage_bytes_read above count this
+     * loader's own lookups and reads (storage_bytes_read with or without a
+     * cache: the files the image kind reads whole). */
     double cache_hit_rate;       /* cache_hits / (cache_hits + cache_misses), 0 before any lookup */
     uint64_t cache_entries;      /* values held now (the node's for a node cache) */
     uint32_t cache_shared;       /* 1: a node cache */
     uint32_t cache_processes;    /* processes attached to it now (1 for a private cache) */
-    /* GPU decode (appended, issue 13; zero on the CPU path but decode_reason) */
+    /* GPU decode (zero on the CPU path but decode_reason) */
     int decode;                  /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
     char decode_reason[160];     /* why, e.g. "cfg.decode=auto: nvJPEG (libnvjpeg) not found (...)" */
     uint64_t gpu_samples;        /* image samples decoded by the GPU engine (all epochs, delivered or not) */
@@ -416,9 +441,14 @@ typedef struct sl_stats {
     double gpu_rate;             /* GPU samples/s while busy (moving average) */
     double cpu_rate;             /* CPU workers' image samples/s, all workers busy (moving average) */
     char gpu_device_name[64];
+    /* Memory by category (0.2): entries [0, mem_count) of SL_MEM_CAPACITY. */
+    uint32_t mem_count;
+    uint64_t mem[SL_MEM_CAPACITY];      /* accounted now, by category (SL_MEM_*) */
+    uint64_t mem_peak[SL_MEM_CAPACITY]; /* peak, by category */
 } sl_stats;
 
-/* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */
+/* Fill the first out_size bytes of *out and zero the rest past the fields
+ * this library knows (callers pass sizeof: the macro). */
 SL_API int sl_loader_stats_sized(const sl_loader *ld, sl_stats *out, size_t out_size);
 #define sl_loader_stats(ld, out) sl_loader_stats_sized((ld), (out), sizeof *(out))
 
@@ -430,17 +460,24 @@ typedef struct sl_error_record {
     char reason[116];    /* NUL-terminated */
 } sl_error_record;
 
-/* Copy up to max records starting at record first; returns the number
- * copied. Records belong to delivered batches only (samples of batches
- * still in flight are not reported yet), in delivery order; their number
- * is sl_stats.errors (records beyond cfg.max_error_records are counted,
- * not kept). */
-SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max);
+/* Copy up to max records starting at record first into out, an array of
+ * records elem_size bytes apart (the caller's sizeof(sl_error_record): the
+ * macro); returns the number copied. Records belong to delivered batches
+ * only (samples of batches still in flight are not reported yet), in
+ * delivery order; their number is sl_stats.errors (records beyond
+ * cfg.max_error_records are counted, not kept). (0.2) */
+SL_API size_t sl_loader_errors_sized(const sl_loader *ld, size_t first, sl_error_record *out, size_t max,
+                                     size_t elem_size);
+SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max); /* 0.1's */
+#define sl_loader_errors(ld, first, out, max) sl_loader_errors_sized((ld), (first), (out), (max), sizeof *(out))
 
 /* The newest failure in a delivered (or dropped, SL_ESAMPLE) batch, kept
  * even when cfg.max_error_records are already kept: for saying which
- * sample a dropped batch lost. 0 and *out, or SL_EEND when none failed. */
-SL_API int sl_loader_last_error(const sl_loader *ld, sl_error_record *out);
+ * sample a dropped batch lost. 0 and *out (out_size bytes), or SL_EEND
+ * when none failed. (0.2) */
+SL_API int sl_loader_last_error_sized(const sl_loader *ld, sl_error_record *out, size_t out_size);
+SL_API int sl_loader_last_error(const sl_loader *ld, sl_error_record *out); /* 0.1's */
+#define sl_loader_last_error(ld, out) sl_loader_last_error_sized((ld), (out), sizeof *(out))
 
 /* ---- iteration state (resume) ------------------------------------------ */
 typedef struct sl_state {
@@ -454,13 +491,19 @@ typedef struct sl_state {
 } sl_state;
 #define SL_STATE_VERSION 1
 
-/* The state after the last delivered batch. */
-SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out);
-/* Resume from a state taken from a loader over the same dataset and
- * configuration (SL_ESTATE otherwise, and for a position no loader can be
- * at: a tail that leaves batch `batch` no sample, a batch past the
- * epoch). Held batches stay valid. */
-SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st);
+/* The state after the last delivered batch, into the first out_size bytes
+ * of *out. (0.2) */
+SL_API int sl_loader_get_state_sized(const sl_loader *ld, sl_state *out, size_t out_size);
+/* Resume from a state (st_size bytes) taken from a loader over the same
+ * dataset and configuration (SL_ESTATE otherwise, and for a position no
+ * loader can be at: a tail that leaves batch `batch` no sample, a batch
+ * past the epoch). Held batches stay valid. A state from a newer library
+ * that sets fields this one does not know: SL_EUNSUPPORTED. (0.2) */
+SL_API int sl_loader_set_state_sized(sl_loader *ld, const sl_state *st, size_t st_size);
+SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out); /* 0.1's */
+SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st); /* 0.1's */
+#define sl_loader_get_state(ld, out) sl_loader_get_state_sized((ld), (out), sizeof *(out))
+#define sl_loader_set_state(ld, st) sl_loader_set_state_sized((ld), (st), sizeof *(st))
 
 /* ---- sizing a pipeline without starting it ------------------------------ */
 typedef struct sl_plan {
@@ -504,8 +547,11 @@ typedef struct sl_image_info {
     int bit_depth;
 } sl_image_info;
 
-/* Read the header only. SL_EFORMAT for neither JPEG nor PNG. */
-SL_API int sl_image_probe(const void *data, size_t len, sl_image_info *info);
+/* Read the header only, into the first info_size bytes of *info.
+ * SL_EFORMAT for no format this build knows. (0.2) */
+SL_API int sl_image_probe_sized(const void *data, size_t len, sl_image_info *info, size_t info_size);
+SL_API int sl_image_probe(const void *data, size_t len, sl_image_info *info); /* 0.1's */
+#define sl_image_probe(data, len, info) sl_image_probe_sized((data), (len), (info), sizeof *(info))
 
 enum { SL_TRANSFORM_NONE = -1 }; /* opts.preset: full decode, HWC */
 
@@ -517,8 +563,10 @@ typedef struct sl_decode_opts {
     uint64_t max_pixels, max_bytes; /* 0 = the default (2^26 pixels, 64 MiB), as in sl_config */
     uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA, SL_FLAG_FAST */
     /* -- appended; zero keeps the behaviour of callers that predate them -- */
-    sl_image_recipe recipe; /* as sl_config.recipe */
+    uint64_t reserved_0_1_recipe[9]; /* as in sl_config: 0.1's embedded recipe */
     uint32_t max_scans;    /* as sl_config.max_scans (64) */
+    /* Appended (0.2). */
+    const sl_image_recipe *recipe; /* as sl_config.recipe (NULL: the classic presets) */
 } sl_decode_opts;
 
 SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
@@ -595,7 +643,10 @@ typedef struct sl_video_opts {
                               mpeg2video mpeg1video mjpeg h263) */
 } sl_video_opts;
 
-SL_API void sl_video_opts_init(sl_video_opts *o);
+/* The defaults above into the first struct_size bytes of *o. (0.2) */
+SL_API void sl_video_opts_init_sized(sl_video_opts *o, size_t struct_size);
+SL_API void sl_video_opts_init(sl_video_opts *o); /* 0.1's */
+#define sl_video_opts_init(o) sl_video_opts_init_sized((o), sizeof *(o))
 
 typedef struct sl_video_info {
     uint32_t width, height; /* displayed (after rotation) */
@@ -605,11 +656,16 @@ typedef struct sl_video_info {
     char codec[16];
 } sl_video_info;
 
-/* Headers only (nothing decoded), limits of o checked (o may be NULL: the
- * defaults). 0, or SL_ENOENT/SL_EIO, SL_EFORMAT (no video stream),
- * SL_ECORRUPT, SL_EUNSUPPORTED, SL_ELIMIT with a reason in errbuf. */
+/* Headers only (nothing decoded), limits of o (o_size bytes; o may be
+ * NULL: the defaults) checked, into the first info_size bytes of *info.
+ * 0, or SL_ENOENT/SL_EIO, SL_EFORMAT (no video stream), SL_ECORRUPT,
+ * SL_EUNSUPPORTED, SL_ELIMIT with a reason in errbuf. (0.2) */
+SL_API int sl_video_probe_sized(const char *path, const sl_video_opts *o, size_t o_size, sl_video_info *info,
+                                size_t info_size, char *errbuf, size_t errlen);
 SL_API int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info, char *errbuf,
-                          size_t errlen);
+                          size_t errlen); /* 0.1's */
+#define sl_video_probe(path, o, info, errbuf, errlen) \
+    sl_video_probe_sized((path), (o), sizeof(sl_video_opts), (info), sizeof *(info), (errbuf), (errlen))
 
 /* What a clip took: for inspection and tests. */
 typedef struct sl_video_clip {
@@ -620,11 +676,17 @@ typedef struct sl_video_clip {
     int64_t *frame_index;        /* caller's array of o->frames entries, or NULL: the frames used */
 } sl_video_clip;
 
-/* Decode the clip into out (out_len >= frames*3*size*size); clip (may be
- * NULL) receives what was taken. Memory: what a loader would reserve for
- * the clip, allocated here and freed before return. */
+/* Decode the clip into out (out_len >= frames*3*size*size); clip
+ * (clip_size bytes, may be NULL) receives what was taken. Memory: what a
+ * loader would reserve for the clip, allocated here and freed before
+ * return. (0.2) */
+SL_API int sl_video_decode_sized(const char *path, const sl_video_opts *o, size_t o_size, void *out,
+                                 size_t out_len, sl_video_clip *clip, size_t clip_size, char *errbuf, size_t errlen);
 SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len,
-                           sl_video_clip *clip, char *errbuf, size_t errlen);
+                           sl_video_clip *clip, char *errbuf, size_t errlen); /* 0.1's */
+#define sl_video_decode(path, o, out, out_len, clip, errbuf, errlen)                                          \
+    sl_video_decode_sized((path), (o), sizeof(sl_video_opts), (out), (out_len), (clip), sizeof(sl_video_clip), \
+                          (errbuf), (errlen))
 /* sl_image_info.format of a WebP file (lossy, lossless, with alpha). */
 enum { SL_FORMAT_WEBP = 3 };
 
@@ -664,8 +726,7 @@ typedef struct sl_budget_info {
     uint64_t used;         /* accounted now, all loaders together */
     uint64_t peak;         /* high-water mark of used */
     uint64_t fixed;        /* the loaders' minimum working sets (held for life) */
-    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
-    uint64_t mem_peak[SL_MEM__COUNT];
+    uint64_t reserved_0_1_mem[7], reserved_0_1_mem_peak[7]; /* as in sl_stats: 0.1's mem, mem_peak */
     double wait_s;         /* summed over every thread that waited for budget */
     uint32_t waiters;      /* threads waiting now */
     uint32_t loaders;      /* loaders drawing on it now */
@@ -678,9 +739,16 @@ typedef struct sl_budget_info {
     uint64_t container_usage;    /* the cgroup's working set (usage - inactive file), */
     uint64_t mem_available;      /* MemAvailable, */
     double psi_some_avg10;       /* PSI memory "some" avg10 (percent) */
+    /* Memory by category (0.2): entries [0, mem_count) of SL_MEM_CAPACITY. */
+    uint32_t mem_count;
+    uint64_t mem[SL_MEM_CAPACITY];      /* accounted now, by category (SL_MEM_*) */
+    uint64_t mem_peak[SL_MEM_CAPACITY];
 } sl_budget_info;
 
-SL_API int sl_budget_stats(const sl_budget *b, sl_budget_info *out);
+/* Fill the first out_size bytes of *out (the macro passes sizeof). (0.2) */
+SL_API int sl_budget_stats_sized(const sl_budget *b, sl_budget_info *out, size_t out_size);
+SL_API int sl_budget_stats(const sl_budget *b, sl_budget_info *out); /* 0.1's */
+#define sl_budget_stats(b, out) sl_budget_stats_sized((b), (out), sizeof *(out))
 
 /*
  * The governor: a thread of the budget that samples every period_ms the
@@ -700,16 +768,29 @@ typedef struct sl_governor_opts {
     const char *cgroup_dir; /* read this cgroup folder (v1 or v2), not the process's own (NULL) */
 } sl_governor_opts;
 
-SL_API void sl_governor_opts_init(sl_governor_opts *o);
+/* The defaults above into the first struct_size bytes of *o. (0.2) */
+SL_API void sl_governor_opts_init_sized(sl_governor_opts *o, size_t struct_size);
+SL_API void sl_governor_opts_init(sl_governor_opts *o); /* 0.1's */
+#define sl_governor_opts_init(o) sl_governor_opts_init_sized((o), sizeof *(o))
 /* Start a governor on b; its ceiling is b's limit now. SL_ESTATE if one
- * runs already, SL_ESYS if the thread cannot start. o NULL: defaults. */
-SL_API int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *errbuf, size_t errlen);
+ * runs already, SL_ESYS if the thread cannot start. o (o_size bytes)
+ * NULL: defaults. (0.2) */
+SL_API int sl_budget_govern_sized(sl_budget *b, const sl_governor_opts *o, size_t o_size, char *errbuf,
+                                  size_t errlen);
 /*
  * budget="auto": a governed budget whose ceiling is what the container
  * allows: the cgroup's limit minus margin, or without a cgroup limit
  * MemAvailable minus margin, read now. SL_ENOENT when neither can be read.
+ * (0.2)
  */
-SL_API int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *errbuf, size_t errlen);
+SL_API int sl_budget_create_auto_sized(const sl_governor_opts *o, size_t o_size, sl_budget **out, char *errbuf,
+                                       size_t errlen);
+SL_API int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *errbuf, size_t errlen); /* 0.1's */
+SL_API int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *errbuf, size_t errlen); /* 0.1's */
+#define sl_budget_govern(b, o, errbuf, errlen) \
+    sl_budget_govern_sized((b), (o), sizeof(sl_governor_opts), (errbuf), (errlen))
+#define sl_budget_create_auto(o, out, errbuf, errlen) \
+    sl_budget_create_auto_sized((o), sizeof(sl_governor_opts), (out), (errbuf), (errlen))
 
 typedef struct sl_budget_event {
     double t;                /* seconds since the governor started */
@@ -719,8 +800,13 @@ typedef struct sl_budget_event {
 } sl_budget_event;
 
 /* Copy up to max events starting at event first (the governor keeps the
- * last 256; first counts from the first ever made); returns how many. */
-SL_API size_t sl_budget_events(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max);
+ * last 256; first counts from the first ever made) into out, an array of
+ * events elem_size bytes apart (the caller's sizeof(sl_budget_event): the
+ * macro); returns how many. (0.2) */
+SL_API size_t sl_budget_events_sized(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max,
+                                     size_t elem_size);
+SL_API size_t sl_budget_events(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max); /* 0.1's */
+#define sl_budget_events(b, first, out, max) sl_budget_events_sized((b), (first), (out), (max), sizeof *(out))
 
 /* ---- sources (no loader) ------------------------------------------------
  * A dataset's samples and their raw values, indexed exactly as a loader
@@ -751,8 +837,11 @@ SL_API void sl_source_close(sl_source *s);
 /* Samples, and values per sample (fields with a value, in schema order). */
 SL_API uint64_t sl_source_len(const sl_source *s);
 SL_API int sl_source_num_values(const sl_source *s);
-/* Value k of sample i. 0 or SL_EINVAL (out of range). */
-SL_API int sl_source_value(const sl_source *s, uint64_t i, int k, sl_value *out);
+/* Value k of sample i into the first out_size bytes of *out. 0 or
+ * SL_EINVAL (out of range). (0.2) */
+SL_API int sl_source_value_sized(const sl_source *s, uint64_t i, int k, sl_value *out, size_t out_size);
+SL_API int sl_source_value(const sl_source *s, uint64_t i, int k, sl_value *out); /* 0.1's */
+#define sl_source_value(s, i, k, out) sl_source_value_sized((s), (i), (k), (out), sizeof *(out))
 /* Numbers [first, first + n) of a NUMBERS or INT value into out: how many
  * the value holds in all, or SL_EINVAL. */
 SL_API int sl_source_numbers(const sl_source *s, uint64_t i, int k, uint32_t first, double *out, uint32_t n);

@@ -29,7 +29,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
     probe_image,
 )
 
-#: "0.1.0": the version of the libsluice built into this extension.
+#: "0.2.0": the version of the libsluice built into this extension.
 __version__ = _sluice.version().split()[0]
 
 __all__ = [
@@ -685,7 +685,7 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
 
 
 def build_info():
-    """What this build decodes: a dict with the keys ``version`` ("0.1.0"),
+    """What this build decodes: a dict with the keys ``version`` ("0.2.0"),
     ``jpeg`` ("libjpeg-turbo 2.1.5 (libjpeg API 62)"), ``png`` ("libspng
     0.7.3"), ``webp``, ``video`` (FFmpeg's libraries) and ``nvjpeg`` (the
     library found at run time); a part this build lacks is None. From

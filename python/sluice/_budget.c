@@ -127,7 +127,7 @@ static PyObject *Budget_stats(BudgetObject *self, PyObject *unused) {
     sl_budget_stats(self->b, &s);
     PyObject *d = PyDict_New(), *mem = PyDict_New(), *peak = PyDict_New();
     if (!d || !mem || !peak) goto fail;
-    for (int c = 0; c < SL_MEM__COUNT; c++)
+    for (int c = 0; c < (int)s.mem_count; c++)
         if (put(mem, sl_mem_category_name(c), U64(s.mem[c])) || put(peak, sl_mem_category_name(c), U64(s.mem_peak[c])))
             goto fail;
     uint32_t n = s.loaders < SL_BUDGET_STATS_LOADERS ? s.loaders : SL_BUDGET_STATS_LOADERS;

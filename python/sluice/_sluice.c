@@ -183,7 +183,7 @@ static int conv_u32(PyObject *o, void *out) {
  * crop_pct, resize); missing keys stay 0 (the default). The library checks
  * the values; this checks only types and names. 0, or -1 with an exception. */
 static int recipe_from_dict(PyObject *d, sl_image_recipe *r) {
-    memset(r, 0, sizeof *r);
+    sl_image_recipe_init(r);
     if (!d || d == Py_None) return 0;
     if (!PyDict_Check(d)) {
         PyErr_Format(PyExc_TypeError, "recipe must be a dict, got %.100s", Py_TYPE(d)->tp_name);
@@ -319,6 +319,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              NULL};
     sl_config cfg;
     sl_config_init(&cfg);
+    sl_image_recipe r; /* what cfg.recipe points at; sl_loader_create copies it */
     PyObject *source = NULL, *recipe = NULL;
     const char *fields = NULL;
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
@@ -335,10 +336,11 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
             &cfg.worker_nice))
         return -1;
-    if (recipe_from_dict(recipe, &cfg.recipe) < 0) {
+    if (recipe_from_dict(recipe, &r) < 0) {
         Py_DECREF(source);
         return -1;
     }
+    cfg.recipe = &r;
     if (self->ld || self->source) {
         Py_DECREF(source);
         PyErr_SetString(PyExc_RuntimeError, "_Loader.__init__ called twice");
@@ -592,7 +594,7 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
     if (rc < 0) return raise_loader(self, rc, "stats failed");
     PyObject *d = PyDict_New(), *mem = PyDict_New(), *peak = PyDict_New();
     if (!d || !mem || !peak) goto fail;
-    for (int c = 0; c < SL_MEM__COUNT; c++) {
+    for (int c = 0; c < (int)st.mem_count; c++) {
         if (PUT_U64(mem, sl_mem_category_name(c), st.mem[c]) < 0 ||
             PUT_U64(peak, sl_mem_category_name(c), st.mem_peak[c]) < 0)
             goto fail;
@@ -1247,9 +1249,10 @@ static PyObject *mod_code_name(PyObject *m, PyObject *arg) {
 }
 
 static PyObject *mod_mem_categories(PyObject *m, PyObject *unused) {
-    PyObject *l = PyList_New(SL_MEM__COUNT);
+    int n = sl_mem_category_count();
+    PyObject *l = PyList_New(n);
     if (!l) return NULL;
-    for (int c = 0; c < SL_MEM__COUNT; c++) {
+    for (int c = 0; c < n; c++) {
         PyObject *s = PyUnicode_FromString(sl_mem_category_name(c));
         if (!s) {
             Py_DECREF(l);
@@ -1316,6 +1319,8 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
                              "max_pixels", "max_bytes", "recipe", "max_scans", NULL};
     sl_decode_opts o;
     sl_decode_opts_init(&o);
+    sl_image_recipe r;
+    o.recipe = &r;
     Py_buffer buf;
     int preset = SL_TRANSFORM_NONE;
     PyObject *max_pixels = Py_None, *max_bytes = Py_None, *recipe = NULL;
@@ -1326,7 +1331,7 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
         return NULL;
     o.preset = preset;
     if ((max_pixels != Py_None && !conv_u64(max_pixels, &o.max_pixels)) ||
-        (max_bytes != Py_None && !conv_u64(max_bytes, &o.max_bytes)) || recipe_from_dict(recipe, &o.recipe) < 0) {
+        (max_bytes != Py_None && !conv_u64(max_bytes, &o.max_bytes)) || recipe_from_dict(recipe, &r) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
     }
@@ -1369,11 +1374,13 @@ static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
     sl_decode_opts o;
     sl_decode_opts_init(&o);
     o.preset = SL_PRESET_TRAIN;
+    sl_image_recipe r;
+    o.recipe = &r;
     PyObject *recipe = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&O", kwlist, conv_u32, &w, conv_u32, &h,
                                      conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64, &o.index, &recipe))
         return NULL;
-    if (recipe_from_dict(recipe, &o.recipe) < 0) return NULL;
+    if (recipe_from_dict(recipe, &r) < 0) return NULL;
     uint32_t box[4];
     int flip = 0;
     int rc = sl_image_recipe_crop(w, h, &o, box, &flip);

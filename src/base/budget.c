@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/governor.h"
 #include "base/util.h"
 
@@ -63,20 +64,24 @@ int sl_budget_set_limit(sl_budget *b, uint64_t limit, char *err, size_t errlen) 
     return sl__budget_set_limit(&b->core, limit, 1, err, errlen);
 }
 
-int sl_budget_stats(const sl_budget *cb, sl_budget_info *o) {
-    if (!cb || !o) return SL_EINVAL;
+int sl_budget_stats_sized(const sl_budget *cb, sl_budget_info *out, size_t out_size) {
+    if (!cb || !out || !out_size) return SL_EINVAL;
     sl_budget *b = (sl_budget *)cb;
     sl__budget *r = &b->core;
+    sl_budget_info info, *o = &info;
     memset(o, 0, sizeof *o);
     o->limit = atomic_load(&r->limit);
     o->ceiling = atomic_load(&r->ceiling);
     o->used = atomic_load(&r->used);
     o->peak = atomic_load(&r->peak);
     o->fixed = atomic_load(&r->fixed);
+    o->mem_count = SL_MEM__COUNT;
     for (int c = 0; c < SL_MEM__COUNT; c++) {
         o->mem[c] = atomic_load(&r->cat[c]);
         o->mem_peak[c] = atomic_load(&r->cat_peak[c]);
     }
+    memcpy(o->reserved_0_1_mem, o->mem, sizeof o->reserved_0_1_mem); /* 0.1's arrays, where its callers look */
+    memcpy(o->reserved_0_1_mem_peak, o->mem_peak, sizeof o->reserved_0_1_mem_peak);
     o->wait_s = (double)atomic_load(&r->wait_ns) / 1e9;
     o->waiters = (uint32_t)atomic_load(&r->waiters);
     pthread_mutex_lock(&r->mu);
@@ -96,14 +101,25 @@ int sl_budget_stats(const sl_budget *cb, sl_budget_info *o) {
     pthread_mutex_lock(&b->mu);
     if (b->gov) sl__governor_stats(b->gov, o);
     pthread_mutex_unlock(&b->mu);
+    sl__abi_out(out, out_size, o, sizeof *o);
     return 0;
 }
 
-int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *err, size_t errlen) {
+/* The caller's governor options (o_size bytes; NULL: the defaults) as ours. */
+static int import_opts(sl_governor_opts *dst, const sl_governor_opts *o, size_t o_size, char *err, size_t errlen) {
+    sl_governor_opts_init(dst);
+    return o ? sl__abi_in(dst, sizeof *dst, o, o_size, SL__SIZE_0_1_GOVERNOR_OPTS, "sl_governor_opts",
+                          "initialise the options with sl_governor_opts_init", err, errlen)
+             : 0;
+}
+
+int sl_budget_govern_sized(sl_budget *b, const sl_governor_opts *co, size_t o_size, char *err, size_t errlen) {
     if (!b) return SL_EINVAL;
+    sl_governor_opts oc, *o = &oc;
+    int rc = import_opts(&oc, co, o_size, err, errlen);
+    if (rc) return rc;
     char x[32];
     pthread_mutex_lock(&b->mu);
-    int rc = 0;
     if (b->gov) {
         sl__msg(err, errlen, "a governor already runs on this budget");
         rc = SL_ESTATE;
@@ -123,14 +139,13 @@ int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *err, size_t 
     return rc;
 }
 
-int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *err, size_t errlen) {
+int sl_budget_create_auto_sized(const sl_governor_opts *co, size_t o_size, sl_budget **out, char *err,
+                                size_t errlen) {
     if (!out) return SL_EINVAL;
     *out = NULL;
-    sl_governor_opts d;
-    if (!o) {
-        sl_governor_opts_init(&d);
-        o = &d;
-    }
+    sl_governor_opts oc, *o = &oc;
+    int rc = import_opts(&oc, co, o_size, err, errlen);
+    if (rc) return rc;
     sl__gov_reading r;
     sl__gov_read(o->cgroup_dir, &r);
     uint64_t room = r.has_cgroup_limit ? r.cg_limit : r.has_available ? r.mem_available : 0;
@@ -147,8 +162,7 @@ int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *err,
     }
     /* the ceiling: all the container allows; the governor brings the live
      * limit down to what is left at its first sample */
-    int rc = sl_budget_create(room - margin, out);
-    if (rc) return rc;
+    if ((rc = sl_budget_create(room - margin, out))) return rc;
     if ((rc = sl_budget_govern(*out, o, err, errlen))) {
         sl_budget_destroy(*out);
         *out = NULL;
@@ -156,11 +170,12 @@ int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *err,
     return rc;
 }
 
-size_t sl_budget_events(const sl_budget *cb, uint64_t first, sl_budget_event *out, size_t max) {
-    if (!cb || !out) return 0;
+size_t sl_budget_events_sized(const sl_budget *cb, uint64_t first, sl_budget_event *out, size_t max,
+                              size_t elem_size) {
+    if (!cb || !out || !elem_size) return 0;
     sl_budget *b = (sl_budget *)cb;
     pthread_mutex_lock(&b->mu);
-    size_t n = b->gov ? sl__governor_events(b->gov, first, out, max) : 0;
+    size_t n = b->gov ? sl__governor_events(b->gov, first, out, max, elem_size) : 0;
     pthread_mutex_unlock(&b->mu);
     return n;
 }

@@ -1,4 +1,5 @@
 /* Error names, version number: the small public helpers (sizes: size.c). */
+#include "base/mem.h"
 #include "base/util.h"
 #include "sluice.h"
 
@@ -35,6 +36,9 @@ const char *sl_mem_category_name(int c) {
     static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned", "cache"};
     return c >= 0 && c < SL_MEM__COUNT ? names[c] : "unknown";
 }
+
+int sl_mem_category_count(void) { return SL_MEM__COUNT; }
+
 size_t sl_dtype_size(int dtype) {
     switch (dtype) {
     case SL_DTYPE_UINT8: case SL_DTYPE_INT8: case SL_DTYPE_BOOL: return 1;

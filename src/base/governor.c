@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 #include "base/sys/cgroup.h"
 #include "base/sys/procfs.h"
@@ -18,11 +19,13 @@
 #define PUBLISHED 8 /* moves in the status file */
 #define PUBLISH_NS 1000000000ull /* the status file is rewritten at least this often */
 
-void sl_governor_opts_init(sl_governor_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->period_ms = 100;
-    o->grow_after_ms = 1000;
-    o->psi_high = 10.0;
+void sl_governor_opts_init_sized(sl_governor_opts *o, size_t struct_size) {
+    sl_governor_opts d;
+    memset(&d, 0, sizeof d);
+    d.period_ms = 100;
+    d.grow_after_ms = 1000;
+    d.psi_high = 10.0;
+    sl__abi_out(o, struct_size, &d, sizeof d);
 }
 
 /* ---- the decision ------------------------------------------------------------ */
@@ -347,12 +350,13 @@ void sl__governor_stats(sl__governor *g, sl_budget_info *st) {
     pthread_mutex_unlock(&g->mu);
 }
 
-size_t sl__governor_events(sl__governor *g, uint64_t first, sl_budget_event *out, size_t max) {
+size_t sl__governor_events(sl__governor *g, uint64_t first, void *out, size_t max, size_t elem_size) {
     pthread_mutex_lock(&g->mu);
     uint64_t oldest = g->nev > EVENTS ? g->nev - EVENTS : 0;
     if (first < oldest) first = oldest;
     size_t n = 0;
-    for (uint64_t i = first; i < g->nev && n < max; i++) out[n++] = g->ev[i % EVENTS];
+    for (uint64_t i = first; i < g->nev && n < max; i++, n++)
+        sl__abi_out((char *)out + n * elem_size, elem_size, &g->ev[i % EVENTS], sizeof g->ev[0]);
     pthread_mutex_unlock(&g->mu);
     return n;
 }

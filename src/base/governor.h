@@ -71,6 +71,8 @@ int sl__governor_start(sl__budget *b, const sl_governor_opts *o, sl__governor **
 void sl__governor_stop(sl__governor *g);
 /* Its readings and moves into st. */
 void sl__governor_stats(sl__governor *g, sl_budget_info *st);
-size_t sl__governor_events(sl__governor *g, uint64_t first, sl_budget_event *out, size_t max);
+/* Events from first on into out, an array of max events elem_size bytes
+ * apart (the caller's sl_budget_event); returns how many. */
+size_t sl__governor_events(sl__governor *g, uint64_t first, void *out, size_t max, size_t elem_size);
 
 #endif

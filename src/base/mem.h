@@ -47,6 +47,11 @@
 
 #include "sluice.h"
 
+/* The memory categories this library counts (SL_MEM_* of sluice.h): the
+ * mem_count its stats report, within their SL_MEM_CAPACITY entries. */
+#define SL_MEM__COUNT (SL_MEM_CACHE + 1)
+_Static_assert(SL_MEM__COUNT <= SL_MEM_CAPACITY, "a memory category past the stats' capacity");
+
 /* A thread waiting for budget: a node on its own stack, in the root's queue. */
 typedef struct sl__waiter {
     struct sl__waiter *next;

@@ -80,7 +80,9 @@ int sl__recipe_opts(const sl__field *f, void *opts, const sl_config *cfg, uint32
     static const char *const presets[] = {"train", "val", NULL};
     static const char *const interps[] = {"bilinear", "bicubic", NULL};
     /* unset options: the loader's own (so the default schema is the loader without one) */
-    sl_image_recipe r = cfg->recipe;
+    sl_image_recipe r;
+    if (cfg->recipe) r = *cfg->recipe;
+    else sl_image_recipe_init(&r);
     int preset = cfg->preset == SL_PRESET_VAL ? 1 : 0, interp = r.interpolation;
     int exif = (cfg->flags & SL_FLAG_EXIF) != 0, alpha = (cfg->flags & SL_FLAG_KEEP_ALPHA) != 0;
     int fast = (cfg->flags & SL_FLAG_FAST) != 0;

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/util.h"
 #include "fields/field.h"
+#include "ops/ops.h"
 
 _Static_assert((int)SL_VALUE_FILE == (int)SL__VAL_FILE && (int)SL_VALUE_FILES == (int)SL__VAL_FILES &&
                    (int)SL_VALUE_INT == (int)SL__VAL_INT && (int)SL_VALUE_NUMBERS == (int)SL__VAL_NUMBERS,
@@ -23,21 +25,20 @@ struct sl_source {
     const sl__field *val[SL__MAX_FIELDS];  /* value k: its field (col = k) */
 };
 
-#define CONFIG_SIZE_V1 (offsetof(sl_config, fields) + sizeof(const char *))
-
 int sl_source_open(const sl_config *cfg, sl_source **out, char *err, size_t errlen) {
     if (!cfg || !out) return SL_EINVAL;
     *out = NULL;
-    if (cfg->struct_size < CONFIG_SIZE_V1 || cfg->struct_size > sizeof(sl_config) || !cfg->source) {
-        sl__msg(err, errlen, "sl_config: initialise it with sl_config_init and set source");
+    sl_config c;
+    sl_image_recipe recipe;
+    int rc = sl__config_import(&c, &recipe, cfg, err, errlen);
+    if (rc) return rc;
+    if (!c.source) {
+        sl__msg(err, errlen, "sl_config: set source");
         return SL_EINVAL;
     }
-    sl_config c;
-    sl_config_init(&c);
-    memcpy(&c, cfg, cfg->struct_size);
     sl_source *s = calloc(1, sizeof *s);
     if (!s) return SL_ENOMEM;
-    int rc = sl__budget_init(&s->budget, c.budget ? c.budget : (uint64_t)512 << 20);
+    rc = sl__budget_init(&s->budget, c.budget ? c.budget : (uint64_t)512 << 20);
     if (rc) {
         free(s);
         return rc;
@@ -69,13 +70,16 @@ void sl_source_close(sl_source *s) {
 uint64_t sl_source_len(const sl_source *s) { return s ? sl__source_count(s->src) : 0; }
 int sl_source_num_values(const sl_source *s) { return s ? (int)s->n : 0; }
 
-int sl_source_value(const sl_source *s, uint64_t i, int k, sl_value *out) {
-    if (!s || !out || k < 0 || (uint32_t)k >= s->n) return SL_EINVAL;
+int sl_source_value_sized(const sl_source *s, uint64_t i, int k, sl_value *out, size_t out_size) {
+    if (!s || !out || !out_size || k < 0 || (uint32_t)k >= s->n) return SL_EINVAL;
     const sl__field *f = s->val[k];
-    memset(out, 0, sizeof *out);
-    out->name = f->name;
-    out->kind = f->kind->id;
-    return sl__source_value(s->src, i, (uint32_t)f->col, &out->type, &out->count, &out->ival);
+    sl_value v;
+    memset(&v, 0, sizeof v);
+    v.name = f->name;
+    v.kind = f->kind->id;
+    int rc = sl__source_value(s->src, i, (uint32_t)f->col, &v.type, &v.count, &v.ival);
+    sl__abi_out(out, out_size, &v, sizeof v);
+    return rc;
 }
 
 int sl_source_numbers(const sl_source *s, uint64_t i, int k, uint32_t first, double *out, uint32_t n) {

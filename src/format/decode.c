@@ -104,7 +104,7 @@ int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_i
 }
 
 /* The runtime version names the formats this build decodes, from the
- * registry: "0.1.0 (jpeg libjpeg-turbo, png libspng, webp off)". */
+ * registry: "0.2.0 (jpeg libjpeg-turbo, png libspng, webp off)". */
 const char *sl_version(void) {
     static char v[160];
     if (!v[0]) {

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/abi.h"
 #include "base/util.h"
 #include "format/video.h"
 #include "ops/ops.h"
@@ -119,16 +120,26 @@ int sl__video_plan(const sl__video_info *info, const sl__clip_spec *spec, sl__rn
 #define DEFAULT_MAX_FRAMES ((uint64_t)1000000)
 #define DEFAULT_MAX_BYTES ((uint64_t)4 << 30)
 
-void sl_video_opts_init(sl_video_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->frames = 16;
-    o->stride = 2;
-    o->size = 112;
-    o->preset = SL_PRESET_TRAIN;
-    o->short_clip = SL_CLIP_PAD;
-    o->max_pixels = DEFAULT_MAX_PIXELS;
-    o->max_frames = DEFAULT_MAX_FRAMES;
-    o->max_bytes = DEFAULT_MAX_BYTES;
+void sl_video_opts_init_sized(sl_video_opts *o, size_t struct_size) {
+    sl_video_opts d;
+    memset(&d, 0, sizeof d);
+    d.frames = 16;
+    d.stride = 2;
+    d.size = 112;
+    d.preset = SL_PRESET_TRAIN;
+    d.short_clip = SL_CLIP_PAD;
+    d.max_pixels = DEFAULT_MAX_PIXELS;
+    d.max_frames = DEFAULT_MAX_FRAMES;
+    d.max_bytes = DEFAULT_MAX_BYTES;
+    sl__abi_out(o, struct_size, &d, sizeof d);
+}
+
+/* The caller's options (o_size bytes; NULL: the defaults) as ours. */
+static int import_opts(sl_video_opts *dst, const sl_video_opts *o, size_t o_size, char *err, size_t errlen) {
+    sl_video_opts_init(dst);
+    return o ? sl__abi_in(dst, sizeof *dst, o, o_size, SL__SIZE_0_1_VIDEO_OPTS, "sl_video_opts",
+                          "initialise the options with sl_video_opts_init", err, errlen)
+             : 0;
 }
 
 /* Open path as a sample: its whole file. */
@@ -160,38 +171,49 @@ static int probe(const char *path, const sl_video_opts *o, sl__sample_file *f, s
     return rc;
 }
 
-int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info, char *errbuf, size_t errlen) {
-    sl_video_opts def;
-    if (!o) sl_video_opts_init(&def), o = &def;
-    if (!path || !info) return SL_EINVAL;
+int sl_video_probe_sized(const char *path, const sl_video_opts *co, size_t o_size, sl_video_info *info,
+                         size_t info_size, char *errbuf, size_t errlen) {
+    if (!path || !info || !info_size) return SL_EINVAL;
+    sl_video_opts oc, *o = &oc;
+    int rc = import_opts(&oc, co, o_size, errbuf, errlen);
+    if (rc) return rc;
     sl__sample_file f;
     sl__video_info vi;
-    int rc = probe(path, o, &f, &vi, errbuf, errlen);
+    rc = probe(path, o, &f, &vi, errbuf, errlen);
     if (rc) return rc;
     close(f.fd);
-    memset(info, 0, sizeof *info);
-    info->width = vi.width, info->height = vi.height, info->rotation = vi.rotation;
-    info->fps = vi.fps, info->duration = vi.duration, info->frames = vi.frames;
-    memcpy(info->codec, vi.codec, sizeof info->codec);
+    sl_video_info i;
+    memset(&i, 0, sizeof i);
+    i.width = vi.width, i.height = vi.height, i.rotation = vi.rotation;
+    i.fps = vi.fps, i.duration = vi.duration, i.frames = vi.frames;
+    memcpy(i.codec, vi.codec, sizeof i.codec);
+    sl__abi_out(info, info_size, &i, sizeof i);
     return 0;
 }
 
-static void report(const sl__clip_plan *p, sl_video_clip *clip) {
-    memcpy(clip->box, p->box, sizeof clip->box);
-    clip->flip = p->flip;
-    clip->scaled_w = p->scaled_w, clip->scaled_h = p->scaled_h;
-    clip->win_x = p->win_x, clip->win_y = p->win_y;
-    if (clip->frame_index) memcpy(clip->frame_index, p->frame, p->frames * sizeof *clip->frame_index);
+/* What the clip took, into the caller's clip (clip_size bytes), whose
+ * frame_index (when its size holds it) names where the frames go. */
+static void report(const sl__clip_plan *p, sl_video_clip *clip, size_t clip_size) {
+    sl_video_clip c;
+    memset(&c, 0, sizeof c);
+    if (clip_size >= SL__ABI_END(sl_video_clip, frame_index)) c.frame_index = clip->frame_index;
+    memcpy(c.box, p->box, sizeof c.box);
+    c.flip = p->flip;
+    c.scaled_w = p->scaled_w, c.scaled_h = p->scaled_h;
+    c.win_x = p->win_x, c.win_y = p->win_y;
+    if (c.frame_index) memcpy(c.frame_index, p->frame, p->frames * sizeof *c.frame_index);
+    sl__abi_out(clip, clip_size, &c, sizeof c);
 }
 
-int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len, sl_video_clip *clip,
-                    char *errbuf, size_t errlen) {
-    sl_video_opts def;
-    if (!o) sl_video_opts_init(&def), o = &def;
-    if (!path) return SL_EINVAL;
+int sl_video_decode_sized(const char *path, const sl_video_opts *co, size_t o_size, void *out, size_t out_len,
+                          sl_video_clip *clip, size_t clip_size, char *errbuf, size_t errlen) {
+    if (!path || (clip && !clip_size)) return SL_EINVAL;
+    sl_video_opts oc, *o = &oc;
+    int rc = import_opts(&oc, co, o_size, errbuf, errlen);
+    if (rc) return rc;
     sl__sample_file f;
     sl__video_info vi;
-    int rc = probe(path, o, &f, &vi, errbuf, errlen);
+    rc = probe(path, o, &f, &vi, errbuf, errlen);
     if (rc) return rc;
     sl__clip_spec spec = {o->frames, o->stride, o->fps, o->short_clip, {0}};
     rc = sl__recipe_make(o->preset, o->size, NULL, 0, 0, &spec.recipe, errbuf, errlen);
@@ -209,7 +231,7 @@ int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t 
         sl__quota q = {p->quota, 0, 0, 0};
         rc = sl__video_decode(&f, &vi, p, &q, NULL, out, errbuf, errlen);
     }
-    if (rc == 0 && clip) report(p, clip);
+    if (rc == 0 && clip) report(p, clip, clip_size);
     free(p);
     close(f.fd);
     return rc;

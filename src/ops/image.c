@@ -2,40 +2,46 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/util.h"
 #include "ops/ops.h"
 
 #define DEFAULT_MAX_PIXELS (1ull << 26)
 #define DEFAULT_MAX_BYTES (64ull << 20)
 
-int sl_image_probe(const void *data, size_t len, sl_image_info *info) {
-    if (!data && len) return SL_EINVAL;
-    if (!info) return SL_EINVAL;
-    return sl__probe(data, len, info, NULL, 0);
+int sl_image_probe_sized(const void *data, size_t len, sl_image_info *info, size_t info_size) {
+    if ((!data && len) || !info || !info_size) return SL_EINVAL;
+    sl_image_info i;
+    memset(&i, 0, sizeof i);
+    int rc = sl__probe(data, len, &i, NULL, 0);
+    if (!rc) sl__abi_out(info, info_size, &i, sizeof i);
+    return rc;
 }
 
 void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size) {
     sl_decode_opts d;
     memset(&d, 0, sizeof d);
-    d.struct_size = SL_MIN(struct_size, sizeof d);
+    d.struct_size = struct_size;
     d.preset = SL_TRANSFORM_NONE;
     d.size = 224;
     d.max_pixels = DEFAULT_MAX_PIXELS;
     d.max_bytes = DEFAULT_MAX_BYTES;
-    memcpy(o, &d, d.struct_size);
+    sl__abi_out(o, struct_size, &d, sizeof d);
 }
 
-/* The caller's options over the defaults (newer fields keep defaults). */
-static int copy_opts(sl_decode_opts *dst, const sl_decode_opts *o, char *err, size_t errlen) {
-    if (o->struct_size < offsetof(sl_decode_opts, flags) + sizeof o->flags || o->struct_size > sizeof *dst) {
-        sl__msg(err, errlen, "sl_decode_opts.struct_size is %zu: initialise the options with sl_decode_opts_init",
-                o->struct_size);
-        return SL_EINVAL;
-    }
+/* The caller's options over the defaults (newer fields keep defaults),
+ * dst->recipe pointing at *recipe, the recipe they ask for. */
+static int copy_opts(sl_decode_opts *dst, sl_image_recipe *recipe, const sl_decode_opts *o, char *err,
+                     size_t errlen) {
     sl_decode_opts_init(dst);
-    memcpy(dst, o, o->struct_size);
+    int rc = sl__abi_in(dst, sizeof *dst, o, o->struct_size, SL__SIZE_DECODE_OPTS_MIN, "sl_decode_opts",
+                        "initialise the options with sl_decode_opts_init", err, errlen);
+    if (!rc)
+        rc = sl__recipe_import(recipe, o->struct_size, SL__ABI_END(sl_decode_opts, recipe), dst->recipe,
+                               dst->reserved_0_1_recipe, "sl_decode_opts.recipe", err, errlen);
     dst->struct_size = sizeof *dst;
-    return 0;
+    dst->recipe = recipe;
+    return rc;
 }
 
 /* Probe + limits + plan: what the public entry points need. A limit of 0
@@ -44,8 +50,9 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_
                    char *err, size_t errlen) {
     if (!opts || (!data && len)) return SL_EINVAL;
     sl_decode_opts oc, *o = &oc;
+    sl_image_recipe r;
     sl__recipe recipe;
-    int rc = copy_opts(&oc, opts, err, errlen);
+    int rc = copy_opts(&oc, &r, opts, err, errlen);
     if (rc) return rc;
     uint64_t max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
     uint64_t max_pixels = o->max_pixels ? o->max_pixels : DEFAULT_MAX_PIXELS;
@@ -107,11 +114,15 @@ int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, uint64_t
     return sl_image_recipe_crop(width, height, &o, box, flip);
 }
 
-int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4], int *flip) {
-    if (!width || !height || !box || !o) return SL_EINVAL;
+int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *opts, uint32_t box[4], int *flip) {
+    if (!width || !height || !box || !opts) return SL_EINVAL;
+    sl_decode_opts oc, *o = &oc;
+    sl_image_recipe in;
     sl__recipe recipe;
-    int rc = sl__recipe_make(SL_PRESET_TRAIN, o->size ? o->size : 1, &o->recipe, o->flags, o->max_scans, &recipe,
-                             NULL, 0);
+    int rc = copy_opts(&oc, &in, opts, NULL, 0);
+    if (!rc)
+        rc = sl__recipe_make(SL_PRESET_TRAIN, o->size ? o->size : 1, o->recipe, o->flags, o->max_scans, &recipe, NULL,
+                             0);
     if (rc) return rc;
     sl__rng r;
     sl__rng_init(&r, o->seed, o->epoch, o->index);

@@ -63,9 +63,23 @@ int sl__recipe_make(int preset, uint32_t size, const sl_image_recipe *in, uint32
                     sl__recipe *out, char *reason, size_t rlen);
 int sl__recipe_from_config(const sl_config *c, sl__recipe *out, char *reason, size_t rlen);
 int sl__recipe_from_opts(const sl_decode_opts *o, sl__recipe *out, char *reason, size_t rlen);
-/* Output height and width a (valid) configuration gives its images. */
-static inline uint32_t sl__recipe_out_h(const sl_config *c) { return c->recipe.height ? c->recipe.height : c->size; }
-static inline uint32_t sl__recipe_out_w(const sl_config *c) { return c->recipe.width ? c->recipe.width : c->size; }
+/*
+ * The recipe a caller's sl_config or sl_decode_opts asks for, into *dst
+ * (this library's layout, struct_size ours). caller_size is the caller's
+ * struct_size, ptr_end where the struct's recipe pointer ends: a caller
+ * whose struct holds the pointer gets *ptr (NULL: the classic presets;
+ * its struct_size checked as sl__abi_in does), an older one the 0.1
+ * recipe embedded at legacy (reserved_0_1_recipe, of the library's copy
+ * of the struct: zeros where the caller's was too short). 0, or SL_EINVAL
+ * / SL_EUNSUPPORTED with a sentence naming `what`.
+ */
+int sl__recipe_import(sl_image_recipe *dst, size_t caller_size, size_t ptr_end, const sl_image_recipe *ptr,
+                      const uint64_t *legacy, const char *what, char *err, size_t errlen);
+/* A caller's configuration over the defaults (sl_config_init): its size
+ * checked (sl__abi_in), its recipe resolved into *recipe and dst->recipe
+ * pointing there, struct_size ours. Nothing else is checked. 0, or
+ * SL_EINVAL / SL_EUNSUPPORTED with a sentence. */
+int sl__config_import(sl_config *dst, sl_image_recipe *recipe, const sl_config *cfg, char *err, size_t errlen);
 
 typedef struct sl__plan {
     int preset;              /* SL_PRESET_TRAIN, SL_PRESET_VAL, SL_TRANSFORM_NONE */

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/util.h"
 #include "ops/ops.h"
 
@@ -122,11 +123,54 @@ int sl__recipe_make(int preset, uint32_t size, const sl_image_recipe *in, uint32
 }
 
 int sl__recipe_from_config(const sl_config *c, sl__recipe *out, char *reason, size_t rlen) {
-    return sl__recipe_make(c->preset, c->size, &c->recipe, c->flags, c->max_scans, out, reason, rlen);
+    return sl__recipe_make(c->preset, c->size, c->recipe, c->flags, c->max_scans, out, reason, rlen);
 }
 
 int sl__recipe_from_opts(const sl_decode_opts *o, sl__recipe *out, char *reason, size_t rlen) {
-    return sl__recipe_make(o->preset, o->size, &o->recipe, o->flags, o->max_scans, out, reason, rlen);
+    return sl__recipe_make(o->preset, o->size, o->recipe, o->flags, o->max_scans, out, reason, rlen);
+}
+
+/* ---- the caller's recipe ------------------------------------------------- */
+
+void sl_image_recipe_init_sized(sl_image_recipe *r, size_t struct_size) {
+    sl_image_recipe d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = struct_size;
+    sl__abi_out(r, struct_size, &d, sizeof d);
+}
+
+int sl__recipe_import(sl_image_recipe *dst, size_t caller_size, size_t ptr_end, const sl_image_recipe *ptr,
+                      const uint64_t *legacy, const char *what, char *err, size_t errlen) {
+    sl_image_recipe_init(dst);
+    if (caller_size >= ptr_end) {
+        if (!ptr) return 0;
+        int rc = sl__abi_in(dst, sizeof *dst, ptr, ptr->struct_size, SL__SIZE_RECIPE_MIN, what,
+                            "initialise it with sl_image_recipe_init", err, errlen);
+        dst->struct_size = sizeof *dst;
+        return rc;
+    }
+    sl__recipe_0_1 v;
+    memcpy(&v, legacy, sizeof v);
+    dst->height = v.height, dst->width = v.width;
+    dst->interpolation = v.interpolation;
+    dst->scale_min = v.scale_min, dst->scale_max = v.scale_max;
+    dst->ratio_min = v.ratio_min, dst->ratio_max = v.ratio_max;
+    dst->hflip = v.hflip;
+    dst->crop_pct = v.crop_pct;
+    dst->resize = v.resize;
+    return 0;
+}
+
+int sl__config_import(sl_config *dst, sl_image_recipe *recipe, const sl_config *cfg, char *err, size_t errlen) {
+    sl_config_init(dst);
+    int rc = sl__abi_in(dst, sizeof *dst, cfg, cfg->struct_size, SL__SIZE_CONFIG_MIN, "sl_config",
+                        "initialise the configuration with sl_config_init", err, errlen);
+    if (!rc)
+        rc = sl__recipe_import(recipe, cfg->struct_size, SL__ABI_END(sl_config, recipe), dst->recipe,
+                               dst->reserved_0_1_recipe, "sl_config.recipe", err, errlen);
+    dst->struct_size = sizeof *dst;
+    dst->recipe = recipe;
+    return rc;
 }
 
 /* ---- the train box ------------------------------------------------------ */

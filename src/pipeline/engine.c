@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/abi.h"
 #include "base/hash.h"
 #include "base/util.h"
 #include "pipeline/loader_impl.h"
@@ -710,13 +711,13 @@ int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
     return code;
 }
 
-int sl_loader_last_error(const sl_loader *cld, sl_error_record *out) {
-    if (!cld || !out) return SL_EINVAL;
+int sl_loader_last_error_sized(const sl_loader *cld, sl_error_record *out, size_t out_size) {
+    if (!cld || !out || !out_size) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
     if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     int rc = ld->has_last_err ? 0 : SL_EEND;
-    if (!rc) *out = ld->last_err;
+    if (!rc) sl__abi_out(out, out_size, &ld->last_err, sizeof ld->last_err);
     pthread_mutex_unlock(&ld->mu);
     return rc;
 }

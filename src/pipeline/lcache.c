@@ -101,7 +101,7 @@ static int shm_name(const sl_loader *ld, char *name, size_t len, char *err, size
     if (c->cache_what == SL_CACHE_DECODED) {
         uint64_t geo[4] = {c->size, (uint64_t)c->preset, c->flags, c->max_scans};
         h = sl__hash64(geo, sizeof geo, h);
-        h = sl__hash64(&c->recipe, sizeof c->recipe, h);
+        if (c->recipe) h = sl__hash64(c->recipe, sizeof *c->recipe, h);
     }
     char variant[80];
     snprintf(variant, sizeof variant, "%s;F=%u;%016llx", c->cache_what == SL_CACHE_DECODED ? "decoded" : "encoded",

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/abi.h"
 #include "base/budget.h"
 #include "base/cpus.h"
 #include "base/util.h"
@@ -24,17 +25,13 @@
 #define DEFAULT_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_MAX_PIXELS (1ull << 26)
 #define DEFAULT_MAX_BYTES ((uint64_t)64 << 20)
-/* The smallest sl_config a caller can be built with: the first header that
- * carried struct_size. */
-#define CONFIG_SIZE_V1 (offsetof(sl_config, fields) + sizeof(const char *))
 
 typedef unsigned long long ull;
 
 void sl_config_init_sized(sl_config *c, size_t struct_size) {
-    size_t n = SL_MIN(struct_size, sizeof *c);
     sl_config d;
     memset(&d, 0, sizeof d);
-    d.struct_size = n;
+    d.struct_size = struct_size;
     d.batch_size = 256;
     d.size = 224;
     d.preset = SL_PRESET_TRAIN;
@@ -48,7 +45,7 @@ void sl_config_init_sized(sl_config *c, size_t struct_size) {
     d.max_error_records = 1000;
     d.max_error_rate = 0.1;
     d.worker_nice = SL_WORKER_NICE;
-    memcpy(c, &d, n);
+    sl__abi_out(c, struct_size, &d, sizeof d);
 }
 
 /* ---- step 1: the configuration ---------------------------------------------- */
@@ -85,18 +82,11 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
 }
 
 /* Copy the caller's configuration over the defaults (a caller built with
- * an older header leaves the newer fields at their defaults). */
-static int copy_config(sl_config *dst, const sl_config *cfg, char *err, size_t errlen) {
-    if (cfg->struct_size < CONFIG_SIZE_V1 || cfg->struct_size > sizeof *dst) {
-        sl__msg(err, errlen,
-                "sl_config.struct_size is %zu: initialise the configuration with sl_config_init (this library "
-                "knows sizes %zu to %zu)",
-                cfg->struct_size, (size_t)CONFIG_SIZE_V1, sizeof *dst);
-        return SL_EINVAL;
-    }
-    sl_config_init(dst);
-    memcpy(dst, cfg, cfg->struct_size);
-    dst->struct_size = sizeof *dst;
+ * an older header leaves the newer fields at their defaults); dst->recipe
+ * points at *recipe, the recipe it asks for. */
+static int copy_config(sl_config *dst, sl_image_recipe *recipe, const sl_config *cfg, char *err, size_t errlen) {
+    int rc = sl__config_import(dst, recipe, cfg, err, errlen);
+    if (rc) return rc;
     if (dst->max_pixels == 0) dst->max_pixels = DEFAULT_MAX_PIXELS;
     if (dst->max_bytes == 0) dst->max_bytes = DEFAULT_MAX_BYTES;
     if (dst->min_slots == 0) dst->min_slots = 1;
@@ -169,11 +159,14 @@ static void free_new(sl_loader *ld) {
 /* A new loader holding its configuration, budget and locks; nothing else. */
 static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t errlen) {
     sl_config c;
-    int rc = copy_config(&c, cfg, err, errlen);
+    sl_image_recipe recipe;
+    int rc = copy_config(&c, &recipe, cfg, err, errlen);
     if (rc) return rc;
     sl_loader *ld = calloc(1, sizeof *ld);
     if (!ld) return SL_ENOMEM;
     ld->cfg = c;
+    ld->recipe = recipe;
+    ld->cfg.recipe = &ld->recipe;
     ld->budget = &ld->own_budget;
     if ((rc = sl__budget_init(ld->budget, c.budget))) {
         free(ld);
@@ -714,14 +707,17 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     o->accounted_bytes = atomic_load(&ld->budget->used);
     o->peak_accounted_bytes = atomic_load(&ld->budget->peak);
     o->fixed_bytes = atomic_load(&ld->budget->fixed);
+    o->mem_count = SL_MEM__COUNT;
     for (int c = 0; c < SL_MEM__COUNT; c++) {
         o->mem[c] = atomic_load(&ld->budget->cat[c]);
         o->mem_peak[c] = atomic_load(&ld->budget->cat_peak[c]);
     }
+    memcpy(o->reserved_0_1_mem, o->mem, sizeof o->reserved_0_1_mem); /* 0.1's arrays, where its callers look */
+    memcpy(o->reserved_0_1_mem_peak, o->mem_peak, sizeof o->reserved_0_1_mem_peak);
     o->index_seconds = ld->index_seconds;
     sl__lcache_stats(ld, o);
     sl__gstage_stats(ld, o);
-    memcpy(out, o, SL_MIN(out_size, sizeof *o));
+    sl__abi_out(out, out_size, o, sizeof *o);
     return 0;
 }
 
@@ -744,22 +740,28 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
     snprintf(s->last_err.reason, sizeof s->last_err.reason, "%s", reason && *reason ? reason : sl_strerror(code));
 }
 
-size_t sl_loader_errors(const sl_loader *cld, size_t first, sl_error_record *out, size_t max) {
-    if (!cld || !out || cld->forked) return 0;
+size_t sl_loader_errors_sized(const sl_loader *cld, size_t first, sl_error_record *out, size_t max,
+                              size_t elem_size) {
+    if (!cld || !out || !elem_size || cld->forked) return 0;
     sl_loader *ld = (sl_loader *)cld;
     uint64_t seen = atomic_load(&ld->delivered_cno);
     pthread_mutex_lock(&ld->errmu);
     size_t n = 0;
-    for (size_t i = first; i < ld->nerrs_kept && n < max && ld->errs[i].cno <= seen; i++) out[n++] = ld->errs[i].rec;
+    for (size_t i = first; i < ld->nerrs_kept && n < max && ld->errs[i].cno <= seen; i++, n++)
+        sl__abi_out((char *)out + n * elem_size, elem_size, &ld->errs[i].rec, sizeof ld->errs[i].rec);
     pthread_mutex_unlock(&ld->errmu);
     return n;
 }
 
-int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
-    if (!cld || !st) return SL_EINVAL;
+int sl_loader_get_state_sized(const sl_loader *cld, sl_state *out, size_t out_size) {
+    if (!cld || !out || !out_size) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
+    if (ld->forked) {
+        memset(out, 0, out_size);
+        return SL_ESTATE;
+    }
+    sl_state s, *st = &s;
     memset(st, 0, sizeof *st);
-    if (ld->forked) return SL_ESTATE;
     pthread_mutex_lock(&ld->mu);
     st->version = SL_STATE_VERSION;
     st->seed = ld->cfg.seed;
@@ -772,6 +774,7 @@ int sl_loader_get_state(const sl_loader *cld, sl_state *st) {
     st->batch_size = ld->B;
     st->flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
     pthread_mutex_unlock(&ld->mu);
+    sl__abi_out(out, out_size, st, sizeof *st);
     return 0;
 }
 
@@ -784,9 +787,14 @@ static int state_reachable(const sl_loader *ld, const sl_state *st) {
     return ld->cfg.drop_last ? start + B <= st->tail : start < st->tail;
 }
 
-int sl_loader_set_state(sl_loader *ld, const sl_state *st) {
-    if (!ld || !st) return SL_EINVAL;
+int sl_loader_set_state_sized(sl_loader *ld, const sl_state *cst, size_t st_size) {
+    if (!ld || !cst) return SL_EINVAL;
     if (ld->forked) return SL_ESTATE;
+    sl_state s, *st = &s;
+    memset(st, 0, sizeof *st);
+    int rc = sl__abi_in(st, sizeof *st, cst, st_size, SL__SIZE_0_1_STATE, "sl_state", "take it from sl_loader_get_state",
+                        NULL, 0);
+    if (rc) return rc;
     uint32_t flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
     if (st->version != SL_STATE_VERSION || st->seed != ld->cfg.seed || st->dataset_size != ld->sampler.n ||
         st->rank != ld->cfg.rank || st->world_size != ld->cfg.world_size || st->batch_size != ld->B ||

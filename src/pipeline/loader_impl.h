@@ -165,6 +165,7 @@ struct sl_loader {
     uint64_t sample_cap;     /* most scratch growth one sample may have (admit.c) */
     char *source_path;       /* the configuration's strings, copied */
     char *fields_json;
+    sl_image_recipe recipe;  /* the recipe cfg.recipe points at, copied */
     sl__budget *budget;      /* everything the loader holds is counted here */
     sl__budget own_budget;   /* the loader's own budget (what budget points at); with
                                 cfg.shared_budget, a child of the shared one */

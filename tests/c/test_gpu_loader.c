@@ -321,7 +321,10 @@ TEST(gpu_loader_refusals_name_the_numbers) {
     sl_loader_destroy(ld);
     /* a schema whose image the GPU does not resize: bicubic */
     c = base_config(d, SL_DECODE_GPU, 2);
-    c.recipe.interpolation = SL_INTERP_BICUBIC;
+    sl_image_recipe bicubic;
+    sl_image_recipe_init(&bicubic);
+    bicubic.interpolation = SL_INTERP_BICUBIC;
+    c.recipe = &bicubic;
     CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EUNSUPPORTED);
     CHECK_STR_CONTAINS(err, "bicubic");
     free(d);

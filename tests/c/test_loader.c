@@ -208,7 +208,7 @@ static void *watch(void *arg) {
             SL_FAIL("accounted %llu > budget %llu", (unsigned long long)st.accounted_bytes,
                     (unsigned long long)st.budget_bytes);
         uint64_t sum = 0;
-        for (int c = 0; c < SL_MEM__COUNT; c++) sum += st.mem[c];
+        for (uint32_t c = 0; c < st.mem_count; c++) sum += st.mem[c];
         (void)sum; /* categories are read one by one: only their peaks are checked (below) */
         if (st.accounted_bytes > w->max_seen) w->max_seen = st.accounted_bytes;
         w->samples++;
@@ -252,7 +252,8 @@ static void budget_under_concurrency(long pause_us, int preset) {
     CHECK_LE(st.peak_accounted_bytes, cfg.budget);
     CHECK_LE(w.max_seen, cfg.budget);
     CHECK_LE(st.fixed_bytes, st.accounted_bytes);
-    for (int c = 0; c < SL_MEM__COUNT; c++) CHECK_LE(st.mem_peak[c], cfg.budget);
+    CHECK_EQ(st.mem_count, sl_mem_category_count());
+    for (uint32_t c = 0; c < st.mem_count; c++) CHECK_LE(st.mem_peak[c], cfg.budget);
     if (st.errors) {
         sl_error_record e;
         if (sl_loader_errors(ld, 0, &e, 1)) fprintf(stderr, "first error: %s\n", e.reason);

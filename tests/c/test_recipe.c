@@ -42,14 +42,17 @@ TEST(zero_recipe_is_the_classic_preset) {
             sl_decode_opts_init(&a);
             a.preset = both[p], a.size = 64, a.index = index, a.seed = 9;
             b = a;
+            sl_image_recipe r;
+            sl_image_recipe_init(&r);
             if (both[p] == SL_PRESET_TRAIN) {
-                b.recipe.scale_min = 0.08, b.recipe.scale_max = 1.0;
-                b.recipe.ratio_min = 3.0 / 4.0, b.recipe.ratio_max = 4.0 / 3.0;
-                b.recipe.hflip = 0.5;
+                r.scale_min = 0.08, r.scale_max = 1.0;
+                r.ratio_min = 3.0 / 4.0, r.ratio_max = 4.0 / 3.0;
+                r.hflip = 0.5;
             } else {
-                b.recipe.resize = 64 * 256 / 224;
+                r.resize = 64 * 256 / 224;
             }
-            b.recipe.height = b.recipe.width = 64;
+            r.height = r.width = 64;
+            b.recipe = &r;
             uint8_t *x, *y;
             size_t lx, ly;
             char why[200];
@@ -68,7 +71,8 @@ TEST(zero_recipe_is_the_classic_preset) {
 }
 
 /* One bad value at a time: SL_EINVAL from sl_image_decode with the value
- * in the reason, and the same from sl_loader_create. */
+ * in the reason, and the same from sl_loader_create (struct_size is set
+ * in the loop). */
 typedef struct bad_case {
     int preset;
     sl_image_recipe r;
@@ -100,11 +104,13 @@ TEST(bad_recipes_refused_with_reason) {
     fx_simple(&d, 4, 0, 64, 96);
     for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
         const bad_case *c = &bad_cases[i];
+        sl_image_recipe r = c->r;
+        r.struct_size = sizeof r;
         sl_decode_opts o;
         sl_decode_opts_init(&o);
         o.preset = c->preset;
         o.size = 32;
-        o.recipe = c->r;
+        o.recipe = &r;
         uint8_t *out;
         size_t len;
         char why[200];
@@ -116,7 +122,7 @@ TEST(bad_recipes_refused_with_reason) {
         cfg.source = d.root;
         cfg.preset = c->preset;
         cfg.size = 32;
-        cfg.recipe = c->r;
+        cfg.recipe = &r;
         sl_loader *ld = NULL;
         char err[256] = "";
         CHECK_EQ(sl_loader_create(&cfg, &ld, err, sizeof err), SL_EINVAL);
@@ -132,10 +138,12 @@ TEST(train_box_follows_scale_ratio_hflip) {
     sl_decode_opts o;
     sl_decode_opts_init(&o);
     o.preset = SL_PRESET_TRAIN;
-    o.recipe = (sl_image_recipe){.scale_min = 0.25, .scale_max = 0.5, .ratio_min = 0.5, .ratio_max = 2.0};
+    sl_image_recipe r = {.struct_size = sizeof r, .scale_min = 0.25, .scale_max = 0.5, .ratio_min = 0.5,
+                         .ratio_max = 2.0};
+    o.recipe = &r;
     const double ps[3] = {SL_HFLIP_NEVER, 1.0, 0.2};
     for (int k = 0; k < 3; k++) {
-        o.recipe.hflip = ps[k];
+        r.hflip = ps[k];
         int flips = 0, fallback = 0;
         for (uint64_t i = 0; i < 2000; i++) {
             uint32_t box[4];
@@ -259,7 +267,9 @@ TEST(loader_non_square_output) {
     cfg.shuffle = 0;
     cfg.workers = 2;
     cfg.budget = 32u << 20;
-    cfg.recipe = (sl_image_recipe){.height = 24, .width = 40, .interpolation = SL_INTERP_BICUBIC, .hflip = 1.0};
+    sl_image_recipe r = {.struct_size = sizeof r, .height = 24, .width = 40, .interpolation = SL_INTERP_BICUBIC,
+                         .hflip = 1.0};
+    cfg.recipe = &r;
     sl_loader *ld;
     char err[256];
     CHECK_OK(sl_loader_create(&cfg, &ld, err, sizeof err));

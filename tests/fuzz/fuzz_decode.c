@@ -21,7 +21,7 @@ static void decode_one(const uint8_t *data, size_t size, int preset, uint32_t ou
                        uint32_t flags, const sl_image_recipe *recipe) {
     sl_decode_opts o;
     sl_decode_opts_init(&o);
-    if (recipe) o.recipe = *recipe;
+    o.recipe = recipe;
     o.preset = preset;
     o.size = out_side;
     o.seed = 1;
@@ -35,7 +35,8 @@ static void decode_one(const uint8_t *data, size_t size, int preset, uint32_t ou
     if (rc > 0) abort(); /* only 0 or a negative code */
     if (c != 3 && c != 4) abort();
     if ((uint64_t)w * h > FUZZ_MAX_PIXELS && preset == SL_TRANSFORM_NONE) abort();
-    uint32_t want_w = o.recipe.width ? o.recipe.width : out_side, want_h = o.recipe.height ? o.recipe.height : out_side;
+    uint32_t want_w = recipe && recipe->width ? recipe->width : out_side;
+    uint32_t want_h = recipe && recipe->height ? recipe->height : out_side;
     if (preset != SL_TRANSFORM_NONE && (w != want_w || h != want_h)) abort();
     size_t n = (size_t)w * h * c;
     /* one guard byte past the end: the decoder must not touch it */
@@ -77,9 +78,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     decode_one(data, size, SL_PRESET_TRAIN, 48, 7, SL_FLAG_KEEP_ALPHA, NULL);
     /* recipes: bicubic, non-square (vertical-first passes), extreme crop
      * ranges, timm's crop_pct, DCT scaling down to the output */
-    const sl_image_recipe tall = {.height = 40, .width = 12, .interpolation = SL_INTERP_BICUBIC, .scale_min = 0.01,
+    const sl_image_recipe tall = {.struct_size = sizeof tall, .height = 40, .width = 12, .interpolation = SL_INTERP_BICUBIC, .scale_min = 0.01,
                                   .scale_max = 1.0, .ratio_min = 0.05, .ratio_max = 20.0, .hflip = 1.0};
-    const sl_image_recipe timm = {.height = 24, .width = 36, .interpolation = SL_INTERP_BICUBIC, .crop_pct = 0.95};
+    const sl_image_recipe timm = {.struct_size = sizeof timm, .height = 24, .width = 36,
+                                  .interpolation = SL_INTERP_BICUBIC, .crop_pct = 0.95};
     decode_one(data, size, SL_PRESET_TRAIN, 32, 3, SL_FLAG_FAST, &tall);
     decode_one(data, size, SL_PRESET_VAL, 32, 0, 0, &timm);
     return 0;

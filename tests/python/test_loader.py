@@ -27,8 +27,8 @@ def in_region(loader, addr, nbytes):
 
 
 def test_version():
-    assert sluice.__version__ == "0.1.0"
-    assert sluice.build_info()["version"] == "0.1.0"
+    assert sluice.__version__ == "0.2.0"
+    assert sluice.build_info()["version"] == "0.2.0"
 
 
 def test_one_epoch_covers_the_dataset_once(dataset):
