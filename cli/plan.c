@@ -26,7 +26,6 @@
 
 #include "cli.h"
 #include "common.h"
-#include "monitor/json.h"
 #include "sluice.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -266,9 +265,10 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
 /* Base memory of one PyTorch DataLoader worker: a forked worker of a
  * python3 that imported torch, measured from its smaps_rollup after its
  * first batch. USS is what each added worker costs (its shared pages are
- * the parent's); PSS is reported alongside. */
+ * the parent's); PSS is reported alongside. It prints one line: the
+ * worker's PSS and USS and its parent's PSS, in bytes. */
 static const char *const worker_probe_py =
-    "import json, torch\n"
+    "import os, torch\n"
     "from torch.utils.data import DataLoader, Dataset\n"
     "class D(Dataset):\n"
     "    def __len__(self): return 64\n"
@@ -282,9 +282,8 @@ static const char *const worker_probe_py =
     "it = iter(DataLoader(D(), batch_size=4, num_workers=1, prefetch_factor=1))\n"
     "next(it)\n"
     "r = rollup(it._workers[0].pid)\n"
-    "m = rollup(__import__('os').getpid())\n"
-    "print(json.dumps({'pss': r['Pss'], 'uss': r['Private_Clean'] + r['Private_Dirty'], 'main_pss': m['Pss'],\n"
-    "                  'torch': torch.__version__}))\n";
+    "m = rollup(os.getpid())\n"
+    "print(r['Pss'], r['Private_Clean'] + r['Private_Dirty'], m['Pss'])\n";
 
 static void measure_worker_base(int python, worker_base *wb) {
     memset(wb, 0, sizeof *wb);
@@ -311,11 +310,11 @@ static void measure_worker_base(int python, worker_base *wb) {
         pclose(p);
     }
     unlink(path);
-    double pss, uss, main_pss;
-    if (sl__json_number(line, strlen(line), "pss", &pss) || sl__json_number(line, strlen(line), "uss", &uss)) return;
-    if (sl__json_number(line, strlen(line), "main_pss", &main_pss) == 0) wb->main_pss = (uint64_t)main_pss;
-    wb->pss = (uint64_t)pss;
-    wb->uss = (uint64_t)uss;
+    unsigned long long pss, uss, main_pss;
+    if (sscanf(line, "%llu %llu %llu", &pss, &uss, &main_pss) != 3) return;
+    wb->main_pss = main_pss;
+    wb->pss = pss;
+    wb->uss = uss;
     wb->bytes = wb->uss;
     wb->measured = 1;
     snprintf(wb->how, sizeof wb->how, "measured: USS of a forked python3+torch DataLoader worker after its first batch");
@@ -442,7 +441,7 @@ int sl_cli_plan(int argc, char **argv) {
     typedef unsigned long long ull;
     if (o.json) {
         printf("{\"dataset\":");
-        sl__json_str(stdout, o.data);
+        sl_cli_json_str(stdout, o.data);
         printf(",\"dataset_samples\":%llu,\"sampled\":%u,\"failed\":%u,\"preset\":\"%s\",\"size\":%u,\"batch\":%u,"
                "\"budget_bytes\":%llu,\"cores\":%d,\"index_seconds\":%.3f,",
                (ull)m.dataset, m.sampled, m.failed, o.preset == SL_PRESET_VAL ? "val" : "train", o.size, o.batch,
@@ -456,7 +455,7 @@ int sl_cli_plan(int argc, char **argv) {
         printf("\"worker_base\":{\"bytes\":%llu,\"measured\":%s,\"pss_bytes\":%llu,\"uss_bytes\":%llu,"
                "\"main_process_pss_bytes\":%llu,\"how\":",
                (ull)wb.bytes, wb.measured ? "true" : "false", (ull)wb.pss, (ull)wb.uss, (ull)wb.main_pss);
-        sl__json_str(stdout, wb.how);
+        sl_cli_json_str(stdout, wb.how);
         printf("},\"rows\":[");
     } else {
         printf("sluice plan  %s  (%llu samples, %u sampled evenly, %u failed)\n", o.data, (ull)m.dataset, m.sampled,
@@ -510,7 +509,7 @@ int sl_cli_plan(int argc, char **argv) {
                    MIN((int)pick.workers, ncores) * per_core);
         } else {
             printf("{\"error\":");
-            sl__json_str(stdout, pick_err[0] ? pick_err : sl_strerror(pick_rc));
+            sl_cli_json_str(stdout, pick_err[0] ? pick_err : sl_strerror(pick_rc));
             printf("}");
         }
         printf("}\n");

@@ -6,7 +6,8 @@
  * Memory of a training job as the kernel sees it: system memory, the memory
  * cgroup and the effective limit, PSI, the process tree's PSS/RSS/USS, GPU
  * memory, kernel OOM kills, the governors of sluice budgets, and a warning
- * with the time left at the current slope. The work is in src/monitor/top.c; this file parses flags and loops.
+ * with the time left at the current slope. The work is in src/monitor/, reached
+ * through its one public header; this file parses flags and loops.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,11 +18,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "base/mem.h"
-#include "base/util.h"
-#include "monitor/svg.h"
-#include "monitor/top.h"
+#include "common.h"
 #include "sluice.h"
+#include "sluice_monitor.h"
 
 static void usage(FILE *f) {
     fputs("usage: sluice top [PID] [--interval S] [--warn PCT] [--once] [--json] [--log FILE]\n"
@@ -97,12 +96,9 @@ static int plot(const char *log_path, const char *svg_path) {
         fclose(in);
         return 1;
     }
-    sl__budget b;
-    int rc = sl__budget_init(&b, (uint64_t)256 << 20);
     size_t points = 0, skipped = 0;
-    if (rc == 0) rc = sl__svg_timeline(in, out, &b, &points, &skipped);
+    int rc = sl_top_plot(in, out, &points, &skipped);
     fclose(in);
-    sl__budget_fini(&b);
     errno = 0;
     int werr = fflush(out) != 0 || ferror(out) ? (errno ? errno : EIO) : 0;
     if (fclose(out) != 0 && !werr) werr = errno ? errno : EIO;
@@ -128,8 +124,8 @@ static void sleep_s(double s) {
 }
 
 int sl_cli_top(int argc, char **argv) {
-    sl__top_opts o;
-    sl__top_opts_init(&o);
+    sl_top_opts o;
+    sl_top_opts_init(&o);
     double interval = 1;
     int once = 0, json = 0, rows = 20;
     long count = -1;
@@ -207,8 +203,8 @@ int sl_cli_top(int argc, char **argv) {
         fprintf(stderr, "sluice top: cannot append to %s: %s\n", log_path, strerror(errno));
         return 1;
     }
-    sl__top t;
-    int rc = sl__top_init(&t, &o);
+    sl_top *t;
+    int rc = sl_top_create(&o, &t);
     if (rc) {
         fprintf(stderr, "sluice top: %s\n", sl_strerror(rc));
         if (log) fclose(log);
@@ -218,38 +214,38 @@ int sl_cli_top(int argc, char **argv) {
     int status = 0;
     if (once) count = 1;
     for (long n = 0; count < 0 || n < count; n++) {
-        double start = (double)sl__now_ns() / 1e9;
-        rc = sl__top_sample(&t);
+        double start = sl_cli_now_s();
+        rc = sl_top_sample(t);
         if (rc) {
             fprintf(stderr, "sluice top: sampling failed: %s\n", sl_strerror(rc));
             status = 1;
             break;
         }
-        if (o.pid > 0 && !t.root_found) {
+        if (o.pid > 0 && !sl_top_root_found(t)) {
             fprintf(stderr, "sluice top: no process %d%s\n", o.pid, n ? " (it exited)" : "");
             status = n ? 0 : 1;
             break;
         }
         if (log) {
-            sl__top_json(&t, log);
+            sl_top_json(t, log);
             fputc('\n', log);
             fflush(log);
         }
         if (json) {
-            sl__top_json(&t, stdout);
+            sl_top_json(t, stdout);
             fputc('\n', stdout);
         } else {
             /* On a terminal: home, the view, then clear what is left below. */
             if (tty) fputs(n ? "\033[H" : "\033[H\033[2J", stdout);
-            sl__top_text(&t, stdout, rows);
+            sl_top_text(t, stdout, rows);
             if (tty) fputs("\033[J", stdout);
             else if (count != 1) fputc('\n', stdout);
         }
         fflush(stdout);
         if (count >= 0 && n + 1 >= count) break;
-        sleep_s(interval - ((double)sl__now_ns() / 1e9 - start));
+        sleep_s(interval - (sl_cli_now_s() - start));
     }
-    sl__top_fini(&t);
+    sl_top_destroy(t);
     if (log && fclose(log)) {
         fprintf(stderr, "sluice top: writing %s failed\n", log_path);
         status = 1;

@@ -4,7 +4,8 @@
  * (PSS, RSS, USS per process), GPU memory, kernel OOM kills, the
  * governors of sluice budgets in it (live limit, ceiling, last moves) — and the
  * warning when usage nears the effective limit. A sl__top keeps the state
- * between samples (the slope). Private; cli/top.c drives it.
+ * between samples (the slope). Private: cli/top.c drives it through
+ * sluice_monitor.h (monitor.c).
  */
 #ifndef SL_MONITOR_TOP_H
 #define SL_MONITOR_TOP_H
@@ -21,21 +22,15 @@
 #include "monitor/nvml.h"
 #include "monitor/oomlog.h"
 #include "monitor/proctree.h"
+#include "sluice_monitor.h"
 
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8
 #define SL_TOP_MAX_GOVS 8
 #define SL_TOP_MAX_CACHES 8
 
-typedef struct sl__top_opts {
-    int pid;              /* root of the tree to show; 0: the machine's largest trees */
-    double warn_pct;      /* warn above this percent of the effective limit (90) */
-    const char *procroot; /* "/proc" */
-    const char *nvml_lib; /* NULL: libnvidia-ml.so.1 */
-    const char *kmsg;     /* "/dev/kmsg" */
-    unsigned max_trees;   /* machine mode: trees listed (8) */
-    const char *status_dir; /* where governors publish (base/status.h); NULL: as they do */
-} sl__top_opts;
+/* The options are the public header's (sluice_monitor.h). */
+typedef sl_top_opts sl__top_opts;
 
 void sl__top_opts_init(sl__top_opts *o);
 
