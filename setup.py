@@ -152,11 +152,17 @@ class build_ext_and_cli(build_ext):
             return
         library = [src for src in ext.sources if src.startswith("src" + os.sep) or src.startswith("src/")]
         lib_objects = self.compiler.object_filenames(library, output_dir=self.build_temp)
-        cli_sources = sorted(glob.glob("cli/**/*.c", recursive=True) + glob.glob("src/monitor/*.c"))
-        cli_objects = self.compiler.compile(
-            cli_sources, output_dir=self.build_temp, macros=ext.define_macros,
-            include_dirs=ext.include_dirs + ["cli"], extra_postargs=ext.extra_compile_args,
-            depends=ext.depends)
+        # as CMake: the monitor sees src/, the CLI only the public headers
+        # (include/ and the monitor's one, src/monitor/include/)
+        monitor_include = os.path.join("src", "monitor", "include")
+        cli_objects = []
+        for sources, include_dirs in (
+                (sorted(glob.glob("src/monitor/*.c")), ext.include_dirs + [monitor_include]),
+                (sorted(glob.glob("cli/**/*.c", recursive=True)),
+                 [d for d in ext.include_dirs if d != "src"] + ["cli", monitor_include])):
+            cli_objects += self.compiler.compile(
+                sources, output_dir=self.build_temp, macros=ext.define_macros, include_dirs=include_dirs,
+                extra_postargs=ext.extra_compile_args, depends=ext.depends)
         bin_dir = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "bin")
         self.compiler.link_executable(
             cli_objects + lib_objects, "sluice", output_dir=bin_dir, libraries=ext.libraries,

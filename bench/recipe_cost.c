@@ -49,6 +49,9 @@ __attribute__((noinline)) int decode_all(const struct blob *files, size_t n, con
 int main(int argc, char **argv) {
     sl_decode_opts o;
     sl_decode_opts_init(&o);
+    sl_image_recipe recipe;
+    sl_image_recipe_init(&recipe);
+    o.recipe = &recipe;
     o.preset = SL_PRESET_TRAIN;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
@@ -59,7 +62,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--fast")) {
             o.flags |= SL_FLAG_FAST;
         } else if (!strcmp(argv[i], "--bicubic")) {
-            o.recipe.interpolation = SL_INTERP_BICUBIC;
+            recipe.interpolation = SL_INTERP_BICUBIC;
         } else {
             fprintf(stderr, "usage: ... | recipe_cost [--preset train|val] [--size N] [--fast] [--bicubic]\n");
             return 2;
