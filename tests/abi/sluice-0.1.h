@@ -1,0 +1,773 @@
+/*
+ * sluice — a budgeted, deterministic data loader for deep-learning training.
+ *
+ * The one public header of libsluice. Everything here is stable API; all
+ * other headers are private.
+ *
+ * Conventions
+ *  - Errors are negative SL_E* return values; sl_strerror() names them.
+ *    There is no global error state. A loader that hit a fatal error is
+ *    poisoned: the call that found it returns the error, later calls
+ *    return SL_ESTATE, and sl_loader_poisoned() says why. What poisons a
+ *    loader: the failure-rate guard (SL_EERRORS), a dataset folder removed
+ *    while the loader runs (SL_ENOENT), and fork() (in the child, every
+ *    loader inherited from the parent is unusable: SL_ESTATE).
+ *  - Every byte the library holds is counted against the loader's budget
+ *    (cfg.budget). When the budget is full, workers wait; nothing grows.
+ *  - Handles are opaque. Buffers handed to the caller (batch fields) belong
+ *    to the loader and stay valid until the batch is released.
+ *  - Structs that may grow carry their size: a configuration records the
+ *    size its caller was built with (sl_config_init sets it), and functions
+ *    that fill a struct take the caller's size (the macros below pass
+ *    sizeof), so a caller built against an older header keeps working.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SL_API __attribute__((visibility("default")))
+#else
+#define SL_API
+#endif
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_STRING "0.1.0"
+#define SL_VERSION_NUMBER (SL_VERSION_MAJOR * 10000 + SL_VERSION_MINOR * 100 + SL_VERSION_PATCH)
+
+/* Runtime version, e.g. "0.1.0 (jpeg 62, png)": the library actually loaded. */
+SL_API const char *sl_version(void);
+SL_API unsigned sl_version_number(void);
+/* What this build decodes, as "key=value;..." with the keys version, jpeg,
+ * png, webp, video, nvjpeg in that order; a part not built in says "off"
+ * (nvjpeg, when built: the library found at run time, or "not loadable").
+ * E.g. "version=0.1.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
+ * 0.7.3;webp=off;video=off;nvjpeg=off". Static, never NULL, thread-safe. */
+SL_API const char *sl_build_info(void);
+
+/* ---- errors ------------------------------------------------------------ */
+enum {
+    SL_OK = 0,
+    SL_EINVAL = -1,       /* invalid argument or configuration */
+    SL_ENOMEM = -2,       /* the system refused memory */
+    SL_EBUDGET = -3,      /* the budget cannot hold this, now or ever */
+    SL_ENOENT = -4,       /* no such file or folder */
+    SL_EIO = -5,          /* read failed */
+    SL_EEMPTY = -6,       /* dataset holds no sample (or less than a batch with drop_last) */
+    SL_EPARSE = -7,       /* manifest syntax error */
+    SL_EFORMAT = -8,      /* file is not in a supported format */
+    SL_ECORRUPT = -9,     /* decoder rejected the data (corrupt or truncated) */
+    SL_ELIMIT = -10,      /* sample exceeds a configured limit (pixels, bytes) */
+    SL_EUNSUPPORTED = -11,/* format variant or feature not built in */
+    SL_EHELD = -12,       /* the consumer holds every batch slot */
+    SL_ESAMPLE = -13,     /* on_error=raise: a sample failed (see sl_loader_errors) */
+    SL_EEND = -14,        /* end of epoch (not a failure) */
+    SL_ESTATE = -15,      /* wrong state: poisoned handle, mismatched saved state */
+    SL_EOVERFLOW = -16,   /* size arithmetic would overflow */
+    SL_ESYS = -17,        /* a system call failed (thread creation, ...) */
+    SL_ETIMEDOUT = -18,   /* sl_loader_next_timeout: no batch within the time given (not a failure) */
+    SL_EERRORS = -19,     /* too many samples failed (max_error_rate, or a whole epoch): the loader
+                             stops (poisoned); sl_loader_poisoned says which and names the first ones */
+    SL_EAGAIN = -20       /* a transient system condition (out of file descriptors, interrupted,
+                             no memory for a moment): waited out and retried, never a data error */
+};
+
+/* Static string naming code (never NULL). */
+SL_API const char *sl_strerror(int code);
+
+/* ---- configuration ----------------------------------------------------- */
+enum { SL_PRESET_TRAIN = 0, SL_PRESET_VAL = 1 };
+enum { SL_ON_ERROR_SKIP = 0, SL_ON_ERROR_RAISE = 1 };
+
+/* cfg.flags */
+#define SL_FLAG_CHECKSUM   (1u << 0) /* hash every delivered sample (sl_batch_checksum) */
+#define SL_FLAG_EXIF       (1u << 1) /* apply EXIF orientation (default: ignored, as Pillow) */
+#define SL_FLAG_KEEP_ALPHA (1u << 2) /* 4 output channels, RGBA (alpha 255 where none) */
+/* JPEG DCT-domain downscaling all the way to the output size: fewer
+ * instructions a sample on large images (up to 2x), but no longer within
+ * 1.0 of Pillow (both measured in docs/images.md). Without it, DCT scaling
+ * is used only where an antialiased resize of at least 3x still follows. */
+#define SL_FLAG_FAST       (1u << 3)
+
+/* ---- image recipes ------------------------------------------------------ */
+enum { SL_INTERP_BILINEAR = 0, SL_INTERP_BICUBIC = 1 }; /* Pillow-exact, antialiased */
+#define SL_HFLIP_NEVER (-1.0) /* recipe.hflip: never flip (0 means the default 0.5) */
+
+/*
+ * How a decoded image becomes the output, beyond preset and size. Every
+ * field's zero is today's default, so a zeroed recipe is the classic
+ * preset (torchvision RandomResizedCrop + flip 0.5; Resize(size*256/224) +
+ * CenterCrop). Checked when the loader is created (SL_EINVAL with a
+ * reason) and by sl_image_output_size / sl_image_decode.
+ */
+typedef struct sl_image_recipe {
+    uint32_t height, width;     /* output size; 0, 0: size x size. Both or neither */
+    int interpolation;          /* SL_INTERP_BILINEAR (0) or SL_INTERP_BICUBIC */
+    double scale_min, scale_max;/* train: area fraction range, 0 < min <= max <= 1 (0, 0: 0.08, 1) */
+    double ratio_min, ratio_max;/* train: w/h range, 0 < min <= max (0, 0: 3/4, 4/3) */
+    double hflip;               /* train: flip probability in (0, 1]; 0: 0.5; SL_HFLIP_NEVER: never */
+    double crop_pct;            /* val: resize to floor(size / crop_pct), then centre crop
+                                   (timm), 0 < crop_pct <= 1; 0: 224/256 (the classic 256 -> 224) */
+    uint32_t resize;            /* val: torchvision Resize(resize) + CenterCrop; >= the output's
+                                   sides; 0: from crop_pct. Not with crop_pct */
+} sl_image_recipe;
+
+typedef struct sl_config {
+    size_t struct_size;   /* sizeof(sl_config) as the caller was built: set by sl_config_init */
+    const char *source;   /* image folder (ImageFolder layout) or manifest .csv/.jsonl */
+    uint32_t batch_size;  /* samples per batch (256) */
+    uint32_t size;        /* output height = width in pixels (224) */
+    int preset;           /* SL_PRESET_TRAIN or SL_PRESET_VAL (train) */
+    int shuffle;          /* new seeded permutation each epoch (1) */
+    uint64_t seed;        /* seeds permutation and augmentation (0) */
+    int drop_last;        /* drop uneven rank tail and last short batch (0) */
+    uint32_t rank;        /* this process's rank (0) */
+    uint32_t world_size;  /* number of ranks (1) */
+    uint32_t workers;     /* decode threads; 0 = this rank's share of the CPUs it may run on (the
+                             affinity mask, capped by a cgroup CPU quota, / LOCAL_WORLD_SIZE) */
+    uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4 */
+    uint32_t min_slots;   /* refuse a budget that holds fewer slots; slots past it are
+                             elastic, retired under a lowered limit (1) */
+    uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
+    int on_error;         /* SL_ON_ERROR_SKIP or SL_ON_ERROR_RAISE (skip) */
+    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26; 0 = the default) */
+    uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB; 0 = the default) */
+    uint32_t flags;       /* SL_FLAG_* */
+    uint32_t max_error_records; /* error records kept (1000); later ones only counted */
+    const char *fields;   /* the schema: a JSON object of named fields (DESIGN.md,
+                             docs/fields.md); NULL: "image" + "label" (+ "index") with
+                             preset and size above */
+    /* -- appended; zero keeps the behaviour of callers that predate them -- */
+    sl_image_recipe recipe; /* recipe options (all zero: the classic presets) */
+    uint32_t max_scans;     /* JPEG scans a file may have (64); more: SL_ELIMIT before decoding */
+    /* Appended (issue 9). Stop the loader (SL_EERRORS, poisoned) once more
+     * than this fraction of the samples tried in delivered batches failed,
+     * checked from SL_ERROR_RATE_MIN_TRIED samples on; an epoch in which
+     * every sample failed stops it whatever the count. 0.1; 1 = never; 0 =
+     * at the first failure once the minimum was tried. */
+    double max_error_rate;
+    struct sl_budget *shared_budget; /* draw on this shared budget (sl_budget_create) instead of
+                                        a private one of cfg.budget bytes, which is then ignored;
+                                        the loader holds a reference (NULL: private, as before) */
+    /* Appended (issue 12): the sample cache (docs/cache.md). One copy for
+     * every worker; evicts the entry whose next use is farthest (the
+     * sampler knows the order). Delivered bytes are the same with and
+     * without it. */
+    uint64_t cache;          /* bytes (values and index; 0: no cache). SL_CACHE_PRIVATE: a part of the
+                                budget, which must hold it beside the pipeline's minimum; SL_CACHE_NODE:
+                                the node's /dev/shm segment, outside every rank's budget */
+    int cache_share;         /* SL_CACHE_PRIVATE (0) or SL_CACHE_NODE: one cache for the node's ranks */
+    int cache_what;          /* SL_CACHE_ENCODED (0): file bytes; SL_CACHE_DECODED: a field's output
+                                where it depends on the file alone (val images, val clips, arrays
+                                without a random crop or points), file bytes for the others */
+    uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
+    uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
+                                  (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
+    /* Appended (issue 13): GPU decode (docs/gpu.md). With SL_DECODE_AUTO or
+     * SL_DECODE_GPU the loader's scheduler feeds the nvJPEG engine beside
+     * the CPU workers and the image field's batch lives in device memory
+     * (sl_field.device_type SL_DEVICE_CUDA); sl_stats says which engine
+     * decodes and why. Zero: the CPU workers only, host batches, as before. */
+    int decode;              /* SL_DECODE_CPU (0), SL_DECODE_AUTO or SL_DECODE_GPU */
+    int gpu_device;          /* CUDA device ordinal (0) */
+    uint64_t gpu_budget;     /* device bytes: the engine's pool + the device batch slots (0: 512 MiB) */
+    uint64_t gpu_max_pixels; /* larger images go to the CPU workers (0: 2^22, docs/gpu.md) */
+    uint64_t gpu_staging;    /* pinned host bytes for encoded samples queued for the GPU, in the
+                                budget (SL_MEM_PINNED) and its minimum working set (0: 64 MiB,
+                                at most budget / 8) */
+    /* Appended (issue 13): the CPU workers' priority below the process's,
+     * a nice increment 0..19 (10; 19 at most in all). Under CPU
+     * contention the threads that feed the GPU, the training loop and the
+     * GPU engine, run first; an idle CPU still goes to the workers. */
+    int worker_nice;
+} sl_config;
+enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
+enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
+/* cfg.decode. AUTO: the GPU engine when it can run here and an image field
+ * is one it decodes (baseline JPEGs, train/val presets, bilinear, RGB),
+ * else the CPU workers (sl_stats.decode_reason says why). GPU: the same,
+ * but create fails (SL_EUNSUPPORTED, SL_EBUDGET, with the reason) where
+ * the GPU cannot decode; every sample the GPU can take goes to it (a
+ * deterministic split). */
+enum { SL_DECODE_CPU = 0, SL_DECODE_AUTO = 1, SL_DECODE_GPU = 2 };
+#define SL_ERROR_RATE_MIN_TRIED 100
+
+/* Fill cfg with the defaults above (source NULL, fields NULL) and record the
+ * caller's sizeof(sl_config). */
+SL_API void sl_config_init_sized(sl_config *cfg, size_t struct_size);
+#define sl_config_init(cfg) sl_config_init_sized((cfg), sizeof *(cfg))
+
+/* ---- memory categories (stats) ----------------------------------------- */
+enum {
+    SL_MEM_INDEX = 0,   /* dataset index, sample order */
+    SL_MEM_BATCHES,     /* batch slots */
+    SL_MEM_SCRATCH,     /* per-worker read and pixel buffers */
+    SL_MEM_DECODER,     /* decoder-internal memory (reserved from headers) */
+    SL_MEM_OTHER,       /* error records, bookkeeping */
+    SL_MEM_PINNED,      /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
+    SL_MEM_CACHE,       /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
+    SL_MEM__COUNT
+};
+SL_API const char *sl_mem_category_name(int category);
+
+/* ---- loader ------------------------------------------------------------ */
+typedef struct sl_loader sl_loader;
+typedef struct sl_batch sl_batch;
+
+/*
+ * Index the source, size the pipeline against the budget, start the
+ * workers. On success *out owns the loader (sl_loader_destroy). On failure
+ * returns a negative code and, if errbuf is not NULL, a sentence saying
+ * why (for SL_EBUDGET it states the minimum budget). Workers are running
+ * when this returns; they block every asynchronous signal, so signals go
+ * to the caller's threads.
+ *
+ * Per-sample room. One sample may grow its worker's scratch (read buffer
+ * and decoder memory beyond the worker's fixed baseline) by at most a
+ * quarter of the budget; a sample that needs more is an SL_EBUDGET error
+ * record. The rule depends only on the sample and the configuration (never
+ * on the worker count or timing), and create keeps that quarter free of
+ * the fixed part, so a sample within it always gets its room (it may
+ * wait). Create also reads the headers of up to 32 samples spread evenly
+ * over the dataset and refuses (SL_EBUDGET, with the numbers) a budget
+ * under which more than a tenth of them would be refused.
+ */
+SL_API int sl_loader_create(const sl_config *cfg, sl_loader **out, char *errbuf, size_t errlen);
+
+/* Stop workers and free everything. Batches not yet released become
+ * invalid; releasing one afterwards is safe and does nothing (live loaders
+ * are kept in a process-wide registry). In a child of fork() it frees this
+ * process's copy only, touching no lock the parent's threads may have held:
+ * it never blocks. NULL is ignored. */
+SL_API void sl_loader_destroy(sl_loader *ld);
+
+/*
+ * Next batch in sampler order, blocking until it is ready. Returns 0 and
+ * sets *out (the caller holds the batch until sl_loader_release), or:
+ *   SL_EEND    the epoch is over; the next call starts epoch+1.
+ *   SL_EHELD   the consumer holds every slot: release one first.
+ *   SL_ESAMPLE on_error=raise and a sample of this batch failed; the batch
+ *              is dropped and the next call goes on with the one after.
+ *   SL_ESTATE  the loader is poisoned.
+ */
+SL_API int sl_loader_next(sl_loader *ld, sl_batch **out);
+
+/*
+ * sl_loader_next waiting at most timeout_ms (0: do not wait). Returns what
+ * sl_loader_next returns, or SL_ETIMEDOUT when no batch was ready in time:
+ * then nothing was consumed and the next call returns the batch that was
+ * awaited (so a caller can wait in slices and look at signals between
+ * them). Also SL_EERRORS (the failure-rate guard tripped on this batch,
+ * which is not delivered) and the poisoning code of a vanished source.
+ */
+SL_API int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms);
+
+/* Give a batch back to the pool. NULL is ignored; so is a batch of a
+ * loader already destroyed, and any call in a child of fork(). */
+SL_API void sl_loader_release(sl_loader *ld, sl_batch *b);
+
+/* 0 if ld is usable; otherwise the code that poisoned it (SL_EERRORS,
+ * SL_ENOENT for a vanished source, SL_ESTATE in a child of fork()) and, if
+ * why is not NULL, a sentence naming the numbers. Never blocks. */
+SL_API int sl_loader_poisoned(const sl_loader *ld, char *why, size_t len);
+
+/* Restart iteration at the start of epoch. Batches held stay valid. */
+SL_API int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch);
+
+/* Nominal batches per epoch for this rank, and samples per epoch for this rank. */
+SL_API uint64_t sl_loader_len(const sl_loader *ld);
+SL_API uint64_t sl_loader_num_samples(const sl_loader *ld);
+/* Samples in the whole dataset, and number of classes (0 for manifests without classes). */
+SL_API uint64_t sl_loader_dataset_size(const sl_loader *ld);
+
+/* Path of dataset sample index (valid while the loader lives), or NULL. */
+SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf, size_t len);
+
+/*
+ * The one region all batch slots are carved from (for pinning it with
+ * cudaHostRegister and the like). Fixed for the loader's lifetime. Pinned
+ * pages cannot be given back, so from this call on the loader's slots are
+ * fixed in the budget: slots retired under a lowered limit come back first
+ * (SL_EBUDGET if the budget cannot hold them now) and none is retired
+ * again. SL_ESTATE in a child of fork().
+ */
+SL_API int sl_loader_slot_region(const sl_loader *ld, void **base, size_t *len);
+
+/* ---- batches ----------------------------------------------------------- */
+enum {
+    SL_DTYPE_UINT8 = 1, SL_DTYPE_INT64 = 2, SL_DTYPE_FLOAT32 = 3,
+    SL_DTYPE_INT8 = 4, SL_DTYPE_INT16 = 5, SL_DTYPE_UINT16 = 6, SL_DTYPE_INT32 = 7,
+    SL_DTYPE_UINT32 = 8, SL_DTYPE_UINT64 = 9, SL_DTYPE_FLOAT16 = 10, SL_DTYPE_FLOAT64 = 11,
+    SL_DTYPE_BOOL = 12
+};
+/* Bytes per element of a dtype (0 for an unknown one) and its name ("float32"). */
+SL_API size_t sl_dtype_size(int dtype);
+SL_API const char *sl_dtype_name(int dtype);
+
+#define SL_MAX_DIMS 8
+
+typedef struct sl_field {
+    const char *name;    /* the schema's field name; "index" (and "<f>_len") added */
+    void *data;          /* inside the batch slot; valid until release */
+    int dtype;           /* SL_DTYPE_* */
+    int ndim;            /* 1 + the sample's dimensions */
+    int64_t shape[SL_MAX_DIMS];
+    int64_t strides[SL_MAX_DIMS];  /* in bytes, C order */
+    uint64_t nbytes;
+    int kind;            /* SL_KIND_* of the field it comes from */
+    /* -- appended (issue 13); filled only for callers built with it (the sized calls) -- */
+    int device_type;     /* where data lives, as DLPack's DLDeviceType: SL_DEVICE_CPU (host
+                            memory) or SL_DEVICE_CUDA (device memory of the GPU decode engine) */
+    int device_id;       /* the CUDA device ordinal (0 for host memory) */
+} sl_field;
+enum { SL_DEVICE_CPU = 1, SL_DEVICE_CUDA = 2 }; /* DLPack's kDLCPU, kDLCUDA */
+
+/* Field kinds (the schema's "kind"). */
+enum {
+    SL_KIND_IMAGE = 1, SL_KIND_ARRAY = 2, SL_KIND_SEQUENCE = 3, SL_KIND_VIDEO = 4,
+    SL_KIND_LABEL = 5, SL_KIND_TARGET = 6, SL_KIND_INDEX = 7, SL_KIND_LENGTH = 8
+};
+
+/* Fields in schema order, then "<f>_len" for each field with "points", then
+ * "index" int64 [n] (dataset sample index). Without a schema: 0 "image"
+ * uint8 [n, C, height, width] (CHW, RGB; size x size unless
+ * the recipe sets height and width), 1 "label" int64 [n], 2 "index". */
+SL_API int sl_batch_num_fields(const sl_batch *b);
+/* Fill the first out_size bytes of *out (the macros pass sizeof): a caller
+ * built before sl_field grew device_type gets what it knows. A device
+ * field's data is device memory, complete when the batch is delivered
+ * (readable from any stream) and valid until release. */
+SL_API int sl_batch_field_sized(const sl_batch *b, int i, sl_field *out, size_t out_size);
+SL_API int sl_batch_find_sized(const sl_batch *b, const char *name, sl_field *out, size_t out_size);
+SL_API int sl_batch_field(const sl_batch *b, int i, sl_field *out); /* the fields before device_type */
+SL_API int sl_batch_find(const sl_batch *b, const char *name, sl_field *out);
+#define sl_batch_field(b, i, out) sl_batch_field_sized((b), (i), (out), sizeof *(out))
+#define sl_batch_find(b, name, out) sl_batch_find_sized((b), (name), (out), sizeof *(out))
+SL_API uint32_t sl_batch_len(const sl_batch *b);       /* samples in this batch */
+SL_API uint64_t sl_batch_epoch(const sl_batch *b);
+SL_API uint64_t sl_batch_index(const sl_batch *b);     /* batch number within the epoch */
+/* Hash of this batch's samples (bytes and labels, in order) when
+ * SL_FLAG_CHECKSUM is set; 0 otherwise. */
+SL_API uint64_t sl_batch_checksum(const sl_batch *b);
+
+/* ---- stats ------------------------------------------------------------- */
+typedef struct sl_stats {
+    uint64_t samples;          /* delivered to the consumer */
+    uint64_t batches;          /* delivered to the consumer */
+    uint64_t errors;           /* samples that failed, in delivered batches (all epochs) */
+    uint64_t epoch;            /* epoch of the next batch */
+    double seconds;            /* since the first sl_loader_next */
+    double samples_per_s;
+    double consumer_wait_s;    /* time sl_loader_next spent waiting */
+    double worker_busy_s;      /* summed over workers: reading and decoding */
+    double worker_idle_s;      /* summed over workers: waiting for a free slot */
+    double budget_wait_s;      /* summed over workers: waiting for budget */
+    uint32_t workers;
+    uint32_t slots;            /* batch slots live (carved, less those retired) */
+    uint32_t slots_held;       /* held by the consumer now */
+    uint32_t slots_ready;      /* decoded, waiting for the consumer */
+    uint64_t budget_bytes;
+    uint64_t accounted_bytes;  /* now */
+    uint64_t peak_accounted_bytes;
+    uint64_t fixed_bytes;      /* held for life (index, min_slots slots, worker baselines) */
+    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
+    uint64_t mem_peak[SL_MEM__COUNT]; /* peak, by category */
+    uint64_t cache_hits, cache_misses; /* sample cache lookups */
+    double index_seconds;      /* time to index the source */
+    /* sample cache (appended; 0 without a cache). For a node cache these
+     * are the node's: every rank reports the same segment. */
+    uint64_t cache_bytes;        /* value bytes held now */
+    uint64_t cache_capacity;     /* value bytes allowed now */
+    uint64_t cache_evictions;
+    uint64_t storage_bytes_read; /* bytes read from storage (misses and uncached reads) */
+    /* Elastic batch slots (appended, mem2: issue 8 item 3). Slots past
+     * min_slots are counted but not fixed: a lowered limit retires free
+     * ones (their pages go back), a grown one brings them back. */
+    uint32_t slots_retired;      /* retired now: slots + slots_retired = slots carved */
+    uint32_t slots_min;          /* never retired (min_slots) */
+    uint64_t slot_retirements;   /* slots retired since create */
+    uint64_t slot_reactivations; /* slots brought back since create */
+    /* Appended (issue 12). cache_hits, cache_misses and storage_bytes_read
+     * above count this loader's own lookups and reads (storage_bytes_read
+     * with or without a cache: the files the image kind reads whole). */
+    double cache_hit_rate;       /* cache_hits / (cache_hits + cache_misses), 0 before any lookup */
+    uint64_t cache_entries;      /* values held now (the node's for a node cache) */
+    uint32_t cache_shared;       /* 1: a node cache */
+    uint32_t cache_processes;    /* processes attached to it now (1 for a private cache) */
+    /* GPU decode (appended, issue 13; zero on the CPU path but decode_reason) */
+    int decode;                  /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
+    char decode_reason[160];     /* why, e.g. "cfg.decode=auto: nvJPEG (libnvjpeg) not found (...)" */
+    uint64_t gpu_samples;        /* image samples decoded by the GPU engine (all epochs, delivered or not) */
+    uint64_t cpu_samples;        /* image samples decoded by the CPU workers, handed back ones included */
+    uint64_t gpu_handed_back;    /* taken by the GPU, given back to the CPU (engine's refusals, errors) */
+    uint64_t gpu_pool_bytes;     /* the engine's device pool (constant) */
+    uint64_t gpu_pool_peak;      /* its high-water mark */
+    uint64_t gpu_batch_bytes;    /* device memory of the batch slots (constant) */
+    uint64_t gpu_pinned_bytes;   /* pinned host memory (staging + nvJPEG's), in mem[SL_MEM_PINNED] */
+    uint64_t gpu_staging_peak;   /* most staging bytes queued for the GPU at once */
+    double gpu_rate;             /* GPU samples/s while busy (moving average) */
+    double cpu_rate;             /* CPU workers' image samples/s, all workers busy (moving average) */
+    char gpu_device_name[64];
+} sl_stats;
+
+/* Fill the first out_size bytes of *out (callers pass sizeof: the macro). */
+SL_API int sl_loader_stats_sized(const sl_loader *ld, sl_stats *out, size_t out_size);
+#define sl_loader_stats(ld, out) sl_loader_stats_sized((ld), (out), sizeof *(out))
+
+/* ---- error records ----------------------------------------------------- */
+typedef struct sl_error_record {
+    uint64_t index;      /* dataset sample index */
+    uint64_t epoch;
+    int code;            /* SL_E* */
+    char reason[116];    /* NUL-terminated */
+} sl_error_record;
+
+/* Copy up to max records starting at record first; returns the number
+ * copied. Records belong to delivered batches only (samples of batches
+ * still in flight are not reported yet), in delivery order; their number
+ * is sl_stats.errors (records beyond cfg.max_error_records are counted,
+ * not kept). */
+SL_API size_t sl_loader_errors(const sl_loader *ld, size_t first, sl_error_record *out, size_t max);
+
+/* The newest failure in a delivered (or dropped, SL_ESAMPLE) batch, kept
+ * even when cfg.max_error_records are already kept: for saying which
+ * sample a dropped batch lost. 0 and *out, or SL_EEND when none failed. */
+SL_API int sl_loader_last_error(const sl_loader *ld, sl_error_record *out);
+
+/* ---- iteration state (resume) ------------------------------------------ */
+typedef struct sl_state {
+    uint64_t version;     /* SL_STATE_VERSION */
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t batch;       /* next batch to deliver within epoch */
+    uint64_t tail;        /* end of the unused part of the rank's order (refills) */
+    uint64_t dataset_size;
+    uint32_t rank, world_size, batch_size, flags; /* flags: 1 shuffle, 2 drop_last */
+} sl_state;
+#define SL_STATE_VERSION 1
+
+/* The state after the last delivered batch. */
+SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out);
+/* Resume from a state taken from a loader over the same dataset and
+ * configuration (SL_ESTATE otherwise, and for a position no loader can be
+ * at: a tail that leaves batch `batch` no sample, a batch past the
+ * epoch). Held batches stay valid. */
+SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st);
+
+/* ---- sizing a pipeline without starting it ------------------------------ */
+typedef struct sl_plan {
+    uint64_t dataset_size;     /* samples in the source */
+    uint64_t samples_per_rank; /* per epoch */
+    uint64_t batches;          /* nominal batches per epoch */
+    uint32_t workers;          /* what sl_loader_create would start for cfg */
+    uint32_t slots;            /* batch slots it would carve for cfg */
+    uint32_t num_fields;       /* outputs per batch (sl_batch_num_fields) */
+    uint64_t sample_bytes;     /* one sample's outputs, all fields */
+    uint64_t slot_bytes;       /* one batch slot, bookkeeping included */
+    uint64_t worker_bytes;     /* fixed per worker: read buffer, decoder base, stack */
+    uint64_t index_bytes;      /* index, sample orders, error records, tables */
+    uint64_t fixed_bytes;      /* index + slots * slot + workers * worker */
+    uint64_t min_budget;       /* the smallest budget create accepts for cfg */
+    double index_seconds;
+} sl_plan;
+
+/*
+ * Index cfg's source and size the pipeline exactly as sl_loader_create
+ * would, without allocating slots or starting workers: what `sluice plan`
+ * and other tools use to learn the sizing policy. Fills the first out_size
+ * bytes of *out. Errors as sl_loader_create (SL_EBUDGET is not an error
+ * here: min_budget says what is needed).
+ */
+SL_API int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, char *errbuf, size_t errlen);
+#define sl_loader_plan(cfg, out, errbuf, errlen) sl_loader_plan_sized((cfg), (out), sizeof *(out), (errbuf), (errlen))
+
+/* 64-bit hash of len bytes (the one batch checksums use). */
+SL_API uint64_t sl_hash64(const void *data, size_t len, uint64_t seed);
+
+/* ---- single images (no loader) ----------------------------------------- */
+enum { SL_FORMAT_UNKNOWN = 0, SL_FORMAT_JPEG = 1, SL_FORMAT_PNG = 2 };
+
+typedef struct sl_image_info {
+    uint32_t width, height;
+    uint32_t channels;     /* in the file: 1 gray, 2 gray+alpha, 3, 4 (RGBA or CMYK) */
+    int format;            /* SL_FORMAT_* */
+    int progressive;       /* JPEG progressive or multi-scan / PNG interlaced */
+    int orientation;       /* EXIF orientation 1..8 (1 when absent) */
+    int bit_depth;
+} sl_image_info;
+
+/* Read the header only. SL_EFORMAT for neither JPEG nor PNG. */
+SL_API int sl_image_probe(const void *data, size_t len, sl_image_info *info);
+
+enum { SL_TRANSFORM_NONE = -1 }; /* opts.preset: full decode, HWC */
+
+typedef struct sl_decode_opts {
+    size_t struct_size;    /* set by sl_decode_opts_init */
+    int preset;            /* SL_PRESET_TRAIN, SL_PRESET_VAL or SL_TRANSFORM_NONE */
+    uint32_t size;         /* output side for presets */
+    uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
+    uint64_t max_pixels, max_bytes; /* 0 = the default (2^26 pixels, 64 MiB), as in sl_config */
+    uint32_t flags;        /* SL_FLAG_EXIF, SL_FLAG_KEEP_ALPHA, SL_FLAG_FAST */
+    /* -- appended; zero keeps the behaviour of callers that predate them -- */
+    sl_image_recipe recipe; /* as sl_config.recipe */
+    uint32_t max_scans;    /* as sl_config.max_scans (64) */
+} sl_decode_opts;
+
+SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
+#define sl_decode_opts_init(o) sl_decode_opts_init_sized((o), sizeof *(o))
+
+/* Bytes sl_image_decode writes: C*height*width for presets (the recipe's
+ * height and width, else size x size), C*W*H for NONE (after EXIF rotation
+ * if asked). */
+SL_API int sl_image_output_size(const void *data, size_t len, const sl_decode_opts *o,
+                                uint32_t *width, uint32_t *height, uint32_t *channels);
+
+/* sl_image_output_size with the reason: probe, limits and preset checked
+ * from the header (nothing decoded); on failure the code and, if errbuf is
+ * not NULL, a sentence with the numbers ("empty file", "image is
+ * 9000x9000 = 81000000 pixels, over the max_pixels limit of ..."). */
+SL_API int sl_image_check(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width,
+                          uint32_t *height, uint32_t *channels, char *errbuf, size_t errlen);
+
+/* Decode into out (out_len from sl_image_output_size): presets write CHW,
+ * NONE writes HWC. Uses the library's decode path bit-for-bit. */
+SL_API int sl_image_decode(const void *data, size_t len, const sl_decode_opts *o,
+                           void *out, size_t out_len, char *errbuf, size_t errlen);
+
+/* The crop the train preset takes for this sample: box in source pixels
+ * (x, y, w, h) and flip. For testing and inspection. */
+SL_API int sl_image_train_crop(uint32_t width, uint32_t height, uint64_t seed, uint64_t epoch,
+                               uint64_t index, uint32_t box[4], int *flip);
+
+/* "38.5 MiB" (powers of 1024) into buf (len >= 16); returns buf. */
+SL_API const char *sl_format_size(uint64_t bytes, char *buf, size_t len);
+/* The same for a recipe: the box and flip the train preset takes for sample
+ * (o->seed, o->epoch, o->index) of a width x height image under o->recipe
+ * (scale, ratio, hflip). 0, or SL_EINVAL for a bad recipe or size. */
+SL_API int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *o, uint32_t box[4],
+                                int *flip);
+
+/* Parse "512M", "2G", "1.5GiB", "1000" (K, M, G, T, optionally followed by
+ * "i" or "iB": powers of 1024). Decimal units ("2GB") are refused. Returns
+ * 0 and sets *out, or SL_EINVAL (not a size) / SL_EOVERFLOW (over 64 bits)
+ * leaving *out unchanged. */
+SL_API int sl_parse_size(const char *s, uint64_t *out);
+/* As sl_parse_size; on failure also writes a sentence naming the input and
+ * what to write instead to errbuf (when not NULL), e.g. "size '2GB': did you
+ * mean 2G (GiB, powers of 1024)? ...". The one size rule of every front end. */
+SL_API int sl_parse_size_msg(const char *s, uint64_t *out, char *errbuf, size_t errlen);
+
+/* ---- video clips (no loader) -------------------------------------------
+ * One clip of a video file, decoded as a loader's `kind: "video"` field
+ * decodes it: T frames every `stride` (or at `fps`), a seeded temporal
+ * offset (train) or the centred clip (val), one crop for every frame with
+ * the image presets' semantics, uint8 [T][3][size][size] RGB planes. Needs
+ * a build with FFmpeg's libraries (SL_EUNSUPPORTED otherwise). */
+
+/* A clip asking for more frames than the video has. */
+enum {
+    SL_CLIP_PAD = 0,  /* repeat the last frame (default) */
+    SL_CLIP_LOOP = 1, /* wrap around to the first frame */
+    SL_CLIP_ERROR = 2 /* SL_ELIMIT */
+};
+
+typedef struct sl_video_opts {
+    uint32_t frames;       /* T (default 16) */
+    uint32_t stride;       /* frames between clip frames (default 2); unused when fps > 0 */
+    double fps;            /* > 0: sample at this rate instead of every stride frames */
+    uint32_t size;         /* output side (default 112) */
+    int preset;            /* SL_PRESET_TRAIN (default) or SL_PRESET_VAL */
+    int short_clip;        /* SL_CLIP_PAD (default), SL_CLIP_LOOP or SL_CLIP_ERROR */
+    uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
+    uint64_t max_pixels;   /* per frame (default 4096*2304); 0: none */
+    uint64_t max_frames;   /* frames in the video (default 1,000,000); 0: none */
+    uint64_t max_bytes;    /* encoded file size (default 4 GiB); 0: none */
+    double max_seconds;    /* duration (default 0: none) */
+    const char *codecs;    /* allowed codecs, "h264,hevc,vp9" (NULL: h264 hevc vp8 vp9 mpeg4
+                              mpeg2video mpeg1video mjpeg h263) */
+} sl_video_opts;
+
+SL_API void sl_video_opts_init(sl_video_opts *o);
+
+typedef struct sl_video_info {
+    uint32_t width, height; /* displayed (after rotation) */
+    int rotation;           /* clockwise degrees applied for display: 0, 90, 180, 270 */
+    double fps, duration;   /* average frame rate, seconds */
+    int64_t frames;         /* frames in the stream */
+    char codec[16];
+} sl_video_info;
+
+/* Headers only (nothing decoded), limits of o checked (o may be NULL: the
+ * defaults). 0, or SL_ENOENT/SL_EIO, SL_EFORMAT (no video stream),
+ * SL_ECORRUPT, SL_EUNSUPPORTED, SL_ELIMIT with a reason in errbuf. */
+SL_API int sl_video_probe(const char *path, const sl_video_opts *o, sl_video_info *info, char *errbuf,
+                          size_t errlen);
+
+/* What a clip took: for inspection and tests. */
+typedef struct sl_video_clip {
+    uint32_t box[4];             /* crop (x, y, w, h) in displayed pixels */
+    int flip;                    /* mirrored (train) */
+    uint32_t scaled_w, scaled_h; /* the box is scaled to this ... */
+    uint32_t win_x, win_y;       /* ... and the size x size window at this offset kept (val) */
+    int64_t *frame_index;        /* caller's array of o->frames entries, or NULL: the frames used */
+} sl_video_clip;
+
+/* Decode the clip into out (out_len >= frames*3*size*size); clip (may be
+ * NULL) receives what was taken. Memory: what a loader would reserve for
+ * the clip, allocated here and freed before return. */
+SL_API int sl_video_decode(const char *path, const sl_video_opts *o, void *out, size_t out_len,
+                           sl_video_clip *clip, char *errbuf, size_t errlen);
+/* sl_image_info.format of a WebP file (lossy, lossless, with alpha). */
+enum { SL_FORMAT_WEBP = 3 };
+
+/* ---- shared budgets and the governor ----------------------------------- */
+/*
+ * One budget several loaders draw from (train and validation in one
+ * process): set cfg.shared_budget for each, and together they never hold
+ * more than its limit. Each loader keeps its own minimum working set
+ * (batch slots, worker baselines and stacks, index): creating a loader
+ * whose minimum does not fit what is left is refused with SL_EBUDGET and
+ * the numbers. Reference counted: each loader holds a reference;
+ * sl_budget_destroy drops the caller's, and the budget (its governor
+ * thread too) goes with the last reference.
+ */
+typedef struct sl_budget sl_budget;
+
+/* A budget of limit bytes (> 0): SL_EINVAL, SL_ENOMEM or SL_ESYS. */
+SL_API int sl_budget_create(uint64_t limit, sl_budget **out);
+/* Drop the caller's reference. NULL is ignored. */
+SL_API void sl_budget_destroy(sl_budget *b);
+
+/*
+ * Move the limit while loaders run; it is the new ceiling too (the most
+ * the governor may give). At once: no grant takes the total past it;
+ * each loader is asked to give back what is over (free batch slots,
+ * worker scratch; the cache its entries); a pending request that could
+ * never fit under it fails with SL_EBUDGET rather than wait. Growing lets
+ * waiting requests through and prefetch grow back. SL_EBUDGET with a
+ * reason when limit is below the loaders' minimum working sets.
+ */
+SL_API int sl_budget_set_limit(sl_budget *b, uint64_t limit, char *errbuf, size_t errlen);
+
+#define SL_BUDGET_STATS_LOADERS 8
+typedef struct sl_budget_info {
+    uint64_t limit;        /* live limit now */
+    uint64_t ceiling;      /* the limit set by the user: the governor keeps limit <= ceiling */
+    uint64_t used;         /* accounted now, all loaders together */
+    uint64_t peak;         /* high-water mark of used */
+    uint64_t fixed;        /* the loaders' minimum working sets (held for life) */
+    uint64_t mem[SL_MEM__COUNT];      /* accounted now, by category */
+    uint64_t mem_peak[SL_MEM__COUNT];
+    double wait_s;         /* summed over every thread that waited for budget */
+    uint32_t waiters;      /* threads waiting now */
+    uint32_t loaders;      /* loaders drawing on it now */
+    uint64_t loader_used[SL_BUDGET_STATS_LOADERS];  /* the first loaders (by creation): use now, */
+    uint64_t loader_peak[SL_BUDGET_STATS_LOADERS];  /* its high-water mark */
+    uint64_t loader_fixed[SL_BUDGET_STATS_LOADERS]; /* and minimum working set */
+    int governor;          /* 1 while a governor moves the limit */
+    uint64_t governor_moves;     /* limit changes it made */
+    uint64_t container_limit;    /* its last reading: the cgroup's limit (0: none), */
+    uint64_t container_usage;    /* the cgroup's working set (usage - inactive file), */
+    uint64_t mem_available;      /* MemAvailable, */
+    double psi_some_avg10;       /* PSI memory "some" avg10 (percent) */
+} sl_budget_info;
+
+SL_API int sl_budget_stats(const sl_budget *b, sl_budget_info *out);
+
+/*
+ * The governor: a thread of the budget that samples every period_ms the
+ * memory cgroup (v1 or v2: limit, usage, events), PSI memory pressure and
+ * MemAvailable, and moves the live limit to keep the process tree's
+ * cgroup under its limit minus margin: down at once when room runs out
+ * (pressure, an oom or max event), back up slowly (after the room has
+ * held for grow_after_ms, by at most a step each period) up to the
+ * ceiling. Loaders shed prefetch and scratch before anything fails. Each
+ * move is an event (sl_budget_events).
+ */
+typedef struct sl_governor_opts {
+    uint32_t period_ms;     /* sampling period (100) */
+    uint64_t margin;        /* keep the cgroup this far under its limit (0: 5% of it, at least 64 MiB) */
+    uint32_t grow_after_ms; /* room must last this long before the limit grows (1000) */
+    double psi_high;        /* PSI memory some avg10 (percent) that counts as pressure (10) */
+    const char *cgroup_dir; /* read this cgroup folder (v1 or v2), not the process's own (NULL) */
+} sl_governor_opts;
+
+SL_API void sl_governor_opts_init(sl_governor_opts *o);
+/* Start a governor on b; its ceiling is b's limit now. SL_ESTATE if one
+ * runs already, SL_ESYS if the thread cannot start. o NULL: defaults. */
+SL_API int sl_budget_govern(sl_budget *b, const sl_governor_opts *o, char *errbuf, size_t errlen);
+/*
+ * budget="auto": a governed budget whose ceiling is what the container
+ * allows: the cgroup's limit minus margin, or without a cgroup limit
+ * MemAvailable minus margin, read now. SL_ENOENT when neither can be read.
+ */
+SL_API int sl_budget_create_auto(const sl_governor_opts *o, sl_budget **out, char *errbuf, size_t errlen);
+
+typedef struct sl_budget_event {
+    double t;                /* seconds since the governor started */
+    uint64_t old_limit, new_limit;
+    uint64_t container_limit, container_usage, mem_available;
+    char reason[112];        /* why, with the numbers */
+} sl_budget_event;
+
+/* Copy up to max events starting at event first (the governor keeps the
+ * last 256; first counts from the first ever made); returns how many. */
+SL_API size_t sl_budget_events(const sl_budget *b, uint64_t first, sl_budget_event *out, size_t max);
+
+/* ---- sources (no loader) ------------------------------------------------
+ * A dataset's samples and their raw values, indexed exactly as a loader
+ * indexes cfg->source with cfg->fields (the schema's fields that take a
+ * value from the source; without a schema the sample's file, "image", and
+ * its label, "label"), and nothing decoded: for tools that copy or inspect
+ * datasets (`sluice pack`). The index is counted in a budget of cfg->budget
+ * bytes (SL_EBUDGET when it cannot hold it). An sl_source is read-only
+ * after open: any number of threads may use it at once. */
+typedef struct sl_source sl_source;
+
+/* What a value is (sl_value.type). */
+enum { SL_VALUE_FILE = 1, SL_VALUE_FILES = 2, SL_VALUE_INT = 3, SL_VALUE_NUMBERS = 4 };
+
+typedef struct sl_value {
+    const char *name;   /* the field's name (valid while the source is open) */
+    int kind;           /* SL_KIND_* of the field (a sequence's: SL_KIND_SEQUENCE) */
+    int type;           /* SL_VALUE_* */
+    uint32_t count;     /* FILES: files, NUMBERS: numbers; else 1 */
+    int64_t ival;       /* INT: the integer */
+} sl_value;
+
+/* Index cfg->source. 0, or the codes of sl_loader_create's indexing
+ * (SL_ENOENT, SL_EPARSE, SL_EINVAL for a bad schema, SL_EBUDGET, ...) with
+ * a sentence in errbuf. *out is freed by sl_source_close. */
+SL_API int sl_source_open(const sl_config *cfg, sl_source **out, char *errbuf, size_t errlen);
+SL_API void sl_source_close(sl_source *s);
+/* Samples, and values per sample (fields with a value, in schema order). */
+SL_API uint64_t sl_source_len(const sl_source *s);
+SL_API int sl_source_num_values(const sl_source *s);
+/* Value k of sample i. 0 or SL_EINVAL (out of range). */
+SL_API int sl_source_value(const sl_source *s, uint64_t i, int k, sl_value *out);
+/* Numbers [first, first + n) of a NUMBERS or INT value into out: how many
+ * the value holds in all, or SL_EINVAL. */
+SL_API int sl_source_numbers(const sl_source *s, uint64_t i, int k, uint32_t first, double *out, uint32_t n);
+/* File elem (0 for a FILE value; 0..count-1 for FILES) of value k of
+ * sample i: its size in bytes, and its name into name (namelen bytes; may
+ * be NULL): a path, or "SHARD:MEMBER" for a tar member. 0, or SL_EINVAL /
+ * SL_ENOENT / SL_EIO with a sentence in errbuf. */
+SL_API int sl_source_file(const sl_source *s, uint64_t i, int k, uint32_t elem, uint64_t *size, char *name,
+                          size_t namelen, char *errbuf, size_t errlen);
+/* Read that whole file into buf (len >= its size): its size, or SL_EOVERFLOW
+ * (len too small) / SL_EINVAL / SL_ENOENT / SL_EIO with a sentence. */
+SL_API int64_t sl_source_read(const sl_source *s, uint64_t i, int k, uint32_t elem, void *buf, size_t len,
+                              char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */
