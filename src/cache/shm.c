@@ -14,7 +14,7 @@
  * Processes. Each attached process has a slot: pid, start time (from
  * /proc/PID/stat, so a reused pid is not mistaken for the old process),
  * and the records it has pinned. A dead process's pins and unpublished
- * writes are reclaimed (sl__shm_reap) when found: at attach, when an
+ * writes are reclaimed (sl__seg_reap) when found: at attach, when an
  * insert meets a record its dead writer never published, every 4096
  * inserts, and in a recovery.
  */
@@ -36,7 +36,8 @@
 
 #include "base/hash.h"
 #include "base/util.h"
-#include "cache/cache_impl.h"
+#include "cache/cache.h"
+#include "cache/segment.h"
 
 #define SHM_DIR "/dev/shm"
 #define SHM_PREFIX "sluice-cache-"
@@ -106,20 +107,20 @@ static int alive(int32_t pid, uint64_t start) {
     return state != 'Z' && state != 'X' && st == start;
 }
 
-int sl__shm_owner_dead(sl__cache *c, uint32_t proc) {
-    sl__cproc *p = &sl__cprocs(c->h)[proc];
+int sl__seg_owner_dead(sl__seg *s, uint32_t proc) {
+    sl__cproc *p = &sl__cprocs(s->h)[proc];
     return !alive(p->pid, p->start);
 }
 
-uint32_t sl__shm_processes(sl__cache *c) {
+uint32_t sl__seg_processes(sl__seg *s) {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) n += sl__cprocs(c->h)[i].pid != 0;
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) n += sl__cprocs(s->h)[i].pid != 0;
     return n;
 }
 
 /* Take a process slot for this process (mu held). */
-static int register_self(sl__cache *c) {
-    sl__cproc *procs = sl__cprocs(c->h);
+static int register_self(sl__seg *s) {
+    sl__cproc *procs = sl__cprocs(s->h);
     char state;
     uint64_t start = 0;
     proc_stat(getpid(), &state, &start);
@@ -129,14 +130,14 @@ static int register_self(sl__cache *c) {
         procs[i].npins = 0;
         for (int k = 0; k < SL_CACHE_PINS; k++) procs[i].pin[k] = SL_NONE;
         procs[i].pid = (int32_t)getpid();
-        c->proc = i;
+        s->proc = i;
         return 0;
     }
     return SL_ESTATE;
 }
 
-uint32_t sl__shm_pin_add(sl__cache *c, uint32_t r) {
-    sl__cproc *p = &sl__cprocs(c->h)[c->proc];
+uint32_t sl__seg_pin_add(sl__seg *s, uint32_t r) {
+    sl__cproc *p = &sl__cprocs(s->h)[s->proc];
     for (uint32_t k = 0; k < SL_CACHE_PINS; k++) { /* lowest free entry: the few in use stay in front */
         if (p->pin[k] != SL_NONE) continue;
         p->pin[k] = r;
@@ -146,51 +147,51 @@ uint32_t sl__shm_pin_add(sl__cache *c, uint32_t r) {
     return SL_NONE;
 }
 
-void sl__shm_pin_drop(sl__cache *c, uint32_t slot) {
-    sl__cproc *p = &sl__cprocs(c->h)[c->proc];
+void sl__seg_pin_drop(sl__seg *s, uint32_t slot) {
+    sl__cproc *p = &sl__cprocs(s->h)[s->proc];
     p->pin[slot] = SL_NONE;
     p->npins--;
 }
 
-int sl__shm_pin_holds(sl__cache *c, uint32_t slot, uint32_t r) {
-    return slot < SL_CACHE_PINS && sl__cprocs(c->h)[c->proc].pin[slot] == r;
+int sl__seg_pin_holds(sl__seg *s, uint32_t slot, uint32_t r) {
+    return slot < SL_CACHE_PINS && sl__cprocs(s->h)[s->proc].pin[slot] == r;
 }
 
 /* Give back what process slot i held: its pins, its unpublished records. */
-static void release_proc(sl__cache *c, uint32_t i) {
-    sl__chdr *h = c->h;
+static void release_proc(sl__seg *s, uint32_t i) {
+    sl__chdr *h = s->h;
     sl__cproc *p = &sl__cprocs(h)[i];
     sl__crec *R = sl__crecs(h);
     for (uint32_t k = 0; k < SL_CACHE_PINS; k++) {
         uint32_t r = p->pin[k];
         if (r == SL_NONE || r >= h->max_entries || R[r].pins == 0) continue;
         R[r].pins--;
-        if (R[r].state == REC_DOOMED && R[r].pins == 0) sl__cache_rec_free(c, r);
+        if (R[r].state == REC_DOOMED && R[r].pins == 0) sl__seg_rec_free(s, r);
     }
     for (uint32_t r = 0; r < h->max_entries; r++) {
         if (R[r].state != REC_WRITING || R[r].owner != i) continue;
         if (sl__ckeys(h)[R[r].key] == r) sl__ckeys(h)[R[r].key] = SL_NONE;
-        sl__cache_rec_free(c, r);
+        sl__seg_rec_free(s, r);
     }
     memset(p, 0, sizeof *p);
 }
 
-uint32_t sl__shm_reap(sl__cache *c) {
+uint32_t sl__seg_reap(sl__seg *s) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
-        sl__cproc *p = &sl__cprocs(c->h)[i];
-        if (!p->pid || i == c->proc || alive(p->pid, p->start)) continue;
-        release_proc(c, i);
+        sl__cproc *p = &sl__cprocs(s->h)[i];
+        if (!p->pid || i == s->proc || alive(p->pid, p->start)) continue;
+        release_proc(s, i);
         n++;
     }
-    if (n) atomic_fetch_add(&c->h->reaped, n);
+    if (n) atomic_fetch_add(&s->h->reaped, n);
     return n;
 }
 
 /* ---- blocks ------------------------------------------------------------------------- */
 
-int sl__shm_blocks_take(sl__cache *c, uint64_t n, uint64_t *first) {
-    sl__chdr *h = c->h;
+int sl__seg_blocks_take(sl__seg *s, uint64_t n, uint64_t *first) {
+    sl__chdr *h = s->h;
     uint32_t *links = sl__clinks(h);
     if (h->nwarm + h->ncold < n) return SL_ENOMEM;
     uint64_t head = BLK_END, bs = h->block_size;
@@ -202,8 +203,8 @@ int sl__shm_blocks_take(sl__cache *c, uint64_t n, uint64_t *first) {
             b = sl__ccold(h)[h->ncold - 1];
             /* punched earlier: take the page back from /dev/shm first, so a
              * full /dev/shm refuses here instead of a SIGBUS on write */
-            if (fallocate(c->fd, 0, (off_t)(h->off_blocks + b * bs), (off_t)bs) != 0) {
-                if (head != BLK_END) sl__shm_blocks_give(c, head);
+            if (fallocate(s->fd, 0, (off_t)(h->off_blocks + b * bs), (off_t)bs) != 0) {
+                if (head != BLK_END) sl__seg_blocks_give(s, head);
                 return SL_ENOMEM;
             }
             h->ncold--;
@@ -215,8 +216,8 @@ int sl__shm_blocks_take(sl__cache *c, uint64_t n, uint64_t *first) {
     return 0;
 }
 
-void sl__shm_blocks_give(sl__cache *c, uint64_t first) {
-    sl__chdr *h = c->h;
+void sl__seg_blocks_give(sl__seg *s, uint64_t first) {
+    sl__chdr *h = s->h;
     uint32_t *links = sl__clinks(h);
     for (uint64_t b = first; b != BLK_END;) {
         uint64_t next = links[b];
@@ -237,8 +238,8 @@ static void restack_free(sl__chdr *h) {
     }
 }
 
-void sl__shm_punch_free(sl__cache *c) {
-    sl__chdr *h = c->h;
+void sl__seg_punch_free(sl__seg *s) {
+    sl__chdr *h = s->h;
     uint32_t *links = sl__clinks(h);
     uint64_t bs = h->block_size;
     for (uint64_t b = 0; b < h->nblocks;) { /* runs of warm blocks, one call each */
@@ -248,7 +249,7 @@ void sl__shm_punch_free(sl__cache *c) {
         }
         uint64_t e = b;
         while (e < h->nblocks && links[e] == BLK_WARM) links[e++] = BLK_COLD; /* marked before punched */
-        fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
+        fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
                   (off_t)((e - b) * bs));
         b = e;
     }
@@ -314,13 +315,13 @@ static void recount_pins(sl__chdr *h) {
 
 /* The index from the records alone. The warm stack serves as the claim
  * map (it is rebuilt last, from the links). */
-void sl__shm_recover(sl__cache *c) {
-    sl__chdr *h = c->h;
+void sl__seg_recover(sl__seg *s) {
+    sl__chdr *h = s->h;
     sl__crec *R = sl__crecs(h);
     uint32_t *claim = sl__cwarm(h), *links = sl__clinks(h);
     for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
         sl__cproc *p = &sl__cprocs(h)[i];
-        if (p->pid && i != c->proc && !alive(p->pid, p->start)) memset(p, 0, sizeof *p);
+        if (p->pid && i != s->proc && !alive(p->pid, p->start)) memset(p, 0, sizeof *p);
     }
     for (uint64_t b = 0; b < h->nblocks; b++) claim[b] = SL_NONE;
     for (uint64_t k = 0; k < h->keys; k++) sl__ckeys(h)[k] = SL_NONE;
@@ -344,7 +345,7 @@ void sl__shm_recover(sl__cache *c) {
             h->entries++;
         }
     }
-    sl__cache_heap_build(h);
+    sl__seg_heap_build(h);
     for (uint64_t b = 0; b < h->nblocks; b++) /* unclaimed blocks are free; cold ones stay cold */
         if (claim[b] == SL_NONE && links[b] != BLK_COLD) links[b] = BLK_WARM;
     restack_free(h);
@@ -507,93 +508,88 @@ static int init_mutex(pthread_mutex_t *mu) {
 
 /* Size, reserve, map and initialize a segment we just created (LOCK_EX
  * held), and register in it. */
-static int create_segment(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
-                          char *err, size_t errlen) {
+static int create_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t errlen) {
     sl__chdr t;
     memset(&t, 0, sizeof t);
-    sl__cache_layout(&t, o->keys, entries, nblocks, bs, 1);
+    sl__seg_layout(&t, g->keys, g->entries, g->nblocks, g->block_size, 1);
     int rc = check_room(t.region_bytes, err, errlen);
     if (rc == 0) rc = check_cgroup(t.region_bytes, err, errlen);
     if (rc) return rc;
-    rc = posix_fallocate(c->fd, 0, (off_t)t.region_bytes);
+    rc = posix_fallocate(s->fd, 0, (off_t)t.region_bytes);
     if (rc) {
         char a[32];
         sl__msg(err, errlen, "node cache: cannot reserve %s in " SHM_DIR ": %s",
                 sl__fmt_bytes(t.region_bytes, a, sizeof a), strerror(rc));
         return rc == ENOSPC ? SL_ENOMEM : SL_ESYS;
     }
-    sl__chdr *h = mmap(NULL, (size_t)t.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    sl__chdr *h = mmap(NULL, (size_t)t.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (h == MAP_FAILED) {
-        sl__msg(err, errlen, "node cache: mmap of %s failed: %s", c->name, strerror(errno));
+        sl__msg(err, errlen, "node cache: mmap of %s failed: %s", s->name, strerror(errno));
         return SL_ESYS;
     }
-    c->h = h;
-    c->map_len = t.region_bytes;
+    s->h = h;
+    s->map_len = t.region_bytes;
     memcpy(h, &t, sizeof t);
     if (init_mutex(&h->mu)) return SL_ESYS;
-    sl__cache_format(h);
-    h->total_capacity = o->capacity;
-    h->cap_max = h->capacity = nblocks * bs;
-    h->epoch_len = o->epoch_len;
+    sl__seg_format(h);
+    h->total_capacity = g->capacity;
+    h->cap_max = h->capacity = g->nblocks * g->block_size;
+    h->epoch_len = g->epoch_len;
     h->refresh_epoch = SL_CACHE_NEVER;
-    register_self(c); /* an empty table: cannot fail */
+    register_self(s); /* an empty table: cannot fail */
     atomic_store_explicit(&h->magic, SL_CACHE_MAGIC, memory_order_release);
     return 0;
 }
 
 /* The segment another process made must match what we would make. */
-static int check_geometry(sl__cache *c, const sl__chdr *h, const sl__cache_opts *o, uint32_t entries,
-                          uint64_t nblocks, uint32_t bs, char *err, size_t errlen) {
+static int check_geometry(sl__seg *s, const sl__chdr *h, const sl__seg_geom *g, char *err, size_t errlen) {
     if (h->version == SL_CACHE_VERSION && h->crec_size == sizeof(sl__crec) && h->cproc_size == sizeof(sl__cproc) &&
-        h->total_capacity == o->capacity && h->keys == o->keys && h->max_entries == entries &&
-        h->nblocks == nblocks && h->block_size == bs &&
-        h->epoch_len == o->epoch_len)
+        h->total_capacity == g->capacity && h->keys == g->keys && h->max_entries == g->entries &&
+        h->nblocks == g->nblocks && h->block_size == g->block_size && h->epoch_len == g->epoch_len)
         return 0;
     sl__msg(err, errlen, "node cache %s was made for capacity %llu, %u samples, %u-byte blocks; this process asks "
             "for capacity %llu, %u samples, %u-byte blocks: every rank must pass the same cache settings",
-            c->name, (unsigned long long)h->total_capacity, h->keys, h->block_size,
-            (unsigned long long)o->capacity, o->keys, bs);
+            s->name, (unsigned long long)h->total_capacity, h->keys, h->block_size,
+            (unsigned long long)g->capacity, g->keys, g->block_size);
     return SL_ESTATE;
 }
 
 /* Wait for the creator (LOCK_SH), map, check and register. RETRY when the
  * segment was unlinked meanwhile or its creator died before finishing. */
-static int join_segment(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
-                        char *err, size_t errlen) {
+static int join_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t errlen) {
     struct stat st;
-    if (flock(c->fd, LOCK_SH) != 0 || fstat(c->fd, &st) != 0) return SL_ESYS;
+    if (flock(s->fd, LOCK_SH) != 0 || fstat(s->fd, &st) != 0) return SL_ESYS;
     if (st.st_nlink == 0) return RETRY;
     if ((uint64_t)st.st_size < sizeof(sl__chdr)) return RETRY; /* a dead creator's: reclaim_stale takes it */
-    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (h == MAP_FAILED) return SL_ESYS;
-    c->h = h;
-    c->map_len = (uint64_t)st.st_size;
+    s->h = h;
+    s->map_len = (uint64_t)st.st_size;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != SL_CACHE_MAGIC) return RETRY;
-    int rc = check_geometry(c, h, o, entries, nblocks, bs, err, errlen);
+    int rc = check_geometry(s, h, g, err, errlen);
     if (rc) return rc;
-    sl__cache_lock(c);
-    sl__shm_reap(c);
-    rc = register_self(c);
-    sl__cache_unlock(c);
-    if (rc) sl__msg(err, errlen, "node cache %s already serves %d processes", c->name, SL_CACHE_PROCS);
+    sl__seg_lock(s);
+    sl__seg_reap(s);
+    rc = register_self(s);
+    sl__seg_unlock(s);
+    if (rc) sl__msg(err, errlen, "node cache %s already serves %d processes", s->name, SL_CACHE_PROCS);
     return rc;
 }
 
-static void close_segment(sl__cache *c) {
-    if (c->h) munmap(c->h, (size_t)c->map_len);
-    if (c->fd >= 0) close(c->fd);
-    c->h = NULL;
-    c->fd = -1;
+static void close_segment(sl__seg *s) {
+    if (s->h) munmap(s->h, (size_t)s->map_len);
+    if (s->fd >= 0) close(s->fd);
+    s->h = NULL;
+    s->fd = -1;
 }
 
-int sl__shm_attach(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t bs,
-                   char *err, size_t errlen) {
-    c->proc = SL_NONE; /* not registered yet: reaping spares no slot as ours */
-    if (strlen(o->shm_name) >= sizeof c->name || o->shm_name[0] != '/' || strchr(o->shm_name + 1, '/')) {
-        sl__msg(err, errlen, "node cache name \"%s\" is not \"/name\" (under %zu bytes)", o->shm_name, sizeof c->name);
+int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *err, size_t errlen) {
+    s->proc = SL_NONE; /* not registered yet: reaping spares no slot as ours */
+    if (strlen(name) >= sizeof s->name || name[0] != '/' || strchr(name + 1, '/')) {
+        sl__msg(err, errlen, "node cache name \"%s\" is not \"/name\" (under %zu bytes)", name, sizeof s->name);
         return SL_EINVAL;
     }
-    snprintf(c->name, sizeof c->name, "%s", o->shm_name);
+    snprintf(s->name, sizeof s->name, "%s", name);
     reclaim_stale();
     /* A segment can vanish between our open and our lock (its last rank
      * left, or a failed creator unlinked it): try again, with a short
@@ -607,44 +603,44 @@ int sl__shm_attach(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint
             usleep(pause);
             pause = pause * 2 > 50000 ? 50000 : pause * 2;
         }
-        c->fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        int created = c->fd >= 0, rc;
+        s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int created = s->fd >= 0, rc;
         if (created) {
             struct stat st;
-            rc = flock(c->fd, LOCK_EX) || fstat(c->fd, &st) ? SL_ESYS : st.st_nlink == 0 ? RETRY : 0;
-            if (rc == 0) rc = create_segment(c, o, entries, nblocks, bs, err, errlen);
-            if (rc == 0) rc = flock(c->fd, LOCK_SH) ? SL_ESYS : 0; /* registered: never taken for stale */
-            if (rc && rc != RETRY) shm_unlink(c->name);
+            rc = flock(s->fd, LOCK_EX) || fstat(s->fd, &st) ? SL_ESYS : st.st_nlink == 0 ? RETRY : 0;
+            if (rc == 0) rc = create_segment(s, g, err, errlen);
+            if (rc == 0) rc = flock(s->fd, LOCK_SH) ? SL_ESYS : 0; /* registered: never taken for stale */
+            if (rc && rc != RETRY) shm_unlink(s->name);
         } else if (errno == EEXIST) {
-            c->fd = shm_open(c->name, O_RDWR | O_CLOEXEC, 0);
-            rc = c->fd < 0 ? (errno == ENOENT ? RETRY : SL_ESYS) : join_segment(c, o, entries, nblocks, bs, err, errlen);
+            s->fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
+            rc = s->fd < 0 ? (errno == ENOENT ? RETRY : SL_ESYS) : join_segment(s, g, err, errlen);
         } else {
             rc = SL_ESYS;
         }
         if (rc == 0) return 0;
-        close_segment(c);
+        close_segment(s);
         if (rc == RETRY) {
             reclaim_stale();
             continue;
         }
         if (rc == SL_ESYS && (!err || !*err))
-            sl__msg(err, errlen, "node cache %s: %s", c->name, strerror(errno));
+            sl__msg(err, errlen, "node cache %s: %s", s->name, strerror(errno));
         return rc;
     }
-    sl__msg(err, errlen, "node cache %s: the segment kept vanishing while attaching", c->name);
+    sl__msg(err, errlen, "node cache %s: the segment kept vanishing while attaching", s->name);
     return SL_ESYS;
 }
 
-void sl__shm_detach(sl__cache *c) {
-    sl__cache_lock(c);
-    release_proc(c, c->proc);
-    sl__cache_unlock(c);
-    munmap(c->h, (size_t)c->map_len);
-    c->h = NULL;
-    flock(c->fd, LOCK_UN);
+void sl__seg_detach(sl__seg *s) {
+    sl__seg_lock(s);
+    release_proc(s, s->proc);
+    sl__seg_unlock(s);
+    munmap(s->h, (size_t)s->map_len);
+    s->h = NULL;
+    flock(s->fd, LOCK_UN);
     /* last one out: nobody else holds a lock on it */
-    if (flock(c->fd, LOCK_EX | LOCK_NB) == 0 && same_file(c->name, c->fd)) shm_unlink(c->name);
-    close_segment(c);
+    if (flock(s->fd, LOCK_EX | LOCK_NB) == 0 && same_file(s->name, s->fd)) shm_unlink(s->name);
+    close_segment(s);
 }
 
 /* ---- seen from outside (sluice top) ----------------------------------------------- */

@@ -1,12 +1,15 @@
 /*
- * The cache's private structures, shared by cache.c (the policy and the
- * private cache) and shm.c (the node cache's segment, its blocks, its
- * processes and its recovery). See cache.h for the design.
+ * The cache's region: its layout, its invariants, and every operation
+ * that touches it below the policy. For a private cache the region is the
+ * index, one budgeted allocation; for a node cache it is the whole
+ * /dev/shm segment (index, value blocks, process table). cache.c (the
+ * policy and the private cache) reaches the region only through this
+ * header; index.c (layout, the eviction heap, records) and shm.c (the
+ * segment: attach, processes, blocks, recovery) implement it and never
+ * call the policy.
  *
- * One region holds the whole index: for a private cache one budgeted
- * allocation, for a node cache the head of the /dev/shm segment (the
- * value blocks follow it). Everything in it is addressed by offsets and
- * indices, never pointers, so every process may map it anywhere:
+ * Everything in the region is addressed by offsets and indices, never
+ * pointers, so every process may map it anywhere:
  *
  *   header | key table: keys x u32 record (NONE: absent)
  *          | records: max_entries x sl__crec | heap: max_entries x u32
@@ -30,14 +33,16 @@
  *    release frees it.
  *  - Shared: pins = the number of live process-table entries naming the
  *    record; a WRITING record names its writer's process slot (owner).
+ *  - Shared: a block is in exactly one record's chain or on one free
+ *    stack (warm: its page resident; cold: punched, fallocated before use).
  */
-#ifndef SL_CACHE_IMPL_H
-#define SL_CACHE_IMPL_H
+#ifndef SL_CACHE_SEGMENT_H
+#define SL_CACHE_SEGMENT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
-
-#include "cache/cache.h"
+#include <stddef.h>
+#include <stdint.h>
 
 #define SL_CACHE_MAGIC 0x31656863616373ull /* "scache1" */
 #define SL_CACHE_VERSION 1
@@ -91,18 +96,25 @@ typedef struct sl__chdr {
     _Atomic uint64_t hits, misses, admitted, refused, evictions, storage_read, recoveries, reaped;
 } sl__chdr;
 
-struct sl__cache {
-    sl__budget *b;
+/* A process's view of a region. Private: h alone. Shared: the segment's
+ * file, held open (with flock(LOCK_SH)) for as long as it is attached. */
+typedef struct sl__seg {
     sl__chdr *h;
-    sl__next_use_fn next_use;
-    void *ctx;
     int shared;
-    int fd;                 /* shared: the segment, flock(LOCK_SH) held for life */
-    uint64_t map_len;       /* shared: bytes mapped */
-    uint32_t proc;          /* shared: this process's slot */
-    _Atomic uint64_t calls; /* inserts, for periodic reaping */
-    char name[64];
-};
+    int fd;             /* shared: the segment, flock(LOCK_SH) held for life; else -1 */
+    uint64_t map_len;   /* shared: bytes mapped */
+    uint32_t proc;      /* shared: this process's slot */
+    char name[64];      /* shared: "/sluice-cache-..." */
+} sl__seg;
+
+/* What a node cache is made of: every process attaching must ask for the
+ * same. */
+typedef struct sl__seg_geom {
+    uint64_t capacity;  /* the region's bytes at most (opts.capacity) */
+    uint64_t nblocks;
+    uint64_t epoch_len;
+    uint32_t keys, entries, block_size;
+} sl__seg_geom;
 
 /* ---- region access -------------------------------------------------------- */
 static inline uint32_t *sl__ckeys(sl__chdr *h) { return (uint32_t *)((char *)h + h->off_keys); }
@@ -117,44 +129,58 @@ static inline uint8_t *sl__cblock(sl__chdr *h, uint64_t blk) {
     return (uint8_t *)h + h->off_blocks + blk * h->block_size;
 }
 
+/* ---- the index (index.c) ---------------------------------------------------- */
 /* Offsets and sizes of a region for these parameters into h (not yet
  * initialized otherwise). SL_EOVERFLOW if they do not fit 64 bits. */
-int sl__cache_layout(sl__chdr *h, uint32_t keys, uint32_t max_entries, uint64_t nblocks, uint32_t block_size,
-                     int shared);
+int sl__seg_layout(sl__chdr *h, uint32_t keys, uint32_t max_entries, uint64_t nblocks, uint32_t block_size,
+                   int shared);
 /* Clear the index to empty (every record free, every block warm). */
-void sl__cache_format(sl__chdr *h);
+void sl__seg_format(sl__chdr *h);
 
-/* ---- the policy (cache.c), mu held ------------------------------------------ */
-void sl__cache_heap_build(sl__chdr *h);
-/* Free r's value (blocks or allocation) and the record. */
-void sl__cache_rec_free(sl__cache *c, uint32_t r);
-/* Lock mu; after a holder died, rebuild the index first. */
-void sl__cache_lock(sl__cache *c);
-void sl__cache_unlock(sl__cache *c);
+/* The eviction heap (a max-heap on next_use over the READY records), mu held. */
+void sl__seg_heap_push(sl__chdr *h, uint32_t r);
+void sl__seg_heap_remove(sl__chdr *h, uint32_t r);
+void sl__seg_heap_fix(sl__chdr *h, uint32_t r); /* after r's next_use changed */
+void sl__seg_heap_build(sl__chdr *h);           /* from heap[0, heap_len) */
 
-/* ---- the node cache (shm.c) ------------------------------------------------- */
-/* Open or create opts->shm_name and attach this process (c->h, fd, proc
- * set). Errors as sl__cache_create. */
-int sl__shm_attach(sl__cache *c, const sl__cache_opts *o, uint32_t entries, uint64_t nblocks, uint32_t block_size,
-                   char *err, size_t errlen);
-void sl__shm_detach(sl__cache *c);
+/* Free record r and, in a node cache, its blocks (mu held). A private
+ * record's value is its owner's to free first. The state goes first: a
+ * node cache's recovery must never see a half-cleared record as live. */
+void sl__seg_rec_free(sl__seg *s, uint32_t r);
+
+/* Lock mu; in a node cache whose last holder died holding it, rebuild
+ * the index first. */
+void sl__seg_lock(sl__seg *s);
+void sl__seg_unlock(sl__seg *s);
+
+/* ---- the node cache's segment (shm.c) ------------------------------------------ */
+/* Open or create the segment name (/sluice-cache-...) for geometry g and
+ * attach this process (s->h, fd, proc set). 0, or SL_EINVAL, SL_ENOMEM,
+ * SL_ESTATE, SL_ESYS with a sentence in err; then s holds nothing. */
+int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *err, size_t errlen);
+/* Detach (giving back this process's pins and slot); the last process
+ * out unlinks the segment. */
+void sl__seg_detach(sl__seg *s);
 /* Rebuild the index after a process died holding mu (mu held, EOWNERDEAD). */
-void sl__shm_recover(sl__cache *c);
+void sl__seg_recover(sl__seg *s);
 /* Free the pins and WRITING records of dead processes; returns how many
  * processes were reaped. mu held. */
-uint32_t sl__shm_reap(sl__cache *c);
-int sl__shm_owner_dead(sl__cache *c, uint32_t proc);
-/* Blocks: take a chain of n blocks (fallocating cold ones first) into
- * *first: 0, or SL_ENOMEM (nothing taken). Give a chain back (warm). */
-int sl__shm_blocks_take(sl__cache *c, uint64_t n, uint64_t *first);
-void sl__shm_blocks_give(sl__cache *c, uint64_t first);
-/* Punch every warm free block out of the segment (after a shrink). */
-void sl__shm_punch_free(sl__cache *c);
-/* Pin table of this process: record r in a free entry; SL_NONE if full. */
-uint32_t sl__shm_pin_add(sl__cache *c, uint32_t r);
-void sl__shm_pin_drop(sl__cache *c, uint32_t slot);
-/* This process's pin table entry slot still names record r. */
-int sl__shm_pin_holds(sl__cache *c, uint32_t slot, uint32_t r);
-uint32_t sl__shm_processes(sl__cache *c);
+uint32_t sl__seg_reap(sl__seg *s);
+/* Process slot proc's owner is gone (mu held). */
+int sl__seg_owner_dead(sl__seg *s, uint32_t proc);
+/* Processes attached (mu held). */
+uint32_t sl__seg_processes(sl__seg *s);
+/* Blocks (mu held): take a chain of n blocks (fallocating cold ones
+ * first) into *first: 0, or SL_ENOMEM (nothing taken). */
+int sl__seg_blocks_take(sl__seg *s, uint64_t n, uint64_t *first);
+/* Give a chain back (warm; mu held). */
+void sl__seg_blocks_give(sl__seg *s, uint64_t first);
+/* Punch every warm free block out of the segment (after a shrink; mu held). */
+void sl__seg_punch_free(sl__seg *s);
+/* This process's pin table (mu held): record r in a free entry (its
+ * index; SL_NONE if full); drop entry slot; entry slot still names r. */
+uint32_t sl__seg_pin_add(sl__seg *s, uint32_t r);
+void sl__seg_pin_drop(sl__seg *s, uint32_t slot);
+int sl__seg_pin_holds(sl__seg *s, uint32_t slot, uint32_t r);
 
 #endif
