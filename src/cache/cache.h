@@ -36,9 +36,10 @@
  * complete.
  *
  * Crash safety (shared). A process killed outside the mutex leaves at most
- * WRITING records and pins, both tagged with its process slot (pid and
- * start time): they are reclaimed when a survivor finds the owner dead
- * (at attach, when it meets a dead owner's record, and periodically). A
+ * WRITING records and pins, both tagged with its process slot: they are
+ * reclaimed when a survivor finds the owner dead (at attach, when it
+ * meets a dead owner's record, and periodically). Dead means the kernel
+ * dropped the slot's lock (shm.c), never a guess from /proc. A
  * process killed inside the mutex leaves it EOWNERDEAD: the next locker
  * rebuilds the whole index from the records (keeping only complete
  * entries with valid block chains, recounting pins from the live

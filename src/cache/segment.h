@@ -45,7 +45,7 @@
 #include <stdint.h>
 
 #define SL_CACHE_MAGIC 0x31656863616373ull /* "scache1" */
-#define SL_CACHE_VERSION 1
+#define SL_CACHE_VERSION 2 /* 2: liveness by OFD locks on the slots, not pids */
 #define SL_CACHE_PROCS 64   /* processes a node cache admits */
 #define SL_CACHE_PINS 512   /* pins one process may hold at once (one per thread in a lookup) */
 #define SL_NONE UINT32_MAX
@@ -69,10 +69,14 @@ typedef struct sl__crec {
     uint32_t pad;
 } sl__crec;
 
+/* A process slot. Its owner holds an OFD lock on the slot's lock byte
+ * (shm.c) from before it marks the slot until after it clears it: the
+ * slot is live exactly while that lock is held. */
 typedef struct sl__cproc {
-    int32_t pid;        /* 0: slot free */
+    int32_t pid;        /* 0: slot free; else the owner's pid in its own PID namespace, for display
+                           (sluice top), never to judge whether it lives */
     uint32_t npins;     /* used entries of pin[] are those != SL_NONE */
-    uint64_t start;     /* the process's start time (/proc/PID/stat), against PID reuse */
+    uint64_t reserved;  /* 0 */
     uint32_t pin[SL_CACHE_PINS]; /* records pinned by this process, SL_NONE for none */
 } sl__cproc;
 

@@ -7,23 +7,31 @@
  * for as long as it is attached (the kernel drops it when the process
  * dies, however it dies). The creator holds LOCK_EX while it initializes,
  * so joiners wait for a complete segment. A segment on which LOCK_EX can
- * be taken at once, and whose process table names no live process, is
- * stale: whoever starts a node cache next unlinks it. The last process to
+ * be taken at once, and whose process slots are all unlocked, is stale:
+ * whoever starts a node cache next unlinks it. The last process to
  * detach unlinks it too.
  *
- * Processes. Each attached process has a slot: pid, start time (from
- * /proc/PID/stat, so a reused pid is not mistaken for the old process),
- * and the records it has pinned. A dead process's pins and unpublished
- * writes are reclaimed (sl__seg_reap) when found: at attach, when an
- * insert meets a record its dead writer never published, every 4096
- * inserts, and in a recovery.
+ * Processes. Each attached process has a slot: its pid (for display
+ * only) and the records it has pinned. Liveness is a fact the kernel
+ * holds: a process holds an open-file-description lock (F_OFD_SETLK) on
+ * its slot's lock byte of the segment's file from before it marks the
+ * slot until after it clears it, and the kernel drops the lock when the
+ * process dies, however it dies. A slot is dead if and only if its lock
+ * can be taken: no /proc, so no mistake for a process at its descriptor
+ * limit, in another PID namespace, or under a reused pid; a check that
+ * fails for any reason counts the slot as alive (a dead process's pins
+ * then wait; a live one's bytes are never freed). A dead process's pins
+ * and unpublished writes are reclaimed (sl__seg_reap) when found: at
+ * attach, when an insert meets a record its dead writer never published,
+ * every 4096 inserts, and in a recovery. A child of fork() shares its
+ * parent's open file description, so the parent's slot stays held while
+ * the child keeps the descriptor (the safe direction).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +39,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/hash.h"
@@ -75,42 +82,33 @@ int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed,
 
 /* ---- processes -------------------------------------------------------------------- */
 
-/* State letter and start time (clock ticks after boot) of pid from
- * /proc/PID/stat; -1 if there is no such process. */
-static int proc_stat(pid_t pid, char *state, uint64_t *start) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || p[1] != ' ') return -1;
-    *state = p[2];
-    p += 2;
-    for (int field = 3; field < 22 && p; field++) { /* starttime is field 22 */
-        p = strchr(p, ' ');
-        if (p) p++;
-    }
-    *start = p ? strtoull(p, NULL, 10) : 0;
-    return 0;
+/* Slot i's lock: one byte at SLOT_LOCK + i of the segment's file, past
+ * the end of any segment (a lock, never data). */
+#define SLOT_LOCK ((off_t)1 << 62)
+
+static struct flock slot_lock(uint32_t first, uint32_t n, short type) {
+    struct flock l;
+    memset(&l, 0, sizeof l); /* l_pid must be 0 for OFD locks */
+    l.l_type = type;
+    l.l_whence = SEEK_SET;
+    l.l_start = SLOT_LOCK + (off_t)first;
+    l.l_len = (off_t)n;
+    return l;
 }
 
-static int alive(int32_t pid, uint64_t start) {
-    char state;
-    uint64_t st;
-    if (pid <= 0) return 0;
-    if (proc_stat(pid, &state, &st) != 0) /* no /proc entry: gone, unless /proc is not there */
-        return access("/proc/self/stat", R_OK) != 0 && (kill(pid, 0) == 0 || errno == EPERM);
-    return state != 'Z' && state != 'X' && st == start;
+/* Some open file description other than fd's holds a lock on slots
+ * [first, first + n). Any error while asking counts as held. */
+static int slots_held(int fd, uint32_t first, uint32_t n) {
+    struct flock l = slot_lock(first, n, F_WRLCK);
+    return fcntl(fd, F_OFD_GETLK, &l) != 0 || l.l_type != F_UNLCK;
 }
 
-int sl__seg_owner_dead(sl__seg *s, uint32_t proc) {
-    sl__cproc *p = &sl__cprocs(s->h)[proc];
-    return !alive(p->pid, p->start);
+/* Slot i is marked and its process is gone (mu held). Our own slot never is. */
+static int slot_dead(sl__seg *s, uint32_t i) {
+    return i != s->proc && sl__cprocs(s->h)[i].pid != 0 && !slots_held(s->fd, i, 1);
 }
+
+int sl__seg_owner_dead(sl__seg *s, uint32_t proc) { return proc < SL_CACHE_PROCS && slot_dead(s, proc); }
 
 uint32_t sl__seg_processes(sl__seg *s) {
     uint32_t n = 0;
@@ -118,22 +116,41 @@ uint32_t sl__seg_processes(sl__seg *s) {
     return n;
 }
 
-/* Take a process slot for this process (mu held). */
-static int register_self(sl__seg *s) {
+static void release_proc(sl__seg *s, uint32_t i);
+
+/* Take a process slot for this process (mu held): the first whose lock
+ * we can take; one still marked was a dead process's, reaped first. */
+static int register_self(sl__seg *s, char *err, size_t errlen) {
     sl__cproc *procs = sl__cprocs(s->h);
-    char state;
-    uint64_t start = 0;
-    proc_stat(getpid(), &state, &start);
     for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
-        if (procs[i].pid) continue;
-        procs[i].start = start;
+        struct flock l = slot_lock(i, 1, F_WRLCK);
+        if (fcntl(s->fd, F_OFD_SETLK, &l) != 0) {
+            if (errno == EAGAIN || errno == EACCES) continue; /* a live process's */
+            sl__msg(err, errlen, "node cache %s: cannot lock a process slot (%s; open file description locks "
+                    "need Linux 3.15 or later)", s->name, strerror(errno));
+            return SL_ESYS;
+        }
+        if (procs[i].pid) { /* it died after the last reap */
+            release_proc(s, i);
+            atomic_fetch_add(&s->h->reaped, 1);
+        }
         procs[i].npins = 0;
+        procs[i].reserved = 0;
         for (int k = 0; k < SL_CACHE_PINS; k++) procs[i].pin[k] = SL_NONE;
         procs[i].pid = (int32_t)getpid();
         s->proc = i;
         return 0;
     }
+    sl__msg(err, errlen, "node cache %s already serves %d processes", s->name, SL_CACHE_PROCS);
     return SL_ESTATE;
+}
+
+/* Clear our slot, then let its lock go (mu held). */
+static void unregister_self(sl__seg *s) {
+    release_proc(s, s->proc);
+    struct flock l = slot_lock(s->proc, 1, F_UNLCK);
+    fcntl(s->fd, F_OFD_SETLK, &l);
+    s->proc = SL_NONE;
 }
 
 uint32_t sl__seg_pin_add(sl__seg *s, uint32_t r) {
@@ -179,8 +196,7 @@ static void release_proc(sl__seg *s, uint32_t i) {
 uint32_t sl__seg_reap(sl__seg *s) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
-        sl__cproc *p = &sl__cprocs(s->h)[i];
-        if (!p->pid || i == s->proc || alive(p->pid, p->start)) continue;
+        if (!slot_dead(s, i)) continue;
         release_proc(s, i);
         n++;
     }
@@ -319,10 +335,8 @@ void sl__seg_recover(sl__seg *s) {
     sl__chdr *h = s->h;
     sl__crec *R = sl__crecs(h);
     uint32_t *claim = sl__cwarm(h), *links = sl__clinks(h);
-    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
-        sl__cproc *p = &sl__cprocs(h)[i];
-        if (p->pid && i != s->proc && !alive(p->pid, p->start)) memset(p, 0, sizeof *p);
-    }
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++)
+        if (slot_dead(s, i)) memset(&sl__cprocs(h)[i], 0, sizeof(sl__cproc));
     for (uint64_t b = 0; b < h->nblocks; b++) claim[b] = SL_NONE;
     for (uint64_t k = 0; k < h->keys; k++) sl__ckeys(h)[k] = SL_NONE;
     for (uint32_t r = 0; r < h->max_entries; r++)
@@ -359,28 +373,24 @@ static int same_file(const char *name, int fd) {
     char path[128];
     struct stat a, b;
     snprintf(path, sizeof path, SHM_DIR "%s", name);
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
-/* A segment is stale when nobody holds a lock on it and its process
- * table names nobody alive (a creator registers before it downgrades its
- * exclusive lock), or it never got initialized and is older than 30 s. */
+/* Nobody uses the segment: no flock on it (every attached process holds
+ * one; a creator holds it exclusively until it has registered) and no
+ * process slot locked. Kernel facts alone: its bytes are not read. */
+static int unused(int fd) {
+    return flock(fd, LOCK_EX | LOCK_NB) == 0 && !slots_held(fd, 0, SL_CACHE_PROCS);
+}
+
+/* A segment of this user that nobody uses is stale, complete or not: a
+ * creator that died before it finished leaves one nobody will ever
+ * finish (a live creator holds LOCK_EX from before it sizes the file;
+ * one caught between its open and its lock finds the file unlinked and
+ * starts again). Takes the flock when it says yes. */
 static int stale(int fd) {
     struct stat st;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0) return 0;
-    if ((uint64_t)st.st_size < sizeof(sl__chdr)) return time(NULL) - st.st_mtime > 30;
-    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED) return 0;
-    int dead = 1;
-    if (atomic_load(&h->magic) != SL_CACHE_MAGIC || h->off_procs + SL_CACHE_PROCS * sizeof(sl__cproc) > (uint64_t)st.st_size)
-        dead = time(NULL) - st.st_mtime > 30;
-    else
-        for (uint32_t i = 0; i < SL_CACHE_PROCS && dead; i++) {
-            const sl__cproc *p = &sl__cprocs(h)[i];
-            if (alive(p->pid, p->start)) dead = 0;
-        }
-    munmap(h, (size_t)st.st_size);
-    return dead;
+    return fstat(fd, &st) == 0 && st.st_uid == geteuid() && S_ISREG(st.st_mode) && unused(fd);
 }
 
 /* Unlink every stale node cache segment in /dev/shm (any dataset, any job). */
@@ -536,7 +546,8 @@ static int create_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t e
     h->cap_max = h->capacity = g->nblocks * g->block_size;
     h->epoch_len = g->epoch_len;
     h->refresh_epoch = SL_CACHE_NEVER;
-    register_self(s); /* an empty table: cannot fail */
+    rc = register_self(s, err, errlen); /* an empty table: fails only without OFD locks */
+    if (rc) return rc;
     atomic_store_explicit(&h->magic, SL_CACHE_MAGIC, memory_order_release);
     return 0;
 }
@@ -570,9 +581,8 @@ static int join_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t err
     if (rc) return rc;
     sl__seg_lock(s);
     sl__seg_reap(s);
-    rc = register_self(s);
+    rc = register_self(s, err, errlen);
     sl__seg_unlock(s);
-    if (rc) sl__msg(err, errlen, "node cache %s already serves %d processes", s->name, SL_CACHE_PROCS);
     return rc;
 }
 
@@ -633,13 +643,13 @@ int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *er
 
 void sl__seg_detach(sl__seg *s) {
     sl__seg_lock(s);
-    release_proc(s, s->proc);
+    unregister_self(s);
     sl__seg_unlock(s);
     munmap(s->h, (size_t)s->map_len);
     s->h = NULL;
     flock(s->fd, LOCK_UN);
     /* last one out: nobody else holds a lock on it */
-    if (flock(s->fd, LOCK_EX | LOCK_NB) == 0 && same_file(s->name, s->fd)) shm_unlink(s->name);
+    if (unused(s->fd) && same_file(s->name, s->fd)) shm_unlink(s->name);
     close_segment(s);
 }
 
@@ -666,7 +676,7 @@ static int peek(int fd, const char *name, sl__cache_seg *s) {
         s->evictions = atomic_load(&h->evictions), s->storage_bytes_read = atomic_load(&h->storage_read);
         for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
             const sl__cproc *p = &sl__cprocs(h)[i];
-            if (p->pid && alive(p->pid, p->start) && s->processes < SL_CACHE_SEG_PIDS) s->pids[s->processes++] = p->pid;
+            if (p->pid && slots_held(fd, i, 1) && s->processes < SL_CACHE_SEG_PIDS) s->pids[s->processes++] = p->pid;
         }
         rc = 0;
     }

@@ -1,0 +1,354 @@
+/* ctest: tsan */
+/*
+ * The node cache at its process boundaries (issue 17; the node cache's
+ * ordinary life is test_cache_shm.c). Liveness is a kernel-held fact
+ * (each attached process holds an OFD lock on its slot): a rank at its
+ * descriptor limit, or one in another PID namespace, never frees what a
+ * live rank pins, and every byte a rank reads equals the sample's own
+ * bytes (what a run without the cache reads). A segment that is not this
+ * user's, or whose header does not describe its file, is refused with
+ * its path and the command that removes it; a half-created one (its
+ * creator died) is reclaimed at once. Shrinking punches pages out of
+ * /dev/shm without the node-wide mutex, and what other processes write
+ * meanwhile keeps its bytes.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache_fixture.h"
+#include "cache/segment.h"
+
+#define VAL 8192   /* bytes a value: two 4 KiB blocks */
+#define KEYS 16384
+#define FAR (1ull << 40)
+
+/* Each newcomer is used sooner than every resident (keys are inserted in
+ * increasing order): admitted at once, evicting the oldest. */
+static int fifo_next(void *ctx, uint32_t k, uint64_t now, uint64_t *next) {
+    (void)ctx;
+    *next = now + FAR - k;
+    return 0;
+}
+
+static void seg_name(char *out, size_t len, const char *what) {
+    snprintf(out, len, "/sluice-cache-test-%ld-%s", (long)getpid(), what);
+}
+
+static void seg_path(char *out, size_t len, const char *name) { snprintf(out, len, "/dev/shm%s", name); }
+
+static int seg_exists(const char *name) {
+    char path[160];
+    seg_path(path, sizeof path, name);
+    return access(path, F_OK) == 0;
+}
+
+static sl__cache *open_fifo(sl__budget *b, const char *name, uint64_t capacity, char *err, size_t errlen, int *rc) {
+    sl__cache_opts o = {.capacity = capacity, .keys = KEYS, .max_entries = 64, .next_use = fifo_next,
+                        .shm_name = name, .block_size = 4096};
+    sl__cache *c = NULL;
+    *rc = sl__cache_create(b, &o, &c, err, errlen);
+    return c;
+}
+
+static sl__cache *must_fifo(sl__budget *b, const char *name) {
+    char err[400] = "";
+    int rc;
+    sl__cache *c = open_fifo(b, name, 1 << 20, err, sizeof err, &rc);
+    if (rc) SL_FAIL("%s: %s", name, err);
+    return c;
+}
+
+/* Bytes of a pinned value that differ from sample k's own bytes. */
+static size_t wrong_bytes(sl__cache *c, const sl__cache_ref *ref, uint32_t k) {
+    uint8_t got[VAL], want[VAL];
+    if (ref->size != VAL) return VAL;
+    sl__cache_read(c, ref, got);
+    cf_fill(want, VAL, k);
+    size_t n = 0;
+    for (size_t i = 0; i < VAL; i++) n += got[i] != want[i];
+    return n;
+}
+
+/* Insert keys [lo, hi), each its own bytes. */
+static void insert_range(sl__cache *c, uint32_t lo, uint32_t hi) {
+    uint8_t v[VAL];
+    for (uint32_t k = lo; k < hi; k++) {
+        cf_fill(v, VAL, k);
+        sl__cache_insert(c, k, 0, v, VAL);
+    }
+}
+
+/* Every key of [lo, hi) the cache holds reads as its own bytes. */
+static void check_all(sl__cache *c, uint32_t lo, uint32_t hi) {
+    uint8_t v[VAL];
+    for (uint32_t k = lo; k < hi; k++) {
+        size_t len;
+        if (sl__cache_get(c, k, 0, v, sizeof v, &len) == 1 && (len != VAL || !cf_check(v, len, k)))
+            SL_FAIL("key %u read wrong bytes", k);
+    }
+}
+
+static void put_byte(int fd, char x) {
+    if (write(fd, &x, 1) != 1) _exit(90);
+}
+
+static char get_byte(int fd) {
+    char x = 0;
+    return read(fd, &x, 1) == 1 ? x : 0;
+}
+
+/* ---- liveness ------------------------------------------------------------------ */
+
+/* A rank at its descriptor limit (it cannot open /proc/PID/stat, nor
+ * anything) makes more than 4096 inserts, so it reaps at least once,
+ * beside a rank that holds a pin on an entry those inserts evict. The
+ * pinned entry keeps every one of its bytes, and nobody was reaped. */
+TEST(emfile_inserter_beside_pinned_reader) {
+    char name[96];
+    seg_name(name, sizeof name, "emfile");
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *a = must_fifo(&b, name);
+    insert_range(a, 0, 1);
+    sl__cache_ref ref;
+    CHECK_EQ(sl__cache_lookup(a, 0, 0, &ref), 1);
+    int go[2];
+    CHECK_OK(pipe(go));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        sl__budget cb;
+        sl__budget_init(&cb, 1 << 20);
+        sl__cache *c = must_fifo(&cb, name);
+        int low = open("/dev/null", O_RDONLY); /* the lowest free descriptor: the limit goes there */
+        CHECK(low >= 0);
+        close(low);
+        struct rlimit rl;
+        CHECK_OK(getrlimit(RLIMIT_NOFILE, &rl));
+        rl.rlim_cur = (rlim_t)low;
+        CHECK_OK(setrlimit(RLIMIT_NOFILE, &rl));
+        int probe = open("/proc/self/stat", O_RDONLY);
+        if (probe >= 0 || errno != EMFILE) SL_FAIL("the inserter can still open files (fd %d, %s)", probe, strerror(errno));
+        insert_range(c, 1, 2 * 4096 + 200);
+        check_all(c, 1, 2 * 4096 + 200);
+        sl__cache_stats st;
+        sl__cache_stats_get(c, &st);
+        put_byte(go[1], (char)('0' + (st.reaped > 9 ? 9 : st.reaped)));
+        sl__cache_destroy(c);
+        _exit(0);
+    }
+    close(go[1]);
+    char reaped = get_byte(go[0]);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t wrong = wrong_bytes(a, &ref, 0);
+    if (wrong) SL_FAIL("the pinned entry read %zu of %d wrong bytes", wrong, VAL);
+    if (reaped != '0') SL_FAIL("the inserter at its descriptor limit reaped %c live processes", reaped);
+    sl__cache_release(a, &ref);
+    check_all(a, 0, 2 * 4096 + 200);
+    sl__cache_stats st;
+    sl__cache_stats_get(a, &st);
+    CHECK_EQ(st.reaped, 0);
+    CHECK(st.evictions > 4096);
+    sl__cache_destroy(a);
+    CHECK(!seg_exists(name));
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
+}
+
+/* The child of `unshare --pid --fork --mount-proc`: a new PID namespace
+ * (it is pid 1 there) with its own /proc, the same /dev/shm. 0, or why
+ * not (no root, no namespaces). */
+static const char *enter_pid_namespace(void) {
+    static char why[160];
+    if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
+        snprintf(why, sizeof why, "unshare(CLONE_NEWPID | CLONE_NEWNS): %s", strerror(errno));
+        return why;
+    }
+    return NULL;
+}
+
+static const char *mount_own_proc(void) {
+    static char why[160];
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+        snprintf(why, sizeof why, "mounting a /proc for the namespace: %s", strerror(errno));
+        return why;
+    }
+    return NULL;
+}
+
+/* The rank in the other namespace: attach (the other rank is not in its
+ * /proc), churn the cache until the other's pinned entry would be reused,
+ * pin an entry of its own, then wait while the other rank attaches again
+ * and churns, and read its pinned entry. Reports on out: 'r' ready,
+ * then its wrong byte count as text and 'e' (or 's' + a reason: skipped). */
+static void namespace_rank(const char *name, int out, int in) {
+    sl__budget b;
+    sl__budget_init(&b, 1 << 20);
+    sl__cache *c = must_fifo(&b, name);
+    if (getpid() != 1) SL_FAIL("not pid 1 in the new namespace (%ld)", (long)getpid());
+    insert_range(c, 1, 300);
+    insert_range(c, 500, 501);
+    sl__cache_ref ref;
+    CHECK_EQ(sl__cache_lookup(c, 500, 0, &ref), 1);
+    put_byte(out, 'r');
+    if (get_byte(in) != 'g') _exit(91);
+    char line[64];
+    sl__cache_stats st;
+    sl__cache_stats_get(c, &st);
+    int n = snprintf(line, sizeof line, "%zu %llu\n", wrong_bytes(c, &ref, 500), (unsigned long long)st.reaped);
+    if (write(out, line, (size_t)n) != n) _exit(92);
+    sl__cache_release(c, &ref);
+    check_all(c, 0, 2000);
+    sl__cache_destroy(c);
+    _exit(0);
+}
+
+/* Two ranks of one node in different PID namespaces (containers sharing
+ * the host's IPC but not its PIDs): neither takes the other for dead,
+ * whichever attaches or reaps; every pinned byte stays right. Needs root
+ * (CI is root): skipped with the reason elsewhere. */
+TEST(ranks_in_two_pid_namespaces) {
+    char name[96];
+    seg_name(name, sizeof name, "pidns");
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *a = must_fifo(&b, name);
+    insert_range(a, 0, 1);
+    sl__cache_ref ref;
+    CHECK_EQ(sl__cache_lookup(a, 0, 0, &ref), 1);
+    int up[2], down[2];
+    CHECK_OK(pipe(up));
+    CHECK_OK(pipe(down));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* unshare --pid --fork --mount-proc */
+        const char *why = enter_pid_namespace();
+        pid_t inner = why ? -1 : fork();
+        if (inner == 0) {
+            why = mount_own_proc();
+            if (!why) namespace_rank(name, up[1], down[0]);
+        }
+        if (why) {
+            char line[200];
+            int n = snprintf(line, sizeof line, "s%s\n", why);
+            if (write(up[1], line, (size_t)n) != n) _exit(93);
+            _exit(0);
+        }
+        int st;
+        _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 94);
+    }
+    close(up[1]);
+    char first = get_byte(up[0]);
+    if (first == 's') {
+        char why[200] = "";
+        ssize_t n = read(up[0], why, sizeof why - 1);
+        why[n > 0 ? n : 0] = 0;
+        printf("skipped: %s", why);
+        CHECK_EQ(waitpid(pid, NULL, 0), pid);
+        sl__cache_release(a, &ref);
+        sl__cache_destroy(a);
+        sl__budget_fini(&b);
+        return;
+    }
+    CHECK_EQ(first, 'r');
+    /* the other rank attached beside our pin and churned */
+    size_t wrong = wrong_bytes(a, &ref, 0);
+    if (wrong) SL_FAIL("after the other namespace's rank attached, our pinned entry read %zu of %d wrong bytes",
+                       wrong, VAL);
+    /* a fresh attach here reaps, then churns past the other rank's pin */
+    sl__cache *again = must_fifo(&b, name);
+    insert_range(again, 1000, 1300);
+    check_all(again, 0, 2000);
+    put_byte(down[1], 'g');
+    char line[64] = "";
+    ssize_t n = read(up[0], line, sizeof line - 1);
+    CHECK(n > 0);
+    line[n] = 0;
+    unsigned long long theirs = 0, their_reaped = 0;
+    CHECK_EQ(sscanf(line, "%llu %llu", &theirs, &their_reaped), 2);
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (theirs) SL_FAIL("the other namespace's pinned entry read %llu of %d wrong bytes", theirs, VAL);
+    CHECK_EQ(their_reaped, 0);
+    sl__cache_stats s;
+    sl__cache_stats_get(again, &s);
+    CHECK_EQ(s.reaped, 0);
+    sl__cache_release(a, &ref);
+    sl__cache_destroy(again);
+    sl__cache_destroy(a);
+    CHECK(!seg_exists(name));
+    sl__budget_fini(&b);
+}
+
+/* A rank SIGKILLed between writing an entry's bytes and publishing it,
+ * holding a pin: the survivors reclaim both (its slot's lock went with
+ * it), read only right bytes, and the last of them to leave unlinks the
+ * segment. */
+static int killed_at, stop_fd;
+static void stop_here(int stage) {
+    if (stage != SL_CACHE_HOOK_WRITTEN || ++killed_at != 3) return;
+    put_byte(stop_fd, 'w');
+    for (;;) pause();
+}
+
+TEST(sigkill_mid_write_then_last_rank_leaves) {
+    char name[96];
+    seg_name(name, sizeof name, "kill");
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *a = must_fifo(&b, name);
+    sl__cache *z = must_fifo(&b, name); /* a second rank, in this process: its own slot */
+    insert_range(a, 0, 10);
+    int p[2];
+    CHECK_OK(pipe(p));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        stop_fd = p[1];
+        sl__budget cb;
+        sl__budget_init(&cb, 1 << 20);
+        sl__cache *c = must_fifo(&cb, name);
+        sl__cache_ref pin;
+        CHECK_EQ(sl__cache_lookup(c, 5, 0, &pin), 1);
+        sl__cache_test_hook = stop_here;
+        insert_range(c, 100, 110); /* stops in the third */
+        _exit(95);
+    }
+    CHECK_EQ(get_byte(p[0]), 'w');
+    kill(pid, SIGKILL);
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    sl__cache_stats st;
+    sl__cache_stats_get(a, &st);
+    CHECK_EQ(st.processes, 3); /* the dead one's slot until reaped */
+    /* its unpublished key 102: the first insert to meet it reaps the writer */
+    uint8_t v[VAL];
+    cf_fill(v, VAL, 102);
+    CHECK_EQ(sl__cache_insert(a, 102, 0, v, VAL), 1);
+    sl__cache_stats_get(a, &st);
+    CHECK_EQ(st.reaped, 1);
+    CHECK_EQ(st.processes, 2);
+    insert_range(z, 200, 400); /* churn past the dead rank's pin: it was reaped, its entry goes */
+    check_all(a, 0, 400);
+    check_all(z, 0, 400);
+    sl__cache_destroy(a);
+    CHECK(seg_exists(name));
+    sl__cache_destroy(z); /* the last one out */
+    CHECK(!seg_exists(name));
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
+}
