@@ -48,19 +48,22 @@
 
 #define SHM_DIR "/dev/shm"
 #define SHM_PREFIX "sluice-cache-"
-#define RETRY 1 /* join_segment: the segment went away; start over */
+#define RETRY 1      /* join_segment: the segment went away; start over */
+#define UNFINISHED 2 /* join_segment: no complete header (its creator died, or not a node cache) */
 
 /* ---- the name ----------------------------------------------------------------- */
 
 /* The job: torchrun's run id, else the rendezvous address, else an
- * explicit key, else the launcher (the parent process). */
+ * explicit key, else the launcher (the parent process); and the user (a
+ * segment is its user's alone: another user's job never meets it). */
 static void job_key(char *out, size_t len) {
     const char *run = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"),
                *port = getenv("MASTER_PORT"), *job = getenv("SLUICE_CACHE_JOB");
-    if (run && *run) snprintf(out, len, "run:%s", run);
-    else if (addr && *addr && port && *port) snprintf(out, len, "master:%s:%s", addr, port);
-    else if (job && *job) snprintf(out, len, "job:%s", job);
-    else snprintf(out, len, "ppid:%ld", (long)getppid());
+    unsigned uid = (unsigned)geteuid();
+    if (run && *run) snprintf(out, len, "run:%s;uid:%u", run, uid);
+    else if (addr && *addr && port && *port) snprintf(out, len, "master:%s:%s;uid:%u", addr, port, uid);
+    else if (job && *job) snprintf(out, len, "job:%s;uid:%u", job, uid);
+    else snprintf(out, len, "ppid:%ld;uid:%u", (long)getppid(), uid);
 }
 
 int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed, const char *variant,
@@ -554,8 +557,7 @@ static int create_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t e
 
 /* The segment another process made must match what we would make. */
 static int check_geometry(sl__seg *s, const sl__chdr *h, const sl__seg_geom *g, char *err, size_t errlen) {
-    if (h->version == SL_CACHE_VERSION && h->crec_size == sizeof(sl__crec) && h->cproc_size == sizeof(sl__cproc) &&
-        h->total_capacity == g->capacity && h->keys == g->keys && h->max_entries == g->entries &&
+    if (h->total_capacity == g->capacity && h->keys == g->keys && h->max_entries == g->entries &&
         h->nblocks == g->nblocks && h->block_size == g->block_size && h->epoch_len == g->epoch_len)
         return 0;
     sl__msg(err, errlen, "node cache %s was made for capacity %llu, %u samples, %u-byte blocks; this process asks "
@@ -565,25 +567,120 @@ static int check_geometry(sl__seg *s, const sl__chdr *h, const sl__seg_geom *g, 
     return SL_ESTATE;
 }
 
-/* Wait for the creator (LOCK_SH), map, check and register. RETRY when the
- * segment was unlinked meanwhile or its creator died before finishing. */
+/* A segment this process must not use: the reason, that it is not
+ * joined, and how to remove it (how: "remove it: rm", ...). */
+static int refuse(const char *name, const char *how, char *err, size_t errlen, const char *why) {
+    sl__msg(err, errlen, "node cache " SHM_DIR "%s %s: it is not joined. If no job uses it, %s " SHM_DIR "%s",
+            name, why, how, name);
+    return SL_ESTATE;
+}
+#define RM "remove it: rm"
+
+/* The file itself: a regular file of this user that no other user may
+ * read or write. */
+static int check_file(const char *name, const struct stat *st, char *err, size_t errlen) {
+    char why[160];
+    if (S_ISDIR(st->st_mode)) return refuse(name, "remove it: rm -r", err, errlen, "is a folder");
+    if (!S_ISREG(st->st_mode)) return refuse(name, RM, err, errlen, "is not a regular file");
+    if (st->st_uid != geteuid()) {
+        snprintf(why, sizeof why, "belongs to uid %u, not to this user (uid %u)", (unsigned)st->st_uid,
+                 (unsigned)geteuid());
+        return refuse(name, "its owner or root can remove it: rm", err, errlen, why);
+    }
+    if (st->st_mode & 077) {
+        snprintf(why, sizeof why, "has mode %04o: other users may read or write it (a node cache is 0600)",
+                 (unsigned)(st->st_mode & 07777));
+        return refuse(name, RM, err, errlen, why);
+    }
+    return 0;
+}
+
+/* The header h (a copy) describes a file of file_bytes: this version, and
+ * every offset and size what the layout of its own parameters gives, the
+ * region exactly the file. NULL, or what is wrong. */
+static const char *bad_header(const sl__chdr *h, uint64_t file_bytes, char *why, size_t len) {
+    if (h->version != SL_CACHE_VERSION) {
+        snprintf(why, len, "was made by another version of sluice (segment version %u; this one reads %u)",
+                 h->version, SL_CACHE_VERSION);
+        return why;
+    }
+    uint32_t bs = h->block_size;
+    if (h->crec_size != sizeof(sl__crec) || h->cproc_size != sizeof(sl__cproc) || h->shared != 1 ||
+        h->procs != SL_CACHE_PROCS || !h->keys || !h->max_entries || h->max_entries > h->keys || bs < 512 ||
+        bs > (1u << 20) || (bs & (bs - 1)) || !h->nblocks || h->nblocks > SL_CACHE_MAX_BLOCKS) {
+        snprintf(why, len, "has a header that is not a node cache's (%u samples, %u entries, %llu blocks of %u bytes)",
+                 h->keys, h->max_entries, (unsigned long long)h->nblocks, bs);
+        return why;
+    }
+    sl__chdr t;
+    memset(&t, 0, sizeof t);
+    sl__seg_layout(&t, h->keys, h->max_entries, h->nblocks, bs, 1);
+    if (t.off_keys != h->off_keys || t.off_recs != h->off_recs || t.off_heap != h->off_heap ||
+        t.off_frec != h->off_frec || t.off_links != h->off_links || t.off_warm != h->off_warm ||
+        t.off_cold != h->off_cold || t.off_procs != h->off_procs || t.off_blocks != h->off_blocks ||
+        t.index_bytes != h->index_bytes || t.region_bytes != h->region_bytes || h->total_capacity < h->region_bytes ||
+        h->cap_max != h->nblocks * bs) {
+        snprintf(why, len, "has a header whose offsets and sizes do not follow from its %u samples, %u entries "
+                 "and %llu blocks", h->keys, h->max_entries, (unsigned long long)h->nblocks);
+        return why;
+    }
+    if (h->region_bytes != file_bytes) {
+        snprintf(why, len, "has a header for %llu bytes in a file of %llu", (unsigned long long)h->region_bytes,
+                 (unsigned long long)file_bytes);
+        return why;
+    }
+    return NULL;
+}
+
+/* The index's counters (mu held) are within the header's sizes. */
+static int counts_sane(const sl__chdr *h) {
+    return h->heap_len <= h->max_entries && h->nfrec <= h->max_entries && h->entries == h->heap_len &&
+           h->nwarm <= h->nblocks && h->ncold <= h->nblocks - h->nwarm && h->capacity <= h->cap_max &&
+           h->charged <= h->cap_max;
+}
+
+/* Wait for the creator (LOCK_SH), check the file and its header, map,
+ * check and register. RETRY when the segment was unlinked meanwhile;
+ * UNFINISHED when it holds no complete header (a creator holds LOCK_EX
+ * until it has stored its magic, so one that died, or not a node cache). */
 static int join_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t errlen) {
     struct stat st;
     if (flock(s->fd, LOCK_SH) != 0 || fstat(s->fd, &st) != 0) return SL_ESYS;
     if (st.st_nlink == 0) return RETRY;
-    if ((uint64_t)st.st_size < sizeof(sl__chdr)) return RETRY; /* a dead creator's: reclaim_stale takes it */
-    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
-    if (h == MAP_FAILED) return SL_ESYS;
-    s->h = h;
-    s->map_len = (uint64_t)st.st_size;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) != SL_CACHE_MAGIC) return RETRY;
-    int rc = check_geometry(s, h, g, err, errlen);
+    int rc = check_file(s->name, &st, err, errlen);
     if (rc) return rc;
+    sl__chdr hc;
+    if ((uint64_t)st.st_size < sizeof hc || pread(s->fd, &hc, sizeof hc, 0) != (ssize_t)sizeof hc ||
+        hc.magic != SL_CACHE_MAGIC)
+        return UNFINISHED;
+    char why[200];
+    if (bad_header(&hc, (uint64_t)st.st_size, why, sizeof why)) return refuse(s->name, RM, err, errlen, why);
+    if ((rc = check_geometry(s, &hc, g, err, errlen))) return rc;
+    sl__chdr *h = mmap(NULL, (size_t)hc.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (h == MAP_FAILED) return SL_ESYS;
+    s->h = h; /* this user's alone (checked above): its header is checked once */
+    s->map_len = hc.region_bytes;
     sl__seg_lock(s);
+    if (!counts_sane(h)) {
+        sl__seg_unlock(s);
+        return refuse(s->name, RM, err, errlen, "has an index whose counts exceed its sizes");
+    }
     sl__seg_reap(s);
     rc = register_self(s, err, errlen);
     sl__seg_unlock(s);
     return rc;
+}
+
+/* The segment exists but cannot be opened: say why in its terms. */
+static int open_refused(const char *name, char *err, size_t errlen) {
+    int e = errno;
+    char path[128];
+    struct stat st;
+    snprintf(path, sizeof path, SHM_DIR "%s", name);
+    if (e == ELOOP) return refuse(name, RM, err, errlen, "is a symbolic link");
+    if (lstat(path, &st) == 0 && check_file(name, &st, err, errlen)) return SL_ESTATE;
+    sl__msg(err, errlen, "node cache %s: %s", path, strerror(e));
+    return e == EMFILE || e == ENFILE ? SL_EAGAIN : SL_ESYS;
 }
 
 static void close_segment(sl__seg *s) {
@@ -608,36 +705,42 @@ int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *er
      * build on a busy machine) was still at work. */
     uint64_t give_up = sl__now_ns() + 10ull * 1000000000u;
     useconds_t pause = 1000;
+    int unfinished = 0;
     for (int attempt = 0; attempt == 0 || sl__now_ns() < give_up; attempt++) {
         if (attempt) {
             usleep(pause);
             pause = pause * 2 > 50000 ? 50000 : pause * 2;
         }
-        s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        s->fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         int created = s->fd >= 0, rc;
         if (created) {
             struct stat st;
             rc = flock(s->fd, LOCK_EX) || fstat(s->fd, &st) ? SL_ESYS : st.st_nlink == 0 ? RETRY : 0;
+            if (rc == 0) rc = fchmod(s->fd, 0600) ? SL_ESYS : 0; /* whatever the umask left */
             if (rc == 0) rc = create_segment(s, g, err, errlen);
             if (rc == 0) rc = flock(s->fd, LOCK_SH) ? SL_ESYS : 0; /* registered: never taken for stale */
             if (rc && rc != RETRY) shm_unlink(s->name);
         } else if (errno == EEXIST) {
-            s->fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
-            rc = s->fd < 0 ? (errno == ENOENT ? RETRY : SL_ESYS) : join_segment(s, g, err, errlen);
+            s->fd = shm_open(s->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+            rc = s->fd >= 0 ? join_segment(s, g, err, errlen) : errno == ENOENT ? RETRY : open_refused(s->name, err, errlen);
         } else {
-            rc = SL_ESYS;
+            rc = open_refused(s->name, err, errlen);
         }
         if (rc == 0) return 0;
         close_segment(s);
+        if (rc == UNFINISHED && ++unfinished < 8) rc = RETRY; /* a dead creator's: reclaim_stale takes it */
+        if (rc == UNFINISHED)
+            return refuse(s->name, RM, err, errlen, "holds no complete node cache (its creator died, or it is not "
+                          "sluice's) and another process keeps it open");
         if (rc == RETRY) {
             reclaim_stale();
             continue;
         }
         if (rc == SL_ESYS && (!err || !*err))
-            sl__msg(err, errlen, "node cache %s: %s", s->name, strerror(errno));
+            sl__msg(err, errlen, "node cache " SHM_DIR "%s: %s", s->name, strerror(errno));
         return rc;
     }
-    sl__msg(err, errlen, "node cache %s: the segment kept vanishing while attaching", s->name);
+    sl__msg(err, errlen, "node cache " SHM_DIR "%s: the segment kept vanishing while attaching", s->name);
     return SL_ESYS;
 }
 
@@ -660,28 +763,28 @@ void sl__seg_detach(sl__seg *s) {
  * a segment that is not (yet) a node cache. */
 static int peek(int fd, const char *name, sl__cache_seg *s) {
     struct stat st;
+    sl__chdr hc;
+    char why[200];
     size_t nlen = strlen(name);
-    if (nlen >= sizeof s->name || fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof(sl__chdr)) return -1;
-    sl__chdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (nlen >= sizeof s->name || fstat(fd, &st) != 0 || (uint64_t)st.st_size < sizeof hc ||
+        pread(fd, &hc, sizeof hc, 0) != (ssize_t)sizeof hc || hc.magic != SL_CACHE_MAGIC ||
+        bad_header(&hc, (uint64_t)st.st_size, why, sizeof why))
+        return -1;
+    sl__chdr *h = mmap(NULL, (size_t)hc.region_bytes, PROT_READ, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return -1;
-    int rc = -1;
-    if (atomic_load(&h->magic) == SL_CACHE_MAGIC && h->version == SL_CACHE_VERSION && h->shared &&
-        h->off_procs + SL_CACHE_PROCS * sizeof(sl__cproc) <= (uint64_t)st.st_size) {
-        memset(s, 0, sizeof *s);
-        memcpy(s->name, name, nlen + 1);
-        s->segment_bytes = (uint64_t)st.st_size;
-        s->resident_bytes = (uint64_t)st.st_blocks * 512;
-        s->capacity = h->capacity, s->bytes = h->charged, s->entries = h->entries;
-        s->hits = atomic_load(&h->hits), s->misses = atomic_load(&h->misses);
-        s->evictions = atomic_load(&h->evictions), s->storage_bytes_read = atomic_load(&h->storage_read);
-        for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) {
-            const sl__cproc *p = &sl__cprocs(h)[i];
-            if (p->pid && slots_held(fd, i, 1) && s->processes < SL_CACHE_SEG_PIDS) s->pids[s->processes++] = p->pid;
-        }
-        rc = 0;
-    }
-    munmap(h, (size_t)st.st_size);
-    return rc;
+    memset(s, 0, sizeof *s);
+    memcpy(s->name, name, nlen + 1);
+    s->segment_bytes = (uint64_t)st.st_size;
+    s->resident_bytes = (uint64_t)st.st_blocks * 512;
+    s->capacity = h->capacity, s->bytes = h->charged, s->entries = h->entries;
+    s->hits = atomic_load(&h->hits), s->misses = atomic_load(&h->misses);
+    s->evictions = atomic_load(&h->evictions), s->storage_bytes_read = atomic_load(&h->storage_read);
+    const sl__cproc *procs = (const sl__cproc *)((const char *)h + hc.off_procs); /* the checked offset */
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++)
+        if (procs[i].pid && slots_held(fd, i, 1) && s->processes < SL_CACHE_SEG_PIDS)
+            s->pids[s->processes++] = procs[i].pid;
+    munmap(h, (size_t)hc.region_bytes);
+    return 0;
 }
 
 size_t sl__cache_shm_list(sl__cache_seg *out, size_t max) {

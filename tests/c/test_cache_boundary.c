@@ -352,3 +352,222 @@ TEST(sigkill_mid_write_then_last_rank_leaves) {
     CHECK_EQ(atomic_load(&b.used), 0);
     sl__budget_fini(&b);
 }
+
+/* ---- segments that are not this process's to join ------------------------------------ */
+
+/* A finished node cache's bytes: made under name, copied out, then gone. */
+static uint8_t *segment_image(const char *name, size_t *len) {
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *c = must_fifo(&b, name);
+    insert_range(c, 0, 20);
+    char path[160];
+    seg_path(path, sizeof path, name);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    struct stat st;
+    CHECK_OK(fstat(fd, &st));
+    uint8_t *img = malloc((size_t)st.st_size);
+    CHECK(img != NULL);
+    CHECK_EQ(pread(fd, img, (size_t)st.st_size, 0), st.st_size);
+    close(fd);
+    sl__cache_destroy(c);
+    sl__budget_fini(&b);
+    CHECK(!seg_exists(name));
+    *len = (size_t)st.st_size;
+    return img;
+}
+
+/* Put bytes at name with mode; with hold, keep flock(LOCK_SH) on it as a
+ * process using it would (then nobody may reclaim it). The open
+ * descriptor, or -1 when not held. */
+static int plant(const char *name, const void *bytes, size_t len, mode_t mode, int hold) {
+    char path[160];
+    seg_path(path, sizeof path, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0);
+    CHECK_EQ(pwrite(fd, bytes, len, 0), (ssize_t)len);
+    CHECK_OK(fchmod(fd, mode));
+    if (!hold) {
+        close(fd);
+        return -1;
+    }
+    CHECK_OK(flock(fd, LOCK_SH));
+    return fd;
+}
+
+/* Attaching to name is refused (SL_ESTATE) with why, the path and the
+ * command that removes it; the file is left as it was (len bytes of img,
+ * when img is given). */
+static void expect_refused(const char *name, const char *why, const uint8_t *img, size_t len) {
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    char err[512] = "", path[160], rm[200], rmr[200];
+    int rc;
+    sl__cache *c = open_fifo(&b, name, 1 << 20, err, sizeof err, &rc);
+    printf("%s\n", err);
+    CHECK_EQ(rc, SL_ESTATE);
+    CHECK(c == NULL);
+    seg_path(path, sizeof path, name);
+    snprintf(rm, sizeof rm, "rm %s", path);
+    snprintf(rmr, sizeof rmr, "rm -r %s", path);
+    CHECK_STR_CONTAINS(err, why);
+    if (!strstr(err, rm) && !strstr(err, rmr)) SL_FAIL("\"%s\" does not say how to remove %s", err, path);
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
+    if (!img) return;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    CHECK(fd >= 0);
+    uint8_t *now = malloc(len + 1);
+    CHECK(now != NULL);
+    CHECK_EQ(pread(fd, now, len + 1, 0), (ssize_t)len);
+    if (memcmp(now, img, len) != 0) SL_FAIL("the refused segment %s was written", path);
+    free(now);
+    close(fd);
+}
+
+static void remove_planted(const char *name, int held) {
+    char path[160];
+    seg_path(path, sizeof path, name);
+    if (held >= 0) close(held);
+    CHECK_OK(unlink(path));
+}
+
+/* One change to a finished segment's header, then refused. */
+static void malformed_case(const uint8_t *good, size_t len, const char *name, void (*change)(sl__chdr *h),
+                           size_t cut, const char *why) {
+    uint8_t *img = malloc(len);
+    CHECK(img != NULL);
+    memcpy(img, good, len);
+    change((sl__chdr *)img);
+    int fd = plant(name, img, len - cut, 0600, 1);
+    expect_refused(name, why, img, len - cut);
+    remove_planted(name, fd);
+    free(img);
+}
+
+static void other_version(sl__chdr *h) { h->version = 1; }
+static void more_blocks(sl__chdr *h) { h->nblocks++; }
+static void moved_records(sl__chdr *h) { h->off_recs += 64; }
+static void odd_blocks(sl__chdr *h) { h->block_size = 3000; }
+static void past_heap(sl__chdr *h) { h->heap_len = h->max_entries + 5; }
+static void no_change(sl__chdr *h) { (void)h; }
+
+/* A segment whose header does not describe its file, or was made by
+ * another version, is refused before anything in it is used, and left
+ * untouched: a held one (a process keeps it open) is never reclaimed. */
+TEST(malformed_segment_refused) {
+    char name[96];
+    seg_name(name, sizeof name, "malformed");
+    size_t len;
+    uint8_t *good = segment_image(name, &len);
+    malformed_case(good, len, name, other_version, 0, "another version of sluice (segment version 1");
+    malformed_case(good, len, name, more_blocks, 0, "do not follow from its 16384 samples, 64 entries");
+    malformed_case(good, len, name, moved_records, 0, "do not follow from its");
+    malformed_case(good, len, name, odd_blocks, 0, "not a node cache's");
+    malformed_case(good, len, name, no_change, 4096, "bytes in a file of"); /* cut short */
+    malformed_case(good, len, name, past_heap, 0, "counts exceed its sizes");
+    /* the same bytes, unchanged: joined, and every value right */
+    int fd = plant(name, good, len, 0600, 1);
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *c = must_fifo(&b, name);
+    check_all(c, 0, 20);
+    sl__cache_stats st;
+    sl__cache_stats_get(c, &st);
+    CHECK_EQ(st.entries, 20);
+    sl__cache_destroy(c);
+    sl__budget_fini(&b);
+    remove_planted(name, fd);
+    free(good);
+}
+
+/* Not this user's, open to other users, a symbolic link or a folder:
+ * refused with the path and the command that removes it. The owner test
+ * needs root (CI is root). */
+TEST(foreign_segment_refused) {
+    char name[96], path[160];
+    seg_name(name, sizeof name, "foreign");
+    seg_path(path, sizeof path, name);
+    size_t len;
+    uint8_t *good = segment_image(name, &len);
+    int fd = plant(name, good, len, 0644, 1);
+    expect_refused(name, "has mode 0644", good, len);
+    remove_planted(name, fd);
+    /* a link to a finished segment of this user */
+    char target[96], tpath[160];
+    seg_name(target, sizeof target, "target");
+    seg_path(tpath, sizeof tpath, target);
+    fd = plant(target, good, len, 0600, 1);
+    CHECK_OK(symlink(tpath, path));
+    expect_refused(name, "is a symbolic link", NULL, 0);
+    CHECK_OK(unlink(path));
+    remove_planted(target, fd);
+    CHECK_OK(mkdir(path, 0700));
+    expect_refused(name, "is a folder", NULL, 0);
+    CHECK_OK(rmdir(path));
+    if (geteuid() != 0) {
+        printf("skipped the owner cases: not root (uid %u)\n", (unsigned)geteuid());
+        free(good);
+        return;
+    }
+    /* another user's segment, readable here (root may open it) */
+    fd = plant(name, good, len, 0600, 1);
+    CHECK_OK(fchown(fd, 65534, 65534));
+    expect_refused(name, "belongs to uid 65534, not to this user (uid 0)", good, len);
+    expect_refused(name, "its owner or root can remove it", good, len);
+    remove_planted(name, fd);
+    /* root's segment, seen by another user (who cannot open it) */
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *c = must_fifo(&b, name);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) _exit(96);
+        expect_refused(name, "belongs to uid 0, not to this user (uid 65534)", NULL, 0);
+        _exit(0);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    check_all(c, 0, 20);
+    sl__cache_destroy(c);
+    sl__budget_fini(&b);
+    CHECK(!seg_exists(name));
+    free(good);
+}
+
+static void no_magic(sl__chdr *h) { h->magic = 0; }
+
+/* What a creator killed before it finished leaves (the file sized, its
+ * header without the magic stored last; or still empty), with nobody
+ * holding it: the next attach reclaims it at once and starts afresh.
+ * Held open by a process, it is refused with a message instead of
+ * waited on. */
+TEST(half_created_segment) {
+    char name[96];
+    seg_name(name, sizeof name, "half");
+    size_t len;
+    uint8_t *img = segment_image(name, &len);
+    no_magic((sl__chdr *)img);
+    for (int empty = 0; empty < 2; empty++) {
+        plant(name, img, empty ? 0 : len, 0600, 0);
+        sl__budget b;
+        CHECK_OK(sl__budget_init(&b, 1 << 20));
+        sl__cache *c = must_fifo(&b, name);
+        sl__cache_stats st;
+        sl__cache_stats_get(c, &st);
+        CHECK_EQ(st.entries, 0);
+        CHECK_EQ(st.processes, 1);
+        insert_range(c, 0, 5);
+        check_all(c, 0, 5);
+        sl__cache_destroy(c);
+        CHECK(!seg_exists(name));
+        sl__budget_fini(&b);
+    }
+    int fd = plant(name, img, len, 0600, 1);
+    expect_refused(name, "holds no complete node cache", img, len);
+    remove_planted(name, fd);
+    free(img);
+}
