@@ -74,11 +74,28 @@ int sl__status_open(sl__status *s) {
     return s->on ? 0 : SL_ENOENT; /* more than SL_STATUS_MAX at once: not published */
 }
 
+/* A fresh file beside path, made here and nowhere else: created
+ * exclusively (O_EXCL) and never through a link (O_NOFOLLOW), under a name
+ * no other writer uses (pid, status and a per-write count), tried again
+ * under the next count if a file of that name is in the way. The
+ * descriptor, or -1. */
+static int open_fresh(const sl__status *s, char *tmp, size_t len) {
+    static _Atomic unsigned serial;
+    for (int attempt = 0; attempt < 16; attempt++) {
+        snprintf(tmp, len, "%s.%ld.%u.tmp", s->path, (long)getpid(), atomic_fetch_add(&serial, 1));
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1;
+}
+
+/* Written whole into a fresh file, then renamed over the name: a reader
+ * never sees half of one, and whatever was planted at the name (a link
+ * to another file) is replaced, never followed. */
 int sl__status_write(sl__status *s, const char *text, size_t len) {
     if (!s->on) return 0;
-    char tmp[640];
-    snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char tmp[680];
+    int fd = open_fresh(s, tmp, sizeof tmp);
     if (fd < 0) return SL_EIO;
     size_t done = 0;
     while (done < len) {

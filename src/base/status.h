@@ -6,8 +6,10 @@
  *
  * Where: <dir>/sluice-gov-<pid>-<n>.json, dir = $SLUICE_STATUS_DIR, else
  * /dev/shm, else $XDG_RUNTIME_DIR (the first that is a folder). The file is
- * written whole under a temporary name and renamed, so a reader never sees
- * half of one. It names the process's start time (/proc/self/stat), so a
+ * written whole into a fresh file (created with O_EXCL | O_NOFOLLOW under
+ * a name of this process's) and renamed over the name, so a reader never
+ * sees half of one and a link planted at either name is never followed.
+ * It names the process's start time (/proc/self/stat), so a
  * reader can tell a live writer from a stale file whose pid was reused
  * (a process killed before it could remove its files). Removed when the
  * writer closes it, and at the process's exit for those still open (an
