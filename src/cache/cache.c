@@ -301,11 +301,20 @@ int sl__cache_insert(sl__cache *c, uint32_t key, uint64_t now, const void *data,
 int sl__cache_set_capacity(sl__cache *c, uint64_t value_bytes) {
     sl__chdr *h = c->seg.h;
     if (value_bytes > h->cap_max) return SL_EINVAL;
+    if (c->seg.shared) pthread_mutex_lock(&c->seg.punch_mu);
     lock(c);
     h->capacity = value_bytes;
     while (h->charged > h->capacity && h->heap_len) evict(c, sl__cheap(h)[0]);
-    if (c->seg.shared) sl__seg_punch_free(&c->seg);
+    uint64_t punch = c->seg.shared ? sl__seg_punch_mark(&c->seg) : BLK_END;
     unlock(c);
+    if (punch != BLK_END) { /* the freed pages go back to the system without the node's mutex */
+        hook(SL_CACHE_HOOK_PUNCHING);
+        sl__seg_punch(&c->seg, punch);
+        lock(c);
+        sl__seg_punch_done(&c->seg);
+        unlock(c);
+    }
+    if (c->seg.shared) pthread_mutex_unlock(&c->seg.punch_mu);
     return 0;
 }
 

@@ -143,8 +143,9 @@ int sl__cache_get(sl__cache *c, uint32_t key, uint64_t now, void *dst, size_t ca
 int sl__cache_insert(sl__cache *c, uint32_t key, uint64_t now, const void *data, size_t len);
 
 /* Set the value bytes allowed (at most what creation allowed): a lower
- * value evicts by the same policy at once (a node cache punches the
- * freed blocks out of /dev/shm). SL_EINVAL above the creation size. */
+ * value evicts by the same policy at once (a node cache then punches the
+ * freed blocks out of /dev/shm, without holding the node's mutex).
+ * SL_EINVAL above the creation size. */
 int sl__cache_set_capacity(sl__cache *c, uint64_t value_bytes);
 
 /* Recompute every entry's next use for time now (after a jump in the
@@ -182,10 +183,11 @@ typedef struct sl__cache_seg {
  * Never fails (an unreadable segment is left out). */
 size_t sl__cache_shm_list(sl__cache_seg *out, size_t max);
 
-/* Tests: called at the named points of an insert, in the inserting
- * process (NULL: off). */
+/* Tests: called at the named points of an insert or a node cache's
+ * shrink, in the calling process (NULL: off). */
 enum { SL_CACHE_HOOK_RESERVED = 1, /* inside the mutex, room taken, record not yet WRITING-complete */
-       SL_CACHE_HOOK_WRITTEN = 2   /* bytes copied, mutex not held, not yet published */ };
+       SL_CACHE_HOOK_WRITTEN = 2,  /* bytes copied, mutex not held, not yet published */
+       SL_CACHE_HOOK_PUNCHING = 3  /* a node cache's shrink: freed blocks marked, mutex not held, not yet punched */ };
 extern void (*sl__cache_test_hook)(int stage);
 
 #endif

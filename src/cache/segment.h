@@ -33,8 +33,9 @@
  *    release frees it.
  *  - Shared: pins = the number of live process-table entries naming the
  *    record; a WRITING record names its writer's process slot (owner).
- *  - Shared: a block is in exactly one record's chain or on one free
- *    stack (warm: its page resident; cold: punched, fallocated before use).
+ *  - Shared: a block is in exactly one record's chain, on one free stack
+ *    (warm: its page resident; cold: maybe punched, fallocated before
+ *    use), or on one process's punch chain (sl__cproc.punch).
  */
 #ifndef SL_CACHE_SEGMENT_H
 #define SL_CACHE_SEGMENT_H
@@ -76,7 +77,9 @@ typedef struct sl__cproc {
     int32_t pid;        /* 0: slot free; else the owner's pid in its own PID namespace, for display
                            (sluice top), never to judge whether it lives */
     uint32_t npins;     /* used entries of pin[] are those != SL_NONE */
-    uint64_t reserved;  /* 0 */
+    uint32_t punch;     /* this process is punching a chain of free blocks out of /dev/shm: its
+                           first block + 1 (0: none; see sl__seg_punch_mark) */
+    uint32_t pad;
     uint32_t pin[SL_CACHE_PINS]; /* records pinned by this process, SL_NONE for none */
 } sl__cproc;
 
@@ -109,6 +112,7 @@ typedef struct sl__seg {
     uint64_t map_len;   /* shared: bytes mapped */
     uint32_t proc;      /* shared: this process's slot */
     char name[64];      /* shared: "/sluice-cache-..." */
+    pthread_mutex_t punch_mu; /* shared: one punch at a time in this process (its slot names one chain) */
 } sl__seg;
 
 /* What a node cache is made of: every process attaching must ask for the
@@ -179,8 +183,16 @@ uint32_t sl__seg_processes(sl__seg *s);
 int sl__seg_blocks_take(sl__seg *s, uint64_t n, uint64_t *first);
 /* Give a chain back (warm; mu held). */
 void sl__seg_blocks_give(sl__seg *s, uint64_t first);
-/* Punch every warm free block out of the segment (after a shrink; mu held). */
-void sl__seg_punch_free(sl__seg *s);
+/* Punching freed pages out of /dev/shm without mu (after a shrink), in
+ * three steps: mark (mu held; punch_mu held across all three): every
+ * warm free block leaves the free stacks for this process's punch chain,
+ * returned (BLK_END: none); punch (mu NOT held): the chain's pages go;
+ * done (mu held): its blocks go on the cold stack. A block on a punch
+ * chain is on no free stack and in no record's chain, so nothing else
+ * touches it until it comes back cold (shm.c says why that is enough). */
+uint64_t sl__seg_punch_mark(sl__seg *s);
+void sl__seg_punch(sl__seg *s, uint64_t first);
+void sl__seg_punch_done(sl__seg *s);
 /* This process's pin table (mu held): record r in a free entry (its
  * index; SL_NONE if full); drop entry slot; entry slot still names r. */
 uint32_t sl__seg_pin_add(sl__seg *s, uint32_t r);

@@ -138,7 +138,7 @@ static int register_self(sl__seg *s, char *err, size_t errlen) {
             atomic_fetch_add(&s->h->reaped, 1);
         }
         procs[i].npins = 0;
-        procs[i].reserved = 0;
+        procs[i].punch = 0;
         for (int k = 0; k < SL_CACHE_PINS; k++) procs[i].pin[k] = SL_NONE;
         procs[i].pid = (int32_t)getpid();
         s->proc = i;
@@ -177,7 +177,10 @@ int sl__seg_pin_holds(sl__seg *s, uint32_t slot, uint32_t r) {
     return slot < SL_CACHE_PINS && sl__cprocs(s->h)[s->proc].pin[slot] == r;
 }
 
-/* Give back what process slot i held: its pins, its unpublished records. */
+static void punch_to_cold(sl__chdr *h, sl__cproc *p);
+
+/* Give back what process slot i held: its pins, its unpublished records,
+ * the blocks it was punching. */
 static void release_proc(sl__seg *s, uint32_t i) {
     sl__chdr *h = s->h;
     sl__cproc *p = &sl__cprocs(h)[i];
@@ -193,6 +196,7 @@ static void release_proc(sl__seg *s, uint32_t i) {
         if (sl__ckeys(h)[R[r].key] == r) sl__ckeys(h)[R[r].key] = SL_NONE;
         sl__seg_rec_free(s, r);
     }
+    punch_to_cold(h, p); /* it died punching: its chain may be part punched */
     memset(p, 0, sizeof *p);
 }
 
@@ -257,23 +261,67 @@ static void restack_free(sl__chdr *h) {
     }
 }
 
-void sl__seg_punch_free(sl__seg *s) {
+/* ---- punching freed pages out of /dev/shm, without mu -------------------------------
+ *
+ * A shrink frees blocks whose pages should go back to the system. The
+ * punch (fallocate PUNCH_HOLE) may take long, so it runs without mu, in
+ * three steps: mark (mu held: every warm free block leaves the warm stack
+ * for this process's punch chain, linked in block order, and the slot
+ * names the chain: punch = first + 1), punch (mu not held: one fallocate a
+ * run of consecutive blocks), done (mu held: each block of the chain goes
+ * onto the cold stack, and the slot's punch follows along).
+ *
+ * Why it is safe: a block on a punch chain is on no free stack and in no
+ * record's chain, so nobody takes it or reads it while its pages go; only
+ * its process reads or writes its link word until done; and it comes back
+ * only as cold, so whoever takes it next reserves its page again
+ * (fallocate) before writing. A process that dies punching leaves its
+ * chain named in its slot: the reaper puts it on the cold stack, and a
+ * recovery claims a live process's chain and makes every unclaimed free
+ * block cold. One punch at a time a process (punch_mu, taken before mu). */
+
+uint64_t sl__seg_punch_mark(sl__seg *s) {
     sl__chdr *h = s->h;
     uint32_t *links = sl__clinks(h);
-    uint64_t bs = h->block_size;
-    for (uint64_t b = 0; b < h->nblocks;) { /* runs of warm blocks, one call each */
-        if (links[b] != BLK_WARM) {
-            b++;
-            continue;
+    uint64_t head = BLK_END;
+    for (uint64_t b = h->nblocks; b-- > 0;)
+        if (links[b] == BLK_WARM) { /* the warm stack holds exactly these */
+            links[b] = (uint32_t)head;
+            head = b;
         }
-        uint64_t e = b;
-        while (e < h->nblocks && links[e] == BLK_WARM) links[e++] = BLK_COLD; /* marked before punched */
-        fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
-                  (off_t)((e - b) * bs));
-        b = e;
-    }
-    restack_free(h);
+    h->nwarm = 0;
+    sl__cprocs(h)[s->proc].punch = head == BLK_END ? 0 : (uint32_t)head + 1;
+    return head;
 }
+
+void sl__seg_punch(sl__seg *s, uint64_t first) {
+    sl__chdr *h = s->h;
+    const uint32_t *links = sl__clinks(h);
+    uint64_t bs = h->block_size;
+    for (uint64_t b = first; b != BLK_END;) { /* runs of consecutive blocks, one call each */
+        uint64_t e = b, next = links[b];
+        while (next == e + 1) e = next, next = links[e];
+        fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
+                  (off_t)((e - b + 1) * bs));
+        b = next;
+    }
+}
+
+/* Put the chain p names on the cold stack, block by block, p following
+ * (mu held). A broken chain (only a damaged index has one) stops it. */
+static void punch_to_cold(sl__chdr *h, sl__cproc *p) {
+    uint32_t *links = sl__clinks(h);
+    for (uint64_t steps = 0; p->punch && steps < h->nblocks; steps++) {
+        uint64_t b = p->punch - 1u, next = b < h->nblocks ? links[b] : BLK_END;
+        if (b >= h->nblocks || (next != BLK_END && next >= h->nblocks)) break;
+        links[b] = BLK_COLD;
+        sl__ccold(h)[h->ncold++] = (uint32_t)b;
+        p->punch = next == BLK_END ? 0 : (uint32_t)next + 1;
+    }
+    p->punch = 0;
+}
+
+void sl__seg_punch_done(sl__seg *s) { punch_to_cold(s->h, &sl__cprocs(s->h)[s->proc]); }
 
 /* ---- recovery --------------------------------------------------------------------------- */
 
@@ -297,6 +345,13 @@ static int claim_chain(sl__chdr *h, uint32_t r, uint32_t *claim) {
     if (ok && got == want) return 1;
     for (b = rec->loc; got-- > 0; b = links[b]) claim[b] = SL_NONE; /* the first got blocks were ours */
     return 0;
+}
+
+/* Claim the chain a live process is punching (as far as it is whole). */
+static void claim_punch(sl__chdr *h, sl__cproc *p, uint32_t *claim) {
+    uint32_t *links = sl__clinks(h);
+    for (uint64_t b = p->punch ? p->punch - 1u : BLK_END; b < h->nblocks && claim[b] == SL_NONE; b = links[b])
+        claim[b] = SL_CACHE_PROCS; /* no record's index */
 }
 
 /* Keep r if it is whole and (READY, WRITING) first for its key. */
@@ -342,6 +397,8 @@ void sl__seg_recover(sl__seg *s) {
         if (slot_dead(s, i)) memset(&sl__cprocs(h)[i], 0, sizeof(sl__cproc));
     for (uint64_t b = 0; b < h->nblocks; b++) claim[b] = SL_NONE;
     for (uint64_t k = 0; k < h->keys; k++) sl__ckeys(h)[k] = SL_NONE;
+    for (uint32_t i = 0; i < SL_CACHE_PROCS; i++) /* live processes punching: their chains stay theirs */
+        if (sl__cprocs(h)[i].pid) claim_punch(h, &sl__cprocs(h)[i], claim);
     for (uint32_t r = 0; r < h->max_entries; r++)
         if (R[r].state != REC_FREE && !keep_record(h, r, claim)) memset(&R[r], 0, sizeof R[r]);
     recount_pins(h);
@@ -363,8 +420,8 @@ void sl__seg_recover(sl__seg *s) {
         }
     }
     sl__seg_heap_build(h);
-    for (uint64_t b = 0; b < h->nblocks; b++) /* unclaimed blocks are free; cold ones stay cold */
-        if (claim[b] == SL_NONE && links[b] != BLK_COLD) links[b] = BLK_WARM;
+    for (uint64_t b = 0; b < h->nblocks; b++) /* unclaimed blocks are free: cold, since a dead puncher */
+        if (claim[b] == SL_NONE) links[b] = BLK_COLD; /* may have left any of them without its page */
     restack_free(h);
     atomic_fetch_add(&h->recoveries, 1);
 }
@@ -726,7 +783,7 @@ int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *er
         } else {
             rc = open_refused(s->name, err, errlen);
         }
-        if (rc == 0) return 0;
+        if (rc == 0) return pthread_mutex_init(&s->punch_mu, NULL) ? SL_ESYS : 0;
         close_segment(s);
         if (rc == UNFINISHED && ++unfinished < 8) rc = RETRY; /* a dead creator's: reclaim_stale takes it */
         if (rc == UNFINISHED)
@@ -748,6 +805,7 @@ void sl__seg_detach(sl__seg *s) {
     sl__seg_lock(s);
     unregister_self(s);
     sl__seg_unlock(s);
+    pthread_mutex_destroy(&s->punch_mu);
     munmap(s->h, (size_t)s->map_len);
     s->h = NULL;
     flock(s->fd, LOCK_UN);

@@ -571,3 +571,170 @@ TEST(half_created_segment) {
     remove_planted(name, fd);
     free(img);
 }
+
+/* ---- punching without the node's mutex ---------------------------------------------- */
+
+#define BIG 40000 /* ten 4 KiB blocks */
+
+/* Keys of 1000 and up are used sooner than any below. */
+static int mod_next(void *ctx, uint32_t k, uint64_t now, uint64_t *next) {
+    (void)ctx;
+    *next = now + 1 + k % 1000;
+    return 0;
+}
+
+static sl__cache *open_mod(sl__budget *b, const char *name) {
+    sl__cache_opts o = {.capacity = 4 << 20, .keys = 2048, .next_use = mod_next, .shm_name = name};
+    sl__cache *c = NULL;
+    char err[400] = "";
+    if (sl__cache_create(b, &o, &c, err, sizeof err)) SL_FAIL("%s: %s", name, err);
+    return c;
+}
+
+static uint64_t resident(const char *name) {
+    char path[160];
+    struct stat st;
+    seg_path(path, sizeof path, name);
+    CHECK_OK(stat(path, &st));
+    return (uint64_t)st.st_blocks * 512;
+}
+
+static int big_ok(sl__cache *c, uint32_t k) {
+    static uint8_t v[BIG];
+    size_t len;
+    return sl__cache_get(c, k, 0, v, sizeof v, &len) == 1 && len == BIG && cf_check(v, len, k);
+}
+
+static struct {
+    sl__cache *other;   /* another process's view (its own slot) */
+    sl__chdr *hdr;      /* the segment, mapped by the test */
+    int ran, admitted;
+} punching;
+
+/* While the shrink's pages are being punched: the node's mutex is free,
+ * and another process reads and inserts (the inserts evict residents and
+ * take their blocks, never the ones being punched). */
+static void during_punch(int stage) {
+    if (stage != SL_CACHE_HOOK_PUNCHING) return;
+    punching.ran++;
+    int rc = pthread_mutex_trylock(&punching.hdr->mu);
+    if (rc != 0) SL_FAIL("the node's mutex is held while punching (%s)", strerror(rc));
+    pthread_mutex_unlock(&punching.hdr->mu);
+    static uint8_t v[BIG];
+    for (uint32_t k = 1000; k < 1005; k++) {
+        cf_fill(v, BIG, k);
+        punching.admitted += sl__cache_insert(punching.other, k, 0, v, BIG);
+    }
+    for (uint32_t k = 0; k < 5; k++) CHECK(big_ok(punching.other, k));
+}
+
+/* A shrink evicts and punches the freed pages out of /dev/shm with the
+ * mutex released: what another process inserts meanwhile keeps every
+ * byte, the pages do go, and growing back takes them again. */
+TEST(punch_outside_the_mutex) {
+    char name[96], path[160];
+    seg_name(name, sizeof name, "punch");
+    seg_path(path, sizeof path, name);
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *a = open_mod(&b, name);
+    static uint8_t v[BIG];
+    for (uint32_t k = 0; k < 64; k++) {
+        cf_fill(v, BIG, k);
+        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
+    }
+    sl__cache_stats st;
+    sl__cache_stats_get(a, &st);
+    uint64_t full = st.capacity, before = resident(name);
+    punching.other = open_mod(&b, name);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    punching.hdr = mmap(NULL, sizeof(sl__chdr), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(punching.hdr != MAP_FAILED);
+    close(fd);
+    sl__cache_test_hook = during_punch;
+    CHECK_OK(sl__cache_set_capacity(a, 10 * 40960));
+    sl__cache_test_hook = NULL;
+    CHECK_EQ(punching.ran, 1);
+    CHECK_EQ(punching.admitted, 5); /* sooner than five residents: they made room */
+    uint64_t after = resident(name);
+    printf("resident %llu -> %llu bytes\n", (unsigned long long)before, (unsigned long long)after);
+    CHECK(before - after >= 54ull * 40960);
+    for (uint32_t k = 0; k < 5; k++) CHECK(big_ok(a, k));
+    for (uint32_t k = 1000; k < 1005; k++) {
+        if (!big_ok(a, k) || !big_ok(punching.other, k)) SL_FAIL("key %u, inserted while punching, lost bytes", k);
+    }
+    sl__cache_stats_get(a, &st);
+    CHECK_EQ(st.entries, 10);
+    CHECK_LE(st.bytes, st.capacity);
+    /* grown back: the punched blocks are reserved again before use */
+    CHECK_OK(sl__cache_set_capacity(a, full));
+    for (uint32_t k = 5; k < 64; k++) {
+        cf_fill(v, BIG, k);
+        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
+    }
+    for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(punching.other, k));
+    for (uint32_t k = 1000; k < 1005; k++) CHECK(big_ok(a, k));
+    CHECK(resident(name) >= after + 59ull * 40960);
+    munmap(punching.hdr, sizeof(sl__chdr));
+    sl__cache_destroy(punching.other);
+    sl__cache_destroy(a);
+    CHECK(!seg_exists(name));
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
+}
+
+static void die_punching(int stage) {
+    if (stage != SL_CACHE_HOOK_PUNCHING) return;
+    put_byte(stop_fd, 'p');
+    for (;;) pause();
+}
+
+/* A process SIGKILLed between marking its blocks and punching them: the
+ * next attach reaps it and its blocks come back cold; filled again, the
+ * cache holds every byte. */
+TEST(killed_while_punching) {
+    char name[96];
+    seg_name(name, sizeof name, "diepunch");
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    sl__cache *a = open_mod(&b, name);
+    static uint8_t v[BIG];
+    for (uint32_t k = 0; k < 64; k++) {
+        cf_fill(v, BIG, k);
+        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
+    }
+    sl__cache_stats st;
+    sl__cache_stats_get(a, &st);
+    uint64_t full = st.capacity;
+    int p[2];
+    CHECK_OK(pipe(p));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        sl__budget cb;
+        sl__budget_init(&cb, 1 << 20);
+        sl__cache *c = open_mod(&cb, name);
+        stop_fd = p[1];
+        sl__cache_test_hook = die_punching;
+        sl__cache_set_capacity(c, 10 * 40960);
+        _exit(97);
+    }
+    CHECK_EQ(get_byte(p[0]), 'p');
+    kill(pid, SIGKILL);
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    sl__cache *d = open_mod(&b, name); /* reaps the dead: its chain goes cold */
+    sl__cache_stats_get(d, &st);
+    CHECK_EQ(st.reaped, 1);
+    CHECK_EQ(st.entries, 10);
+    CHECK_OK(sl__cache_set_capacity(d, full));
+    for (uint32_t k = 10; k < 64; k++) {
+        cf_fill(v, BIG, k);
+        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1); /* every block free again */
+    }
+    for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(d, k));
+    sl__cache_destroy(d);
+    sl__cache_destroy(a);
+    CHECK(!seg_exists(name));
+    sl__budget_fini(&b);
+}
