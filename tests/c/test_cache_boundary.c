@@ -379,21 +379,23 @@ static uint8_t *segment_image(const char *name, size_t *len) {
 }
 
 /* Put bytes at name with mode; with hold, keep flock(LOCK_SH) on it as a
- * process using it would (then nobody may reclaim it). The open
+ * process using it would (then nobody may reclaim it). Made under another
+ * name and renamed into place, whole and locked: a node cache attaching
+ * meanwhile (another test) must not find it half made. The open
  * descriptor, or -1 when not held. */
 static int plant(const char *name, const void *bytes, size_t len, mode_t mode, int hold) {
-    char path[160];
+    char path[160], tmp[160];
     seg_path(path, sizeof path, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    snprintf(tmp, sizeof tmp, "/dev/shm/.sl-plant-%ld", (long)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL, 0600);
     CHECK(fd >= 0);
     CHECK_EQ(pwrite(fd, bytes, len, 0), (ssize_t)len);
     CHECK_OK(fchmod(fd, mode));
-    if (!hold) {
-        close(fd);
-        return -1;
-    }
-    CHECK_OK(flock(fd, LOCK_SH));
-    return fd;
+    if (hold) CHECK_OK(flock(fd, LOCK_SH));
+    CHECK_OK(rename(tmp, path));
+    if (hold) return fd;
+    close(fd);
+    return -1;
 }
 
 /* Attaching to name is refused (SL_ESTATE) with why, the path and the
