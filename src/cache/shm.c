@@ -747,13 +747,8 @@ static void close_segment(sl__seg *s) {
     s->fd = -1;
 }
 
-int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *err, size_t errlen) {
-    s->proc = SL_NONE; /* not registered yet: reaping spares no slot as ours */
-    if (strlen(name) >= sizeof s->name || name[0] != '/' || strchr(name + 1, '/')) {
-        sl__msg(err, errlen, "node cache name \"%s\" is not \"/name\" (under %zu bytes)", name, sizeof s->name);
-        return SL_EINVAL;
-    }
-    snprintf(s->name, sizeof s->name, "%s", name);
+/* Create or join s->name; 0 with this process registered. */
+static int open_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t errlen) {
     reclaim_stale();
     /* A segment can vanish between our open and our lock (its last rank
      * left, or a failed creator unlinked it): try again, with a short
@@ -783,7 +778,7 @@ int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *er
         } else {
             rc = open_refused(s->name, err, errlen);
         }
-        if (rc == 0) return pthread_mutex_init(&s->punch_mu, NULL) ? SL_ESYS : 0;
+        if (rc == 0) return 0;
         close_segment(s);
         if (rc == UNFINISHED && ++unfinished < 8) rc = RETRY; /* a dead creator's: reclaim_stale takes it */
         if (rc == UNFINISHED)
@@ -799,6 +794,19 @@ int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *er
     }
     sl__msg(err, errlen, "node cache " SHM_DIR "%s: the segment kept vanishing while attaching", s->name);
     return SL_ESYS;
+}
+
+int sl__seg_attach(sl__seg *s, const char *name, const sl__seg_geom *g, char *err, size_t errlen) {
+    s->proc = SL_NONE; /* not registered yet: reaping spares no slot as ours */
+    if (strlen(name) >= sizeof s->name || name[0] != '/' || strchr(name + 1, '/')) {
+        sl__msg(err, errlen, "node cache name \"%s\" is not \"/name\" (under %zu bytes)", name, sizeof s->name);
+        return SL_EINVAL;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    if (pthread_mutex_init(&s->punch_mu, NULL)) return SL_ESYS;
+    int rc = open_segment(s, g, err, errlen);
+    if (rc) pthread_mutex_destroy(&s->punch_mu);
+    return rc;
 }
 
 void sl__seg_detach(sl__seg *s) {
