@@ -110,6 +110,15 @@ static char get_byte(int fd) {
 
 /* ---- liveness ------------------------------------------------------------------ */
 
+/* A rank holding a pin on key 0, its only entry (the first evicted). */
+static sl__cache *pinned_reader(sl__budget *b, const char *name, sl__cache_ref *ref) {
+    CHECK_OK(sl__budget_init(b, 1 << 20));
+    sl__cache *c = must_fifo(b, name);
+    insert_range(c, 0, 1);
+    CHECK_EQ(sl__cache_lookup(c, 0, 0, ref), 1);
+    return c;
+}
+
 /* A rank at its descriptor limit (it cannot open /proc/PID/stat, nor
  * anything) makes more than 4096 inserts, so it reaps at least once,
  * beside a rank that holds a pin on an entry those inserts evict. The
@@ -118,11 +127,8 @@ TEST(emfile_inserter_beside_pinned_reader) {
     char name[96];
     seg_name(name, sizeof name, "emfile");
     sl__budget b;
-    CHECK_OK(sl__budget_init(&b, 1 << 20));
-    sl__cache *a = must_fifo(&b, name);
-    insert_range(a, 0, 1);
     sl__cache_ref ref;
-    CHECK_EQ(sl__cache_lookup(a, 0, 0, &ref), 1);
+    sl__cache *a = pinned_reader(&b, name, &ref);
     int go[2];
     CHECK_OK(pipe(go));
     pid_t pid = fork();
@@ -225,11 +231,8 @@ TEST(ranks_in_two_pid_namespaces) {
     char name[96];
     seg_name(name, sizeof name, "pidns");
     sl__budget b;
-    CHECK_OK(sl__budget_init(&b, 1 << 20));
-    sl__cache *a = must_fifo(&b, name);
-    insert_range(a, 0, 1);
     sl__cache_ref ref;
-    CHECK_EQ(sl__cache_lookup(a, 0, 0, &ref), 1);
+    sl__cache *a = pinned_reader(&b, name, &ref);
     int up[2], down[2];
     CHECK_OK(pipe(up));
     CHECK_OK(pipe(down));
@@ -295,17 +298,51 @@ TEST(ranks_in_two_pid_namespaces) {
     sl__budget_fini(&b);
 }
 
+/* ---- a process killed at a test hook -------------------------------------------------- */
+
+static int stop_fd, stop_stage, stop_at, stop_calls;
+
+/* At the stop_at-th call of stage stop_stage: tell the parent, wait for SIGKILL. */
+static void stop_hook(int stage) {
+    if (stage != stop_stage || ++stop_calls != stop_at) return;
+    put_byte(stop_fd, 's');
+    for (;;) pause();
+}
+
+/* Run child(name) in a forked process, stop it at the at-th call of hook
+ * stage and SIGKILL it there. */
+static void kill_at(int stage, int at, void (*child)(const char *name), const char *name) {
+    int p[2];
+    CHECK_OK(pipe(p));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        stop_fd = p[1], stop_stage = stage, stop_at = at;
+        sl__cache_test_hook = stop_hook;
+        child(name);
+        _exit(98); /* it never stopped */
+    }
+    close(p[1]);
+    CHECK_EQ(get_byte(p[0]), 's');
+    kill(pid, SIGKILL);
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    close(p[0]);
+}
+
+/* Pin key 5, then insert keys 100.. (the hook stops the third). */
+static void pin_then_insert(const char *name) {
+    sl__budget b;
+    sl__budget_init(&b, 1 << 20);
+    sl__cache *c = must_fifo(&b, name);
+    sl__cache_ref pin;
+    CHECK_EQ(sl__cache_lookup(c, 5, 0, &pin), 1);
+    insert_range(c, 100, 110);
+}
+
 /* A rank SIGKILLed between writing an entry's bytes and publishing it,
  * holding a pin: the survivors reclaim both (its slot's lock went with
  * it), read only right bytes, and the last of them to leave unlinks the
  * segment. */
-static int killed_at, stop_fd;
-static void stop_here(int stage) {
-    if (stage != SL_CACHE_HOOK_WRITTEN || ++killed_at != 3) return;
-    put_byte(stop_fd, 'w');
-    for (;;) pause();
-}
-
 TEST(sigkill_mid_write_then_last_rank_leaves) {
     char name[96];
     seg_name(name, sizeof name, "kill");
@@ -314,24 +351,7 @@ TEST(sigkill_mid_write_then_last_rank_leaves) {
     sl__cache *a = must_fifo(&b, name);
     sl__cache *z = must_fifo(&b, name); /* a second rank, in this process: its own slot */
     insert_range(a, 0, 10);
-    int p[2];
-    CHECK_OK(pipe(p));
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        stop_fd = p[1];
-        sl__budget cb;
-        sl__budget_init(&cb, 1 << 20);
-        sl__cache *c = must_fifo(&cb, name);
-        sl__cache_ref pin;
-        CHECK_EQ(sl__cache_lookup(c, 5, 0, &pin), 1);
-        sl__cache_test_hook = stop_here;
-        insert_range(c, 100, 110); /* stops in the third */
-        _exit(95);
-    }
-    CHECK_EQ(get_byte(p[0]), 'w');
-    kill(pid, SIGKILL);
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    kill_at(SL_CACHE_HOOK_WRITTEN, 3, pin_then_insert, name);
     sl__cache_stats st;
     sl__cache_stats_get(a, &st);
     CHECK_EQ(st.processes, 3); /* the dead one's slot until reaped */
@@ -593,6 +613,25 @@ static sl__cache *open_mod(sl__budget *b, const char *name) {
     return c;
 }
 
+/* Insert keys [lo, hi) of BIG bytes each: every one admitted. */
+static void insert_big(sl__cache *c, uint32_t lo, uint32_t hi) {
+    static uint8_t v[BIG];
+    for (uint32_t k = lo; k < hi; k++) {
+        cf_fill(v, BIG, k);
+        if (sl__cache_insert(c, k, 0, v, BIG) != 1) SL_FAIL("key %u not admitted", k);
+    }
+}
+
+/* A node cache of 4 MiB holding keys 0..63; *full: its value capacity. */
+static sl__cache *open_full(sl__budget *b, const char *name, uint64_t *full) {
+    sl__cache *c = open_mod(b, name);
+    insert_big(c, 0, 64);
+    sl__cache_stats st;
+    sl__cache_stats_get(c, &st);
+    *full = st.capacity;
+    return c;
+}
+
 static uint64_t resident(const char *name) {
     char path[160];
     struct stat st;
@@ -639,15 +678,9 @@ TEST(punch_outside_the_mutex) {
     seg_path(path, sizeof path, name);
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1 << 20));
-    sl__cache *a = open_mod(&b, name);
-    static uint8_t v[BIG];
-    for (uint32_t k = 0; k < 64; k++) {
-        cf_fill(v, BIG, k);
-        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
-    }
-    sl__cache_stats st;
-    sl__cache_stats_get(a, &st);
-    uint64_t full = st.capacity, before = resident(name);
+    uint64_t full;
+    sl__cache *a = open_full(&b, name, &full);
+    uint64_t before = resident(name);
     punching.other = open_mod(&b, name);
     int fd = open(path, O_RDWR);
     CHECK(fd >= 0);
@@ -666,15 +699,13 @@ TEST(punch_outside_the_mutex) {
     for (uint32_t k = 1000; k < 1005; k++) {
         if (!big_ok(a, k) || !big_ok(punching.other, k)) SL_FAIL("key %u, inserted while punching, lost bytes", k);
     }
+    sl__cache_stats st;
     sl__cache_stats_get(a, &st);
     CHECK_EQ(st.entries, 10);
     CHECK_LE(st.bytes, st.capacity);
     /* grown back: the punched blocks are reserved again before use */
     CHECK_OK(sl__cache_set_capacity(a, full));
-    for (uint32_t k = 5; k < 64; k++) {
-        cf_fill(v, BIG, k);
-        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
-    }
+    insert_big(a, 5, 64);
     for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(punching.other, k));
     for (uint32_t k = 1000; k < 1005; k++) CHECK(big_ok(a, k));
     CHECK(resident(name) >= after + 59ull * 40960);
@@ -686,10 +717,10 @@ TEST(punch_outside_the_mutex) {
     sl__budget_fini(&b);
 }
 
-static void die_punching(int stage) {
-    if (stage != SL_CACHE_HOOK_PUNCHING) return;
-    put_byte(stop_fd, 'p');
-    for (;;) pause();
+static void shrink(const char *name) {
+    sl__budget b;
+    sl__budget_init(&b, 1 << 20);
+    sl__cache_set_capacity(open_mod(&b, name), 10 * 40960);
 }
 
 /* A process SIGKILLed between marking its blocks and punching them: the
@@ -700,40 +731,16 @@ TEST(killed_while_punching) {
     seg_name(name, sizeof name, "diepunch");
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1 << 20));
-    sl__cache *a = open_mod(&b, name);
-    static uint8_t v[BIG];
-    for (uint32_t k = 0; k < 64; k++) {
-        cf_fill(v, BIG, k);
-        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1);
-    }
-    sl__cache_stats st;
-    sl__cache_stats_get(a, &st);
-    uint64_t full = st.capacity;
-    int p[2];
-    CHECK_OK(pipe(p));
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        sl__budget cb;
-        sl__budget_init(&cb, 1 << 20);
-        sl__cache *c = open_mod(&cb, name);
-        stop_fd = p[1];
-        sl__cache_test_hook = die_punching;
-        sl__cache_set_capacity(c, 10 * 40960);
-        _exit(97);
-    }
-    CHECK_EQ(get_byte(p[0]), 'p');
-    kill(pid, SIGKILL);
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    uint64_t full;
+    sl__cache *a = open_full(&b, name, &full);
+    kill_at(SL_CACHE_HOOK_PUNCHING, 1, shrink, name);
     sl__cache *d = open_mod(&b, name); /* reaps the dead: its chain goes cold */
+    sl__cache_stats st;
     sl__cache_stats_get(d, &st);
     CHECK_EQ(st.reaped, 1);
     CHECK_EQ(st.entries, 10);
     CHECK_OK(sl__cache_set_capacity(d, full));
-    for (uint32_t k = 10; k < 64; k++) {
-        cf_fill(v, BIG, k);
-        CHECK_EQ(sl__cache_insert(a, k, 0, v, BIG), 1); /* every block free again */
-    }
+    insert_big(a, 10, 64); /* every block free again */
     for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(d, k));
     sl__cache_destroy(d);
     sl__cache_destroy(a);
