@@ -351,7 +351,7 @@ static int claim_chain(sl__chdr *h, uint32_t r, uint32_t *claim) {
 static void claim_punch(sl__chdr *h, sl__cproc *p, uint32_t *claim) {
     uint32_t *links = sl__clinks(h);
     for (uint64_t b = p->punch ? p->punch - 1u : BLK_END; b < h->nblocks && claim[b] == SL_NONE; b = links[b])
-        claim[b] = SL_CACHE_PROCS; /* no record's index */
+        claim[b] = SL_NONE - 1; /* no record's index: a punch's */
 }
 
 /* Keep r if it is whole and (READY, WRITING) first for its key. */
