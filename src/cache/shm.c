@@ -298,12 +298,12 @@ void sl__seg_punch(sl__seg *s, uint64_t first) {
     sl__chdr *h = s->h;
     const uint32_t *links = sl__clinks(h);
     uint64_t bs = h->block_size;
-    for (uint64_t b = first; b != BLK_END;) { /* runs of consecutive blocks, one call each */
+    for (uint64_t b = first; b < h->nblocks;) { /* runs of consecutive blocks, one call each */
         uint64_t e = b, next = links[b];
-        while (next == e + 1) e = next, next = links[e];
+        while (next == e + 1 && next < h->nblocks) e = next, next = links[e];
         fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->off_blocks + b * bs),
                   (off_t)((e - b + 1) * bs));
-        b = next;
+        b = next; /* BLK_END ends it (so would a damaged link) */
     }
 }
 

@@ -298,35 +298,61 @@ TEST(ranks_in_two_pid_namespaces) {
     sl__budget_fini(&b);
 }
 
-/* ---- a process killed at a test hook -------------------------------------------------- */
+/* ---- a process stopped at a test hook -------------------------------------------------- */
 
-static int stop_fd, stop_stage, stop_at, stop_calls;
+static int stop_fd, stop_go, stop_stage, stop_at, stop_calls;
 
-/* At the stop_at-th call of stage stop_stage: tell the parent, wait for SIGKILL. */
+/* At the stop_at-th call of stage stop_stage: tell the parent, then wait
+ * for its go (or its SIGKILL). */
 static void stop_hook(int stage) {
     if (stage != stop_stage || ++stop_calls != stop_at) return;
     put_byte(stop_fd, 's');
-    for (;;) pause();
+    if (get_byte(stop_go) != 'g') _exit(99);
 }
 
-/* Run child(name) in a forked process, stop it at the at-th call of hook
- * stage and SIGKILL it there. */
-static void kill_at(int stage, int at, void (*child)(const char *name), const char *name) {
-    int p[2];
-    CHECK_OK(pipe(p));
+typedef struct stopped {
+    pid_t pid;
+    int go; /* 'g' lets it go on */
+} stopped;
+
+/* Run child(name) in a forked process and return once it stands at the
+ * at-th call of hook stage. */
+static stopped stop_child(int stage, int at, void (*child)(const char *name), const char *name) {
+    int up[2], down[2];
+    CHECK_OK(pipe(up));
+    CHECK_OK(pipe(down));
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
-        stop_fd = p[1], stop_stage = stage, stop_at = at;
+        close(up[0]), close(down[1]);
+        stop_fd = up[1], stop_go = down[0], stop_stage = stage, stop_at = at;
         sl__cache_test_hook = stop_hook;
         child(name);
-        _exit(98); /* it never stopped */
+        _exit(0);
     }
-    close(p[1]);
-    CHECK_EQ(get_byte(p[0]), 's');
-    kill(pid, SIGKILL);
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
-    close(p[0]);
+    close(up[1]), close(down[0]);
+    CHECK_EQ(get_byte(up[0]), 's');
+    close(up[0]);
+    return (stopped){pid, down[1]};
+}
+
+static void kill_stopped(stopped s) {
+    kill(s.pid, SIGKILL);
+    CHECK_EQ(waitpid(s.pid, NULL, 0), s.pid);
+    close(s.go);
+}
+
+static void resume_stopped(stopped s) {
+    put_byte(s.go, 'g');
+    int st;
+    CHECK_EQ(waitpid(s.pid, &st, 0), s.pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) SL_FAIL("the stopped process ended with status %d", st);
+    close(s.go);
+}
+
+/* Stop child(name) at the at-th call of hook stage and SIGKILL it there. */
+static void kill_at(int stage, int at, void (*child)(const char *name), const char *name) {
+    kill_stopped(stop_child(stage, at, child, name));
 }
 
 /* Pin key 5, then insert keys 100.. (the hook stops the third). */
@@ -720,7 +746,15 @@ TEST(punch_outside_the_mutex) {
 static void shrink(const char *name) {
     sl__budget b;
     sl__budget_init(&b, 1 << 20);
-    sl__cache_set_capacity(open_mod(&b, name), 10 * 40960);
+    sl__cache *c = open_mod(&b, name);
+    CHECK_OK(sl__cache_set_capacity(c, 10 * 40960));
+    sl__cache_destroy(c);
+}
+
+static void insert_soon(const char *name) {
+    sl__budget b;
+    sl__budget_init(&b, 1 << 20);
+    insert_big(open_mod(&b, name), 1000, 1001);
 }
 
 /* A process SIGKILLed between marking its blocks and punching them: the
@@ -743,6 +777,35 @@ TEST(killed_while_punching) {
     insert_big(a, 10, 64); /* every block free again */
     for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(d, k));
     sl__cache_destroy(d);
+    sl__cache_destroy(a);
+    CHECK(!seg_exists(name));
+    sl__budget_fini(&b);
+}
+
+/* A process dies holding the node's mutex while another is punching: the
+ * recovery leaves the live puncher's blocks alone (nothing inserted
+ * meanwhile lands on a page being punched), and once it is done every
+ * block is free or used exactly once. */
+TEST(recovery_spares_a_live_punch) {
+    char name[96];
+    seg_name(name, sizeof name, "recpunch");
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 1 << 20));
+    uint64_t full;
+    sl__cache *a = open_full(&b, name, &full);
+    stopped puncher = stop_child(SL_CACHE_HOOK_PUNCHING, 1, shrink, name);
+    kill_at(SL_CACHE_HOOK_RESERVED, 1, insert_soon, name); /* dies holding the mutex */
+    insert_big(a, 1000, 1005);                              /* the first lock recovers */
+    sl__cache_stats st;
+    sl__cache_stats_get(a, &st);
+    CHECK_EQ(st.recoveries, 1);
+    resume_stopped(puncher);
+    for (uint32_t k = 1000; k < 1005; k++)
+        if (!big_ok(a, k)) SL_FAIL("key %u, inserted after the recovery, lost bytes to the punch", k);
+    CHECK_OK(sl__cache_set_capacity(a, full));
+    insert_big(a, 5, 64);
+    for (uint32_t k = 1000; k < 1005; k++) CHECK(big_ok(a, k));
+    for (uint32_t k = 0; k < 64; k++) CHECK(big_ok(a, k));
     sl__cache_destroy(a);
     CHECK(!seg_exists(name));
     sl__budget_fini(&b);
