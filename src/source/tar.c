@@ -263,7 +263,9 @@ static int pax_parse(const tar_in *in, uint64_t off, uint64_t end, int global, p
     return 0;
 }
 
-/* GNU 'L': the long name is the data, NUL-terminated (trailing NULs only). */
+/* GNU 'L': the long name is the data, NUL-terminated (trailing NULs only).
+ * The data may hold SL_TAR_NAME_MAX + 1 bytes (the name and its NUL); a
+ * name that fills them all has no room left for its NUL: refused. */
 static int gnu_long_name(const tar_in *in, uint64_t data, uint64_t size, pending *p, uint64_t hdr,
                          char *err, size_t errlen) {
     if (size > SL_TAR_NAME_MAX + 1) {
@@ -275,6 +277,11 @@ static int gnu_long_name(const tar_in *in, uint64_t data, uint64_t size, pending
     if (rc) return rc;
     size_t n = (size_t)size;
     while (n > 0 && p->name[n - 1] == 0) n--;
+    if (n > SL_TAR_NAME_MAX) {
+        sl__msg(err, errlen, "tar: GNU long name of %zu bytes at offset %llu (limit %d)", n, (ull)hdr,
+                SL_TAR_NAME_MAX);
+        return SL_ELIMIT;
+    }
     p->name[n] = 0;
     p->name_len = n;
     p->has_name = 1;

@@ -385,6 +385,39 @@ TEST(long_names_over_limit_refused) {
     refused(&b, SL_ELIMIT, "GNU long name of 4098 bytes");
 }
 
+/* A GNU long name filling all SL_TAR_NAME_MAX + 1 bytes of its data
+ * (4,097 bytes, no NUL) is one byte over the limit: refused, never written
+ * past the name buffer (UBSan saw name[4097] written before). The longest
+ * name allowed, 4,096 bytes and its NUL, is read whole. */
+TEST(gnu_long_name_of_4097_bytes_refused) {
+    static char name[SL_TAR_NAME_MAX + 2];
+    memset(name, 'n', SL_TAR_NAME_MAX + 1);
+    memcpy(name + SL_TAR_NAME_MAX + 1 - 4, ".jpg", 4);
+    buf b = {0};
+    header(&b, "././@LongLink", 'L', SL_TAR_NAME_MAX + 1, NULL);
+    b_put(&b, name, SL_TAR_NAME_MAX + 1);
+    b_pad(&b);
+    member(&b, "x.jpg", "x");
+    end(&b);
+    refused(&b, SL_ELIMIT, "GNU long name of 4097 bytes");
+    /* 4,096 bytes and the NUL: the whole name */
+    memcpy(name + SL_TAR_NAME_MAX - 4, ".jpg", 5);
+    b = (buf){0};
+    header(&b, "././@LongLink", 'L', SL_TAR_NAME_MAX + 1, NULL);
+    b_put(&b, name, SL_TAR_NAME_MAX + 1);
+    b_pad(&b);
+    member(&b, "x.jpg", "x");
+    end(&b);
+    listing *l = malloc(sizeof *l);
+    char err[256];
+    CHECK_OK(scan(&b, l, err));
+    CHECK_EQ(l->n, 1);
+    CHECK_EQ(strlen(l->name[0]), SL_TAR_NAME_MAX);
+    CHECK(memcmp(l->name[0], name, SL_TAR_NAME_MAX) == 0);
+    free(l);
+    free(b.p);
+}
+
 TEST(gnu_long_name_with_inner_nul_refused) {
     buf b = {0};
     header(&b, "././@LongLink", 'L', 12, NULL);
