@@ -43,6 +43,10 @@
 
 #define BLOCK 64          /* samples read and encoded between two writes */
 #define MAX_MEMBERS 32    /* per sample */
+/* The last member of every shard: its sample count and size, which the
+ * loader checks (src/source/tar.h, SL_WDS_TRAILER, has the format).
+ * WebDataset readers skip it: a top-level "__NAME__" is their metadata. */
+#define SL_SHARD_TRAILER "__sluice_shard__"
 
 typedef struct pack_opts {
     sl_config cfg;
@@ -164,6 +168,8 @@ typedef struct job {
     atomic_uint_fast64_t next;
 } job;
 
+static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
+
 /* The extension of a file name ("a/b.JPEG" -> "jpeg"; "" without one). */
 static void extension(const char *name, char *ext, size_t len) {
     const char *slash = strrchr(name, '/'), *colon = strrchr(name, ':'), *base = name;
@@ -172,7 +178,7 @@ static void extension(const char *name, char *ext, size_t len) {
     const char *dot = strrchr(base, '.');
     size_t n = 0;
     for (const char *p = dot ? dot + 1 : ""; *p && n + 1 < len; p++)
-        ext[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        ext[n++] = lower(*p);
     ext[n] = 0;
 }
 
@@ -303,7 +309,7 @@ static void packed_free(packed *p) {
 typedef struct shard_writer {
     const pack_opts *o;
     FILE *f;
-    char path[4200];
+    char path[4200], partial[4220]; /* the shard's name, and its name until it is complete */
     uint32_t index;       /* of the open shard; shards written = index + (f != NULL) */
     uint64_t bytes, samples, total_bytes;
     int width;            /* digits of a sample's key */
@@ -336,22 +342,49 @@ static int tar_header(FILE *f, const char *name, uint64_t size) {
     return fwrite(h, 1, 512, f) == 512 ? 0 : -1;
 }
 
+/* The shard being written is dropped (a failed pack): no NAME.tar is
+ * left that holds only part of what it should. */
+static void shard_abandon(shard_writer *w) {
+    if (!w->f) return;
+    fclose(w->f);
+    w->f = NULL;
+    unlink(w->partial);
+}
+
+/* Finish the open shard: the trailer (its sample count and the bytes
+ * before it, which a reader checks: tar.h, SL_WDS_TRAILER), tar's end
+ * blocks, then flushed to the disk and renamed from NAME.tar.partial to
+ * NAME.tar, so a NAME.tar is always whole: a pack killed midway leaves
+ * the .partial, which a shard folder refuses, never a shorter shard. */
 static int shard_close(shard_writer *w) {
     if (!w->f) return 0;
     static const char zeros[1024];
-    int bad = fwrite(zeros, 1, sizeof zeros, w->f) != sizeof zeros;
+    char line[160];
+    int n = snprintf(line, sizeof line, "{\"sluice_shard\": 1, \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64 "}\n",
+                     w->samples, w->bytes);
+    uint64_t trailer = member_bytes((uint64_t)n);
+    int bad = tar_header(w->f, SL_SHARD_TRAILER, (uint64_t)n) || fwrite(line, 1, (size_t)n, w->f) != (size_t)n ||
+              fwrite(zeros, 1, trailer - 512 - (uint64_t)n, w->f) != trailer - 512 - (uint64_t)n;
+    bad = bad || fwrite(zeros, 1, sizeof zeros, w->f) != sizeof zeros || fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+    int e = errno;
     bad |= fclose(w->f) != 0;
     w->f = NULL;
-    w->total_bytes += w->bytes + 1024;
+    if (!bad && rename(w->partial, w->path) != 0) bad = 1, e = errno;
+    if (bad) {
+        fprintf(stderr, "sluice pack: writing %s failed: %s\n", w->path, strerror(e));
+        unlink(w->partial);
+        return -1;
+    }
+    w->total_bytes += w->bytes + trailer + 1024;
     w->index++;
-    if (bad) fprintf(stderr, "sluice pack: writing %s failed: %s\n", w->path, strerror(errno));
-    return bad ? -1 : 0;
+    return 0;
 }
 
 static int shard_open(shard_writer *w) {
     snprintf(w->path, sizeof w->path, "%s/%s-%06u.tar", w->o->out, w->o->name, w->index);
-    if (!(w->f = fopen(w->path, "wb"))) {
-        fprintf(stderr, "sluice pack: %s: %s\n", w->path, strerror(errno));
+    snprintf(w->partial, sizeof w->partial, "%s.partial", w->path);
+    if (!(w->f = fopen(w->partial, "wb"))) {
+        fprintf(stderr, "sluice pack: %s: %s\n", w->partial, strerror(errno));
         return -1;
     }
     w->bytes = w->samples = 0;
@@ -437,6 +470,32 @@ static void report(const pack_opts *o, const shard_writer *w, const pack_stats *
     printf("  %s/%s-{000000..%06u}.tar\n", o->out, o->name, shards ? shards - 1 : 0);
 }
 
+/* Field names a loader could not tell apart in a shard refuse the pack:
+ * member keys are lowercased (as WebDataset does) and a field finds KEY
+ * and KEY.EXT, so "a" and "A" would make a key twice in a sample, and "a"
+ * and "a.b" a member both fields find ("a.b.npy"): shards the loader
+ * refuses. 0, or 2 with the two names on stderr. */
+static int check_field_names(const sl_source *src) {
+    int nv = sl_source_num_values(src);
+    sl_value v[MAX_MEMBERS];
+    for (int k = 0; k < nv && k < MAX_MEMBERS; k++) {
+        if (sl_source_value(src, 0, k, &v[k])) return 0; /* the pack reports it, with the sample */
+        for (int j = 0; j < k; j++) {
+            const char *a = v[j].name, *b = v[k].name;
+            size_t i = 0;
+            while (a[i] && lower(a[i]) == lower(b[i])) i++;
+            if ((!a[i] && (!b[i] || b[i] == '.')) || (!b[i] && a[i] == '.')) {
+                fprintf(stderr,
+                        "sluice pack: fields \"%s\" and \"%s\" cannot both be tar members: keys are compared "
+                        "lowercased and a field finds KEY and KEY.EXT, so the loader would refuse these shards "
+                        "(rename one)\n", a, b);
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
+
 /* mkdir -p */
 static int make_dirs(const char *path) {
     char p[4096];
@@ -465,6 +524,11 @@ int sl_cli_pack(int argc, char **argv) {
         free(o.fields);
         return 1;
     }
+    if (o.fields && (rc = check_field_names(src))) {
+        sl_source_close(src);
+        free(o.fields);
+        return rc;
+    }
     if (make_dirs(o.out)) {
         fprintf(stderr, "sluice pack: %s: %s\n", o.out, strerror(errno));
         sl_source_close(src);
@@ -476,7 +540,8 @@ int sl_cli_pack(int argc, char **argv) {
     pack_stats st = {0, 0, 0};
     double t0 = sl_cli_now_s();
     rc = pack_all(&o, src, &w, &st);
-    if (shard_close(&w)) rc = -1;
+    if (rc) shard_abandon(&w);
+    else if (shard_close(&w)) rc = -1;
     if (!rc) report(&o, &w, &st, sl_cli_now_s() - t0);
     sl_source_close(src);
     free(o.fields);

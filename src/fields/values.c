@@ -95,9 +95,12 @@ static int open_file(const sl_source *s, uint64_t i, int k, uint32_t elem, sl__s
         sl__msg(err, errlen, "value %d out of range", k);
         return SL_EINVAL;
     }
-    char reason[SL_REASON_MAX];
+    char reason[SL_REASON_MAX], path[SL_PATH_MAX];
     int rc = sl__source_open_file(s->src, i, (uint32_t)s->val[k]->col, elem, f, reason, sizeof reason);
-    if (rc) sl__msg(err, errlen, "sample %llu, %s: %s", (unsigned long long)i, s->val[k]->name, reason);
+    if (rc && sl__source_file_path(s->src, i, (uint32_t)s->val[k]->col, elem, path, sizeof path) >= 0)
+        sl__msg(err, errlen, "sample %llu, %s (%s): %s", (unsigned long long)i, s->val[k]->name, path, reason);
+    else if (rc)
+        sl__msg(err, errlen, "sample %llu, %s: %s", (unsigned long long)i, s->val[k]->name, reason);
     return rc;
 }
 

@@ -3,9 +3,10 @@
  *   - a `.tar` file: one shard;
  *   - a brace pattern, "shards/train-{000000..000099}.tar" (tar.h's rules),
  *     when no file of that name exists: the shards it names, in its order;
- *   - a folder holding `.tar` files and no subfolder (a folder with
- *     subfolders is an ImageFolder, as before): its `.tar` files in byte
- *     order of their names.
+ *   - a folder with `.tar` files at its top and no subfolder holding
+ *     images or videos (shard_folder): its `.tar` files in byte order of
+ *     their names; a `.tar.partial` there (an unfinished `sluice pack`)
+ *     is refused.
  * Every shard is scanned at open (tar.c: headers only, one pread each),
  * its members grouped into samples (wds.c); samples follow the shards'
  * order, then the archive's. A sample's columns are its members, found by
@@ -72,6 +73,8 @@ struct sl__shards {
     uint64_t key_off[SL__MAX_COLS]; /* each column's lowercased key alternatives */
     uint64_t mkey_off[MEMBER_KEYS]; /* the member keys met (FILE values), interned */
     uint32_t nmkeys;
+    uint32_t trailers;    /* shards ending with a trailer (tar.h, SL_WDS_TRAILER) */
+    uint32_t untrailed;   /* the first shard without one (valid when trailers < nshards) */
 };
 
 /* ---- the shard list ------------------------------------------------------------ */
@@ -122,29 +125,82 @@ static int is_tar_name(const char *name) {
     return n > 4 && strcasecmp(name + n - 4, ".tar") == 0;
 }
 
-/* 1 when folder holds .tar files and no subfolder (a shard folder). */
-static int shard_folder(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int tars = 0, dirs = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && !dirs) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        int isdir = e->d_type == DT_DIR;
-        struct stat st;
-        if (e->d_type == DT_UNKNOWN && fstatat(dirfd(d), e->d_name, &st, 0) == 0) isdir = S_ISDIR(st.st_mode);
-        dirs += isdir;
-        tars += !isdir && is_tar_name(e->d_name);
-    }
-    closedir(d);
-    return tars > 0 && !dirs;
+/* `sluice pack` writes a shard as NAME.tar.partial and renames it when it
+ * is complete: a folder still holding one is an unfinished pack. */
+#define PARTIAL ".tar.partial"
+static int is_partial_name(const char *name) {
+    size_t n = strlen(name), m = sizeof PARTIAL - 1;
+    return n > m && strcmp(name + n - m, PARTIAL) == 0;
 }
 
-int sl__shards_form(const char *path) {
+static int is_dir_entry(DIR *d, const struct dirent *e, int follow) {
+    struct stat st;
+    if (e->d_type != DT_UNKNOWN && (e->d_type != DT_LNK || !follow)) return e->d_type == DT_DIR;
+    return fstatat(dirfd(d), e->d_name, &st, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Does folder `name` of folder `at` hold, at most `depth` levels down, a
+ * file an ImageFolder would take (an image or a video)? Its name into hit.
+ * Links to folders are not followed (a loop must not make this walk
+ * endless). */
+static int holds_media(int at, const char *name, int depth, char *hit, size_t hlen) {
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t n = strlen(e->d_name);
+        if (is_dir_entry(d, e, 0)) found = depth > 0 && holds_media(dirfd(d), e->d_name, depth - 1, hit, hlen);
+        else found = sl__folder_ext_match(e->d_name, n, SL__MEDIA_IMAGE) || sl__folder_ext_match(e->d_name, n, SL__MEDIA_VIDEO);
+        if (found == 1 && !hit[0]) snprintf(hit, hlen, "%s", e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* 1 when folder path is a shard folder: .tar files at its top (or an
+ * unfinished pack's .tar.partial), and no subfolder holding images or
+ * videos (anything else beside the shards, a log folder, a checkpoint
+ * folder, is no class of an ImageFolder). 0: not shards (no .tar at its
+ * top: an ImageFolder). SL_EINVAL: both shards and class folders with
+ * images, which name two different datasets; err says which. */
+static int shard_folder(const char *path, char *err, size_t errlen) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int tars = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        tars += !is_dir_entry(d, e, 1) && (is_tar_name(e->d_name) || is_partial_name(e->d_name));
+    char hit[256] = "", sub[256] = "";
+    rewinddir(d);
+    while (tars && !sub[0] && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !is_dir_entry(d, e, 1)) continue;
+        if (holds_media(dirfd(d), e->d_name, 16, hit, sizeof hit)) snprintf(sub, sizeof sub, "%s", e->d_name);
+    }
+    closedir(d);
+    if (!tars) return 0;
+    if (sub[0]) {
+        sl__msg(err, errlen,
+                "%s holds .tar shards and also folders with images (%.60s/ has %.60s): it could be shards or an "
+                "ImageFolder; name the shards with a brace pattern (%s/NAME-{000000..000009}.tar), or move them out",
+                path, sub, hit, path);
+        return SL_EINVAL;
+    }
+    return 1;
+}
+
+int sl__shards_form(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISREG(st.st_mode)) return is_tar_name(path) ? SL__SHARDS_FILE : 0;
-        return S_ISDIR(st.st_mode) && shard_folder(path) ? SL__SHARDS_FOLDER : 0;
+        if (!S_ISDIR(st.st_mode)) return 0;
+        int rc = shard_folder(path, err, errlen);
+        return rc < 0 ? rc : rc ? SL__SHARDS_FOLDER : 0;
     }
     return strchr(path, '{') && strchr(path, '}') ? SL__SHARDS_PATTERN : 0;
 }
@@ -162,9 +218,17 @@ static int list_folder(list_ctx *c, const char *path, char *err, size_t errlen) 
     }
     int rc = 0;
     struct dirent *e;
-    while (!rc && (e = readdir(d)))
-        if (is_tar_name(e->d_name)) rc = add_shard(c, e->d_name, strlen(e->d_name));
+    while (!rc && (e = readdir(d))) {
+        if (is_partial_name(e->d_name)) {
+            sl__msg(err, errlen, "%s/%s is a shard `sluice pack` was still writing when it stopped: the pack did not "
+                    "finish (pack again, or remove it to load the shards before it)", path, e->d_name);
+            rc = SL_ECORRUPT;
+        } else if (is_tar_name(e->d_name)) {
+            rc = add_shard(c, e->d_name, strlen(e->d_name));
+        }
+    }
     closedir(d);
+    if (rc == SL_ECORRUPT) return rc;
     if (rc) {
         sl__msg(err, errlen, "%s: listing its shards: %s", path, sl_strerror(rc));
         return rc;
@@ -344,7 +408,10 @@ static int index_shard(sl__source *s, uint32_t i, uint32_t cap, char *err, size_
     }
     scan_ctx c = {s, i, fd, path};
     char why[256] = "";
-    int rc = sl__wds_scan(fd, (uint64_t)st.st_size, s->b, on_sample, &c, NULL, NULL, why, sizeof why);
+    sl__wds_stats ws;
+    int rc = sl__wds_scan(fd, (uint64_t)st.st_size, s->b, on_sample, &c, &ws, why, sizeof why);
+    if (!rc && ws.trailer) h->trailers++;
+    else if (!rc && h->trailers == i) h->untrailed = i; /* the first without one */
     if (rc) {
         /* the scanner's reasons start "tar: ..."; ours name the shard already */
         sl__msg(err, errlen, "%s%s%s", strncmp(why, "tar:", 4) ? "" : path, strncmp(why, "tar:", 4) ? "" : ": ",
@@ -414,6 +481,14 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
     if (!rc) rc = setup(s, path, req, nreq, err, errlen);
     uint32_t cap = fd_cap();
     for (uint32_t i = 0; !rc && i < h->nshards; i++) rc = index_shard(s, i, cap, err, errlen);
+    if (!rc && h->trailers && h->trailers < h->nshards) {
+        /* `sluice pack` ends every shard with a trailer: one without it in
+         * such a set lost its end (cut, and the cut mended with zeros) or
+         * came from elsewhere; either way not the set that was written */
+        sl__msg(err, errlen, "%s has no shard trailer (%s) while %u other shards of the set have one: cut short, or "
+                "not written with them", h->names + h->path_off[h->untrailed], SL_WDS_TRAILER, h->trailers);
+        rc = SL_ECORRUPT;
+    }
     if (!rc && s->tab->nrows == 0) {
         sl__msg(err, errlen, "%s: the shards hold no samples", path);
         rc = SL_EEMPTY;

@@ -263,18 +263,24 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
         return SL_EINVAL;
     }
     struct stat st;
-    int form = sl__shards_form(path);
+    int form = sl__shards_form(path, err, errlen);
+    if (form < 0) return form;
     if (!form && stat(path, &st) != 0) {
         int e = errno;
         sl__msg(err, errlen, "%s: %s", path, e == ENOENT ? "no such file or folder" : strerror(e));
         return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
     }
-    int kind;
+    int kind, named = has_suffix_ci(path, ".csv") || has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".tar");
     if (form) kind = SL__KIND_TAR;
     else if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
     else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".csv")) kind = SL__KIND_CSV;
     else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".jsonl")) kind = SL__KIND_JSONL;
-    else {
+    else if (named) { /* the right name on a FIFO, a device, a socket: never opened (it could block or never end) */
+        sl__msg(err, errlen, "%s is a %s, not a regular file: a manifest or a shard is read from a file", path,
+                S_ISFIFO(st.st_mode) ? "FIFO" : S_ISCHR(st.st_mode) ? "character device" : S_ISBLK(st.st_mode) ? "block device"
+                : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+        return SL_EINVAL;
+    } else {
         sl__msg(err, errlen, "%s: neither a folder, a .csv/.jsonl manifest nor .tar shards", path);
         return SL_EINVAL;
     }

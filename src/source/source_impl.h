@@ -152,10 +152,12 @@ static inline const sl__rec *sl__table_at(const sl__table *t, uint64_t row, uint
 }
 
 /* Tar shard sources (shards.c). What path names: SL__SHARDS_FILE (a .tar
- * file), _FOLDER (a folder of .tar files and no subfolder), _PATTERN (a
- * brace pattern naming no existing file), or 0 (not shards). */
+ * file), _FOLDER (a folder with .tar files at its top and no subfolder
+ * holding images or videos), _PATTERN (a brace pattern naming no existing
+ * file), 0 (not shards), or SL_EINVAL with a reason (a folder holding both
+ * shards and folders of images: two datasets in one). */
 enum { SL__SHARDS_FILE = 1, SL__SHARDS_FOLDER, SL__SHARDS_PATTERN };
-int sl__shards_form(const char *path);
+int sl__shards_form(const char *path, char *err, size_t errlen);
 /* Scan the shards of path (form above) into s->shards and s->tab, one
  * column per request (req NULL: the image and the label, WebDataset's
  * "jpg;jpeg;png;webp" and "cls"). Errors as sl__source_open, naming the

@@ -323,7 +323,8 @@ static int regular(pending *p, const uint8_t *h, uint64_t hdr, uint64_t data, ui
     return add(ctx, &m, err, errlen);
 }
 
-static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, char *err, size_t errlen) {
+static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, uint64_t *end_block, char *err,
+                size_t errlen) {
     uint8_t h[BLOCK];
     pending p;
     memset(&p, 0, sizeof p);
@@ -331,6 +332,7 @@ static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, char *err, s
      * headers come first), UINT64_MAX between members */
     uint64_t off = 0, first_hdr = UINT64_MAX;
     int rc = 0;
+    if (end_block) *end_block = UINT64_MAX;
     while (off < in->size) {
         if (in->size - off < BLOCK) {
             sl__msg(err, errlen, "tar: truncated header at offset %llu (%llu bytes left)", (ull)off,
@@ -338,7 +340,10 @@ static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, char *err, s
             return SL_ECORRUPT;
         }
         if ((rc = in_read(in, off, h, BLOCK, err, errlen))) return rc;
-        if (all_zero(h)) return 0; /* end of archive */
+        if (all_zero(h)) { /* end of archive */
+            if (end_block) *end_block = off;
+            return 0;
+        }
         if (!checksum_ok(h)) {
             sl__msg(err, errlen, "tar: header checksum mismatch at offset %llu", (ull)off);
             return SL_ECORRUPT;
@@ -382,14 +387,14 @@ static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, char *err, s
     return 0;
 }
 
-int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, char *err,
+int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, uint64_t *end_block, char *err,
                  size_t errlen) {
     tar_in in = {fd, NULL, file_size};
-    return scan(&in, add, ctx, err, errlen);
+    return scan(&in, add, ctx, end_block, err, errlen);
 }
 
 int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, void *ctx, char *err,
                      size_t errlen) {
     tar_in in = {-1, data ? data : (const uint8_t *)"", len};
-    return scan(&in, add, ctx, err, errlen);
+    return scan(&in, add, ctx, NULL, err, errlen);
 }

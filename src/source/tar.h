@@ -59,8 +59,12 @@ typedef int (*sl__tar_member_fn)(void *ctx, const sl__tar_member *m, char *err, 
  * not used). Returns 0, or SL_ECORRUPT / SL_ELIMIT / SL_EUNSUPPORTED /
  * SL_EIO (with a sentence in err naming the header offset), or the
  * callback's code. On failure, members already reported lie wholly inside
- * the file and stay valid: the caller decides whether to keep them. */
-int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, char *err,
+ * the file and stay valid: the caller decides whether to keep them.
+ * *end_block (may be NULL): the offset of the all-zero block that ended the
+ * archive, or UINT64_MAX when the file ended first (on a block boundary:
+ * accepted here, as tar and Python's tarfile accept it; a shard reader
+ * calls it cut short, see sl__wds_scan). */
+int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, uint64_t *end_block, char *err,
                  size_t errlen);
 /* The same over an archive in memory (fuzzing, tests). */
 int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, void *ctx, char *err,
@@ -130,12 +134,32 @@ int sl__wds_group_add(void *grouper, const sl__tar_member *m, char *err, size_t 
 int sl__wds_group_finish(sl__wds_grouper *g, char *err, size_t errlen);
 void sl__wds_group_free(sl__wds_grouper *g);
 
+/* The shard trailer: a last member named SL_WDS_TRAILER holding one line,
+ *   {"sluice_shard": 1, "samples": N, "bytes": B}
+ * N the samples before it, B the bytes before its header (every other
+ * member). `sluice pack` writes it; WebDataset readers skip it (a top-level
+ * name that starts and ends with "__" is their metadata), and so does the
+ * grouper (no key). A reader that finds one checks both numbers, so a
+ * shard that lost samples (cut short and mended with zero blocks, or
+ * edited) is refused rather than read as a smaller one. */
+#define SL_WDS_TRAILER "__sluice_shard__"
+#define SL_WDS_TRAILER_MAX 512 /* bytes of its line */
+
+typedef struct sl__wds_stats {
+    uint64_t samples, skipped; /* samples emitted; members without a key (the trailer's not counted) */
+    int trailer;               /* 1: the shard ended with a trailer, and it matched */
+} sl__wds_stats;
+
 /* Scan one shard and emit its samples: init + sl__tar_scan + finish +
- * free. Returns 0 or the first error (members of samples emitted before
- * it are valid; see sl__tar_scan). *samples, *skipped: counts (may be
- * NULL). */
-int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx,
-                 uint64_t *samples, uint64_t *skipped, char *err, size_t errlen);
+ * free, then the shard's own checks: it must end with tar's end-of-archive
+ * block (a shard whose file stops on a block boundary without one was cut
+ * short: an interrupted write or copy; tar and Python's tarfile read it
+ * as a smaller archive), and a trailer, when there is one, must be the
+ * last member and agree (above). Returns 0 or the first error, SL_ECORRUPT
+ * for those (members of samples emitted before it are valid; see
+ * sl__tar_scan). *st: the counts (may be NULL). */
+int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx, sl__wds_stats *st,
+                 char *err, size_t errlen);
 
 /* ---- shard lists -----------------------------------------------------------
  *

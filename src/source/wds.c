@@ -3,11 +3,14 @@
  * name, and brace patterns for shard lists. The rules are in tar.h.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/util.h"
+#include "source/jsonrow.h"
 #include "source/source_impl.h"
 #include "source/tar.h"
 
@@ -160,8 +163,85 @@ int sl__wds_group_add(void *grouper, const sl__tar_member *m, char *err, size_t 
 
 int sl__wds_group_finish(sl__wds_grouper *g, char *err, size_t errlen) { return flush(g, err, errlen); }
 
-int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx,
-                 uint64_t *samples, uint64_t *skipped, char *err, size_t errlen) {
+/* ---- one shard ------------------------------------------------------------ */
+
+/* A shard's scan: the trailer is set aside, every other member goes to
+ * the grouper, and nothing may follow the trailer. */
+typedef struct shard_scan {
+    sl__wds_grouper *g;
+    int trailer;                            /* seen */
+    uint64_t t_header, t_offset, t_size;    /* its header, data and size */
+} shard_scan;
+
+static int shard_member(void *ctx, const sl__tar_member *m, char *err, size_t errlen) {
+    shard_scan *s = ctx;
+    if (s->trailer) {
+        sl__msg(err, errlen, "tar: member '%.60s' at offset %llu comes after the shard trailer %s (written to after "
+                "it was finished?)", m->name, (ull)m->header_offset, SL_WDS_TRAILER);
+        return SL_ECORRUPT;
+    }
+    if (m->name_len == sizeof SL_WDS_TRAILER - 1 && !memcmp(m->name, SL_WDS_TRAILER, m->name_len)) {
+        s->trailer = 1;
+        s->t_header = m->header_offset, s->t_offset = m->offset, s->t_size = m->size;
+        return 0;
+    }
+    return sl__wds_group_add(s->g, m, err, errlen);
+}
+
+/* A non-negative integer member of the trailer's row, or -1. */
+static int64_t trailer_num(const sl__jrow *row, const char *key) {
+    const sl__jmember *m = sl__jrow_find(row, key);
+    int64_t v;
+    return m && sl__jrow_int(row, m, &v) == 0 && v >= 0 ? v : -1;
+}
+
+/* The trailer's line against what the shard holds before it. */
+static int check_trailer(int fd, sl__budget *b, const shard_scan *s, uint64_t samples, char *err, size_t errlen) {
+    char line[SL_WDS_TRAILER_MAX];
+    if (s->t_size == 0 || s->t_size > SL_WDS_TRAILER_MAX) {
+        sl__msg(err, errlen, "tar: the shard trailer %s holds %llu bytes (1 to %d)", SL_WDS_TRAILER, (ull)s->t_size,
+                SL_WDS_TRAILER_MAX);
+        return SL_ECORRUPT;
+    }
+    size_t n = (size_t)s->t_size, got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, line + got, n - got, (off_t)(s->t_offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            sl__msg(err, errlen, "tar: reading the shard trailer at offset %llu failed: %s", (ull)s->t_offset,
+                    r < 0 ? strerror(errno) : "file shorter than its size");
+            return SL_EIO;
+        }
+        got += (size_t)r;
+    }
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    sl__jrow *row = sl__alloc(b, sizeof *row, SL_MEM_INDEX); /* ~10 KiB: not on a small stack */
+    if (!row) {
+        int rc = sl__nomem_code(b, sizeof *row);
+        sl__msg(err, errlen, "tar: no memory to read the shard trailer (%s)", sl_strerror(rc));
+        return rc;
+    }
+    char why[160];
+    int64_t ns = -1, nb = -1;
+    int ok = sl__jrow_parse(line, n, row, why, sizeof why) == 0;
+    if (ok) ns = trailer_num(row, "samples"), nb = trailer_num(row, "bytes");
+    sl__free(b, row);
+    if (ns < 0 || nb < 0) {
+        sl__msg(err, errlen, "tar: the shard trailer %s at offset %llu is not {\"samples\": N, \"bytes\": B}%s%s",
+                SL_WDS_TRAILER, (ull)s->t_header, ok ? "" : ": ", ok ? "" : why);
+        return SL_ECORRUPT;
+    }
+    if ((uint64_t)ns != samples || (uint64_t)nb != s->t_header) {
+        sl__msg(err, errlen, "tar: the shard trailer says %lld samples in %lld bytes, the shard holds %llu samples in "
+                "%llu bytes before it (damaged or edited after it was written)", (long long)ns, (long long)nb,
+                (ull)samples, (ull)s->t_header);
+        return SL_ECORRUPT;
+    }
+    return 0;
+}
+
+int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx, sl__wds_stats *st,
+                 char *err, size_t errlen) {
     /* ~14 KiB: too much for a small thread stack, so from the budget */
     sl__wds_grouper *g = sl__alloc(b, sizeof *g, SL_MEM_INDEX);
     if (!g) {
@@ -170,10 +250,17 @@ int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn em
         return rc;
     }
     sl__wds_group_init(g, b, emit, ctx);
-    int rc = sl__tar_scan(fd, file_size, sl__wds_group_add, g, err, errlen);
+    shard_scan s = {g, 0, 0, 0, 0};
+    uint64_t end = 0;
+    int rc = sl__tar_scan(fd, file_size, shard_member, &s, &end, err, errlen);
     if (!rc) rc = sl__wds_group_finish(g, err, errlen);
-    if (samples) *samples = g->samples;
-    if (skipped) *skipped = g->skipped;
+    if (!rc && end == UINT64_MAX) {
+        sl__msg(err, errlen, "tar: the file stops at byte %llu without tar's end-of-archive block: the shard was cut "
+                "short (an interrupted write or copy?)", (ull)file_size);
+        rc = SL_ECORRUPT;
+    }
+    if (!rc && s.trailer) rc = check_trailer(fd, b, &s, g->samples, err, errlen);
+    if (st) *st = (sl__wds_stats){g->samples, g->skipped, !rc && s.trailer};
     sl__wds_group_free(g);
     sl__free(b, g);
     return rc;

@@ -63,10 +63,11 @@ static int on_shard(void *ctx, const char *name, size_t len) {
     CHECK_OK(sl__budget_init(&b, 1 << 20));
     shard_ctx s = {f.fd, 0};
     char err[256];
-    uint64_t n, skipped;
-    if (sl__wds_scan(f.fd, f.size, &b, on_sample, &s, &n, &skipped, err, sizeof err)) SL_FAIL("%s: %s", name, err);
+    sl__wds_stats ws;
+    if (sl__wds_scan(f.fd, f.size, &b, on_sample, &s, &ws, err, sizeof err)) SL_FAIL("%s: %s", name, err);
+    uint64_t n = ws.samples;
     CHECK_EQ(n, s.samples);
-    CHECK_EQ(skipped, 0);
+    CHECK_EQ(ws.skipped, 0);
     CHECK_EQ(atomic_load(&b.used), 0);
     sl__budget_fini(&b);
     close(f.fd);

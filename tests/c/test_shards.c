@@ -15,11 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "files.h"
 #include "fixture.h"
 #include "source/source_impl.h"
+#include "source/tar.h"
 #include "sluice.h"
 #include "tarw.h"
 
@@ -354,6 +356,135 @@ TEST(hostile_shards_are_index_errors) {
     CHECK_STR_CONTAINS(err, "none-0.tar");
     snprintf(pattern, sizeof pattern, "/tmp/sl-no-such-folder/x-{0..b}.tar");
     CHECK_EQ(create_fails(pattern, NULL, err, sizeof err), SL_EPARSE);
+}
+
+/* ---- nothing silently shorter -------------------------------------------------- */
+
+/* A shard cut on a block boundary between samples (an interrupted write or
+ * copy) lacks tar's end-of-archive block: refused at create, naming it,
+ * where tar and Python's tarfile read a smaller archive. */
+static void cut_between_samples(buf *b) {
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "2");
+}
+/* The trailer sluice pack writes, with these numbers. */
+static void trailer(buf *b, uint64_t samples, uint64_t bytes) {
+    char line[128];
+    snprintf(line, sizeof line, "{\"sluice_shard\": 1, \"samples\": %llu, \"bytes\": %llu}\n",
+             (unsigned long long)samples, (unsigned long long)bytes);
+    member(b, SL_WDS_TRAILER, line);
+}
+static void trailer_says_more(buf *b) { /* a sample cut out and the shard mended: the trailer still counts it */
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "2");
+    trailer(b, 3, b->n);
+    end(b);
+}
+static void trailer_wrong_size(buf *b) {
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "2");
+    trailer(b, 2, b->n - 512);
+    end(b);
+}
+static void after_trailer(buf *b) { /* appended to (tar -r) after pack finished it */
+    trailer(b, 1, b->n);
+    member(b, "b.jpg", "x");
+    member(b, "b.cls", "2");
+    end(b);
+}
+static void trailer_garbled(buf *b) {
+    member(b, SL_WDS_TRAILER, "{\"samples\": \"one\"}");
+    end(b);
+}
+
+TEST(shards_cut_short_or_mended_are_refused) {
+    refused(cut_between_samples, SL_ECORRUPT, "without tar's end-of-archive block: the shard was cut short");
+    refused(trailer_says_more, SL_ECORRUPT, "trailer says 3 samples in 4096 bytes, the shard holds 2 samples in 4096");
+    refused(trailer_wrong_size, SL_ECORRUPT, "says 2 samples in 3584 bytes, the shard holds 2 samples in 4096 bytes");
+    refused(after_trailer, SL_ECORRUPT, "comes after the shard trailer");
+    refused(trailer_garbled, SL_ECORRUPT, "is not {\"samples\": N, \"bytes\": B}");
+}
+
+/* sluice pack's shards carry the trailer; one of a set that lost its end
+ * (the cut mended with zero blocks, so the archive ends cleanly) is
+ * refused by the trailer the others have; a .partial left by a pack that
+ * never finished makes its folder refused; a matching trailer loads, and
+ * WebDataset's rule skips it (a top-level __NAME__ is metadata). */
+TEST(packed_shards_are_checked_by_their_trailer) {
+    char dir[256], pattern[400], path[400], err[512];
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 12, 0, 48, 64);
+    fx_empty_dir(dir, sizeof dir);
+    char args[1024], out[4096];
+    snprintf(args, sizeof args, "pack %s %s --samples-per-shard 4 --workers 2 2>&1", d->root, dir);
+    if (fx_sluice(args, out, sizeof out)) SL_FAIL("%s: %s", args, out);
+    snprintf(pattern, sizeof pattern, "%s/shard-{000000..000002}.tar", dir);
+    sl_config c;
+    cfg_for(&c, pattern, 1);
+    uint64_t n;
+    fx_epoch_sum(&c, &n);
+    CHECK_EQ(n, 12);
+    /* the last member of each shard is the trailer, and it matches */
+    snprintf(path, sizeof path, "%s/shard-000001.tar", dir);
+    buf b = {0};
+    read_all(path, &b);
+    CHECK(b.n > 3 * 512);
+    size_t last = b.n - 1024 - 1024; /* trailer header: before its one data block and the end blocks */
+    CHECK(strcmp((const char *)b.p + last, SL_WDS_TRAILER) == 0);
+    CHECK_STR_CONTAINS((const char *)b.p + last + 512, "\"samples\": 4");
+    /* mended: the shard's last sample cut off and the file ended with zero blocks */
+    size_t cut = 0;
+    for (size_t off = 0; off + 512 <= last; off += 512)
+        if (!memcmp(b.p + off + 257, "ustar", 5) && strstr((const char *)b.p + off, ".jpg")) cut = off;
+    CHECK(cut > 0);
+    memset(b.p + cut, 0, b.n - cut);
+    b_write(&b, path);
+    CHECK_EQ(create_fails(pattern, NULL, err, sizeof err), SL_ECORRUPT);
+    CHECK_STR_CONTAINS(err, "shard-000001.tar has no shard trailer");
+    CHECK_STR_CONTAINS(err, "while 2 other shards of the set have one");
+    /* cut on a block boundary (no zero blocks at all) */
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK_EQ(fwrite(b.p, 1, cut, f), cut);
+    fclose(f);
+    CHECK_EQ(create_fails(pattern, NULL, err, sizeof err), SL_ECORRUPT);
+    CHECK_STR_CONTAINS(err, "shard-000001.tar: the file stops at byte");
+    /* a folder an unfinished pack left: its .partial is named */
+    unlink(path);
+    snprintf(path, sizeof path, "%s/shard-000001.tar.partial", dir);
+    b.n = cut;
+    b_write(&b, path);
+    CHECK_EQ(create_fails(dir, NULL, err, sizeof err), SL_ECORRUPT);
+    CHECK_STR_CONTAINS(err, "shard-000001.tar.partial is a shard `sluice pack` was still writing");
+    free(b.p);
+    free(d);
+}
+
+/* A folder of shards with subfolders that hold no images (logs,
+ * checkpoints) is still shards; one whose subfolders hold images could be
+ * either dataset: refused, naming both. */
+TEST(shard_folder_with_subfolders) {
+    char dir[256], path[400], err[512];
+    fx_dataset *d = dataset_and_shards(dir, sizeof dir, 2, 0);
+    snprintf(path, sizeof path, "%s/logs", dir);
+    CHECK_OK(mkdir(path, 0755));
+    snprintf(path, sizeof path, "%s/logs/run.txt", dir);
+    fx_write(path, "loss 1.0\n", 9);
+    snprintf(path, sizeof path, "%s/.cache", dir);
+    CHECK_OK(mkdir(path, 0755));
+    sl_config c;
+    cfg_for(&c, dir, 1);
+    uint64_t n;
+    fx_epoch_sum(&c, &n);
+    CHECK_EQ(n, 23);
+    snprintf(path, sizeof path, "%s/logs/deep", dir);
+    CHECK_OK(mkdir(path, 0755));
+    snprintf(path, sizeof path, "%s/logs/deep/cat.JPG", dir);
+    fx_write(path, "x", 1);
+    CHECK_EQ(create_fails(dir, NULL, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "holds .tar shards and also folders with images (logs/ has cat.JPG)");
+    CHECK_STR_CONTAINS(err, "brace pattern");
+    free(d);
 }
 
 TEST(members_that_are_not_images_are_error_records) {

@@ -480,6 +480,19 @@ TEST(error_not_a_dataset) {
     open_fails(P("x.txt"), SL_EINVAL, "neither a folder, a .csv/.jsonl manifest nor .tar shards");
 }
 
+/* A manifest's or a shard's name on a FIFO, a device or a socket: said
+ * so (never opened: a FIFO would block, /dev/zero never end), not the
+ * "neither a folder, ..." of an unknown name. */
+TEST(error_special_file_with_a_dataset_name) {
+    fixture();
+    CHECK_OK(mkfifo(P("m.jsonl"), 0600));
+    open_fails(P("m.jsonl"), SL_EINVAL, "m.jsonl is a FIFO, not a regular file");
+    CHECK_OK(symlink("/dev/zero", P("z.csv")));
+    open_fails(P("z.csv"), SL_EINVAL, "z.csv is a character device, not a regular file");
+    CHECK_OK(mkfifo(P("s.tar"), 0600));
+    open_fails(P("s.tar"), SL_EINVAL, "s.tar is a FIFO, not a regular file");
+}
+
 TEST(error_empty_folder) {
     fixture();
     put_dir("empty");

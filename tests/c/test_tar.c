@@ -175,7 +175,7 @@ TEST(scan_by_fd_equals_memory) {
     int fd = open(corpus("pax.tar"), O_RDONLY);
     CHECK(fd >= 0);
     memset(&lf, 0, sizeof lf);
-    CHECK_OK(sl__tar_scan(fd, b.n, on_member, &lf, err, sizeof err));
+    CHECK_OK(sl__tar_scan(fd, b.n, on_member, &lf, NULL, err, sizeof err));
     CHECK_EQ(lf.n, lm.n);
     for (int i = 0; i < lm.n; i++) {
         CHECK(strcmp(lf.name[i], lm.name[i]) == 0);
@@ -186,7 +186,7 @@ TEST(scan_by_fd_equals_memory) {
     /* a file shorter than the size it was said to have: a read error */
     fd = open(corpus("normalise_no_end.tar"), O_RDONLY); /* no end blocks: the scan reads on */
     CHECK(fd >= 0);
-    CHECK_EQ(sl__tar_scan(fd, 1024 + 4096, on_member, &lf, err, sizeof err), SL_EIO);
+    CHECK_EQ(sl__tar_scan(fd, 1024 + 4096, on_member, &lf, NULL, err, sizeof err), SL_EIO);
     CHECK_STR_CONTAINS(err, "shorter");
     close(fd);
     free(b.p);
@@ -612,17 +612,18 @@ TEST(wds_budget_refusal_is_clean) {
     CHECK(fd >= 0);
     CHECK_EQ(pwrite(fd, b.p, b.n, 0), (ssize_t)b.n);
     uint64_t count = 0;
-    int rc = sl__wds_scan(fd, b.n, &bud, on_sample_count, &count, NULL, NULL, err, sizeof err);
+    int rc = sl__wds_scan(fd, b.n, &bud, on_sample_count, &count, NULL, err, sizeof err);
     CHECK_EQ(rc, SL_EBUDGET);
     CHECK_STR_CONTAINS(err, "no memory");
     CHECK_EQ(atomic_load(&bud.used), 0);
     /* with room, every sample */
     sl__budget_fini(&bud);
     CHECK_OK(sl__budget_init(&bud, 8 << 20));
-    uint64_t n = 0, skipped = 0;
+    sl__wds_stats ws;
     count = 0;
-    CHECK_OK(sl__wds_scan(fd, b.n, &bud, on_sample_count, &count, &n, &skipped, err, sizeof err));
-    CHECK_EQ(n, 3000);
+    CHECK_OK(sl__wds_scan(fd, b.n, &bud, on_sample_count, &count, &ws, err, sizeof err));
+    CHECK_EQ(ws.samples, 3000);
+    CHECK_EQ(ws.trailer, 0);
     CHECK_EQ(count, 3000);
     CHECK_EQ(atomic_load(&bud.used), 0);
     sl__budget_fini(&bud);
