@@ -310,7 +310,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
     FILE *f = stdout;
     sl_error_record recs[5];
     size_t nrec = sl_loader_errors(ld, 0, recs, 5);
-    char path[4096];
+    char path[SL_PATH_MAX];
     fprintf(f, "{\"samples\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"seconds\": %.3f, \"samples_per_s\": %.1f",
             r->samples, r->batches, r->seconds, r->seconds > 0 ? r->samples / r->seconds : 0.0);
     fprintf(f, ", \"workers\": %u, \"slots\": %u, \"budget_bytes\": %" PRIu64 ", \"peak_accounted_bytes\": %" PRIu64,
@@ -362,7 +362,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
 }
 
 static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
-    char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32], path[4096];
+    char a1[32], a2[32], a3[32], a4[32], a5[32], a6[32], path[SL_PATH_MAX];
     sl_error_record recs[5];
     size_t nrec = sl_loader_errors(ld, 0, recs, 5);
     if (o->fields)

@@ -202,7 +202,7 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     d.max_bytes = cfg.max_bytes;
     for (uint64_t k = 0; k < n && rc == 0; k++) {
         uint64_t idx = k * m->dataset / n; /* evenly spaced through the index */
-        char path[4096];
+        char path[SL_PATH_MAX];
         if (!sl_loader_sample_path(ld, idx, path, sizeof path)) {
             m->failed++;
             continue;

@@ -262,7 +262,7 @@ static void render_points(const grid *g, const sl_batch *b, const sl_field *f, u
 
 /* The class name of dataset sample index: its file's folder. */
 static int class_name(const grid *g, int64_t index, char *name, size_t len) {
-    char path[4096];
+    char path[SL_PATH_MAX];
     const char *p = index >= 0 ? sl_loader_sample_path(g->ld, (uint64_t)index, path, sizeof path) : NULL;
     const char *slash = p ? strrchr(p, '/') : NULL;
     if (!slash || slash == p) return -1;

@@ -313,7 +313,11 @@ SL_API uint64_t sl_loader_num_samples(const sl_loader *ld);
 /* Samples in the whole dataset, and number of classes (0 for manifests without classes). */
 SL_API uint64_t sl_loader_dataset_size(const sl_loader *ld);
 
-/* Path of dataset sample index (valid while the loader lives), or NULL. */
+/* Path of dataset sample index written into buf (returned), or NULL (no
+ * such sample, or len too small). A buffer of SL_PATH_MAX bytes holds every
+ * path: a shard's path, ':' and a member name of up to 4096 bytes, or a
+ * manifest's folder and a row's path of up to PATH_MAX. */
+#define SL_PATH_MAX 8448
 SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf, size_t len);
 
 /*

@@ -401,7 +401,7 @@ static PyObject *raise_loader(LoaderObject *self, int code, const char *what) {
  * once max_error_records are kept). */
 static PyObject *raise_sample_error(LoaderObject *self) {
     sl_error_record rec;
-    char buf[4096];
+    char buf[SL_PATH_MAX];
     const char *path = NULL;
     int have = sl_loader_last_error(self->ld, &rec) == 0;
     if (have) path = sl_loader_sample_path(self->ld, rec.index, buf, sizeof buf);
@@ -572,7 +572,7 @@ static PyObject *Loader_sample_path(LoaderObject *self, PyObject *arg) {
     uint64_t index;
     if (!conv_u64(arg, &index)) return NULL;
     if (loader_open_check(self) < 0) return NULL;
-    char buf[4096];
+    char buf[SL_PATH_MAX];
     const char *p = sl_loader_sample_path(self->ld, index, buf, sizeof buf);
     if (!p) Py_RETURN_NONE;
     return PyUnicode_DecodeFSDefault(p);
@@ -669,7 +669,7 @@ static PyObject *Loader_errors(LoaderObject *self, PyObject *args, PyObject *kw)
     if (!list) return NULL;
     sl_error_record recs[64];
     size_t at = (size_t)first;
-    char buf[4096];
+    char buf[SL_PATH_MAX];
     for (;;) {
         size_t want = 64;
         if (max >= 0) {

@@ -521,6 +521,60 @@ TEST(members_that_are_not_images_are_error_records) {
     sl_loader_destroy(ld);
 }
 
+/* A member name of the longest length allowed (4,096 bytes) in an error
+ * record: its path is whole in a buffer of SL_PATH_MAX bytes (the shard,
+ * ':', the name), in the C API and in `sluice bench --json` (it was "?":
+ * the callers' buffers were 4,096 bytes). */
+TEST(error_record_path_of_a_4096_byte_member_name) {
+    char dir[256], path[300], err[512];
+    fx_empty_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/x.tar", dir);
+    unsigned long len;
+    unsigned char *jpg = fx_jpeg_bytes(64, 48, 3, 0, 85, &len);
+    static char name[SL_TAR_NAME_MAX + 1];
+    memset(name, 'p', SL_TAR_NAME_MAX);
+    name[100] = '/';
+    buf b = {0};
+    member_n(&b, "a.jpg", jpg, len);
+    member(&b, "a.cls", "0");
+    const char *keys[] = {".jpg", ".cls"}, *data[] = {"not an image", "1"};
+    for (int k = 0; k < 2; k++) {
+        memcpy(name + SL_TAR_NAME_MAX - 4, keys[k], 4);
+        header(&b, "././@LongLink", 'L', SL_TAR_NAME_MAX + 1, NULL);
+        b_put(&b, name, SL_TAR_NAME_MAX + 1);
+        b_pad(&b);
+        member(&b, "placeholder", data[k]);
+    }
+    end(&b);
+    b_write(&b, path);
+    free(b.p);
+    free(jpg);
+    sl_config c;
+    cfg_for(&c, path, 1);
+    c.shuffle = 0;
+    sl_loader *ld;
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *bt;
+    CHECK_OK(sl_loader_next(ld, &bt));
+    sl_loader_release(ld, bt);
+    sl_error_record e;
+    CHECK_EQ(sl_loader_errors(ld, 0, &e, 1), 1);
+    CHECK_EQ(e.index, 1);
+    static char got[SL_PATH_MAX];
+    CHECK(sl_loader_sample_path(ld, e.index, got, sizeof got) == got);
+    CHECK_EQ(strlen(got), strlen(path) + 1 + SL_TAR_NAME_MAX - 4);
+    CHECK(memcmp(got + strlen(path) + 1, name, SL_TAR_NAME_MAX - 4) == 0);
+    sl_loader_destroy(ld);
+    char args[512];
+    static char out[65536];
+    snprintf(args, sizeof args, "bench %s --batch 2 --size 32 --epochs 1 --workers 1 --json 2>/dev/null", path);
+    CHECK_EQ(fx_sluice(args, out, sizeof out), 0);
+    CHECK_STR_CONTAINS(out, "\"error_samples\": [{\"path\": \"");
+    CHECK(strstr(out, "\"path\": \"?\"") == NULL);
+    name[SL_TAR_NAME_MAX - 4] = 0;
+    CHECK_STR_CONTAINS(out, name + 101); /* the long last component */
+}
+
 TEST(alloc_failure_at_every_allocation) {
     char dir[256], pattern[300];
     fx_dataset *d = dataset_and_shards(dir, sizeof dir, 4, 0);

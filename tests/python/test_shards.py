@@ -83,3 +83,22 @@ def test_row_grammar_errors_name_line_and_key(dataset, tmp_path):
         f.write(json.dumps({"image": rel, "label": 1, "meta": {"w": 1}}) + "\n")
     with pytest.raises(ValueError, match=r'bad.jsonl: line 2: "meta": an object inside a row'):
         sluice.Loader(path, fields={"image": {"kind": "image"}, "label": {"kind": "label"}})
+
+
+def test_error_path_of_a_4096_byte_member_name(dataset, tmp_path):
+    """A member name of the longest length allowed (4,096 bytes) that fails: errors() and sample_path give its
+    whole path (they gave None: the binding's buffer was 4,096 bytes)."""
+    prefix = "p" * 100 + "/" + "q" * (4096 - 101 - 4)
+    good = open(os.path.join(dataset, _files(dataset)[0][0]), "rb").read()
+    source = str(tmp_path / "x.tar")
+    with tarfile.open(source, "w", format=tarfile.GNU_FORMAT) as tf:
+        for name, data in (("a.jpg", good), ("a.cls", b"0"), (prefix + ".jpg", b"not an image"), (prefix + ".cls", b"1")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    with sluice.Loader(source, batch_size=2, size=16, budget="32M", workers=1, shuffle=False) as ld:
+        assert sum(len(b["label"]) for b in ld) == 1
+        errs = ld.errors()
+        assert len(errs) == 1 and errs[0]["index"] == 1
+        assert errs[0]["path"] == source + ":" + prefix
+        assert ld.sample_path(1) == source + ":" + prefix
