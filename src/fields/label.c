@@ -2,9 +2,12 @@
  * Literal kinds: values the source holds itself, no file read.
  *   label   int64 [] — an integer (a folder's class index, a manifest's label)
  *   target  float32 [length] — a fixed number of numbers ("length"
- *           required), for regression targets; a row with another count is
- *           an error record
+ *           required), for regression targets; a row with another count,
+ *           or a number outside float32's range (it would be an infinity),
+ *           is an error record
  */
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -73,7 +76,14 @@ static int target_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *l
     for (uint32_t at = 0; at < count; at += 256) {
         uint32_t k = SL_MIN(256u, count - at);
         if ((rc = sl__source_numbers(L->src, L->index, (uint32_t)f->col, at, run, k)) < 0) return rc;
-        for (uint32_t j = 0; j < k; j++) out[at + j] = (float)run[j];
+        for (uint32_t j = 0; j < k; j++) {
+            out[at + j] = (float)run[j];
+            if (!isfinite(out[at + j])) { /* 3.4e39: finite as a double, not as a float32 */
+                sl__msg(reason, rlen, "target number %u is %.6g, outside float32's range (+-%.6g)", at + j, run[j],
+                        (double)FLT_MAX);
+                return SL_EINVAL;
+            }
+        }
     }
     return 0;
 }

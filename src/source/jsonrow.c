@@ -250,6 +250,15 @@ static int key(jcur *c, sl__jrow *row, sl__jmember *m) {
     return 0;
 }
 
+size_t sl__jrow_line(const char *t, size_t n, size_t i, size_t *next) {
+    const char *nl = memchr(t + i, '\n', n - i);
+    size_t e = nl ? (size_t)(nl - t) : n;
+    const char *cr = memchr(t + i, '\r', e - i); /* only inside this line: LF finds lines fast */
+    if (cr) e = (size_t)(cr - t);
+    *next = e + (e < n) + (cr && e + 1 < n && t[e + 1] == '\n');
+    return e;
+}
+
 int sl__jrow_parse(const char *line, size_t len, sl__jrow *row, char *err, size_t errlen) {
     jcur c = {line, line + len, NULL};
     row->line = line;

@@ -63,6 +63,11 @@ typedef struct sl__jrow {
     char keys[SL__JROW_KEYS];
 } sl__jrow;
 
+/* The line of t[0, n) starting at i: its end (the first LF or CR at or
+ * after i, or n), and in *next where the next line starts: line ends are
+ * LF, CRLF or a lone CR (old Mac files, some exports), as the CSV reader
+ * takes them. */
+size_t sl__jrow_line(const char *t, size_t n, size_t i, size_t *next);
 /* Parse line[0, len) (no '\n' inside) into row. 0, or -1 with a reason in
  * err ("\"key\": ..." where a key is known; the caller adds the line). */
 int sl__jrow_parse(const char *line, size_t len, sl__jrow *row, char *err, size_t errlen);

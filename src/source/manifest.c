@@ -194,11 +194,10 @@ int sl__manifest_parse_jsonl(const char *t, size_t n, sl__manifest_row_fn add, v
     if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3;
     while (i < n && !rc) {
         line++;
-        const char *nl = memchr(t + i, '\n', n - i);
-        size_t e = nl ? (size_t)(nl - t) : n, j = i;
-        while (j < e && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r')) j++;
+        size_t next, e = sl__jrow_line(t, n, i, &next), j = i;
+        while (j < e && (t[j] == ' ' || t[j] == '\t')) j++;
         const char *start = t + i;
-        i = nl ? e + 1 : n;
+        i = next;
         if (j == e) continue; /* blank line */
         sl__obuf o = {pbuf, sizeof pbuf, 0, 0};
         int64_t label = 0;

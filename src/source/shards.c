@@ -380,7 +380,9 @@ static int on_sample(void *ctx, const char *prefix, size_t plen, const sl__wds_m
     if (!rc) rc = sl__table_put(s->b, s->tab, prefix, plen, 0, &off);
     if (!rc) rc = sl__table_add(s->b, s->tab, (sl__rec){off, (uint32_t)plen, c->shard});
     if (rc) {
-        sl__msg(err, errlen, "%s: indexing needs more memory than the budget leaves (%s)", c->path, sl_strerror(rc));
+        char room[160];
+        sl__msg(err, errlen, "%s: indexing needs more memory than the budget leaves: %s (%s)", c->path,
+                sl__index_room(s->b, c->shard, h->nshards, room, sizeof room), sl_strerror(rc));
         return rc;
     }
     s->tab->nrows++;

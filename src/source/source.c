@@ -22,6 +22,17 @@ int sl__nomem_code(const sl__budget *b, uint64_t want) {
     return SL_ENOMEM;
 }
 
+const char *sl__index_room(const sl__budget *b, uint64_t done, uint64_t total, char *buf, size_t len) {
+    char held[32], lim[32], all[32];
+    uint64_t h = atomic_load(&((sl__budget *)b)->cat[SL_MEM_INDEX]);
+    int n = snprintf(buf, len, "the index holds %s of a %s budget", sl__fmt_bytes(h, held, sizeof held),
+                     sl__fmt_bytes(sl__budget_limit(b), lim, sizeof lim));
+    if (done && total > done && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", %.0f%% through: about %s for all of it", 100.0 * (double)done / (double)total,
+                 sl__fmt_bytes((uint64_t)((double)h * (double)total / (double)done), all, sizeof all));
+    return buf;
+}
+
 /* Make room for need elements of size sz in *p (capacity *cap), doubling.
  * On failure *p is untouched and still owned by the caller. */
 static int grow(sl__budget *b, void **p, uint64_t *cap, uint64_t need, size_t sz, uint64_t first) {

@@ -123,6 +123,10 @@ int sl__transient(int e);
 
 /* SL_EBUDGET if want bytes more would pass the budget, else SL_ENOMEM. */
 int sl__nomem_code(const sl__budget *b, uint64_t want);
+/* For an index that ran out of room, into buf: "the index holds 12.0 MiB
+ * of a 16.0 MiB budget", and when done of total (bytes, shards) are known,
+ * ", 41% through: about 29 MiB for all of it". Returns buf. */
+const char *sl__index_room(const sl__budget *b, uint64_t done, uint64_t total, char *buf, size_t len);
 
 /* Index a folder / parse a manifest into s (s->b set, base not yet). On
  * failure s holds whatever was built; sl__source_close frees it. */

@@ -158,6 +158,8 @@ static int jnumbers_rec(sl__budget *b, sl__table *t, const sl__jrow *row, const 
     sl__jrow_iter(row, m, &it);
     for (uint32_t k = 0; k < m->count; k++) {
         double d = sl__jiter_number(&it);
+        if (!isfinite(d)) /* 1e400: past a double, as the CSV reader refuses it */
+            return *why = "holds a number beyond a double's range (about 1.8e308)", SL_EPARSE;
         memcpy(t->arena + off + (uint64_t)k * 8, &d, 8);
     }
     t->arena_len = end;
@@ -230,13 +232,15 @@ static const char *type_name(int type) {
     }
 }
 
-/* The message for a value that failed to be added. */
-static int value_error(const char *path, uint64_t line, const char *key, int rc, const char *why, char *err,
-                       size_t errlen) {
+/* The message for a value that failed to be added, at byte done of the
+ * manifest's total. */
+static int value_error(const sl__source *s, const char *path, uint64_t line, const char *key, int rc, const char *why,
+                       uint64_t done, uint64_t total, char *err, size_t errlen) {
+    char room[160];
     if (rc == SL_EPARSE) sl__msg(err, errlen, "%s: line %llu: \"%s\" %s", path, (ull)line, key, why);
     else
-        sl__msg(err, errlen, "%s: line %llu: indexing needs more memory than the budget leaves (%s)", path, (ull)line,
-                sl_strerror(rc));
+        sl__msg(err, errlen, "%s: line %llu: indexing needs more memory than the budget leaves: %s (%s)", path,
+                (ull)line, sl__index_room(s->b, done, total, room, sizeof room), sl_strerror(rc));
     return rc;
 }
 
@@ -250,12 +254,11 @@ static int index_jsonl(sl__source *s, const char *path, const char *text, size_t
     uint64_t line = 0;
     size_t i = n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
     while (i < n) {
-        const char *nl = memchr(text + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - text) : n, j = i;
+        size_t next, end = sl__jrow_line(text, n, i, &next), j = i;
         line++;
-        while (j < end && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) j++;
+        while (j < end && (text[j] == ' ' || text[j] == '\t')) j++;
         const char *start = text + i;
-        i = end + 1;
+        i = next;
         if (j == end) continue; /* blank line */
         if (sl__jrow_parse(start, (size_t)(text + end - start), row, why_row, sizeof why_row)) {
             sl__msg(err, errlen, "%s: line %llu: %s", path, (ull)line, why_row);
@@ -272,7 +275,7 @@ static int index_jsonl(sl__source *s, const char *path, const char *text, size_t
             int rc = add_json(s->b, t, req[k].type, row, m, &why);
             if (rc) {
                 sl__jrow_key(row, m, key, sizeof key);
-                return value_error(path, line, key, rc, why, err, errlen);
+                return value_error(s, path, line, key, rc, why, i, n, err, errlen);
             }
         }
         t->nrows++;
@@ -342,7 +345,7 @@ static int index_csv(sl__source *s, const char *path, const char *text, size_t n
             const sl__csv_field *c = &f[col[k]];
             if ((rc = add_cell(s->b, s->tab, req[k].type, buf + c->off, c, &why))) {
                 snprintf(key, sizeof key, "%s", names[k]);
-                return value_error(path, rec_line, key, rc, why, err, errlen);
+                return value_error(s, path, rec_line, key, rc, why, i, n, err, errlen);
             }
         }
         s->tab->nrows++;

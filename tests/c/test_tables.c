@@ -149,6 +149,111 @@ TEST(csv_tables_refused_with_line_and_column) {
     free(d);
 }
 
+/* Line ends: a .jsonl with CR-only line ends (old Mac files, some
+ * exports) is the same table as with LF and CRLF, as the CSV reader
+ * takes it; line numbers count the CRs. */
+TEST(jsonl_with_cr_only_line_ends) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 11, 1, 48, 96);
+    char jsonl[512], csv[512], cr[512], err[512];
+    tables(d, jsonl, csv, sizeof jsonl);
+    char *text = fx_read_text(jsonl);
+    for (char *p = text; *p; p++)
+        if (*p == '\n') *p = '\r';
+    put(d, "cr.jsonl", text, cr, sizeof cr);
+    sl_config a, b;
+    cfg_for(&a, jsonl, SCHEMA, 2);
+    cfg_for(&b, cr, SCHEMA, 2);
+    uint64_t na, nb;
+    CHECK_EQ(fx_epoch_sum(&b, &nb), fx_epoch_sum(&a, &na));
+    CHECK(na == 11 && nb == 11); /* 12 rows, one a corrupt file */
+    /* the path,label manifest reader too */
+    put(d, "pl.jsonl", "{\"path\": \"a.jpg\", \"label\": 1}\r\r{\"path\": \"b.jpg\", \"label\": x}\r", cr, sizeof cr);
+    sl_config c;
+    cfg_for(&c, cr, NULL, 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EPARSE);
+    CHECK_STR_CONTAINS(err, "line 3:");
+    free(text);
+    free(d);
+}
+
+/* Numbers a target cannot hold: past a double (1e400, which strtod makes
+ * an infinity) is an index error naming the line, as the CSV reader
+ * refuses a non-finite cell; past float32 (3.4e39, finite as a double) is
+ * an error record naming the number, from .jsonl and .csv alike, never an
+ * infinity in the batch. */
+TEST(target_numbers_outside_their_range) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 4, 0, 48, 64);
+    char path[512], err[512], text[2048];
+    int n = 0;
+    for (uint32_t k = 0; k < 4; k++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "{\"img\": \"%s\", \"y\": 0, \"t\": %s}\n", d->rel[k],
+                      k == 2 ? "1e400" : "1.5");
+    put(d, "huge.jsonl", text, path, sizeof path);
+    CHECK_EQ(create_fails(path, SCHEMA, err, sizeof err), SL_EPARSE);
+    CHECK_STR_CONTAINS(err, "huge.jsonl: line 3: \"t\" holds a number beyond a double's range");
+    const char *over[] = {"-3.4e39", "3.5e38"};
+    for (int f = 0; f < 2; f++) {
+        n = 0;
+        for (uint32_t k = 0; k < 4; k++)
+            n += snprintf(text + n, sizeof text - (size_t)n, "{\"img\": \"%s\", \"y\": 0, \"t\": %s}\n", d->rel[k],
+                          k == 1 ? over[f] : "3.4e38");
+        put(d, "over.jsonl", text, path, sizeof path);
+        n = snprintf(text, sizeof text, "img,y,t\n");
+        for (uint32_t k = 0; k < 4; k++)
+            n += snprintf(text + n, sizeof text - (size_t)n, "%s,0,%s\n", d->rel[k], k == 1 ? over[f] : "3.4e38");
+        char csv[512];
+        put(d, "over.csv", text, csv, sizeof csv);
+        const char *src[] = {path, csv};
+        for (int s = 0; s < 2; s++) {
+            sl_config c;
+            cfg_for(&c, src[s], SCHEMA, 2);
+            c.shuffle = 0;
+            c.max_error_rate = 1;
+            sl_loader *ld = fx_open(&c);
+            sl_batch *b;
+            CHECK_OK(sl_loader_next(ld, &b));
+            CHECK_EQ(sl_batch_len(b), 3);
+            sl_field t;
+            CHECK_OK(sl_batch_find(b, "t", &t));
+            for (uint32_t i = 0; i < 3; i++) CHECK(((const float *)t.data)[i] == 3.4e38f);
+            sl_loader_release(ld, b);
+            sl_error_record e;
+            CHECK_EQ(sl_loader_errors(ld, 0, &e, 1), 1);
+            CHECK_EQ(e.index, 1);
+            CHECK_EQ(e.code, SL_EINVAL);
+            CHECK_STR_CONTAINS(e.reason, "target number 0 is ");
+            CHECK_STR_CONTAINS(e.reason, "outside float32's range");
+            sl_loader_destroy(ld);
+        }
+    }
+    free(d);
+}
+
+/* An index that outgrows the budget says how large it was and the budget,
+ * and how far through the file it got. */
+TEST(index_over_budget_states_the_sizes) {
+    fx_dataset *d = calloc(1, sizeof *d);
+    fx_simple(d, 1, 0, 48, 64);
+    char path[512], err[512];
+    size_t cap = 40000 * 64;
+    char *text = malloc(cap);
+    size_t n = 0;
+    for (int k = 0; k < 40000; k++)
+        n += (size_t)snprintf(text + n, cap - n, "{\"img\": \"%s\", \"y\": %d, \"t\": 1}\n", d->rel[0], k);
+    put(d, "big.jsonl", text, path, sizeof path);
+    sl_config c;
+    cfg_for(&c, path, SCHEMA, 1);
+    c.budget = 2 << 20;
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EBUDGET);
+    CHECK_STR_CONTAINS(err, "indexing needs more memory than the budget leaves: the index holds ");
+    CHECK_STR_CONTAINS(err, " of a 2.0 MiB budget, ");
+    CHECK_STR_CONTAINS(err, "% through: about ");
+    free(text);
+    free(d);
+}
+
 TEST(alloc_failure_at_every_allocation) {
     fx_dataset *d = calloc(1, sizeof *d);
     fx_simple(d, 40, 0, 32, 40);
