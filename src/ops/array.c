@@ -169,8 +169,11 @@ int sl__array_plan_sample(const sl__array_info *in, const sl__array_spec *spec, 
         p->take[H] = c[0], p->take[W] = c[1];
     }
     if (spec->points && in->shape[0] > spec->points) {
-        p->subset = 1;
         p->take[0] = spec->points;
+        /* A zero-size array (a row of no elements) has nothing to choose
+         * between: its first rows, no subset, no bitmap (a header may
+         * declare 2^40 empty rows in a file of a hundred bytes). */
+        p->subset = in->data_bytes > 0;
         p->subset_rng = *rng;
         sl__rng_next(rng); /* the caller's generator moves on too */
     }

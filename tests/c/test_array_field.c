@@ -207,3 +207,61 @@ TEST(hostile_npy_are_error_records) {
     CHECK(e[0].index == 1 && e[1].index == 2 && e[2].index == 3);
     sl_loader_destroy(ld);
 }
+
+/* A .npy file: v1 header for shape (a Python tuple's text), little float32, data. */
+static void write_npy(const char *path, const char *shape, const float *data, size_t n) {
+    char hdr[128];
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape);
+    while ((len + 11) % 64) hdr[len++] = ' ';
+    hdr[len - 1] = '\n';
+    uint8_t *b = malloc(10 + (size_t)len + n * 4);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (uint8_t)len, b[9] = 0;
+    memcpy(b + 10, hdr, (size_t)len);
+    if (n) memcpy(b + 10 + len, data, n * 4);
+    fx_write(path, b, 10 + (size_t)len + n * 4);
+    free(b);
+}
+
+/* A zero-size points array — rows of no elements, however many its header
+ * declares (2^40 in a file of 128 bytes) — loads as empty rows: no subset
+ * to draw and no bitmap, where create refused the whole dataset for its
+ * 128 GiB bitmap ("raise the budget to at least 512.0 GiB"). */
+TEST(zero_size_points_array_is_empty_rows) {
+    char dir[256], path[400], m[400];
+    fx_empty_dir(dir, sizeof dir);
+    float pts[100 * 3];
+    for (int i = 0; i < 300; i++) pts[i] = (float)i;
+    snprintf(m, sizeof m, "%s/m.jsonl", dir);
+    FILE *f = fopen(m, "w");
+    CHECK(f != NULL);
+    for (int k = 0; k < 6; k++) {
+        snprintf(path, sizeof path, "%s/p%d.npy", dir, k);
+        if (k == 3) write_npy(path, "(1099511627776, 0)", NULL, 0);
+        else write_npy(path, "(100, 3)", pts, 300);
+        fprintf(f, "{\"pts\": \"p%d.npy\", \"label\": %d}\n", k, k);
+    }
+    fclose(f);
+    sl_config c;
+    sl_config_init(&c);
+    c.source = m;
+    c.fields = "{\"pts\": {\"kind\": \"array\", \"points\": 16, \"pad\": [16, 3]}, \"label\": {\"kind\": \"label\"}}";
+    c.batch_size = 6;
+    c.workers = 2;
+    c.budget = 16 << 20;
+    c.shuffle = 0;
+    sl_loader *ld = create(&c);
+    sl_batch *b;
+    CHECK_OK(sl_loader_next(ld, &b));
+    CHECK_EQ(sl_batch_len(b), 6);
+    sl_field p, len;
+    CHECK_OK(sl_batch_find(b, "pts", &p));
+    CHECK_OK(sl_batch_find(b, "pts_len", &len));
+    const float *row = (const float *)p.data + 3 * 16 * 3;
+    for (int i = 0; i < 16 * 3; i++) CHECK(row[i] == 0.0f);
+    CHECK_EQ(((const int64_t *)len.data)[3], 16);
+    CHECK_EQ(((const int64_t *)len.data)[2], 16);
+    sl_loader_release(ld, b);
+    CHECK_EQ(sl_loader_errors(ld, 0, (sl_error_record[1]){0}, 1), 0);
+    sl_loader_destroy(ld);
+}
