@@ -181,42 +181,65 @@ void sl__video_close(sl__vinput *in) {
 static pthread_once_t max_alloc_once = PTHREAD_ONCE_INIT;
 static void set_max_alloc(void) { av_max_alloc(SL__VIDEO_MAX_ALLOC); }
 
-/* Open the container on the sample's byte range: demuxers limited to the
- * ones video datasets use, probing and stream counts bounded. */
-int sl__video_open(const sl__sample_file *f, sl__vinput *in, char *reason, size_t rlen) {
-    pthread_once(&max_alloc_once, set_max_alloc);
+/* One try at opening the container with at most max_streams streams: 0,
+ * or FFmpeg's error (negative; in is closed), or 1 (no memory for the
+ * reader). */
+static int open_with(const sl__sample_file *f, sl__vinput *in, int max_streams) {
     memset(in, 0, sizeof *in);
     in->range = (sl__vrange){f->fd, f->offset, f->size, 0};
     uint8_t *buf = av_malloc(SL__VIDEO_IO_BUF);
     if (buf) in->io = avio_alloc_context(buf, SL__VIDEO_IO_BUF, 0, &in->range, range_read, NULL, range_seek);
-    if (!buf || !in->io) {
-        av_free(buf);
-        sl__msg(reason, rlen, "cannot allocate the demuxer's reader");
-        return SL_ENOMEM;
-    }
-    in->fmt = avformat_alloc_context();
-    if (!in->fmt) {
+    if (buf && in->io) in->fmt = avformat_alloc_context();
+    if (!buf || !in->io || !in->fmt) {
+        if (!in->io) av_free(buf);
         sl__video_close(in);
-        sl__msg(reason, rlen, "cannot allocate the demuxer");
-        return SL_ENOMEM;
+        return 1;
     }
     in->fmt->pb = in->io;
     in->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
     AVDictionary *opt = NULL;
     av_dict_set(&opt, "format_whitelist", SL__VIDEO_FORMATS, 0);
     av_dict_set_int(&opt, "probesize", SL__VIDEO_PROBESIZE, 0);
-    av_dict_set_int(&opt, "max_streams", SL__VIDEO_MAX_STREAMS, 0);
+    av_dict_set_int(&opt, "max_streams", max_streams, 0);
     int err = avformat_open_input(&in->fmt, NULL, NULL, &opt); /* frees fmt on failure */
     av_dict_free(&opt);
+    if (err < 0) sl__video_close(in);
+    return err;
+}
+
+/* Open the container on the sample's byte range: demuxers limited to the
+ * ones video datasets use, probing and stream counts bounded. */
+int sl__video_open(const sl__sample_file *f, sl__vinput *in, char *reason, size_t rlen) {
+    pthread_once(&max_alloc_once, set_max_alloc);
+    int err = open_with(f, in, SL__VIDEO_MAX_STREAMS);
+    if (err == 1) {
+        sl__msg(reason, rlen, "cannot allocate the demuxer or its reader");
+        return SL_ENOMEM;
+    }
+    if (err == AVERROR(ENOMEM)) {
+        /* A header asking past the cap, more streams than allowed (FFmpeg
+         * says which only in its log), or the system refused. Told apart
+         * by counting: one more open that may make SL__VIDEO_COUNT_STREAMS
+         * streams, closed at once. */
+        int again = open_with(f, in, SL__VIDEO_COUNT_STREAMS);
+        unsigned streams = again == 0 ? in->fmt->nb_streams : 0;
+        if (again == 0) sl__video_close(in);
+        if (streams > SL__VIDEO_MAX_STREAMS) {
+            sl__msg(reason, rlen, "video has %u streams, over the limit of %d", streams, SL__VIDEO_MAX_STREAMS);
+            return SL_ELIMIT;
+        }
+        if (again == AVERROR(ENOMEM))
+            sl__msg(reason, rlen, "video header asks for more memory than allowed (%u MiB in one allocation), or for "
+                    "more than %d streams (the limit is %d)", SL__VIDEO_MAX_ALLOC >> 20, SL__VIDEO_COUNT_STREAMS,
+                    SL__VIDEO_MAX_STREAMS);
+        else
+            sl__msg(reason, rlen, "video header asks for more memory than allowed (%u MiB in one allocation)",
+                    SL__VIDEO_MAX_ALLOC >> 20);
+        return SL_ECORRUPT;
+    }
     if (err < 0) {
         char e[64];
         av_strerror(err, e, sizeof e);
-        sl__video_close(in);
-        if (err == AVERROR(ENOMEM)) { /* a header asking past the cap, or the system refused */
-            sl__msg(reason, rlen, "video header asks for more memory than allowed (%u MiB in one allocation): %s",
-                    SL__VIDEO_MAX_ALLOC >> 20, e);
-            return SL_ECORRUPT;
-        }
         sl__msg(reason, rlen, "not a readable video container (mp4/mov, mkv/webm, avi): %s", e);
         return err == AVERROR_INVALIDDATA ? SL_EFORMAT : SL_ECORRUPT;
     }

@@ -13,6 +13,7 @@ enum { SL__VC_OTHER = 0, SL__VC_H264, SL__VC_HEVC, SL__VC_VP9, SL__VC_VP8, SL__V
 #define SL__VIDEO_IO_BUF (32 << 10)        /* AVIO read buffer */
 #define SL__VIDEO_PROBESIZE (1 << 20)      /* bytes the format probe may read */
 #define SL__VIDEO_MAX_STREAMS 32           /* more streams: the open fails */
+#define SL__VIDEO_COUNT_STREAMS 256        /* the open that tells a stream count apart from a memory bomb */
 #define SL__VIDEO_MAX_ALLOC (64u << 20)    /* av_max_alloc: FFmpeg's largest single allocation */
 
 /* The memory bound (video.c, sl__video_plan_mem). The quota part is exact

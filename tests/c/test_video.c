@@ -309,6 +309,30 @@ TEST(audio_only_is_not_video) {
     close(f.fd);
 }
 
+/* More streams than the limit (40, of which 39 audio): said so, with the
+ * count and the limit (it read "asks for more memory than allowed (64 MiB
+ * in one allocation)": FFmpeg reports a stream over max_streams as
+ * ENOMEM); 32 streams open as before. */
+TEST(too_many_streams_named_as_such) {
+    if (!vx_ready()) return;
+    char args[1024];
+    int n = snprintf(args, sizeof args, VX_SRC("64x48", "10", "1") " -f lavfi -i sine=duration=1");
+    for (int i = 0; i < 39; i++) n += snprintf(args + n, sizeof args - (size_t)n, " -map 1:a");
+    snprintf(args + n, sizeof args - (size_t)n, " -map 0:v " VX_H264 " -c:a aac");
+    sl__sample_file f = vx_open(vx_make("s40.mp4", args));
+    vx_clip c;
+    sl__clip_spec spec = vx_spec(4, 2, 16, SL_PRESET_TRAIN);
+    CHECK_CODE(vx_plan(&f, &spec, 0, &c), SL_ELIMIT, c.why, "video has 40 streams, over the limit of 32");
+    close(f.fd);
+    n = snprintf(args, sizeof args, VX_SRC("64x48", "10", "1") " -f lavfi -i sine=duration=1");
+    for (int i = 0; i < 31; i++) n += snprintf(args + n, sizeof args - (size_t)n, " -map 1:a");
+    snprintf(args + n, sizeof args - (size_t)n, " -map 0:v " VX_H264 " -c:a aac");
+    f = vx_open(vx_make("s32.mp4", args));
+    CHECK_OK(vx_plan(&f, &spec, 0, &c));
+    vx_free(&c);
+    close(f.fd);
+}
+
 static sl__sample_file bytes_file(const char *name, const void *p, size_t n) {
     char path[320];
     snprintf(path, sizeof path, "%s/%s", vx_dir, name);
