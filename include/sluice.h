@@ -166,10 +166,11 @@ typedef struct sl_config {
                                         for callers built against it, ignored for the others */
     uint32_t max_scans;     /* JPEG scans a file may have (64); more: SL_ELIMIT before decoding */
     /* Stop the loader (SL_EERRORS, poisoned) once more than this fraction
-     * of the samples tried in delivered batches failed, checked from
-     * SL_ERROR_RATE_MIN_TRIED samples on; an epoch in which every sample
-     * failed stops it whatever the count. 0.1; 1 = never; 0 = at the first
-     * failure once the minimum was tried. */
+     * of the samples tried failed (judged as each is settled, in the order
+     * batches are committed), checked from SL_ERROR_RATE_MIN_TRIED samples
+     * on; an epoch whose first 1,000 samples all failed, or in which every
+     * sample failed, stops it whatever the rate. 0.1; 1 = never; 0 = at the
+     * first failure once the minimum was tried. */
     double max_error_rate;
     struct sl_budget *shared_budget; /* draw on this shared budget (sl_budget_create) instead of
                                         a private one of cfg.budget bytes, which is then ignored;

@@ -329,8 +329,8 @@ class Loader:
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
       max_pixels, max_bytes  per-sample limits checked from headers (library defaults)
       max_error_rate  stop (ErrorRateError) once more than this fraction of the samples
-                   tried failed, from 100 tried on (0.1; 1 = never); an epoch in which
-                   every sample failed always stops it
+                   tried failed, from 100 tried on (0.1; 1 = never); an epoch whose first
+                   1,000 samples, or every sample, failed always stops it
       checksum     hash every batch (Batch.checksum)
       exif         apply EXIF orientation
       keep_alpha   4 output channels (RGBA)

@@ -273,7 +273,7 @@ static sl_batch *open_batch(sl_loader *ld) {
     s->claimed = 0;
     s->pending = s->nominal;
     s->n = 0;
-    s->discard = s->failed = s->marker = s->final = 0;
+    s->discard = s->failed = s->marker = s->final = s->tripped = 0;
     s->checksum = 0;
     s->rf_count = s->rf_claimed = 0;
     s->rf_passes = 0;
@@ -307,7 +307,7 @@ static int claim_refill(sl_loader *ld, claim *c) {
  * nothing to do. */
 static int claim_next(sl_loader *ld, claim *c) {
     for (;;) {
-        if (ld->paused || ld->stop) return 0;
+        if (ld->paused || ld->stop || ld->tripped) return 0;
         if (sl__gstage_take_back(ld, &c->slot, &c->pos, &c->sample, &c->epoch)) {
             c->gen = c->slot->gen;
             c->cpu_only = 1;
@@ -377,6 +377,7 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
     uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T;
     if (s->rf_passes == 0) commit_nominal(ld, s, T);
     uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T) : 0;
+    if (sl__guard_pass(ld, s, m == 0)) m = 0, T = top; /* tripped: no more rounds, the loader stops here */
     if (m) { /* publish the round: its positions leave the tail, its refills become claims */
         pthread_mutex_lock(&ld->mu);
         s->rf_top = top;
@@ -419,7 +420,7 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
 static int try_commit(sl__worker *w) {
     sl_loader *ld = w->ld;
     int done = 0;
-    while (!ld->committing && !ld->stop) {
+    while (!ld->committing && !ld->stop && !ld->tripped) {
         sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
         if (!s || s->pending || s->claimed < s->nominal || s->rf_claimed < s->rf_count) return done;
         done++;
@@ -441,8 +442,9 @@ static int try_commit(sl__worker *w) {
         s->state = SLOT_READY;
         ld->ready++;
         ld->c_seqno++;
+        ld->tripped = s->tripped; /* the guard stopped the loader at s: no commit or claim after it */
         pthread_cond_broadcast(&ld->cv_ready);
-        if (s->final) {
+        if (s->final && !s->tripped) {
             /* Epoch over: drop batches opened past it, start the next. */
             for (uint32_t i = 0; i < ld->nslots; i++) {
                 sl_batch *o = &ld->slots[i];
@@ -549,6 +551,7 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
     ld->tail = tail;
     ld->d_open = 1;
     ld->next_seqno = ld->c_seqno = ld->r_seqno = 0;
+    sl__guard_reset(ld, epoch);
     ld->cur_epoch = epoch;
     ld->cur_batch = batch;
     ld->cur_tail = tail;

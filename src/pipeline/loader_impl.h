@@ -74,6 +74,7 @@ struct sl_batch {
     uint32_t rf_claimed; /* handed out (mu) */
     uint64_t rf_top;     /* the tail when the round began (mu) */
     int rf_passes;       /* commit passes made (0: nominal failures not yet recorded) */
+    int tripped;         /* the failure guard stopped the loader at its commit (guard.c) */
     sl_error_record last_err; /* the newest failure recorded at its commit (nerr > 0) */
 };
 #define SL_REASON_LEN sizeof(((sl_error_record *)0)->reason)
@@ -252,6 +253,13 @@ struct sl_loader {
     uint64_t commits;              /* committer-owned: number of the last commit */
     _Atomic uint64_t delivered_cno;/* commit number of the last delivered batch */
     uint64_t nerrs_seen;           /* (mu) failures in delivered batches */
+    /* The failure guard at commit (guard.c): samples settled in commit
+     * order, every epoch and the epoch being committed. Committer-owned
+     * (one committer at a time); a reset, with no commit in flight, rolls
+     * them back to the delivered counts under mu. */
+    uint64_t g_good, g_failed, g_epoch, g_epoch_good, g_epoch_failed;
+    int tripped;                   /* (mu) a batch tripped it: no more work, delivery stops there */
+    char trip_why[320];            /* its sentence, written before the batch is READY (mu publishes it) */
 
     /* The sample cache (issue 12, lcache.c): made at create, read by every
      * worker (the cache locks itself), gone at destroy. */
@@ -394,9 +402,16 @@ int sl__registry_remove(sl_loader *ld);
 int sl__registry_enter(const sl_loader *ld);
 void sl__registry_leave(void);
 
-/* guard.c (mu held). The failure guard for batch s about to be delivered
- * (or dropped), its samples and failures already counted: 0, or
- * SL_EERRORS after poisoning ld. */
+/* guard.c. After each commit pass of batch s (the committer, no lock):
+ * the samples the pass settled are judged; 1 when the guard trips (s is
+ * marked: the loader stops there), else 0. last: the batch's final pass. */
+int sl__guard_pass(sl_loader *ld, sl_batch *s, int last);
+/* A reset (mu held, no commit in flight): the guard's commit counts back
+ * to the delivered ones, the epoch begun anew at epoch. */
+void sl__guard_reset(sl_loader *ld, uint64_t epoch);
+/* (mu held) The failure guard for batch s about to be delivered (or
+ * dropped), its samples and failures already counted: 0, or SL_EERRORS
+ * after poisoning ld. */
 int sl__guard_check(sl_loader *ld, const sl_batch *s);
 /* Poison ld for a removed dataset folder: SL_ENOENT. */
 int sl__poison_vanished(sl_loader *ld);

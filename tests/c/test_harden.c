@@ -331,6 +331,76 @@ TEST(every_sample_failing_stops) {
     free(d);
 }
 
+/* An ImageFolder of n junk files of 1,000 bytes each (no image format). */
+static void junk_folder(char *root, size_t len, uint32_t n) {
+    fx_empty_dir(root, len);
+    char path[512], junk[1000];
+    memset(junk, 'j', sizeof junk);
+    snprintf(path, sizeof path, "%s/c0", root);
+    CHECK_OK(mkdir(path, 0755));
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/c0/f%05u.jpg", root, i);
+        fx_write(path, junk, sizeof junk);
+    }
+}
+
+/* Nothing loadable: the guard judges samples as they are committed, so
+ * the loader stops after about SL_ERROR_RATE_MIN_TRIED of them (and what
+ * the workers had claimed ahead, at most the slots' batches) — it read all
+ * 2,000 files before, batch 0's refills taking the whole epoch before any
+ * batch was delivered. The same point for 1 and 4 workers. */
+TEST(all_bad_dataset_stops_within_a_bound) {
+    char root[256];
+    junk_folder(root, sizeof root, 2000);
+    sl_config c;
+    small_cfg(&c, root);
+    uint64_t tried[2];
+    for (int w = 0; w < 2; w++) {
+        c.workers = w ? 4 : 1;
+        sl_loader *ld = fx_open(&c);
+        sl_batch *b;
+        CHECK_EQ(sl_loader_next(ld, &b), SL_EERRORS);
+        char why[400];
+        CHECK_EQ(sl_loader_poisoned(ld, why, sizeof why), SL_EERRORS);
+        fprintf(stderr, "%s\n", why);
+        unsigned long long nf = 0, nt = 0;
+        CHECK_EQ(sscanf(why, "%llu of %llu samples tried", &nf, &nt), 2);
+        CHECK(nf == nt && nt >= SL_ERROR_RATE_MIN_TRIED && nt < SL_ERROR_RATE_MIN_TRIED + c.batch_size);
+        CHECK_STR_CONTAINS(why, "first failures: ");
+        tried[w] = nt;
+        sl_stats st;
+        CHECK_OK(sl_loader_stats(ld, &st));
+        uint64_t files = st.storage_bytes_read / 1000, bound = nt + (uint64_t)(st.slots + 1) * c.batch_size + c.workers;
+        fprintf(stderr, "%u workers: %llu files read (bound %llu) of 2000\n", c.workers, (unsigned long long)files,
+                (unsigned long long)bound);
+        CHECK(files <= bound);
+        CHECK_EQ(st.errors, nf);
+        sl_loader_destroy(ld);
+    }
+    CHECK_EQ(tried[0], tried[1]);
+}
+
+/* With max_error_rate 1 (the rate never stops it), an epoch whose first
+ * 1,000 samples all failed still stops: reading the rest of a dataset
+ * that has held nothing loadable is not going on. */
+TEST(none_decoded_stops_even_with_rate_1) {
+    char root[256];
+    junk_folder(root, sizeof root, 1500);
+    sl_config c;
+    small_cfg(&c, root);
+    c.max_error_rate = 1;
+    sl_loader *ld = fx_open(&c);
+    sl_batch *b;
+    CHECK_EQ(sl_loader_next(ld, &b), SL_EERRORS);
+    char why[400];
+    CHECK_EQ(sl_loader_poisoned(ld, why, sizeof why), SL_EERRORS);
+    CHECK_STR_CONTAINS(why, "the first 1000 samples tried in epoch 0 all failed, none decoded");
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK(st.storage_bytes_read / 1000 < 1500);
+    sl_loader_destroy(ld);
+}
+
 /* The dataset folder removed between epochs: SL_ENOENT saying so, not
  * empty epochs; the loader is poisoned. */
 TEST(vanished_source_is_an_error) {
