@@ -146,7 +146,7 @@ build)
   cc -O2 bench/jpeg_loop.c -Iinclude build/libsluice.a ${SPNG_ROOT:+-L$SPNG_ROOT/usr/lib/x86_64-linux-gnu} \
     $(sl_libs) ${LDFLAGS:-} -o build/jpeg_loop || exit 1
   build/sluice version
-  if build/sluice version | grep -q "video=off"; then log "this build has no video (FFmpeg not found)"; exit 1; fi
+  if build/sluice version | grep "video=off" >/dev/null; then log "this build has no video (FFmpeg not found)"; exit 1; fi
   $PY -c "import sluice; print(sluice.build_info())" || exit 1
   ;;
 data)
@@ -303,7 +303,7 @@ shards)
   # issue 10: tar shards within 10 % of the same images as a folder (sluice pack writes them)
   n=${SHARDS_IMAGES:-5000}
   [ "$n" -gt 0 ] || exit 0
-  if ! build/sluice help 2>&1 | grep -qw pack; then
+  if ! build/sluice help 2>&1 | grep -w pack >/dev/null; then
     echo '{"skipped": "this build has no `sluice pack` (tar shards as a source come with it)"}' | keep shards
     exit 0
   fi

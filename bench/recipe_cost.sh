@@ -17,12 +17,13 @@ cc -O2 -g bench/recipe_cost.c -Iinclude build/libsluice.a -ljpeg $(pkg-config --
   -lm -lpthread -o "$BIN"
 LIST=$(mktemp)
 trap 'rm -f "$LIST" "$LIST".cg' EXIT
-find "$DATA" -name '*.JPEG' -o -name '*.jpg' | sort | head -"$N" >"$LIST"
+# (sed reads its input whole: head would make sort die of SIGPIPE, fatal under pipefail)
+find "$DATA" -name '*.JPEG' -o -name '*.jpg' | sort | sed -n "1,${N}p" >"$LIST"
 ir() { # args: recipe flags -> instructions per sample
   valgrind --tool=callgrind --toggle-collect=decode_all --callgrind-out-file="$LIST".cg \
     "$BIN" --size "$SIZE" "$@" <"$LIST" >/dev/null 2>&1
   local total
-  total=$(callgrind_annotate "$LIST".cg 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
+  total=$(callgrind_annotate "$LIST".cg 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
   echo $((total / $(wc -l <"$LIST")))
 }
 echo "instructions per sample, $(wc -l <"$LIST") files of $DATA, size $SIZE"

@@ -5,7 +5,7 @@
 # make the demo data and run the bench; sluice then imports in that venv and
 # `python -m sluice` runs; a second `make demo` installs nothing.
 # SYSTEM_PYTHON overrides the interpreter. A few minutes on 2 cores.
-set -uo pipefail
+set -uo pipefail  # so a pipe into grep reads the output whole (no -q): see test_pip_install.sh
 . "$(dirname "$0")/common.sh"
 SYS_PY=${SYSTEM_PYTHON:-/usr/bin/python3}
 [ -x "$SYS_PY" ] || skip "no system Python at $SYS_PY"
@@ -37,8 +37,8 @@ fi
 
 out=$(PYTHONPATH=python "$PY" -c 'import sluice; print(sluice.__version__, sluice.build_info()["jpeg"])' 2>&1) ||
   fail "import sluice with $PY: $out"
-echo "$out" | grep -q "libjpeg" || fail "sluice.build_info() names no JPEG library: $out"
-PYTHONPATH=python "$PY" -m sluice --version | grep -q "^sluice " || fail "python -m sluice --version"
+grep -q "libjpeg" <<<"$out" || fail "sluice.build_info() names no JPEG library: $out"
+PYTHONPATH=python "$PY" -m sluice --version | grep "^sluice " >/dev/null || fail "python -m sluice --version"
 
 log2=$work/make-demo-again.log
 nice make demo PYTHON="$SYS_PY" DEMO_IMAGES=48 JOBS=2 >"$log2" 2>&1 || fail "second make demo" "$log2"
