@@ -37,6 +37,7 @@
 
 #define ROWS_PER_READ 16
 #define JPEG_BASE_MEM ((uint64_t)256 << 10)
+#define SL_JPEG_MARGIN 2 /* decoded pixels around a window (sl__jpeg_decode; 1 is enough in every case test_jpeg_window tries) */
 
 /* ---- probe ---------------------------------------------------------------- */
 
@@ -428,7 +429,13 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
     ci->scale_denom = 8;
     jpeg_start_decompress(ci);
 
-    /* Window in decoded coordinates, widened to whole pixels. */
+    /* Window in decoded coordinates, widened to whole pixels, then by
+     * SL_JPEG_MARGIN on each side (clamped): libjpeg-turbo's cropped decode
+     * treats the crop's first and last columns as image edges when it
+     * upsamples chroma (and a row skip starts its context afresh), so
+     * those pixels differ from a full decode's; the margin keeps them out
+     * of the window, whose pixels then equal the full decode's at this
+     * scale (test_jpeg_window). The sink takes what it needs of the rest. */
     uint32_t ow = ci->output_width, oh = ci->output_height;
     uint32_t rx0 = (uint32_t)((uint64_t)req->x * m / 8);
     uint32_t rx1 = (uint32_t)SL_MIN(((uint64_t)(req->x + req->w) * m + 7) / 8, ow);
@@ -439,6 +446,8 @@ int sl__jpeg_decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_im
         rc = SL_EINVAL;
         goto out;
     }
+    rx0 = rx0 > SL_JPEG_MARGIN ? rx0 - SL_JPEG_MARGIN : 0, rx1 = SL_MIN(rx1 + SL_JPEG_MARGIN, ow);
+    ry0 = ry0 > SL_JPEG_MARGIN ? ry0 - SL_JPEG_MARGIN : 0, ry1 = SL_MIN(ry1 + SL_JPEG_MARGIN, oh);
     JDIMENSION xoff = rx0, cw = rx1 - rx0;
     if (xoff > 0 || cw < ow) jpeg_crop_scanline(ci, &xoff, &cw);
     else cw = ow;
