@@ -174,8 +174,15 @@ def bench_diff(a, files):
     e.close()
 
 
+def _rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+
+
 def bench_memory(a, files):
-    """Device memory the engine takes outside its pool, step by step."""
+    """Device memory the engine takes outside its pool, step by step, and the process's resident host
+    memory beside it (nvJPEG's pageable host allocations have no hook: host_rss_growth_bytes is the
+    process's RSS over its level before the engine, which includes the encoded bytes read here)."""
     from PIL import Image
     import io
 
@@ -192,10 +199,12 @@ def bench_memory(a, files):
     torch.cuda.synchronize()
     free = lambda: torch.cuda.mem_get_info()[0]
     base = free()
-    steps = {}
+    steps, host = {}, {}
+    rss0 = _rss()
     e = _gpu.Engine(max_batch=a.batch, gpu_budget=a.gpu_budget << 20, pinned_bytes=a.pinned << 20)
     pool = e.stats()["device_pool_bytes"]
     steps["create"] = base - free() - pool
+    host["create"] = _rss() - rss0
 
     def run(blobs, epoch=0):
         for s0 in range(0, len(blobs), a.batch):
@@ -206,20 +215,27 @@ def bench_memory(a, files):
 
     run([jpeg(64, 64, 1)] * a.batch)
     steps["tiny_batch"] = base - free() - pool
+    host["tiny_batch"] = _rss() - rss0
     real = [read(p) for p in files[:a.batch]]
     run(real)
     steps["real_batch"] = base - free() - pool
+    host["real_batch"] = _rss() - rss0
     run([jpeg(2400, 1800, 2)] * 8)
     steps["large_images"] = base - free() - pool
+    host["large_images"] = _rss() - rss0
     run([read(p) for p in files], 1)
     steps["epoch"] = base - free() - pool
+    host["epoch"] = _rss() - rss0
     run([read(p) for p in files], 2)
     steps["epoch2"] = base - free() - pool
+    host["epoch2"] = _rss() - rss0
     st = e.stats()
     e.close()
     steps["closed"] = base - free()
+    host["closed"] = _rss() - rss0
     emit({"run": "memory", "batch": a.batch, "pool_bytes": pool, "outside_pool_bytes": steps,
-          "pool_peak": st["device_peak"], "pinned_peak": st["pinned_peak"]})
+          "pool_peak": st["device_peak"], "pinned_peak": st["pinned_peak"], "pinned_pool_bytes": st.get("pinned_pool_bytes"),
+          "host_rss_growth_bytes": host})
 
 
 # ---- loaders -----------------------------------------------------------------------

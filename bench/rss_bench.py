@@ -19,6 +19,11 @@ Datasets (made once under --work, reused):
             two 40 Mpx PNGs, a few tiny JPEGs
   imagenet  make_imagenet_like.py (SHARED=/work/shared by default) over its
             photos: --imagenet-images images in 100 classes
+  webp      (--only webp) 8 valid lossless WebPs of 1024x1024 whose meta-Huffman
+            image names 65,536 groups (295 KB each; libwebp 1.2.4 allocates ~780 MiB
+            of tables for one before reading them), 8 ordinary lossless WebPs and
+            8 JPEGs (Pillow); run with --max-error-rate 1 (the first 8 are error
+            records): bench/rss_bench.py --only webp --budget 128M --workers 1,2,16 --epochs 1
 """
 import argparse
 import json
@@ -69,10 +74,74 @@ def make_imagenet(work, n, shared):
     return root
 
 
-def run(binary, data, workers, budget, epochs, batch):
+def groups_webp(width, height, groups):
+    """tests/c/webpw.h's file in Python: a one-colour lossless WebP whose 4-pixel meta-Huffman tiles name
+    `groups` groups in turn, every group's codes of one symbol (the pixels take no bits)."""
+    bits = []
+
+    def put(v, k):
+        bits.extend((v >> i) & 1 for i in range(k))
+
+    def code(c, n):  # a prefix code word, first bit first
+        bits.extend((c >> i) & 1 for i in range(n - 1, -1, -1))
+
+    def single(sym):
+        put(1, 1), put(0, 1), put(int(sym > 1), 1), put(sym, 8 if sym > 1 else 1)
+
+    def flat8(n):
+        order = [17, 18, 0, 1, 2, 3, 4, 5, 16, 6, 7, 8]
+        put(0, 1), put(12 - 4, 4)
+        for o in order:
+            put(int(o in (0, 8)), 3)
+        put(0, 1)
+        bits.extend(int(s < 256) for s in range(n))
+
+    hx, hy = (width + 3) // 4, (height + 3) // 4
+    put(0x2F, 8), put(width - 1, 14), put(height - 1, 14), put(0, 1), put(0, 3)
+    put(0, 1), put(0, 1), put(1, 1), put(0, 3), put(0, 1)
+    flat8(280), flat8(256), single(0), single(0), single(0)
+    for i in range(hx * hy):
+        g = i % groups
+        code(g & 0xFF, 8), code(g >> 8, 8)
+    for _ in range(groups * 5):
+        single(0)
+    bits.extend([0] * (-len(bits) % 8))
+    payload = bytes(sum(bits[i + k] << k for k in range(8)) for i in range(0, len(bits), 8))
+    chunk = b"VP8L" + len(payload).to_bytes(4, "little") + payload + b"\0" * (len(payload) & 1)
+    return b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + chunk
+
+
+MAKE_WEBP_PEERS = r"""
+import os, sys
+import numpy as np
+from PIL import Image
+d = sys.argv[1]
+rng = np.random.default_rng(1)
+for i in range(8):
+    a = np.clip(np.mgrid[0:768, 0:1024][1][..., None] // 4 + rng.integers(0, 40, (768, 1024, 3)), 0, 255)
+    Image.fromarray(a.astype(np.uint8)).save(os.path.join(d, f"lossless{i}.webp"), lossless=True)
+    Image.fromarray(a.astype(np.uint8)).save(os.path.join(d, f"photo{i}.jpg"), quality=90)
+"""
+
+
+def make_webp(work):
+    root = os.path.join(work, "webp")
+    d = os.path.join(root, "c0")
+    if not os.path.exists(os.path.join(root, ".done")):
+        os.makedirs(d, exist_ok=True)
+        hostile = groups_webp(1024, 1024, 65536)
+        for i in range(8):
+            with open(os.path.join(d, f"groups{i}.webp"), "wb") as f:
+                f.write(hostile)
+        subprocess.run([sys.executable, "-c", MAKE_WEBP_PEERS, d], check=True)
+        open(os.path.join(root, ".done"), "w").close()
+    return root
+
+
+def run(binary, data, workers, budget, epochs, batch, extra=()):
     cmd = [binary, "bench", data, "--budget", budget, "--workers", str(workers), "--epochs", str(epochs),
-           "--batch", str(batch), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+           "--batch", str(batch), "--json", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
@@ -83,19 +152,19 @@ def row(label, r):
             f"{r['samples_per_s']:>9.1f} {r['errors']:>6}")
 
 
-def table(name, data, args):
+def table(name, data, args, extra=()):
     print(f"\n## {name}: {data}  (budget {args.budget}, {args.epochs} epochs, batch {args.batch})")
     print(f"{'build':>9} {'workers':>7} {'budget':>8} {'accounted':>10} {'rss_grow':>10} {'grow/bud':>8} "
           f"{'img/s':>9} {'errors':>6}")
     print(f"{'':>9} {'':>7} {'MiB':>8} {'peak MiB':>10} {'MiB':>10} {'':>8} {'':>9} {'':>6}")
     for w in args.workers:
-        r = run(args.sluice, data, w, args.budget, args.epochs, args.batch)
+        r = run(args.sluice, data, w, args.budget, args.epochs, args.batch, extra)
         print(row("this", r), flush=True)
         if args.jsonl:
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps({"run": f"rss_{name.split()[0].lower()}_w{w}", "result": r}) + "\n")
         if args.baseline:
-            b = run(args.baseline, data, w, args.budget, args.epochs, args.batch)
+            b = run(args.baseline, data, w, args.budget, args.epochs, args.batch, extra)
             print(row("baseline", b) + f"   rss growth this/baseline {r['rss_growth_bytes'] / max(1, b['rss_growth_bytes']):.2f}",
                   flush=True)
 
@@ -112,7 +181,7 @@ def main():
     ap.add_argument("--imagenet-images", default=2000, type=int)
     ap.add_argument("--shared", default=os.environ.get("SHARED", "/work/shared"))
     ap.add_argument("--work", default="/tmp/rss_bench")
-    ap.add_argument("--only", choices=["large", "imagenet"], default=None)
+    ap.add_argument("--only", choices=["large", "imagenet", "webp"], default=None)
     ap.add_argument("--jsonl", default=None, help="also append each run's JSON (this build's) to this file")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -123,6 +192,8 @@ def main():
         table("large images", make_large(args.work, args.large_images), args)
     if args.only in (None, "imagenet"):
         table("ImageNet-like", make_imagenet(args.work, args.imagenet_images, args.shared), args)
+    if args.only == "webp":
+        table("WebP Huffman groups", make_webp(args.work), args, ("--max-error-rate", "1"))
 
 
 if __name__ == "__main__":

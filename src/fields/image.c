@@ -16,8 +16,9 @@
  *
  * Memory: the file is read whole into the worker's scratch (or found in
  * the sample cache: sl__fileval); the decoder's
- * need is bounded from the header (sl__plan_sample) and reserved before
- * decoding. A decode that outgrows the bound (another libjpeg build can)
+ * need is bounded from the header (sl__plan_sample), or from the file's
+ * bytes where its library is sized by them (WebP lossless:
+ * sl__decode_lib_need), and reserved before decoding. A decode that outgrows the bound (another libjpeg build can)
  * is retried once with twice the room before the sample is called bad.
  */
 #include <string.h>
@@ -147,6 +148,12 @@ static int image_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     if ((rc = sl__check_pixels(&info, L->max_pixels, reason, rlen))) goto out;
     sl__plan_params pp = {&f->recipe, L->seed ^ f->stream, L->epoch, L->index, L->cancel};
     if ((rc = sl__plan_sample(&info, &pp, &plan, reason, rlen))) goto out;
+    /* a library sized by the file's bytes, not its header (WebP lossless),
+     * read with the decoder's room held now, before it is reserved for */
+    uint64_t lib;
+    if ((rc = sl__decode_lib_need(L->dec, sl__scratch_dec_room(s), buf, (size_t)v.size, &info, &lib, reason, rlen)))
+        goto out;
+    sl__plan_lib_mem(&info, &plan, lib);
     if (L->defer && L->defer->offer(L->defer, f, buf, (size_t)v.size, &info, &plan)) goto out; /* decoded elsewhere */
     if ((rc = sl__scratch_reserve(s, v.size, plan.mem, &lost, reason, rlen))) goto out;
     if (lost && (rc = sl__fileval_read(L, &v, sl__scratch_buf(s, v.size), &buf, reason, rlen))) goto out;

@@ -48,12 +48,12 @@ static int always(void) { return 1; }
  * order; a format whose library is not built in (available() == 0) still
  * probes (its probe says so: SL_EUNSUPPORTED), so the reason names it. */
 static const sl__image_format formats[] = {
-    {"jpeg", "libjpeg-turbo", SL_FORMAT_JPEG, jpeg_sig, sl__jpeg_probe, sl__jpeg_mem, sl__jpeg_decode, always,
+    {"jpeg", "libjpeg-turbo", SL_FORMAT_JPEG, jpeg_sig, sl__jpeg_probe, sl__jpeg_mem, NULL, sl__jpeg_decode, always,
      sl__jpeg_version},
-    {"png", "libspng", SL_FORMAT_PNG, png_sig, sl__png_probe, sl__png_mem, png_decode, sl__png_available,
+    {"png", "libspng", SL_FORMAT_PNG, png_sig, sl__png_probe, sl__png_mem, NULL, png_decode, sl__png_available,
      sl__png_version},
-    {"webp", "libwebp", SL_FORMAT_WEBP, webp_sig, sl__webp_probe, sl__webp_mem, webp_decode, sl__webp_available,
-     sl__webp_version},
+    {"webp", "libwebp", SL_FORMAT_WEBP, webp_sig, sl__webp_probe, sl__webp_mem, sl__webp_lib_need, webp_decode,
+     sl__webp_available, sl__webp_version},
 };
 #define NFORMATS (sizeof formats / sizeof *formats)
 
@@ -84,6 +84,16 @@ int sl__probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason
 uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req) {
     const sl__image_format *f = format_of(info->format);
     return f ? f->mem(info, req) : 0;
+}
+
+int sl__decode_lib_need(sl__decoder *d, uint64_t room, const uint8_t *data, size_t len, const sl_image_info *info,
+                        uint64_t *need, char *reason, size_t rlen) {
+    *need = 0;
+    const sl__image_format *f = format_of(info->format);
+    if (!f || !f->lib_need || !f->available()) return 0;
+    sl__quota q = {.cap = room};
+    int rc = d ? sl__decoder_quota(d, room, &q, reason, rlen) : 0;
+    return rc ? rc : f->lib_need(data, len, info, &q, need, reason, rlen);
 }
 
 int sl__decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,

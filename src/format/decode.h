@@ -67,6 +67,11 @@ typedef struct sl__decode_req {
                                 it reads non-zero the decode stops with
                                 SL_ESTATE "decode cancelled". Owned by the
                                 caller, set from any thread */
+    uint64_t lib_mem;        /* what the format's library allocates on its own
+                                for this file, read from its bytes before the
+                                plan (sl__decode_lib_need: WebP); 0: not read
+                                (the bound is the header's, and the decode
+                                reads it itself where it must) */
 } sl__decode_req;
 
 /* What the decoder delivers: rows [0, h) of a region of the image as
@@ -89,7 +94,7 @@ typedef struct sl__row_sink {
 } sl__row_sink;
 
 /* Upper bound of bytes sl__decode allocates from its quota for this
- * request (decoder-internal memory included). */
+ * request (decoder-internal memory included; req->lib_mem where set). */
 uint64_t sl__decode_mem(const sl_image_info *info, const sl__decode_req *req);
 
 /* Reusable per-thread decoder state (libjpeg objects and the like) and
@@ -116,6 +121,16 @@ void sl__decoder_trim(sl__decoder *d, uint64_t counted);
 /* Highest arena extent of the last sample decoded (tests, bounds). */
 uint64_t sl__decoder_peak(const sl__decoder *d);
 
+/* A library without allocator hooks whose allocations follow counts in the
+ * file rather than its header (WebP's lossless streams: the Huffman
+ * groups): what it will allocate to decode this file, read from the bytes,
+ * into *need (0 for the formats whose bound is their header's). The
+ * reading's scratch comes from d's arena with `room` counted (d NULL: from
+ * malloc, at most room), and is given back. 0, or SL_ECORRUPT (the file's
+ * header is one the library refuses) / SL_EBUDGET with a reason. */
+int sl__decode_lib_need(sl__decoder *d, uint64_t room, const uint8_t *data, size_t len,
+                        const sl_image_info *info, uint64_t *need, char *reason, size_t rlen);
+
 /* Decode the request. Returns 0, or SL_ECORRUPT / SL_EUNSUPPORTED /
  * SL_ELIMIT (scan limit) / SL_EBUDGET (quota) / SL_ESTATE (cancelled) / a
  * sink's error, with a reason. */
@@ -135,6 +150,9 @@ typedef struct sl__image_format {
     int (*probe)(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
     /* as sl__decode_mem */
     uint64_t (*mem)(const sl_image_info *info, const sl__decode_req *req);
+    /* as sl__decode_lib_need with a quota, or NULL (the header bounds it) */
+    int (*lib_need)(const uint8_t *data, size_t len, const sl_image_info *info, sl__quota *q, uint64_t *need,
+                    char *reason, size_t rlen);
     /* as sl__decode (the request already checked against info) */
     int (*decode)(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info,
                   const sl__decode_req *req, sl__quota *q, sl__row_sink *sink, char *reason, size_t rlen);
@@ -167,7 +185,20 @@ int sl__png_decode(const uint8_t *data, size_t len, const sl_image_info *info,
                    size_t rlen);
 int sl__png_available(void); /* 0 when built without libspng */
 /* WebP (webp.c): full resolution (scale_num 8), the window only (libwebp
- * cropping), pushed to the sink from a window buffer in the quota. */
+ * cropping), pushed to the sink from a window buffer in the quota.
+ * libwebp's own allocations: a lossy frame's follow its width (decoder
+ * objects, io, upsampler lines, and per column of width VP8's macroblock
+ * caches, top samples, intra modes and coefficients); a lossless stream's
+ * (a lossless file, or a lossy file's alpha plane) are read from its
+ * header by sl__webp_lib_need (webp_bound.c). */
+#define SL_WEBP_LOSSY_FIXED ((uint64_t)256 << 10)
+#define SL_WEBP_LOSSY_PER_COL ((uint64_t)256)
+/* The most meta-Huffman image sl__webp_lib_need decodes to count groups (a
+ * bigger one is bounded by the most groups it could name; encoders write
+ * at most 2,600 pixels): fixed, so the bound never depends on the room. */
+#define SL_WEBP_META_MAX ((uint64_t)512 << 10)
+int sl__webp_lib_need(const uint8_t *data, size_t len, const sl_image_info *info, sl__quota *q, uint64_t *need,
+                      char *reason, size_t rlen);
 int sl__webp_probe(const uint8_t *data, size_t len, sl_image_info *info, char *reason, size_t rlen);
 uint64_t sl__webp_mem(const sl_image_info *info, const sl__decode_req *req);
 int sl__webp_decode(const uint8_t *data, size_t len, const sl_image_info *info,

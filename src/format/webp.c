@@ -22,19 +22,25 @@
  * memory) and go to the sink from there.
  *
  * Memory. libwebp allocates with malloc and has no allocator hooks, so
- * its own memory is bounded from the header (sl__webp_mem) and counted in
- * the quota for the span of the decode, as jpeg.c does for libjpeg:
+ * its own memory is bounded and counted in the quota for the span of the
+ * decode, as jpeg.c does for libjpeg:
  *   lossy:     per column of width, VP8's macroblock caches (3 cache rows
  *              of 16 luma + 8 filter lines, and chroma), top samples,
- *              intra modes and coefficients: under SL_WEBP_PER_COL bytes;
- *   alpha:     the alpha plane (W x H) and its lossless decoder's buffer;
- *   lossless:  the whole image as 32-bit ARGB (4 W H), 17 cache rows,
- *              and Huffman tables: SL_WEBP_HUFF covers 400 groups of the
- *              largest table. A hostile lossless file can declare more
- *              groups (up to 65536, ~1.3 GB of tables, allocated before
- *              they are read): that is the one allocation not bounded
- *              here, stated rather than hidden; the measured peaks of
- *              real files are in test_webp.c (malloc counted).
+ *              intra modes and coefficients: under SL_WEBP_LOSSY_PER_COL
+ *              bytes, from the header;
+ *   lossless:  (a lossless file, or a lossy one's alpha plane) read from
+ *              the file's bytes, not its header: the Huffman tables follow
+ *              the group count the stream itself declares (up to 65,536
+ *              groups of 20 KiB, allocated before they are read), so
+ *              sl__webp_lib_need (webp_bound.c) reads the stream's header
+ *              as libwebp does and sums every allocation the decode makes.
+ *              The plan reads it (req->lib_mem) so the budget reserves
+ *              exactly that; a decode without it reads it itself, and
+ *              refuses (SL_EBUDGET, with the numbers) what its quota
+ *              cannot hold before libwebp allocates anything.
+ * Without the bytes (a plan from the header alone: the admission check at
+ * create) a lossless stream is bounded for ordinary files: the whole image
+ * as ARGB, 17 cache rows and SL_WEBP_HUFF of tables.
  * test_webp.c measures libwebp's peak for lossy, lossy + alpha and
  * lossless files against this bound.
  */
@@ -51,9 +57,7 @@
 typedef unsigned long long ull;
 
 #define SL_WEBP_MAX_DIM 16383u                   /* VP8 and VP8L: 14-bit sizes */
-#define SL_WEBP_FIXED ((uint64_t)256 << 10)      /* decoder objects, io, upsampler lines */
-#define SL_WEBP_PER_COL ((uint64_t)256)          /* lossy: bytes per pixel of width */
-#define SL_WEBP_HUFF ((uint64_t)8 << 20)         /* lossless: Huffman tables */
+#define SL_WEBP_HUFF ((uint64_t)8 << 20)         /* lossless, header only: 400 groups of the largest tables */
 #define SL_WEBP_MARGIN 2                         /* window widening for exact chroma */
 
 static uint32_t le32(const uint8_t *p) {
@@ -154,10 +158,12 @@ static void widened(const sl_image_info *info, const sl__decode_req *req, uint32
     *y1 = (uint32_t)SL_MIN((uint64_t)req->y + req->h + SL_WEBP_MARGIN, info->height);
 }
 
-/* libwebp's own allocations for this image (see the head of the file). */
-static uint64_t libwebp_mem(const sl_image_info *info) {
+/* libwebp's own allocations for this request: what the plan read from the
+ * file, else the bound from the header (see the head of the file). */
+static uint64_t libwebp_mem(const sl_image_info *info, const sl__decode_req *req) {
+    if (req->lib_mem) return req->lib_mem;
     uint64_t w = info->width, h = info->height;
-    uint64_t mem = SL_WEBP_FIXED + w * SL_WEBP_PER_COL;
+    uint64_t mem = SL_WEBP_LOSSY_FIXED + w * SL_WEBP_LOSSY_PER_COL;
     if (info->progressive) mem += 4 * w * h + 17 * 4 * w + SL_WEBP_HUFF;
     return mem;
 }
@@ -170,7 +176,7 @@ uint64_t sl__webp_mem(const sl_image_info *info, const sl__decode_req *req) {
     uint32_t x0, y0, x1, y1;
     widened(info, req, &x0, &y0, &x1, &y1);
     uint64_t ch = req->channels ? req->channels : 3;
-    return libwebp_mem(info) + (uint64_t)(x1 - x0) * (y1 - y0) * ch + 64;
+    return libwebp_mem(info, req) + (uint64_t)(x1 - x0) * (y1 - y0) * ch + 64;
 #endif
 }
 
@@ -217,9 +223,13 @@ int sl__webp_decode(const uint8_t *data, size_t len, const sl_image_info *info, 
     uint32_t x0, y0, x1, y1, ch = req->channels;
     widened(info, req, &x0, &y0, &x1, &y1);
     uint32_t cw = x1 - x0, chh = y1 - y0;
-    uint64_t lib = libwebp_mem(info), bytes = (uint64_t)cw * chh * ch;
-    if (q->used + lib > q->cap) {
-        sl__msg(reason, rlen, "WebP decode needs %llu bytes for libwebp, quota %llu", (ull)lib, (ull)q->cap);
+    uint64_t lib = req->lib_mem, bytes = (uint64_t)cw * chh * ch;
+    if (!lib && (rc = sl__webp_lib_need(data, len, info, q, &lib, reason, rlen))) return rc;
+    if (q->used + bytes + SL_QUOTA_BLOCK_OVERHEAD + lib > q->cap) { /* before libwebp allocates anything */
+        char a[32], b[32], c[32];
+        sl__msg(reason, rlen, "WebP %ux%u needs %s for libwebp's own allocations and %s for the window, over the "
+                "decoder's %s", info->width, info->height, sl__fmt_bytes(lib, a, sizeof a),
+                sl__fmt_bytes(bytes, b, sizeof b), sl__fmt_bytes(q->cap, c, sizeof c));
         return SL_EBUDGET;
     }
     uint8_t *buf = sl__quota_alloc(q, (size_t)bytes);

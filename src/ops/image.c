@@ -8,6 +8,9 @@
 
 #define DEFAULT_MAX_PIXELS (1ull << 26)
 #define DEFAULT_MAX_BYTES (64ull << 20)
+/* sl__decode_lib_need's scratch (from malloc here): its state and a meta-Huffman image of
+ * SL_WEBP_META_MAX, as a loader worker's baseline decoder room holds them */
+#define LIB_NEED_ROOM ((uint64_t)1 << 20)
 
 int sl_image_probe_sized(const void *data, size_t len, sl_image_info *info, size_t info_size) {
     if ((!data && len) || !info || !info_size) return SL_EINVAL;
@@ -60,7 +63,12 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_
         (rc = sl__probe(data, len, info, err, errlen)) || (rc = sl__check_pixels(info, max_pixels, err, errlen)))
         return rc;
     sl__plan_params pp = {&recipe, o->seed, o->epoch, o->index, NULL};
-    return sl__plan_sample(info, &pp, p, err, errlen);
+    uint64_t lib = 0;
+    if ((rc = sl__plan_sample(info, &pp, p, err, errlen)) ||
+        (rc = sl__decode_lib_need(NULL, LIB_NEED_ROOM, data, len, info, &lib, err, errlen)))
+        return rc;
+    sl__plan_lib_mem(info, p, lib);
+    return 0;
 }
 
 int sl_image_check(const void *data, size_t len, const sl_decode_opts *o, uint32_t *width, uint32_t *height,

@@ -104,6 +104,11 @@ typedef struct sl__plan_params {
 int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__plan *p, char *reason,
                     size_t rlen);
 
+/* What the format's library allocates for this file, read from its bytes
+ * (sl__decode_lib_need; 0: nothing read), in place of the header's bound:
+ * p->req carries it to the decoder and p->mem counts it. */
+void sl__plan_lib_mem(const sl_image_info *info, sl__plan *p, uint64_t lib);
+
 /* An upper bound of sl__plan_sample()'s mem for this header over every
  * epoch and index (the train crop varies; see bound.c). 0 if the header
  * cannot be planned. */

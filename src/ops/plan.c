@@ -109,7 +109,7 @@ static int plan_val(const sl__recipe *rc, uint32_t W, uint32_t H, sl__plan *p, c
     val_window(W, rw, cx, Sw, support, &x0, &x1);
     val_window(H, rh, cy, Sh, support, &y0, &y1);
     uint32_t ow = (uint32_t)ceil((double)(x1 - x0) * rw / W), oh = (uint32_t)ceil((double)(y1 - y0) * rh / H);
-    p->req = (sl__decode_req){x0, y0, x1 - x0, y1 - y0, ow ? ow : 1, oh ? oh : 1, p->channels, 4, 0, NULL};
+    p->req = (sl__decode_req){x0, y0, x1 - x0, y1 - y0, ow ? ow : 1, oh ? oh : 1, p->channels, 4, 0, NULL, 0};
     p->ax.lo = x0, p->ax.hi = x1, p->ay.lo = y0, p->ay.hi = y1;
     return 0;
 }
@@ -122,7 +122,7 @@ static void plan_train(const sl__recipe *rc, const sl__plan_params *pp, uint32_t
     uint32_t x = p->box[0], y = p->box[1], w = p->box[2], h = p->box[3];
     p->ax = (sl__axis_spec){x, (double)x + w, x, (double)x + w, rc->out_w, 0, rc->out_w, rc->interp};
     p->ay = (sl__axis_spec){y, (double)y + h, y, (double)y + h, rc->out_h, 0, rc->out_h, rc->interp};
-    p->req = (sl__decode_req){x, y, w, h, rc->out_w, rc->out_h, p->channels, 4, 0, NULL};
+    p->req = (sl__decode_req){x, y, w, h, rc->out_w, rc->out_h, p->channels, 4, 0, NULL, 0};
 }
 
 int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__plan *p, char *reason,
@@ -138,7 +138,7 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
     uint64_t img;
     if (sl__mul((uint64_t)W * H, p->channels, &img)) return SL_EOVERFLOW;
 
-    sl__decode_req full = {0, 0, info->width, info->height, 0, 0, p->channels, 0, rc->max_scans, pp->cancel};
+    sl__decode_req full = {0, 0, info->width, info->height, 0, 0, p->channels, 0, rc->max_scans, pp->cancel, 0};
     if (p->preset == SL_TRANSFORM_NONE) {
         p->out_w = W, p->out_h = H;
         p->req = full;
@@ -171,6 +171,13 @@ int sl__plan_sample(const sl_image_info *info, const sl__plan_params *pp, sl__pl
                  sl__resampler_mem(&p->ax, &p->ay, p->req.w + 2, p->req.h + 2, p->channels);
     }
     return 0;
+}
+
+void sl__plan_lib_mem(const sl_image_info *info, sl__plan *p, uint64_t lib) {
+    if (!lib) return;
+    uint64_t header = sl__decode_mem(info, &p->req);
+    p->req.lib_mem = lib;
+    p->mem = p->mem - header + sl__decode_mem(info, &p->req);
 }
 
 /* ---- run -------------------------------------------------------------- */

@@ -344,7 +344,7 @@ TEST(png_idat_bomb) {
     CHECK_LE(b.n, 8u << 20);
     sl_image_info info;
     CHECK_OK(sl_image_probe(b.p, b.n, &info));
-    sl__decode_req req = {0, 0, w, h, 0, 0, 3, 0, 0, NULL};
+    sl__decode_req req = {0, 0, w, h, 0, 0, 3, 0, 0, NULL, 0};
     uint64_t cap = sl__png_mem(&info, &req);
     /* bounded by rows and chunk limits, not by the image */
     CHECK_LE(cap, 8u << 20);
@@ -424,7 +424,7 @@ TEST(png_mem_bound_holds) {
         CHECK_OK(sl__probe(files[i].p, files[i].n, &info, why, sizeof why));
         for (uint32_t ch = 3; ch <= 4; ch++) {
             sl__decode_req req = {info.width / 3, info.height / 4, info.width - info.width / 3,
-                                  info.height / 2 ? info.height / 2 : 1, 0, 0, ch, 0, 0, NULL};
+                                  info.height / 2 ? info.height / 2 : 1, 0, 0, ch, 0, 0, NULL, 0};
             sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
             count_sink c = {0};
             sl__row_sink sink = {cs_begin, cs_rows, &c};
@@ -461,7 +461,7 @@ TEST(png_quota_failure_injection) {
         sl_image_info info;
         char why[160];
         CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
-        sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 4, 0, 0, NULL};
+        sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 4, 0, 0, NULL, 0};
         sl__quota q = {sl__png_mem(&info, &req), 0, 0, 0};
         count_sink c = {0};
         sl__row_sink sink = {cs_begin, cs_rows, &c};
@@ -771,7 +771,7 @@ TEST(jpeg_scan_bomb_refused_before_decoding) {
     sl_image_info info;
     CHECK_OK(sl__probe(b.p, b.n, &info, why, sizeof why));
     CHECK(info.progressive);
-    sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, NULL};
+    sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, NULL, 0};
     sl__quota q = {sl__decode_mem(&info, &req), 0, 0, 0};
     count_sink c = {0};
     sl__row_sink sink = {cs_begin, cs_rows, &c};
@@ -886,7 +886,7 @@ TEST(decode_cancel) {
         CHECK(d != NULL);
         for (int when = 0; when < 2; when++) { /* 0: before, 1: from the sink */
             _Atomic int flag = when == 0;
-            sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, &flag};
+            sl__decode_req req = {0, 0, info.width, info.height, 0, 0, 3, 0, 64, &flag, 0};
             sl__quota q = {sl__decode_mem(&info, &req), 0, 0, 0};
             cancel_sink k = {.flag = &flag};
             sl__row_sink sink = {when ? cancel_begin : cs_begin, when ? cancel_rows : cs_rows, when ? (void *)&k : &k.c};

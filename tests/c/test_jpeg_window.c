@@ -101,7 +101,7 @@ static int canvas_rows(sl__row_sink *s, const uint8_t *const *rows, uint32_t y, 
  * an output of out_w x out_h (0: none), into c. */
 static void decode(sl__decoder *d, const uint8_t *data, size_t len, const sl_image_info *info, uint32_t x, uint32_t y,
                    uint32_t w, uint32_t h, uint32_t out_w, uint32_t out_h, canvas *c) {
-    sl__decode_req req = {x, y, w, h, out_w, out_h, 3, 4, 0, NULL};
+    sl__decode_req req = {x, y, w, h, out_w, out_h, 3, 4, 0, NULL, 0};
     memset(c, 0, sizeof *c);
     c->sink = (sl__row_sink){canvas_begin, canvas_rows, c};
     sl__quota q;

@@ -19,6 +19,7 @@
 #include <malloc.h>
 
 #include "bigimg.h"
+#include "webpw.h"
 
 #define SLACK ((uint64_t)48 << 20)
 
@@ -98,3 +99,80 @@ static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
 TEST(rss_bound_8_workers_large_progressive_and_444) { run_bound(8, (uint64_t)176 << 20, 2); }
 
 TEST(rss_bound_16_workers_tight_budget_three_epochs) { run_bound(16, (uint64_t)192 << 20, 3); }
+
+/* ---- WebP: libwebp's memory read from the file ------------------------------------- */
+
+/* Valid lossless WebPs whose meta-Huffman image names 65,536 groups (each
+ * file makes libwebp 1.2.4 hold ~350 MiB resident: 367 MiB of growth under
+ * a 128 MiB budget with 1 worker, 709 MiB with 2, before their need was
+ * read from their bytes), beside ordinary JPEGs: under a 128 MiB budget
+ * they are error records naming their need, the JPEGs load, and RSS grows
+ * by at most budget + 48 MiB for 1, 2 and 16 workers. */
+static void webp_groups_bound(uint32_t workers) {
+    char root[256], dir[300], path[400];
+    snprintf(root, sizeof root, "/tmp/sl_rss_webp_XXXXXX");
+    if (!mkdtemp(root)) SL_FAIL("mkdtemp: %s", strerror(errno));
+    fx_track(root);
+    snprintf(dir, sizeof dir, "%s/c0", root);
+    CHECK(mkdir(dir, 0755) == 0);
+    size_t len;
+    uint8_t *webp = ww_groups_webp(1024, 1024, 65536, &len);
+    for (int k = 0; k < 16; k++) {
+        snprintf(path, sizeof path, "%s/img_%02d.%s", dir, k, k % 2 ? "webp" : "jpg");
+        if (k % 2) {
+            fx_write(path, webp, len);
+        } else {
+            unsigned long n;
+            unsigned char *jpg = fx_jpeg_bytes(320, 240, (uint64_t)k, 0, 85, &n);
+            fx_write(path, jpg, n);
+            free(jpg);
+        }
+    }
+    free(webp);
+    malloc_trim(0);
+    uint64_t budget = (uint64_t)128 << 20;
+    sl_config cfg;
+    sl_config_init(&cfg);
+    cfg.source = root;
+    cfg.batch_size = 4;
+    cfg.workers = workers;
+    cfg.budget = budget;
+    cfg.max_error_rate = 1;
+    int have_peak = bx_reset_peak() == 0;
+    uint64_t base = bx_rss();
+    sl_loader *ld;
+    char err[512] = "";
+    int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
+    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
+    uint64_t samples = 0, max_rss = 0;
+    sl_batch *b;
+    while ((rc = sl_loader_next(ld, &b)) == 0) {
+        samples += sl_batch_len(b);
+        sl_loader_release(ld, b);
+        uint64_t r = bx_rss();
+        if (r > max_rss) max_rss = r;
+    }
+    CHECK_EQ(rc, SL_EEND);
+    CHECK_EQ(samples, 8);
+    sl_error_record rec[8];
+    CHECK_EQ(sl_loader_errors(ld, 0, rec, 8), 8);
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(rec[i].code, SL_EBUDGET);
+        CHECK_STR_CONTAINS(rec[i].reason, "over the 32.0 MiB a sample may have");
+    }
+    printf("%s\n", rec[0].reason);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    uint64_t hwm = have_peak ? bx_hwm() : max_rss;
+    CHECK_LE(st.peak_accounted_bytes, budget);
+    sl_loader_destroy(ld);
+    printf("%u workers, budget 128 MiB, 8 WebPs of 65,536 Huffman groups: RSS %llu MiB before, peak +%llu MiB, "
+           "peak accounted %llu MiB\n", workers, (unsigned long long)(base >> 20),
+           (unsigned long long)((hwm - base) >> 20), (unsigned long long)(st.peak_accounted_bytes >> 20));
+    if (!BX_RSS_MEANINGFUL) return;
+    CHECK_LE(hwm, base + budget + SLACK);
+}
+
+TEST(rss_bound_webp_huffman_groups_1_worker) { webp_groups_bound(1); }
+TEST(rss_bound_webp_huffman_groups_2_workers) { webp_groups_bound(2); }
+TEST(rss_bound_webp_huffman_groups_16_workers) { webp_groups_bound(16); }

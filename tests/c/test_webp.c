@@ -11,12 +11,14 @@
 #include <malloc.h>
 #include <stdatomic.h>
 
+#include <webp/decode.h>
 #include <webp/encode.h>
 
 #include "check.h"
 #include "fixture.h"
 #include "base/util.h"
 #include "format/decode.h"
+#include "webpw.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SL_SANITIZED 1
@@ -116,11 +118,20 @@ static int grab_rows(sl__row_sink *s, const uint8_t *const *rows, uint32_t y, ui
     return 0;
 }
 
+/* What libwebp will allocate for this file, read from its bytes. */
+static uint64_t lib_need(const uint8_t *d, size_t len, const sl_image_info *info) {
+    uint64_t need;
+    char why[256];
+    if (sl__decode_lib_need(NULL, (uint64_t)1 << 20, d, len, info, &need, why, sizeof why)) SL_FAIL("lib_need: %s", why);
+    return need;
+}
+
 /* Decode window (x, y, w, h) with ch channels into a new buffer; the
- * quota is exactly sl__webp_mem's bound. */
+ * quota is exactly sl__webp_mem's bound for the file (as a loader plans
+ * it: libwebp's need read from the bytes). */
 static uint8_t *decode_window(const uint8_t *d, size_t len, const sl_image_info *info, uint32_t x, uint32_t y,
                               uint32_t w, uint32_t h, uint32_t ch, long long *lib_peak) {
-    sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = ch};
+    sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = ch, .lib_mem = lib_need(d, len, info)};
     grab g = {{grab_begin, grab_rows, NULL}, malloc((size_t)w * h * ch), w, h, ch, 0};
     g.sink.ctx = &g;
     uint64_t bound = sl__decode_mem(info, &req);
@@ -141,6 +152,9 @@ static uint8_t *decode_window(const uint8_t *d, size_t len, const sl_image_info 
     if (rc) SL_FAIL("decode %ux%u+%u+%u: %s", w, h, x, y, why);
     CHECK_EQ(g.rows, h);
     CHECK_EQ(q.used, 0);
+#ifndef SL_SANITIZED
+    if (lib_peak) CHECK_LE((uint64_t)*lib_peak, bound);
+#endif
     return g.dst;
 }
 
@@ -211,7 +225,7 @@ TEST(memory_bound_holds_measured_peak) {
             CHECK_OK(sl__probe(d, len, &info, NULL, 0));
             for (int win = 0; win < 2; win++) { /* the whole image, then a train-like crop */
                 uint32_t w = win ? W / 3 + 1 : W, h = win ? H / 2 + 1 : H, x = win ? W / 3 : 0, y = win ? H / 4 : 0;
-                sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = 3};
+                sl__decode_req req = {.x = x, .y = y, .w = w, .h = h, .channels = 3, .lib_mem = lib_need(d, len, &info)};
                 long long measured;
                 free(decode_window(d, len, &info, x, y, w, h, 3, &measured));
                 uint64_t bound = sl__decode_mem(&info, &req);
@@ -295,14 +309,170 @@ TEST(quota_refusal_is_clean) {
     uint8_t *d = make_webp(LOSSLESS, 300, 200, &len);
     sl_image_info info;
     CHECK_OK(sl__probe(d, len, &info, NULL, 0));
-    sl__decode_req req = {.w = 300, .h = 200, .channels = 3};
+    sl__decode_req req = {.w = 300, .h = 200, .channels = 3, .lib_mem = lib_need(d, len, &info)};
     grab g = {{grab_begin, grab_rows, NULL}, malloc(300 * 200 * 3), 300, 200, 3, 0};
     g.sink.ctx = &g;
     sl__quota q = {.cap = sl__decode_mem(&info, &req) / 2};
     char why[256];
     CHECK_EQ(sl__decode(NULL, d, len, &info, &req, &q, &g.sink, why, sizeof why), SL_EBUDGET);
-    CHECK_STR_CONTAINS(why, "quota");
+    CHECK_STR_CONTAINS(why, "for libwebp's own allocations");
     CHECK_EQ(q.used, 0);
     free(g.dst);
     WebPFree(d);
+}
+
+/* ---- Huffman groups: libwebp's memory read from the file ------------------------ */
+
+/* A valid lossless file whose meta-Huffman image names 65,536 groups
+ * (1024x1024, ~290 KB): libwebp 1.2.4 would allocate ~800 MB of tables
+ * before reading one (350 MiB resident per worker, under no budget). The
+ * bytes say so before libwebp runs: the need counts every group, and a
+ * decode whose quota does not hold it is refused with the numbers before
+ * libwebp allocates anything. Smaller group counts decode, inside the
+ * bound read from their bytes. */
+TEST(huffman_groups_counted_before_libwebp_allocates) {
+    size_t len;
+    uint8_t *d = ww_groups_webp(1024, 1024, 65536, &len);
+    printf("1024x1024 with 65536 groups: %zu bytes\n", len);
+    sl_image_info info;
+    char why[256];
+    CHECK_OK(sl__probe(d, len, &info, why, sizeof why));
+    CHECK(info.format == SL_FORMAT_WEBP && info.width == 1024 && info.progressive);
+    uint64_t need = lib_need(d, len, &info);
+    printf("libwebp's need read from the file: %llu MiB\n", (unsigned long long)(need >> 20));
+    CHECK(need > ((uint64_t)65536 * 2954 * 4)); /* every group's tables */
+    sl__decode_req req = {.w = 224, .h = 224, .channels = 3}; /* a plan from the header alone */
+    sl__quota q = {.cap = sl__decode_mem(&info, &req)};
+    grab g = {{grab_begin, grab_rows, NULL}, malloc(224 * 224 * 3), 224, 224, 3, 0};
+    g.sink.ctx = &g;
+#ifndef SL_SANITIZED
+    atomic_store(&counted, 0);
+    atomic_store(&peak, 0);
+    atomic_store(&counting, 1);
+#endif
+    CHECK_EQ(sl__decode(NULL, d, len, &info, &req, &q, &g.sink, why, sizeof why), SL_EBUDGET);
+#ifndef SL_SANITIZED
+    atomic_store(&counting, 0);
+    printf("heap peak of the refused decode: %lld bytes\n", atomic_load(&peak));
+    CHECK(atomic_load(&peak) < (1 << 20)); /* the reading's scratch; libwebp never ran */
+#endif
+    printf("%s\n", why);
+    CHECK_STR_CONTAINS(why, "for libwebp's own allocations");
+    CHECK_EQ(q.used, 0);
+    free(d);
+    free(g.dst);
+    /* 1, 300 and 4,096 groups: decoded (one colour), inside their bounds */
+    static const uint32_t groups[] = {1, 300, 4096};
+    for (int k = 0; k < 3; k++) {
+        d = ww_groups_webp(256, 256, groups[k], &len);
+        CHECK_OK(sl__probe(d, len, &info, why, sizeof why));
+        long long measured;
+        uint8_t *px = decode_window(d, len, &info, 0, 0, 256, 256, 4, &measured);
+        for (size_t i = 0; i < 256 * 256 * 4; i++) CHECK_EQ(px[i], 0);
+        need = lib_need(d, len, &info);
+        printf("%u groups: libwebp's need %llu bytes, heap peak %lld with the window\n", groups[k],
+               (unsigned long long)need, measured);
+        CHECK(need >= (uint64_t)groups[k] * 2954 * 4);
+        free(px);
+        free(d);
+    }
+}
+
+/* Files libwebp's own encoder writes, every effort level and a palette:
+ * the bytes are read as libwebp reads them (no false refusal) and its
+ * measured heap stays inside the need (see memory_bound_holds_measured_peak
+ * for the window buffer too). */
+TEST(encoder_presets_read_and_bounded) {
+    uint32_t W = 256, H = 192;
+    uint8_t *rgb = fx_texture(W, H, 99, 0), *pal = malloc((size_t)W * H * 4);
+    for (size_t i = 0; i < (size_t)W * H; i++) {
+        memcpy(pal + 4 * i, rgb + 3 * i, 3);
+        pal[4 * i] &= 0xc0, pal[4 * i + 1] &= 0xc0, pal[4 * i + 2] = 0; /* 16 colours: colour indexing */
+        pal[4 * i + 3] = 255;
+    }
+    for (int level = 0; level <= 9; level += 3)
+        for (int palette = 0; palette < 2; palette++) {
+            WebPConfig cfg;
+            WebPPicture pic;
+            WebPMemoryWriter mw;
+            CHECK(WebPConfigInit(&cfg) && WebPConfigLosslessPreset(&cfg, level) && WebPPictureInit(&pic));
+            pic.use_argb = 1, pic.width = (int)W, pic.height = (int)H;
+            CHECK(palette ? WebPPictureImportRGBA(&pic, pal, (int)W * 4) : WebPPictureImportRGB(&pic, rgb, (int)W * 3));
+            WebPMemoryWriterInit(&mw);
+            pic.writer = WebPMemoryWrite, pic.custom_ptr = &mw;
+            CHECK(WebPEncode(&cfg, &pic));
+            sl_image_info info;
+            char why[256];
+            CHECK_OK(sl__probe(mw.mem, mw.size, &info, why, sizeof why));
+            long long measured; /* decode_window checks it against the bound */
+            free(decode_window(mw.mem, mw.size, &info, 0, 0, W, H, 3, &measured));
+            sl__decode_req req = {.w = W, .h = H, .channels = 3, .lib_mem = lib_need(mw.mem, mw.size, &info)};
+            uint64_t bound = sl__decode_mem(&info, &req);
+            printf("lossless level %d%s: %zu bytes, bound %llu, heap peak %lld (%.0f%%)\n", level,
+                   palette ? " (palette)" : "", mw.size, (unsigned long long)bound, measured,
+                   100.0 * (double)measured / (double)bound);
+            WebPMemoryWriterClear(&mw);
+            WebPPictureFree(&pic);
+        }
+    free(rgb), free(pal);
+}
+
+/* libwebp's own decode of the file (full, RGBA), its heap peak in *peak
+ * (0 under sanitizers): 1 when it decoded. */
+static int libwebp_decodes(const uint8_t *d, size_t len, long long *heap) {
+#ifndef SL_SANITIZED
+    atomic_store(&counted, 0);
+    atomic_store(&peak, 0);
+    atomic_store(&counting, 1);
+#endif
+    int w, h;
+    uint8_t *px = WebPDecodeRGBA(d, len, &w, &h);
+#ifndef SL_SANITIZED
+    atomic_store(&counting, 0);
+    *heap = atomic_load(&peak);
+#else
+    *heap = 0;
+#endif
+    WebPFree(px);
+    return px != NULL;
+}
+
+/* Lossless streams with bits flipped in their headers (transforms,
+ * colour cache, meta image, codes): reading them never crashes or reads
+ * outside the input (ASan), never refuses a file libwebp decodes, and the
+ * need read holds libwebp's heap peak whenever libwebp decodes it. */
+TEST(mutated_lossless_headers_agree_with_libwebp) {
+    static const int kinds[] = {LOSSLESS, LOSSLESS_ALPHA, LOSSY_ALPHA};
+    long agree = 0, refused = 0, decoded = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t len;
+        uint8_t *orig = make_webp(kinds[k], 96, 64, &len), *d = malloc(len);
+        for (int t = 0; t < 400; t++) {
+            memcpy(d, orig, len);
+            uint64_t r = fx_mix((uint64_t)k << 32 | (uint64_t)t);
+            size_t head = SL_MIN(len, (size_t)200), at = 21 + (size_t)(r % (head - 21));
+            d[at] ^= (uint8_t)(1u << ((r >> 32) % 8));
+            if (t % 3 == 0) d[21 + (size_t)((r >> 40) % (head - 21))] ^= (uint8_t)(r >> 48);
+            sl_image_info info;
+            if (sl__probe(d, len, &info, NULL, 0)) continue;
+            uint64_t need;
+            char why[256];
+            int rc = sl__decode_lib_need(NULL, (uint64_t)1 << 20, d, len, &info, &need, why, sizeof why);
+            if (!rc && need > ((uint64_t)64 << 20)) { /* many groups: not handed to libwebp here */
+                agree++;
+                continue;
+            }
+            long long heap;
+            int ok = libwebp_decodes(d, len, &heap);
+            decoded += ok;
+            refused += rc != 0;
+            if (ok && rc) SL_FAIL("%s try %d: libwebp decodes it, the header reading refused it: %s", kind_name[kinds[k]], t, why);
+            if (ok) CHECK_LE((uint64_t)heap, need + (uint64_t)96 * 64 * 4 + 4096); /* + libwebp's RGBA output here */
+            agree++;
+        }
+        free(d);
+        WebPFree(orig);
+    }
+    printf("%ld mutated files agree with libwebp (%ld decoded, %ld refused by the header reading)\n", agree, decoded,
+           refused);
 }
