@@ -359,6 +359,13 @@ TEST(huffman_groups_counted_before_libwebp_allocates) {
     printf("%s\n", why);
     CHECK_STR_CONTAINS(why, "for libwebp's own allocations");
     CHECK_EQ(q.used, 0);
+    /* a copy cut short, its RIFF and chunk sizes made to match (libwebp held
+     * 314 MiB of one before failing): refused while its header is read */
+    size_t cut = len / 3 & ~(size_t)1; /* RIFF sizes are even */
+    for (int i = 0; i < 4; i++) d[4 + i] = (uint8_t)((cut - 8) >> (8 * i)), d[16 + i] = (uint8_t)((cut - 20) >> (8 * i));
+    CHECK_OK(sl__probe(d, cut, &info, why, sizeof why));
+    CHECK_EQ(sl__decode_lib_need(NULL, (uint64_t)1 << 20, d, cut, &info, &need, why, sizeof why), SL_ECORRUPT);
+    CHECK_STR_CONTAINS(why, "data ends inside");
     free(d);
     free(g.dst);
     /* 1, 300 and 4,096 groups: decoded (one colour), inside their bounds */
