@@ -48,10 +48,37 @@ static void make_big_set(char *root, size_t len) {
         }
 }
 
+/* A loader over cfg run for `epochs` epochs, measured: *base the RSS before
+ * it, *hwm the high-water mark after (VmHWM reset before create; else the
+ * largest RSS sampled between batches), *samples those delivered. The
+ * loader is returned, not destroyed. */
+static sl_loader *run_measured(const sl_config *cfg, int epochs, uint64_t *base, uint64_t *hwm, uint64_t *samples) {
+    malloc_trim(0); /* what making the files took goes back before the baseline */
+    int have_peak = bx_reset_peak() == 0;
+    *base = bx_rss();
+    sl_loader *ld;
+    char err[512] = "";
+    int rc = sl_loader_create(cfg, &ld, err, sizeof err);
+    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
+    uint64_t max_rss = 0;
+    *samples = 0;
+    for (int e = 0; e < epochs; e++) {
+        sl_batch *b;
+        while ((rc = sl_loader_next(ld, &b)) == 0) {
+            *samples += sl_batch_len(b);
+            sl_loader_release(ld, b);
+            uint64_t r = bx_rss();
+            if (r > max_rss) max_rss = r;
+        }
+        CHECK_EQ(rc, SL_EEND);
+    }
+    *hwm = have_peak ? bx_hwm() : max_rss;
+    return ld;
+}
+
 static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
     char root[256];
     make_big_set(root, sizeof root);
-    malloc_trim(0); /* what making the files took goes back before the baseline */
     sl_config cfg;
     sl_config_init(&cfg);
     cfg.source = root;
@@ -59,26 +86,10 @@ static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
     cfg.workers = workers;
     cfg.budget = budget;
     cfg.flags |= SL_FLAG_CHECKSUM;
-    int have_peak = bx_reset_peak() == 0;
-    uint64_t base = bx_rss();
-    sl_loader *ld;
-    char err[512] = "";
-    int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
-    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
-    uint64_t samples = 0, max_rss = 0;
-    for (int e = 0; e < epochs; e++) {
-        sl_batch *b;
-        while ((rc = sl_loader_next(ld, &b)) == 0) {
-            samples += sl_batch_len(b);
-            sl_loader_release(ld, b);
-            uint64_t r = bx_rss();
-            if (r > max_rss) max_rss = r;
-        }
-        CHECK_EQ(rc, SL_EEND);
-    }
+    uint64_t base, hwm, samples;
+    sl_loader *ld = run_measured(&cfg, epochs, &base, &hwm, &samples);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
-    uint64_t hwm = have_peak ? bx_hwm() : max_rss;
     sl_error_record rec;
     if (st.errors && sl_loader_errors(ld, 0, &rec, 1)) SL_FAIL("sample %llu failed: %s", (unsigned long long)rec.index, rec.reason);
     CHECK_EQ(samples, 16ull * epochs);
@@ -86,11 +97,11 @@ static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
     sl_loader_destroy(ld);
     malloc_trim(0);
     uint64_t after = bx_rss();
-    printf("%u workers, budget %llu MiB: RSS %llu MiB before, peak +%llu MiB (sampled +%llu), peak accounted %llu MiB, "
+    printf("%u workers, budget %llu MiB: RSS %llu MiB before, peak +%llu MiB, peak accounted %llu MiB, "
            "after destroy +%lld KiB\n",
            workers, (unsigned long long)(budget >> 20), (unsigned long long)(base >> 20),
-           (unsigned long long)((hwm - base) >> 20), (unsigned long long)((max_rss - base) >> 20),
-           (unsigned long long)(st.peak_accounted_bytes >> 20), (long long)((int64_t)(after - base) / 1024));
+           (unsigned long long)((hwm - base) >> 20), (unsigned long long)(st.peak_accounted_bytes >> 20),
+           (long long)((int64_t)(after - base) / 1024));
     if (!BX_RSS_MEANINGFUL) return;
     CHECK_LE(hwm, base + budget + SLACK);
     CHECK_LE(after, base + (16u << 20)); /* thread stacks cached by glibc: only their touched pages */
@@ -129,7 +140,6 @@ static void webp_groups_bound(uint32_t workers) {
         }
     }
     free(webp);
-    malloc_trim(0);
     uint64_t budget = (uint64_t)128 << 20;
     sl_config cfg;
     sl_config_init(&cfg);
@@ -138,21 +148,8 @@ static void webp_groups_bound(uint32_t workers) {
     cfg.workers = workers;
     cfg.budget = budget;
     cfg.max_error_rate = 1;
-    int have_peak = bx_reset_peak() == 0;
-    uint64_t base = bx_rss();
-    sl_loader *ld;
-    char err[512] = "";
-    int rc = sl_loader_create(&cfg, &ld, err, sizeof err);
-    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
-    uint64_t samples = 0, max_rss = 0;
-    sl_batch *b;
-    while ((rc = sl_loader_next(ld, &b)) == 0) {
-        samples += sl_batch_len(b);
-        sl_loader_release(ld, b);
-        uint64_t r = bx_rss();
-        if (r > max_rss) max_rss = r;
-    }
-    CHECK_EQ(rc, SL_EEND);
+    uint64_t base, hwm, samples;
+    sl_loader *ld = run_measured(&cfg, 1, &base, &hwm, &samples);
     CHECK_EQ(samples, 8);
     sl_error_record rec[8];
     CHECK_EQ(sl_loader_errors(ld, 0, rec, 8), 8);
@@ -163,7 +160,6 @@ static void webp_groups_bound(uint32_t workers) {
     printf("%s\n", rec[0].reason);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
-    uint64_t hwm = have_peak ? bx_hwm() : max_rss;
     CHECK_LE(st.peak_accounted_bytes, budget);
     sl_loader_destroy(ld);
     printf("%u workers, budget 128 MiB, 8 WebPs of 65,536 Huffman groups: RSS %llu MiB before, peak +%llu MiB, "
