@@ -318,7 +318,7 @@ SL_API uint64_t sl_loader_dataset_size(const sl_loader *ld);
  * such sample, or len too small). A buffer of SL_PATH_MAX bytes holds every
  * path: a shard's path, ':' and a member name of up to 4096 bytes, or a
  * manifest's folder and a row's path of up to PATH_MAX. */
-#define SL_PATH_MAX 8448
+#define SL_PATH_MAX 8448 /* (0.2) */
 SL_API const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf, size_t len);
 
 /*
