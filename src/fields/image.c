@@ -15,10 +15,10 @@
  * (the loader's GPU stage), which may take it and decode it elsewhere.
  *
  * Memory: the file is read whole into the worker's scratch (or found in
- * the sample cache: sl__fileval); the decoder's
- * need is bounded from the header (sl__plan_sample), or from the file's
- * bytes where its library is sized by them (WebP lossless:
- * sl__decode_lib_need), and reserved before decoding. A decode that outgrows the bound (another libjpeg build can)
+ * the sample cache: sl__fileval); the decoder's need is bounded from the
+ * header (sl__plan_sample), or from the file's bytes where its library is
+ * sized by them (WebP lossless: sl__decode_lib_need), and reserved before
+ * decoding. A decode that outgrows the bound (another libjpeg build can)
  * is retried once with twice the room before the sample is called bad.
  */
 #include <string.h>

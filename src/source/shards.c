@@ -141,10 +141,11 @@ static int is_dir_entry(DIR *d, const struct dirent *e, int follow) {
 
 /* Does folder `name` of folder `at` hold, at most `depth` levels down, a
  * file an ImageFolder would take (an image or a video)? Its name into hit.
- * Links to folders are not followed (a loop must not make this walk
- * endless). */
-static int holds_media(int at, const char *name, int depth, char *hit, size_t hlen) {
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+ * The folder itself may be a link (a class folder can be, as for
+ * torchvision); links to folders inside it are not followed (a loop must
+ * not make this walk endless). */
+static int holds_media(int at, const char *name, int depth, int follow, char *hit, size_t hlen) {
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0) close(fd);
@@ -155,8 +156,11 @@ static int holds_media(int at, const char *name, int depth, char *hit, size_t hl
     while (!found && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         size_t n = strlen(e->d_name);
-        if (is_dir_entry(d, e, 0)) found = depth > 0 && holds_media(dirfd(d), e->d_name, depth - 1, hit, hlen);
-        else found = sl__folder_ext_match(e->d_name, n, SL__MEDIA_IMAGE) || sl__folder_ext_match(e->d_name, n, SL__MEDIA_VIDEO);
+        if (is_dir_entry(d, e, 0))
+            found = depth > 0 && holds_media(dirfd(d), e->d_name, depth - 1, 0, hit, hlen);
+        else
+            found = sl__folder_ext_match(e->d_name, n, SL__MEDIA_IMAGE) ||
+                    sl__folder_ext_match(e->d_name, n, SL__MEDIA_VIDEO);
         if (found == 1 && !hit[0]) snprintf(hit, hlen, "%s", e->d_name);
     }
     closedir(d);
@@ -180,7 +184,7 @@ static int shard_folder(const char *path, char *err, size_t errlen) {
     rewinddir(d);
     while (tars && !sub[0] && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !is_dir_entry(d, e, 1)) continue;
-        if (holds_media(dirfd(d), e->d_name, 16, hit, sizeof hit)) snprintf(sub, sizeof sub, "%s", e->d_name);
+        if (holds_media(dirfd(d), e->d_name, 16, 1, hit, sizeof hit)) snprintf(sub, sizeof sub, "%s", e->d_name);
     }
     closedir(d);
     if (!tars) return 0;

@@ -477,6 +477,18 @@ TEST(shard_folder_with_subfolders) {
     uint64_t n;
     fx_epoch_sum(&c, &n);
     CHECK_EQ(n, 23);
+    /* a class folder that is a link to a folder of images: the same */
+    char cls[300], link[400];
+    snprintf(cls, sizeof cls, "%s-cls", dir);
+    CHECK_OK(mkdir(cls, 0755));
+    fx_track(cls);
+    snprintf(path, sizeof path, "%s/dog.png", cls);
+    fx_write(path, "x", 1);
+    snprintf(link, sizeof link, "%s/dogs", dir);
+    CHECK_OK(symlink(cls, link));
+    CHECK_EQ(create_fails(dir, NULL, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "(dogs/ has dog.png)");
+    unlink(link);
     snprintf(path, sizeof path, "%s/logs/deep", dir);
     CHECK_OK(mkdir(path, 0755));
     snprintf(path, sizeof path, "%s/logs/deep/cat.JPG", dir);
