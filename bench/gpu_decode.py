@@ -10,7 +10,9 @@
         Pillow crop + resize), to tell decoder differences from DCT scaling
     gpu_decode.py DATA memory
         device memory outside the engine's pool, step by step (create, tiny
-        images, a real batch, large images, an epoch, close)
+        images, a real batch, large images, an epoch, close), and the process's
+        resident host memory at each step (nvJPEG's pageable host allocations
+        have no hook; the pinned pool is counted in the host budget)
     gpu_decode.py DATA loaders  [--loaders sluice,sluice-gpu,tvio,tvcuda] [--batches 60]
         loader-only images/s, each loader as its users run it
     gpu_decode.py DATA train    [--arch resnet18] [--loaders synthetic,sluice,...] [--steps 60]
