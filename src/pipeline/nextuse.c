@@ -8,7 +8,7 @@
 int sl__nextuse_init(sl__nextuse *o, sl__budget *b, const sl__sampler *s, uint32_t rank_lo, uint32_t ranks) {
     memset(o, 0, sizeof *o);
     if (s->n >= (1ull << 31) || ranks == 0 || rank_lo >= s->world || ranks > s->world - rank_lo) return SL_EINVAL;
-    o->s = *s;
+    o->s = s;
     o->rank_lo = rank_lo;
     o->ranks = ranks;
     o->b = b;
@@ -38,7 +38,7 @@ void sl__nextuse_fini(sl__nextuse *o) {
     memset(o, 0, sizeof *o);
 }
 
-uint64_t sl__nextuse_bytes(const sl__nextuse *o) { return 2 * (uint64_t)o->s.n * sizeof(uint32_t); }
+uint64_t sl__nextuse_bytes(const sl__nextuse *o) { return 2 * (uint64_t)o->s->n * sizeof(uint32_t); }
 
 /* Make slot hold epoch w: untag it (queries skip it from then on), fill it
  * outside the lock, tag it. advance_mu held. */
@@ -46,7 +46,7 @@ static void fill_slot(sl__nextuse *o, int slot, uint64_t w) {
     pthread_rwlock_wrlock(&o->lk);
     o->epoch[slot] = SL_NEXTUSE_NO_EPOCH;
     pthread_rwlock_unlock(&o->lk);
-    sl__sampler_inverse(&o->s, w, o->inv[slot]); /* n < 2^31: checked at init */
+    sl__sampler_inverse(o->s, w, o->inv[slot]); /* n < 2^31: checked at init */
     pthread_rwlock_wrlock(&o->lk);
     o->epoch[slot] = w;
     pthread_rwlock_unlock(&o->lk);
@@ -65,8 +65,8 @@ void sl__nextuse_advance(sl__nextuse *o, uint64_t epoch) {
 }
 
 int sl__nextuse_query(sl__nextuse *o, uint32_t k, uint64_t now, uint64_t *next) {
-    uint64_t total = o->s.total, e = now / total, off = now % total;
-    if (k >= o->s.n) return SL_EINVAL;
+    uint64_t total = o->s->total, e = now / total, off = now % total;
+    if (k >= o->s->n) return SL_EINVAL;
     pthread_rwlock_rdlock(&o->lk);
     uint64_t held[2] = {o->epoch[0], o->epoch[1]};
     int first = held[1] < held[0]; /* the slot of the older epoch (NO_EPOCH sorts last) */
@@ -77,7 +77,7 @@ int sl__nextuse_query(sl__nextuse *o, uint32_t k, uint64_t now, uint64_t *next) 
         uint64_t ep = held[slot];
         if (ep == SL_NEXTUSE_NO_EPOCH || ep < e) continue;
         rc = 0;
-        uint64_t p = sl__sampler_next_position(&o->s, o->inv[slot], k, ep == e ? off + 1 : 0, o->rank_lo, o->ranks);
+        uint64_t p = sl__sampler_next_position(o->s, ep, o->inv[slot], k, ep == e ? off + 1 : 0, o->rank_lo, o->ranks);
         if (p != UINT64_MAX) {
             *next = ep * total + p;
             break;

@@ -28,7 +28,8 @@
 #define SL_NEXTUSE_NO_EPOCH UINT64_MAX
 
 typedef struct sl__nextuse {
-    sl__sampler s;          /* a copy: the order's parameters */
+    const sl__sampler *s;   /* the order (the loader's: a resumed span changes only while
+                               no query runs, with its pipeline quiet) */
     uint32_t rank_lo, ranks;
     sl__budget *b;
     pthread_rwlock_t lk;    /* protects epoch[] (the tags); inv[i] is read
@@ -39,7 +40,7 @@ typedef struct sl__nextuse {
 } sl__nextuse;
 
 /* Allocate the two inverse buffers (8n bytes, SL_MEM_INDEX) and hold
- * nothing yet (queries return SL_ESTATE until the first advance).
+ * nothing yet; s must outlive the oracle (queries return SL_ESTATE until the first advance).
  * Returns 0, SL_EINVAL (n >= 2^31, or an empty rank range), SL_EBUDGET or
  * SL_ENOMEM (nothing held then), SL_ESYS. */
 int sl__nextuse_init(sl__nextuse *o, sl__budget *b, const sl__sampler *s, uint32_t rank_lo, uint32_t ranks);

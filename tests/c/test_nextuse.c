@@ -229,3 +229,60 @@ TEST(cpu_share) {
     setenv("LOCAL_WORLD_SIZE", "0", 1);
     CHECK_EQ(sl__local_share_cpus(), all);
 }
+
+/* Spans: an order range every epoch, and one epoch resumed over what an
+ * earlier world left. Time is the entry of the epoch's span; the brute
+ * force walks the spans' entries (padded by wrapping). */
+static uint64_t brute_span(const sl__sampler *s, uint64_t e0, uint32_t k, uint64_t now, uint32_t lo, uint32_t cnt) {
+    for (uint64_t e = e0; e < e0 + 2; e++) {
+        const sl__span *sp = sl__sampler_span(s, e);
+        sl__sampler one;
+        CHECK_OK(sl__sampler_init(&one, s->n, 0, 1, s->shuffle, 0, s->seed));
+        uint32_t *perm = malloc(s->n * 4), *L = malloc(s->n * 4);
+        CHECK(perm && L);
+        sl__sampler_fill(&one, e, perm, NULL);
+        uint64_t m = 0, g = 0;
+        for (uint64_t p = sp->lo; p < sp->hi; p++) {
+            if (g < sp->ngone && sp->gone[g] == p) g++;
+            else L[m++] = (uint32_t)p;
+        }
+        uint64_t found = SL_NEXTUSE_NEVER;
+        for (uint64_t j = 0; j < sp->total && found == SL_NEXTUSE_NEVER; j++) {
+            uint64_t t = e * s->total + j, r = j % s->world;
+            if (t > now && perm[L[j % m]] == k && r >= lo && r < lo + cnt) found = t;
+        }
+        free(perm), free(L);
+        if (found != SL_NEXTUSE_NEVER) return found;
+    }
+    return SL_NEXTUSE_NEVER;
+}
+
+TEST(next_use_in_spans) {
+    const uint32_t gone[] = {12, 13, 20, 31};
+    for (int drop_last = 0; drop_last < 2; drop_last++)
+        for (uint32_t world = 1; world <= 4; world += 3) {
+            sl__budget b;
+            CHECK_OK(sl__budget_init(&b, 1 << 28));
+            sl__sampler s;
+            CHECK_OK(sl__sampler_init(&s, 60, 0, world, 1, drop_last, 17));
+            CHECK_OK(sl__sampler_range(&s, 5, 45));
+            sl__span sp;
+            CHECK_OK(sl__span_shape(&sp, 11, 38, gone, 4, world, drop_last));
+            sl__sampler_resume(&s, 3, &sp);
+            sl__nextuse o;
+            CHECK_OK(sl__nextuse_init(&o, &b, &s, 0, world > 1 ? 2 : 1));
+            for (uint64_t e = 2; e < 4; e++) {
+                sl__nextuse_advance(&o, e);
+                for (uint64_t now = e * s.total; now < (e + 1) * s.total; now++)
+                    for (uint32_t k = 0; k < 60; k++) {
+                        uint64_t got, want = brute_span(&s, e, k, now, 0, world > 1 ? 2 : 1);
+                        CHECK_OK(sl__nextuse_query(&o, k, now, &got));
+                        if (got != want)
+                            SL_FAIL("world %u drop %d: k %u now %llu: %llu, brute force %llu", world, drop_last, k,
+                                    (unsigned long long)now, (unsigned long long)got, (unsigned long long)want);
+                    }
+            }
+            sl__nextuse_fini(&o);
+            sl__budget_fini(&b);
+        }
+}
