@@ -208,6 +208,13 @@ typedef struct sl_config {
     /* Appended (0.2). */
     const sl_image_recipe *recipe; /* how images are cropped and resized (sl_image_recipe_init); NULL:
                                       the classic presets. Copied by create, plan and sl_source_open */
+    /* An order range (0.2). The loader runs over positions [order_begin,
+     * order_end) of every epoch's seeded global order (the permutation of
+     * the whole dataset by seed and epoch; without shuffle, indices
+     * order_begin .. order_end - 1), shared by its ranks as a whole epoch
+     * would be. A bad sample is refilled from the range's own end. 0, 0:
+     * the whole order. A Ray Data read task's lease (docs/engine.md). */
+    uint64_t order_begin, order_end;
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
@@ -485,30 +492,97 @@ SL_API int sl_loader_last_error(const sl_loader *ld, sl_error_record *out); /* 0
 #define sl_loader_last_error(ld, out) sl_loader_last_error_sized((ld), (out), sizeof *(out))
 
 /* ---- iteration state (resume) ------------------------------------------ */
+/*
+ * A state says where a loader stands in the epoch's global order (the
+ * seeded permutation of the dataset: positions 0 .. dataset_size - 1).
+ * The ranks of a world share a span of it: all of it, an order range, or
+ * in the epoch after an elastic resume what an earlier world left:
+ * [span_begin, span_end) less the gone_count positions of gone. Rank
+ * `rank` of world_size takes the span's entries rank, rank + world_size,
+ * ... (padded by wrapping, or cut with drop_last); of those it delivered
+ * `batch` batches, refills took its share from `tail` on, and once they
+ * used it up (bad samples), its first `pad` samples padded its batches.
+ *
+ * A state of one rank resumes that rank exactly (the same world_size,
+ * rank, batch_size and flags). To resume on another number of ranks,
+ * merge the states of every rank of the world (sl_state_merge): the
+ * merged state names the positions none of them consumed, and any world
+ * shares those. A state at the start of its span (batch 0 with nothing
+ * refilled, as at every epoch's end) resumes any world too.
+ */
 typedef struct sl_state {
-    uint64_t version;     /* SL_STATE_VERSION */
+    uint64_t version;     /* SL_STATE_VERSION (2 from 0.2); a state of version 1 is read as
+                             naming the whole order, whatever follows flags */
     uint64_t seed;
     uint64_t epoch;
     uint64_t batch;       /* next batch to deliver within epoch */
     uint64_t tail;        /* end of the unused part of the rank's order (refills) */
     uint64_t dataset_size;
-    uint32_t rank, world_size, batch_size, flags; /* flags: 1 shuffle, 2 drop_last */
+    uint32_t rank, world_size, batch_size, flags; /* flags: 1 shuffle, 2 drop_last. A merged
+                                                     state: world_size 0, batch_size, batch,
+                                                     tail and rank 0, flags 1 or 0 */
+    /* Appended (0.2): zeros keep 0.1's meaning (nothing padded, the whole order). */
+    uint64_t pad;                  /* positions of the rank's order (from its start) that padded its
+                                      batches once refills used it up (world_size > 1) */
+    uint64_t span_begin, span_end; /* the epoch's span; [0, 0): the order range of the loader that
+                                      resumes it (the whole order without one) */
+    uint64_t gone_count;           /* positions of the span consumed by an earlier world ... */
+    const uint32_t *gone;          /* ... ascending (NULL when none): memory of whoever made the
+                                      state (sl_loader_get_state: the loader's, valid until it is
+                                      destroyed or set_state runs twice more; sl_state_merge: the
+                                      caller's gone_buf) */
 } sl_state;
-#define SL_STATE_VERSION 1
+#define SL_STATE_VERSION 2
 
 /* The state after the last delivered batch, into the first out_size bytes
- * of *out. (0.2) */
+ * of *out. A caller of 0.1's size gets its fields where the position
+ * needs none of the later ones (a whole order, nothing padded), else
+ * SL_EUNSUPPORTED. (0.2) */
 SL_API int sl_loader_get_state_sized(const sl_loader *ld, sl_state *out, size_t out_size);
-/* Resume from a state (st_size bytes) taken from a loader over the same
- * dataset and configuration (SL_ESTATE otherwise, and for a position no
- * loader can be at: a tail that leaves batch `batch` no sample, a batch
- * past the epoch). Held batches stay valid. A state from a newer library
- * that sets fields this one does not know: SL_EUNSUPPORTED. (0.2) */
+/* Resume from a state (st_size bytes): one rank's of the same world and
+ * configuration (exactly there), a merged one (sl_state_merge) or one at
+ * the start of its span (on any world: this loader's share of what the
+ * span holds; an epoch that leaves this world nothing, drop_last, is
+ * over). The seed, dataset size and shuffle must match, and the span lie
+ * in this loader's order range. SL_ESTATE otherwise, and for a position no
+ * loader can be at (a tail that leaves batch `batch` no sample, a batch
+ * past the epoch; sl_loader_check_state says why); SL_EBUDGET when the
+ * budget cannot hold the gone list's copy. Held batches stay valid. A
+ * state from a newer library that sets fields this one does not know:
+ * SL_EUNSUPPORTED. (0.2) */
 SL_API int sl_loader_set_state_sized(sl_loader *ld, const sl_state *st, size_t st_size);
 SL_API int sl_loader_get_state(const sl_loader *ld, sl_state *out); /* 0.1's */
 SL_API int sl_loader_set_state(sl_loader *ld, const sl_state *st); /* 0.1's */
 #define sl_loader_get_state(ld, out) sl_loader_get_state_sized((ld), (out), sizeof *(out))
 #define sl_loader_set_state(ld, st) sl_loader_set_state_sized((ld), (st), sizeof *(st))
+/* Would sl_loader_set_state accept st (st_size bytes)? 0, or SL_ESTATE /
+ * SL_EINVAL / SL_EUNSUPPORTED with the reason in why (NUL-terminated, at
+ * most len bytes). Never blocks. (0.2) */
+SL_API int sl_loader_check_state_sized(const sl_loader *ld, const sl_state *st, size_t st_size, char *why,
+                                       size_t len);
+#define sl_loader_check_state(ld, st, why, len) sl_loader_check_state_sized((ld), (st), sizeof *(st), (why), (len))
+
+/*
+ * Merge the states of every rank of one world (states[r] rank r's, n ==
+ * world_size of each), each taken after its last delivered batch of the
+ * same epoch, into the state of the positions of that epoch none of them
+ * consumed: every sample they delivered or found bad is left out, every
+ * other one is in it once (padding, which repeats samples, leaves
+ * nothing). Resumed on any world, the positions left are shared again:
+ * each sample of the epoch delivered exactly once over both runs (but for
+ * padding, documented). When the ranks left nothing the merged state is
+ * the next epoch's start. The states and out are state_size bytes each
+ * (the macro passes sizeof *out; at least 0.2's, which has the span). out
+ * gets gone = gone_buf; with gone_cap too small, SL_EOVERFLOW and
+ * out->gone_count the entries needed (call again). SL_ESTATE (with why)
+ * when the states are not one world's at one epoch of one configuration,
+ * or one is not reachable; SL_EINVAL for bad arguments. Allocates
+ * nothing. (0.2)
+ */
+SL_API int sl_state_merge_sized(const sl_state *const *states, size_t n, sl_state *out, size_t state_size,
+                                uint32_t *gone_buf, uint64_t gone_cap, char *why, size_t len);
+#define sl_state_merge(states, n, out, gone_buf, gone_cap, why, len) \
+    sl_state_merge_sized((states), (n), (out), sizeof *(out), (gone_buf), (gone_cap), (why), (len))
 
 /* ---- sizing a pipeline without starting it ------------------------------ */
 typedef struct sl_plan {

@@ -244,10 +244,12 @@ static sl_batch *slot_by_seqno(sl_loader *ld, uint64_t seqno, int state) {
     return NULL;
 }
 
-/* Can batch k of the dispatch epoch still hold samples given the tail? */
+/* Can batch k of the dispatch epoch still hold samples given the tail?
+ * (With ranks, batches past the tail are padded: refill.c.) */
 static int batch_possible(const sl_loader *ld, uint64_t k) {
     uint64_t B = ld->B;
-    if (k >= ld->nbatches) return 0;
+    if (k >= sl__sampler_batches(&ld->sampler, ld->d_epoch, ld->B)) return 0;
+    if (ld->cfg.world_size > 1) return 1;
     if (ld->cfg.drop_last) return (k + 1) * B <= ld->tail;
     return k * B < ld->tail;
 }
@@ -263,7 +265,7 @@ static sl_batch *open_batch(sl_loader *ld) {
         }
     if (!s) return NULL;
     uint64_t k = ld->d_batch++;
-    uint64_t start = k * ld->B, per = ld->sampler.per_rank;
+    uint64_t start = k * ld->B, per = sl__sampler_span(&ld->sampler, ld->d_epoch)->per_rank;
     s->state = SLOT_FILLING;
     s->gen = ld->gen;
     s->epoch = ld->d_epoch;
@@ -276,7 +278,7 @@ static sl_batch *open_batch(sl_loader *ld) {
     s->discard = s->failed = s->marker = s->final = s->tripped = 0;
     s->checksum = 0;
     s->rf_count = s->rf_claimed = 0;
-    s->rf_passes = 0;
+    s->rf_passes = s->rf_pad = 0;
     memset(s->ok, 0, ld->B);
     memset(s->err, 0, ld->B);
     return s;
@@ -291,7 +293,7 @@ static int claim_refill(sl_loader *ld, claim *c) {
         uint32_t r = s->rf_claimed++;
         c->slot = s;
         c->pos = s->rf_hole[r];
-        c->order_pos = s->rf_top - 1 - r;
+        c->order_pos = s->rf_pad ? s->rf_top + r : s->rf_top - 1 - r; /* a pad round goes up from the cursor */
         c->sample = ld->seq[s->epoch & 1][c->order_pos];
         c->epoch = s->epoch;
         c->gen = s->gen;
@@ -374,17 +376,18 @@ static void commit_nominal(sl_loader *ld, sl_batch *s, uint64_t T) {
  * committer; tail is written only by it (under mu, for the claimers). */
 static int commit_slot(sl__worker *w, sl_batch *s) {
     sl_loader *ld = w->ld;
-    uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T;
+    uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T, P = ld->pad, bottom = P;
     if (s->rf_passes == 0) commit_nominal(ld, s, T);
-    uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T) : 0;
-    if (sl__guard_pass(ld, s, m == 0)) m = 0, T = top; /* tripped: no more rounds, the loader stops here */
-    if (m) { /* publish the round: its positions leave the tail, its refills become claims */
+    uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T, &P) : 0;
+    if (sl__guard_pass(ld, s, m == 0)) m = 0, T = top, P = bottom; /* tripped: no more rounds, the loader stops here */
+    if (m) { /* publish the round: its positions leave the tail (or the pad cursor), its refills become claims */
         pthread_mutex_lock(&ld->mu);
-        s->rf_top = top;
+        s->rf_top = s->rf_pad ? bottom : top;
         s->rf_count = m;
         s->rf_claimed = 0;
         s->pending += m;
         ld->tail = T;
+        ld->pad = P;
         pthread_mutex_unlock(&ld->mu);
         return 1;
     }
@@ -401,9 +404,12 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
             }
     }
     s->n = n;
-    s->final = ld->cfg.drop_last ? T < (k + 2) * B || k + 1 >= ld->nbatches : T <= (k + 1) * B || k + 1 >= ld->nbatches;
+    uint64_t nb = sl__sampler_batches(&ld->sampler, s->epoch, ld->B);
+    if (ld->cfg.world_size > 1) s->final = k + 1 >= nb; /* every rank takes nb batches (padding) */
+    else s->final = ld->cfg.drop_last ? T < (k + 2) * B || k + 1 >= nb : T <= (k + 1) * B || k + 1 >= nb;
     if (!s->failed && (n == 0 || (ld->cfg.drop_last && n < B))) s->marker = 1;
     s->tail_after = T;
+    s->pad_after = P;
     if ((ld->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed)
         s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
     pthread_mutex_lock(&ld->mu);
@@ -464,7 +470,8 @@ static int try_commit(sl__worker *w) {
             sl__order_for(ld, s->epoch + 1);
             pthread_mutex_lock(&ld->mu);
             ld->committing = 0;
-            ld->tail = ld->sampler.per_rank;
+            ld->tail = sl__sampler_span(&ld->sampler, s->epoch + 1)->per_rank;
+            ld->pad = 0;
             ld->d_open = 1;
             pthread_cond_broadcast(&ld->cv_work);
             pthread_cond_broadcast(&ld->cv_quiet);
@@ -528,10 +535,15 @@ void sl__loader_run(sl__worker *w) {
 
 /* ---- reset ------------------------------------------------------------------ */
 
-void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail) {
+void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail, uint64_t pad,
+                        const sl__span *span) {
     ld->paused = 1;
     ld->gen++;
     while (ld->active > 0 || ld->committing) pthread_cond_wait(&ld->cv_quiet, &ld->mu);
+    if (span || ld->sampler.resumed) { /* the orders made for the old spans are stale */
+        sl__sampler_resume(&ld->sampler, epoch, span);
+        ld->seq_valid[0] = ld->seq_valid[1] = 0;
+    }
     sl__gstage_reset(ld); /* samples queued for the GPU or handed back belong to the old generation */
     for (uint32_t i = 0; i < ld->nslots; i++) {
         sl_batch *s = &ld->slots[i];
@@ -549,12 +561,14 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
     ld->d_epoch = epoch;
     ld->d_batch = batch;
     ld->tail = tail;
+    ld->pad = pad;
     ld->d_open = 1;
     ld->next_seqno = ld->c_seqno = ld->r_seqno = 0;
     sl__guard_reset(ld, epoch);
     ld->cur_epoch = epoch;
     ld->cur_batch = batch;
     ld->cur_tail = tail;
+    ld->cur_pad = pad;
     ld->pending_end = 0;
     ld->paused = 0;
     pthread_cond_broadcast(&ld->cv_work);
@@ -589,12 +603,14 @@ static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
     if (s->final) {
         ld->cur_epoch = s->epoch + 1;
         ld->cur_batch = 0;
-        ld->cur_tail = ld->sampler.per_rank;
+        ld->cur_tail = sl__sampler_span(&ld->sampler, s->epoch + 1)->per_rank;
+        ld->cur_pad = 0;
         ld->epoch_good = ld->epoch_errors = 0;
     } else {
         ld->cur_epoch = s->epoch;
         ld->cur_batch = s->batch + 1;
         ld->cur_tail = s->tail_after;
+        ld->cur_pad = s->pad_after;
     }
     if (s->marker || s->failed) {
         int failed = s->failed, final = s->final;
@@ -743,7 +759,7 @@ int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
     if (ld->cur_epoch == epoch && ld->cur_batch == 0) {
         ld->pending_end = 0; /* already there (the usual loop) */
     } else {
-        sl__reset_pipeline(ld, epoch, 0, ld->sampler.per_rank);
+        sl__reset_pipeline(ld, epoch, 0, ld->sampler.per_rank, 0, NULL);
     }
     pthread_mutex_unlock(&ld->mu);
     return 0;

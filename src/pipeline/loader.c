@@ -77,6 +77,8 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
         BAD("decode %d is none of SL_DECODE_CPU, SL_DECODE_AUTO, SL_DECODE_GPU", c->decode);
     if (c->gpu_device < 0) BAD("gpu_device %d is negative", c->gpu_device);
     if (c->worker_nice < 0 || c->worker_nice > 19) BAD("worker_nice %d out of range 0..19", c->worker_nice);
+    if ((c->order_begin || c->order_end) && c->order_begin >= c->order_end)
+        BAD("order range [%llu, %llu) is empty (0, 0: the whole order)", (ull)c->order_begin, (ull)c->order_end);
     return 0;
 #undef BAD
 }
@@ -238,6 +240,15 @@ static int step_index(sl_loader *ld, char *err, size_t errlen) {
         sl__msg(err, errlen, "dataset of %llu samples leaves rank %u of %u nothing", (ull)N, cfg->rank, cfg->world_size);
         return rc;
     }
+    if (cfg->order_end && (rc = sl__sampler_range(&ld->sampler, cfg->order_begin, cfg->order_end))) {
+        if (rc == SL_EINVAL)
+            sl__msg(err, errlen, "order range [%llu, %llu) is not inside the dataset's order of %llu samples",
+                    (ull)cfg->order_begin, (ull)cfg->order_end, (ull)N);
+        else
+            sl__msg(err, errlen, "order range [%llu, %llu) leaves rank %u of %u nothing", (ull)cfg->order_begin,
+                    (ull)cfg->order_end, cfg->rank, cfg->world_size);
+        return rc;
+    }
     uint64_t per = ld->sampler.per_rank;
     ld->nbatches = cfg->drop_last ? per / ld->B : (per + ld->B - 1) / ld->B;
     if (ld->nbatches == 0) {
@@ -255,15 +266,15 @@ static int step_tables(sl_loader *ld, char *err, size_t errlen) {
     size_t seqb = (size_t)per * sizeof(uint32_t);
     ld->seq[0] = sl__alloc(ld->budget, seqb, SL_MEM_INDEX);
     ld->seq[1] = sl__alloc(ld->budget, seqb, SL_MEM_INDEX);
-    if (cfg->world_size > 1)
-        ld->seq_tmp = sl__alloc(ld->budget, (size_t)SL_MAX(N, ld->sampler.total) * sizeof(uint32_t), SL_MEM_INDEX);
+    int tmp = cfg->world_size > 1 || per < N; /* seq cannot hold the permutation: ranks, an order range */
+    if (tmp) ld->seq_tmp = sl__alloc(ld->budget, (size_t)N * sizeof(uint32_t), SL_MEM_INDEX);
     ld->errs = sl__calloc(ld->budget, SL_MAX(cfg->max_error_records, 1), sizeof(sl__error), SL_MEM_OTHER);
     ld->workers = sl__calloc(ld->budget, ld->nworkers, sizeof(sl__worker), SL_MEM_OTHER);
-    if (ld->seq[0] && ld->seq[1] && (cfg->world_size == 1 || ld->seq_tmp) && ld->errs && ld->workers) return 0;
+    if (ld->seq[0] && ld->seq[1] && (!tmp || ld->seq_tmp) && ld->errs && ld->workers) return 0;
     /* the budget is to blame only if the smallest refused block did not fit */
     uint64_t want = UINT64_MAX;
     if (!ld->seq[0] || !ld->seq[1]) want = SL_MIN(want, seqb);
-    if (cfg->world_size > 1 && !ld->seq_tmp) want = SL_MIN(want, (uint64_t)SL_MAX(N, ld->sampler.total) * 4);
+    if (tmp && !ld->seq_tmp) want = SL_MIN(want, N * 4);
     if (!ld->errs) want = SL_MIN(want, (uint64_t)SL_MAX(cfg->max_error_records, 1) * sizeof(sl__error));
     if (!ld->workers) want = SL_MIN(want, (uint64_t)ld->nworkers * sizeof(sl__worker));
     int rc = alloc_fail_code(ld, want);
@@ -519,6 +530,8 @@ static void free_memory(sl_loader *ld, int in_child) {
     sl__free(b, ld->seq[0]);
     sl__free(b, ld->seq[1]);
     sl__free(b, ld->seq_tmp);
+    sl__free(b, ld->span_gone[0]);
+    sl__free(b, ld->span_gone[1]);
     sl__free(b, ld->errs);
     sl__free(b, ld->source_path);
     sl__free(b, ld->fields_json);
@@ -673,7 +686,7 @@ uint64_t sl_batch_epoch(const sl_batch *b) { return b ? b->epoch : 0; }
 uint64_t sl_batch_index(const sl_batch *b) { return b ? b->batch : 0; }
 uint64_t sl_batch_checksum(const sl_batch *b) { return b ? b->checksum : 0; }
 
-/* ---- stats, errors, state ----------------------------------------------- */
+/* ---- stats, errors ------------------------------------------------------ */
 
 int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) {
     if (!cld || !out || out_size == 0) return SL_EINVAL;
@@ -751,61 +764,4 @@ size_t sl_loader_errors_sized(const sl_loader *cld, size_t first, sl_error_recor
         sl__abi_out((char *)out + n * elem_size, elem_size, &ld->errs[i].rec, sizeof ld->errs[i].rec);
     pthread_mutex_unlock(&ld->errmu);
     return n;
-}
-
-int sl_loader_get_state_sized(const sl_loader *cld, sl_state *out, size_t out_size) {
-    if (!cld || !out || !out_size) return SL_EINVAL;
-    sl_loader *ld = (sl_loader *)cld;
-    if (ld->forked) {
-        memset(out, 0, out_size);
-        return SL_ESTATE;
-    }
-    sl_state s, *st = &s;
-    memset(st, 0, sizeof *st);
-    pthread_mutex_lock(&ld->mu);
-    st->version = SL_STATE_VERSION;
-    st->seed = ld->cfg.seed;
-    st->epoch = ld->cur_epoch;
-    st->batch = ld->cur_batch;
-    st->tail = ld->cur_tail;
-    st->dataset_size = ld->sampler.n;
-    st->rank = ld->cfg.rank;
-    st->world_size = ld->cfg.world_size;
-    st->batch_size = ld->B;
-    st->flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
-    pthread_mutex_unlock(&ld->mu);
-    sl__abi_out(out, out_size, st, sizeof *st);
-    return 0;
-}
-
-/* Could a loader be at st? sl_loader_get_state reports an epoch's end as
- * (epoch + 1, 0, per_rank), so a state always has a next batch: batch <
- * nbatches and a tail that leaves it a sample (a full one with drop_last). */
-static int state_reachable(const sl_loader *ld, const sl_state *st) {
-    uint64_t B = ld->B, start;
-    if (st->batch >= ld->nbatches || st->tail > ld->sampler.per_rank || sl__mul(st->batch, B, &start)) return 0;
-    return ld->cfg.drop_last ? start + B <= st->tail : start < st->tail;
-}
-
-int sl_loader_set_state_sized(sl_loader *ld, const sl_state *cst, size_t st_size) {
-    if (!ld || !cst) return SL_EINVAL;
-    if (ld->forked) return SL_ESTATE;
-    sl_state s, *st = &s;
-    memset(st, 0, sizeof *st);
-    int rc = sl__abi_in(st, sizeof *st, cst, st_size, SL__SIZE_0_1_STATE, "sl_state", "take it from sl_loader_get_state",
-                        NULL, 0);
-    if (rc) return rc;
-    uint32_t flags = (ld->cfg.shuffle ? 1u : 0) | (ld->cfg.drop_last ? 2u : 0);
-    if (st->version != SL_STATE_VERSION || st->seed != ld->cfg.seed || st->dataset_size != ld->sampler.n ||
-        st->rank != ld->cfg.rank || st->world_size != ld->cfg.world_size || st->batch_size != ld->B ||
-        st->flags != flags || !state_reachable(ld, st))
-        return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    if (ld->poisoned) {
-        pthread_mutex_unlock(&ld->mu);
-        return SL_ESTATE;
-    }
-    sl__reset_pipeline(ld, st->epoch, st->batch, st->tail);
-    pthread_mutex_unlock(&ld->mu);
-    return 0;
 }

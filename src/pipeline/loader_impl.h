@@ -54,6 +54,7 @@ struct sl_batch {
     int marker;          /* committed empty (dropped): an epoch boundary only */
     int final;           /* last batch of its epoch */
     uint64_t tail_after; /* the epoch's tail after this batch's commit */
+    uint64_t pad_after;  /* and its pad cursor (refill.c) */
     uint64_t checksum;
     uint64_t cno;        /* its commit's number */
     uint32_t nerr;       /* failures recorded at its commit */
@@ -72,7 +73,8 @@ struct sl_batch {
     uint32_t *rf_hole;
     uint32_t rf_count;   /* refills in the current round (0: none) (mu) */
     uint32_t rf_claimed; /* handed out (mu) */
-    uint64_t rf_top;     /* the tail when the round began (mu) */
+    uint64_t rf_top;     /* the tail when the round began; a pad round's: the pad cursor (mu) */
+    int rf_pad;          /* a pad round: refill i decodes position rf_top + i (mu) */
     int rf_passes;       /* commit passes made (0: nominal failures not yet recorded) */
     int tripped;         /* the failure guard stopped the loader at its commit (guard.c) */
     sl_error_record last_err; /* the newest failure recorded at its commit (nerr > 0) */
@@ -185,7 +187,11 @@ struct sl_loader {
     uint32_t *seq[2];        /* sample order of epoch e in seq[e & 1] */
     uint64_t seq_epoch[2];
     int seq_valid[2];
-    uint32_t *seq_tmp;       /* permutation scratch for world > 1 */
+    uint32_t *seq_tmp;       /* permutation scratch (n entries) unless seq holds n: world 1, whole order */
+    /* The gone list of the span of an elastic resume's epoch (sampler.r_span),
+     * copied by set_state (index memory), and the one before it: a list
+     * get_state handed out lives until the second set_state after it. */
+    uint32_t *span_gone[2];
 
     uint8_t *region;         /* all slots: one private mapping of nslots * pitch bytes */
     size_t region_len;
@@ -211,6 +217,7 @@ struct sl_loader {
     uint64_t d_epoch, d_batch;
     int d_open;              /* d_epoch's order is ready */
     uint64_t tail;           /* d_epoch's tail; written by the committer */
+    uint64_t pad;            /* d_epoch's pad cursor (refill.c); written by the committer */
     uint64_t next_seqno;
     /* commit (one committer at a time, in seqno order) */
     uint64_t c_seqno;
@@ -218,7 +225,7 @@ struct sl_loader {
     uint32_t active;         /* claims being processed */
     /* delivery */
     uint64_t r_seqno;
-    uint64_t cur_epoch, cur_batch, cur_tail; /* state after the last delivery */
+    uint64_t cur_epoch, cur_batch, cur_tail, cur_pad; /* state after the last delivery */
     int pending_end;
     uint32_t held, ready;
 
@@ -334,8 +341,11 @@ void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, cons
 
 /* engine.c: the slot machinery, run by workers and the consumer */
 void sl__loader_run(sl__worker *w);
-/* Restart delivery at (epoch, batch) with tail. mu held. */
-void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail);
+/* Restart delivery at (epoch, batch) with tail and pad cursor. span:
+ * epoch's own span (an elastic resume: sl__sampler_resume), NULL: the
+ * order range for every epoch. mu held. */
+void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail, uint64_t pad,
+                        const sl__span *span);
 /* The sample order of epoch (made on first use). */
 uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch);
 /* Elastic slots (engine.c). The loader's budget consumer: registered at
@@ -431,8 +441,10 @@ int sl__admit_check(sl_loader *ld, char *err, size_t errlen);
  * moved down), then plan the next one if the batch has holes and the tail
  * has unused positions: returns its size m (rf_hole[0..m) filled, *T, the
  * committer's tail, lowered by m; the caller publishes rf_top = the old
- * *T and rf_count = m under mu), or 0: the batch is settled. */
-uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T);
+ * *T and rf_count = m under mu), or, with ranks and the tail used up, a
+ * pad round (rf_pad set; *P, the pad cursor, raised by m; rf_top = the old
+ * *P), or 0: the batch is settled. */
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T, uint64_t *P);
 /* Move the sample at position a of s down to b (b < a); committer only. */
 void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b);
 /* The dataset index held at position j of slot s. */

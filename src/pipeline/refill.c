@@ -30,6 +30,18 @@
  * records and the tail after it depend only on the seed, the epoch and
  * which files fail — never on the worker count or on timing.
  *
+ * Padding (world_size > 1). DDP needs every rank to take the same number
+ * of batches, of the same sizes, whatever its bad files. Once a rank's
+ * tail meets the batch being committed, its share is used up: the holes
+ * left, and every batch after it up to the epoch's nominal count, are
+ * padded up to the batch's nominal size with the rank's own samples from
+ * the start of its order (pad cursor P: position P, then P+1, ...; each
+ * tried at most once an epoch), as DistributedSampler pads by repeating
+ * the order's start. Pad rounds are rounds as above with positions taken
+ * upward from P; a pad that fails is not recorded again (the sample was,
+ * when first tried). One rank alone (world_size 1) never pads: its epoch
+ * ends early instead, and holds each good sample once.
+ *
  * Only the batch being committed (seqno c_seqno) can be in a round: a
  * later batch's commit waits for it, but the refills themselves run on
  * every worker, beside the nominal positions of later batches.
@@ -45,10 +57,11 @@
 #include "base/util.h"
 #include "pipeline/loader_impl.h"
 
-/* The round just finished: record its failures in attempt order, then
- * move its successes down into its lowest holes, in attempt order. */
+/* The round just finished: record its failures in attempt order (a pad
+ * round's were recorded when the samples were first tried), then move its
+ * successes down into its lowest holes, in attempt order. */
 static void settle_round(sl_loader *ld, sl_batch *s) {
-    for (uint32_t i = 0; i < s->rf_count; i++) {
+    for (uint32_t i = 0; i < s->rf_count && !s->rf_pad; i++) {
         uint32_t j = s->rf_hole[i];
         if (!s->ok[j] && s->err[j] && -(int)s->err[j] != SL_ESTATE) /* ESTATE: shutting down */
             sl__record_error(ld, s, sl__slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
@@ -62,15 +75,34 @@ static void settle_round(sl_loader *ld, sl_batch *s) {
     }
 }
 
-uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T) {
+/* Plan a round of m positions into the m lowest holes of [0, size). */
+static void plan_holes(sl_batch *s, uint32_t size, uint32_t m) {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < size && n < m; j++)
+        if (!s->ok[j]) s->rf_hole[n++] = j;
+}
+
+uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T, uint64_t *P) {
     uint64_t B = ld->B, k = s->batch;
     if (s->rf_passes++) settle_round(ld, s);
     uint32_t have = 0;
     for (uint32_t j = 0; j < B; j++) have += s->ok[j];
-    if (have >= B || *T <= (k + 1) * B) return 0;
-    uint32_t m = (uint32_t)SL_MIN((uint64_t)(B - have), *T - (k + 1) * B), n = 0;
-    for (uint32_t j = 0; j < B && n < m; j++)
-        if (!s->ok[j]) s->rf_hole[n++] = j;
-    *T -= m;
+    if (*T > (k + 1) * B) { /* refills from the tail */
+        if (have >= B) return 0;
+        uint32_t m = (uint32_t)SL_MIN((uint64_t)(B - have), *T - (k + 1) * B);
+        plan_holes(s, (uint32_t)B, m);
+        s->rf_pad = 0;
+        *T -= m;
+        return m;
+    }
+    if (ld->cfg.world_size == 1) return 0;
+    /* the share is used up: pad to the batch's nominal size */
+    uint64_t per = sl__sampler_span(&ld->sampler, s->epoch)->per_rank;
+    uint32_t size = (uint32_t)SL_MIN(B, per - k * B);
+    if (have >= size || *P >= per) return 0;
+    uint32_t m = (uint32_t)SL_MIN((uint64_t)(size - have), per - *P);
+    plan_holes(s, size, m);
+    s->rf_pad = 1;
+    *P += m;
     return m;
 }

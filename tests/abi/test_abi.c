@@ -77,7 +77,14 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, mem_peak)                                                                                            \
     A(sl_budget_info, mem_count)                                                                                     \
     A(sl_budget_info, mem)                                                                                           \
-    A(sl_budget_info, mem_peak)
+    A(sl_budget_info, mem_peak)                                                                                      \
+    A(sl_config, order_begin)                                                                                        \
+    A(sl_config, order_end)                                                                                          \
+    A(sl_state, pad)                                                                                                 \
+    A(sl_state, span_begin)                                                                                          \
+    A(sl_state, span_end)                                                                                            \
+    A(sl_state, gone_count)                                                                                          \
+    A(sl_state, gone)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");
