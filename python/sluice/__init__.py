@@ -34,7 +34,7 @@ __version__ = _sluice.version().split()[0]
 
 __all__ = [
     "Loader", "Budget", "Batch", "Field", "decode_image", "probe_image", "train_crop", "parse_size",
-    "decode_video", "probe_video",
+    "decode_video", "probe_video", "merge_states",
     "BudgetError", "DecodeError", "ErrorRateError", "SampleError", "SlotsHeldError", "__version__", "build_info",
 ]
 
@@ -327,6 +327,8 @@ class Loader:
       prefetch     batch slots (in flight + held by you); None = as the budget allows
       on_error     "skip" (record and go on) or "raise" (SampleError, batch dropped)
       rank, world_size   shard of the dataset; default from RANK / WORLD_SIZE
+      order_range  (begin, end): run over positions [begin, end) of every epoch's seeded
+                   order only (a Ray Data read task's lease; None: the whole order)
       max_pixels, max_bytes  per-sample limits checked from headers (library defaults)
       max_error_rate  stop (ErrorRateError) once more than this fraction of the samples
                    tried failed, from 100 tried on (0.1; 1 = never); an epoch whose first
@@ -389,7 +391,7 @@ class Loader:
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
                  gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, worker_nice=None,
-                 **dataloader_args):
+                 order_range=None, **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -473,6 +475,8 @@ class Loader:
             kw["gpu_max_pixels"] = _int("gpu_max_pixels", gpu_max_pixels, 1)
         if worker_nice is not None:
             kw["worker_nice"] = _int("worker_nice", worker_nice, 0, 19)
+        if order_range is not None:
+            kw["order_begin"], kw["order_end"] = _order_range(order_range)
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]
@@ -568,17 +572,19 @@ class Loader:
         self._positioned = True
 
     def state_dict(self):
-        """Iteration state after the last delivered batch: a plain dict of ints."""
+        """Iteration state after the last delivered batch: a plain dict of ints
+        (and ``gone``, a list of ints). To resume on another number of ranks,
+        merge every rank's with :func:`sluice.merge_states`."""
         return self._handle().get_state()
 
     def load_state_dict(self, state):
-        """Resume from :meth:`state_dict` of a loader over the same dataset and
-        configuration; the next batch is the one after the saved position."""
+        """Resume from :meth:`state_dict` of this rank of a loader over the same
+        dataset and configuration (the next batch is the one after the saved
+        position), or from :func:`sluice.merge_states` of every rank's on any
+        number of ranks (this rank's share of what they left)."""
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict expects the dict state_dict() returned, got {type(state).__name__}")
-        known = {"version", "seed", "epoch", "batch", "tail", "dataset_size", "rank", "world_size",
-                 "batch_size", "flags"}
-        unknown = set(state) - known
+        unknown = set(state) - _STATE_KEYS
         if unknown:
             raise ValueError(f"load_state_dict: unknown keys {sorted(unknown)}")
         self._handle().set_state(dict(state))
@@ -644,6 +650,45 @@ class Loader:
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} batches/epoch"
         return f"<sluice.Loader {self.source!r} batch_size={self.batch_size} {state}>"
+
+
+_STATE_KEYS = {"version", "seed", "epoch", "batch", "tail", "dataset_size", "rank", "world_size", "batch_size",
+               "flags", "pad", "span_begin", "span_end", "gone"}
+
+
+def merge_states(states):
+    """Merge the ``state_dict()`` of every rank of one world (taken at the same
+    epoch, e.g. after the same number of DDP steps; any order) into one state:
+    the positions of the epoch's order that none of them delivered or found
+    bad. ``load_state_dict`` of it on any number of ranks shares those, so
+    every sample of the epoch is delivered once over both runs (docs/python.md,
+    "Resume on another number of ranks")."""
+    states = list(states)
+    for i, st in enumerate(states):
+        if not isinstance(st, dict):
+            raise TypeError(f"merge_states: state {i} is a {type(st).__name__}, not a state_dict() dict")
+        unknown = set(st) - _STATE_KEYS
+        if unknown:
+            raise ValueError(f"merge_states: state {i} has unknown keys {sorted(unknown)}")
+    if not states:
+        raise ValueError("merge_states: no states (give every rank's state_dict())")
+    try:
+        states.sort(key=lambda st: int(st["rank"]))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("merge_states: every state needs an int 'rank'") from None
+    return _sluice._merge_states(states)
+
+
+def _order_range(value):
+    """(begin, end) of an order range, checked."""
+    try:
+        begin, end = value
+    except (TypeError, ValueError):
+        raise TypeError(f"order_range must be a pair (begin, end) of ints, got {value!r}") from None
+    begin, end = _int("order_range begin", begin), _int("order_range end", end)
+    if begin >= end:
+        raise ValueError(f"order_range ({begin}, {end}) is empty: begin must be < end")
+    return begin, end
 
 
 # sluice.Loader's own argument names (for "did you mean" on a typo)

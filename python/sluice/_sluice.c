@@ -316,7 +316,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              "cache", "cache_share", "cache_what", "local_rank", "local_world_size",
                              /* GPU decode (issue 13) */
                              "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", "worker_nice",
-                             NULL};
+                             /* an order range (issue 22) */
+                             "order_begin", "order_end", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     sl_image_recipe r; /* what cfg.recipe points at; sl_loader_create copies it */
@@ -325,7 +326,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&i", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
@@ -334,7 +335,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
             &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
             &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
-            &cfg.worker_nice))
+            &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end))
         return -1;
     if (recipe_from_dict(recipe, &r) < 0) {
         Py_DECREF(source);
@@ -705,24 +706,39 @@ fail:
     return NULL;
 }
 
-static PyObject *Loader_get_state(LoaderObject *self, PyObject *unused) {
-    if (loader_open_check(self) < 0) return NULL;
-    sl_state s;
-    int rc = 0;
-    if (self->stash) s = self->stash_state; /* the stashed batch was never handed over */
-    else rc = sl_loader_get_state(self->ld, &s);
-    if (rc < 0) return raise_loader(self, rc, "state_dict failed");
+/* ---- iteration states as dicts ------------------------------------------ */
+
+/* st as the dict state_dict() returns: ints, and gone as a list of ints. */
+static PyObject *state_to_dict(const sl_state *s) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    if (PUT_U64(d, "version", s.version) < 0 || PUT_U64(d, "seed", s.seed) < 0 ||
-        PUT_U64(d, "epoch", s.epoch) < 0 || PUT_U64(d, "batch", s.batch) < 0 ||
-        PUT_U64(d, "tail", s.tail) < 0 || PUT_U64(d, "dataset_size", s.dataset_size) < 0 ||
-        PUT_U64(d, "rank", s.rank) < 0 || PUT_U64(d, "world_size", s.world_size) < 0 ||
-        PUT_U64(d, "batch_size", s.batch_size) < 0 || PUT_U64(d, "flags", s.flags) < 0) {
-        Py_DECREF(d);
-        return NULL;
+    if (PUT_U64(d, "version", s->version) < 0 || PUT_U64(d, "seed", s->seed) < 0 ||
+        PUT_U64(d, "epoch", s->epoch) < 0 || PUT_U64(d, "batch", s->batch) < 0 ||
+        PUT_U64(d, "tail", s->tail) < 0 || PUT_U64(d, "dataset_size", s->dataset_size) < 0 ||
+        PUT_U64(d, "rank", s->rank) < 0 || PUT_U64(d, "world_size", s->world_size) < 0 ||
+        PUT_U64(d, "batch_size", s->batch_size) < 0 || PUT_U64(d, "flags", s->flags) < 0 ||
+        PUT_U64(d, "pad", s->pad) < 0 || PUT_U64(d, "span_begin", s->span_begin) < 0 ||
+        PUT_U64(d, "span_end", s->span_end) < 0)
+        goto fail;
+    if (s->gone_count > (uint64_t)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "state_dict: the gone list does not fit a list");
+        goto fail;
     }
+    PyObject *gone = PyList_New((Py_ssize_t)s->gone_count);
+    if (!gone) goto fail;
+    for (uint64_t i = 0; i < s->gone_count; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(s->gone[i]);
+        if (!v) {
+            Py_DECREF(gone);
+            goto fail;
+        }
+        PyList_SET_ITEM(gone, (Py_ssize_t)i, v);
+    }
+    if (dict_put(d, "gone", gone) < 0) goto fail;
     return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
 }
 
 static int state_get(PyObject *d, const char *key, int bits32, void *out) {
@@ -748,38 +764,157 @@ static int state_get(PyObject *d, const char *key, int bits32, void *out) {
     return 0;
 }
 
+/* A state_dict() dict into *s; version 2's gone list into *gone (PyMem,
+ * the caller frees it; NULL when empty). 0, or -1 with an exception. */
+static int state_from_dict(PyObject *d, sl_state *s, uint32_t **gone) {
+    memset(s, 0, sizeof *s);
+    *gone = NULL;
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "a state is a dict, got %.100s", Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    if (state_get(d, "version", 0, &s->version) < 0 || state_get(d, "seed", 0, &s->seed) < 0 ||
+        state_get(d, "epoch", 0, &s->epoch) < 0 || state_get(d, "batch", 0, &s->batch) < 0 ||
+        state_get(d, "tail", 0, &s->tail) < 0 || state_get(d, "dataset_size", 0, &s->dataset_size) < 0 ||
+        state_get(d, "rank", 1, &s->rank) < 0 || state_get(d, "world_size", 1, &s->world_size) < 0 ||
+        state_get(d, "batch_size", 1, &s->batch_size) < 0 || state_get(d, "flags", 1, &s->flags) < 0)
+        return -1;
+    if (s->version < 2) return 0; /* version 1: no span (the library reads it so) */
+    if (state_get(d, "pad", 0, &s->pad) < 0 || state_get(d, "span_begin", 0, &s->span_begin) < 0 ||
+        state_get(d, "span_end", 0, &s->span_end) < 0)
+        return -1;
+    PyObject *list = PyDict_GetItemString(d, "gone"); /* borrowed */
+    if (!list) {
+        PyErr_SetString(PyExc_ValueError, "load_state_dict: missing key 'gone'");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(list, "load_state_dict: 'gone' must be a list of ints");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if ((uint64_t)n > s->dataset_size) { /* never more than the order holds: refuse before allocating */
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "load_state_dict: 'gone' lists %zd positions of an order of %llu", n,
+                     (unsigned long long)s->dataset_size);
+        return -1;
+    }
+    uint32_t *g = n ? PyMem_Malloc((size_t)n * sizeof *g) : NULL;
+    if (n && !g) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i), *x = NULL;
+        uint32_t u;
+        if (PyBool_Check(v) || !PyIndex_Check(v) || !(x = PyNumber_Index(v)) || !conv_u32(x, &u)) {
+            Py_XDECREF(x);
+            Py_DECREF(seq);
+            PyMem_Free(g);
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "load_state_dict: 'gone'[%zd] is not a position (an int below 2^32)", i);
+            return -1;
+        }
+        Py_DECREF(x);
+        g[i] = u;
+    }
+    Py_DECREF(seq);
+    s->gone_count = (uint64_t)n;
+    s->gone = g;
+    *gone = g;
+    return 0;
+}
+
+static PyObject *Loader_get_state(LoaderObject *self, PyObject *unused) {
+    if (loader_open_check(self) < 0) return NULL;
+    sl_state s;
+    int rc = 0;
+    if (self->stash) s = self->stash_state; /* the stashed batch was never handed over */
+    else rc = sl_loader_get_state(self->ld, &s);
+    if (rc < 0) return raise_loader(self, rc, "state_dict failed");
+    /* gone is copied at once: the list is the loader's, freed at the second
+     * set_state after this one, which cannot begin while this holds the GIL */
+    return state_to_dict(&s);
+}
+
 static PyObject *Loader_set_state(LoaderObject *self, PyObject *d) {
     if (!PyDict_Check(d)) {
         PyErr_Format(PyExc_TypeError, "load_state_dict expects a dict, got %.100s", Py_TYPE(d)->tp_name);
         return NULL;
     }
     sl_state s;
-    memset(&s, 0, sizeof s);
-    if (state_get(d, "version", 0, &s.version) < 0 || state_get(d, "seed", 0, &s.seed) < 0 ||
-        state_get(d, "epoch", 0, &s.epoch) < 0 || state_get(d, "batch", 0, &s.batch) < 0 ||
-        state_get(d, "tail", 0, &s.tail) < 0 || state_get(d, "dataset_size", 0, &s.dataset_size) < 0 ||
-        state_get(d, "rank", 1, &s.rank) < 0 || state_get(d, "world_size", 1, &s.world_size) < 0 ||
-        state_get(d, "batch_size", 1, &s.batch_size) < 0 || state_get(d, "flags", 1, &s.flags) < 0)
+    uint32_t *gone;
+    if (state_from_dict(d, &s, &gone) < 0) return NULL;
+    if (loader_enter_check(self) < 0) {
+        PyMem_Free(gone);
         return NULL;
-    if (loader_enter_check(self) < 0) return NULL;
-    char why[400] = "";
-    if (sl_loader_poisoned(self->ld, why, sizeof why)) return raise_loader(self, SL_ESTATE, "load_state_dict failed");
+    }
+    char why[1024] = "";
+    if (sl_loader_poisoned(self->ld, why, sizeof why)) {
+        PyMem_Free(gone);
+        return raise_loader(self, SL_ESTATE, "load_state_dict failed");
+    }
     drop_stash(self);
     int rc;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_loader_set_state(self->ld, &s);
+    if (rc == SL_ESTATE) sl_loader_check_state(self->ld, &s, why, sizeof why);
     Py_END_ALLOW_THREADS
     self->busy = 0;
+    PyMem_Free(gone);
     if (rc == SL_ESTATE)
         return raise_as(PyExc_ValueError, rc,
-                        "load_state_dict: the state was saved by a loader over another dataset or "
-                        "configuration (seed, batch_size, rank/world_size, shuffle, drop_last must "
-                        "match), has another version, or names a position no loader can be at "
-                        "(batch past the epoch, or a tail that leaves that batch no sample)",
-                        NULL);
+                        "load_state_dict: the state does not fit this loader (another dataset or configuration, "
+                        "another version, or a position no loader can be at)",
+                        why);
     if (rc < 0) return raise_code(rc, "load_state_dict failed", NULL);
     Py_RETURN_NONE;
+}
+
+/* _merge_states([state, ...] in rank order) -> the merged state (sl_state_merge). */
+static PyObject *mod_merge_states(PyObject *mod, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "merge_states expects a list of the ranks' state_dict()s");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *res = NULL;
+    sl_state *st = PyMem_Calloc(n ? (size_t)n : 1, sizeof *st);
+    const sl_state **ptr = PyMem_Calloc(n ? (size_t)n : 1, sizeof *ptr);
+    uint32_t **gones = PyMem_Calloc(n ? (size_t)n : 1, sizeof *gones), *out_gone = NULL;
+    if (!st || !ptr || !gones) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (state_from_dict(PySequence_Fast_GET_ITEM(seq, i), &st[i], &gones[i]) < 0) goto done;
+        ptr[i] = &st[i];
+    }
+    sl_state m;
+    char why[640] = "";
+    uint64_t cap = 0;
+    int rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = sl_state_merge(ptr, (size_t)n, &m, out_gone, cap, why, sizeof why);
+        Py_END_ALLOW_THREADS
+        if (rc != SL_EOVERFLOW || out_gone) break;
+        cap = m.gone_count; /* the room it needs, then once more */
+        if (cap > (uint64_t)PY_SSIZE_T_MAX / sizeof *out_gone ||
+            !(out_gone = PyMem_Malloc((size_t)cap * sizeof *out_gone))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (rc == SL_ESTATE || rc == SL_EINVAL) raise_as(PyExc_ValueError, rc, "merge_states", why);
+    else if (rc < 0) raise_code(rc, "merge_states failed", why);
+    else res = state_to_dict(&m);
+done:
+    for (Py_ssize_t i = 0; gones && i < n; i++) PyMem_Free(gones[i]);
+    PyMem_Free(gones);
+    PyMem_Free(ptr);
+    PyMem_Free(st);
+    PyMem_Free(out_gone);
+    Py_DECREF(seq);
+    return res;
 }
 
 static PyObject *Loader_get_closed(LoaderObject *self, void *unused) {
@@ -1491,6 +1626,7 @@ static PyMethodDef module_methods[] = {
      "_decode_video(path, frames, stride, fps, size, preset, short_clip, seed, epoch, index, ...) -> (bytearray, shape, frames)"},
     {"_probe_video", (PyCFunction)(void (*)(void))mod_probe_video, METH_VARARGS | METH_KEYWORDS,
      "_probe_video(path, ...limits) -> dict (headers only)"},
+    {"_merge_states", mod_merge_states, METH_O, "_merge_states([state, ...] in rank order) -> merged state."},
     {"train_crop", (PyCFunction)(void (*)(void))mod_train_crop, METH_VARARGS | METH_KEYWORDS,
      "train_crop(width, height, seed=0, epoch=0, index=0, recipe=None) -> (x, y, w, h, flip)"},
     {NULL, NULL, 0, NULL}};
