@@ -344,6 +344,9 @@ class Loader:
       cache_share  "none": the cache is a part of `budget` (or of the shared Budget);
                    "node": one /dev/shm segment for every rank of the node (torchrun's
                    LOCAL_RANK / LOCAL_WORLD_SIZE), counted once, outside the budgets
+      local_rank, local_world_size   this rank's place among the ranks of its node,
+                   for cache_share="node" (None: LOCAL_RANK / LOCAL_WORLD_SIZE, else
+                   the whole world on one node)
       cache_what   "encoded" (file bytes) or "decoded" (a field's output where it
                    depends on the file alone: val images and clips, arrays without a random
                    crop or points; file bytes otherwise)
@@ -391,7 +394,7 @@ class Loader:
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
                  gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, worker_nice=None,
-                 order_range=None, **dataloader_args):
+                 order_range=None, local_rank=None, local_world_size=None, **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -462,6 +465,11 @@ class Loader:
         if fields is not None:
             kw["fields"] = _schema_json(fields)
         kw.update(_cache_args(cache, cache_share, cache_what))
+        if (local_rank is None) != (local_world_size is None):
+            raise ValueError("local_rank and local_world_size go together: give both or neither")
+        if local_world_size is not None:
+            kw["local_world_size"] = _int("local_world_size", local_world_size, 1, _U32)
+            kw["local_rank"] = _int("local_rank", local_rank, 0, kw["local_world_size"] - 1)
         kw["decode"] = _choice("decode", decode, _DECODE)
         if gpu_device is not None:
             kw["gpu_device"] = _int("gpu_device", gpu_device, 0, 1024)
