@@ -2,7 +2,7 @@
 # Install what sluice needs, if it is missing. Idempotent: a second run
 # installs nothing. Where it cannot install (not root, no apt, no network),
 # it says exactly what is missing and exits non-zero.
-#   tools/setup.sh            build + test needs (numpy, Pillow, pytest; torch, CPU build)
+#   tools/setup.sh            build + test needs (numpy, Pillow, pytest; torch, CPU build; Ray)
 #   tools/setup.sh --build    build needs only (what `make` alone requires)
 #   tools/setup.sh --demo     build needs + what `make demo` runs (numpy, Pillow)
 #   tools/setup.sh --fuzz     build needs + clang and libFuzzer (`make fuzz`)
@@ -34,6 +34,7 @@ BASE_PY=${PYTHON:-python3}
 VENV=$ROOT/.venv
 TORCH_SPEC="torch==2.13.0+cpu"
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+RAY_SPEC="ray[data,train]==2.60.0"
 
 if ! command -v "$BASE_PY" >/dev/null 2>&1; then
   echo "setup: no Python interpreter '$BASE_PY' (set PYTHON=/path/to/python3, 3.10 or newer)" >&2
@@ -151,5 +152,14 @@ if [ "$want_py" = test ] && py_has "$PY" torch && ! py_has "$PY" lightning; then
   echo "setup: installing lightning (for the Lightning example's test) into $PY"
   pip_install "$PY" --timeout 30 --retries 1 lightning || \
     echo "setup: could not install lightning (log: /tmp/sluice-pip.log): its example's test will be skipped" >&2
+fi
+# Ray (Ray Data and Ray Train), for the sluice.ray tests only, CPU as all of
+# Ray's wheels are: RAY_SPEC, a release with wheels for CPython 3.10 to 3.13
+# (the GPU host runs 3.12: tools/host_ray_wheels.sh). Where pip cannot get it
+# the Ray tests skip, saying so.
+if [ "$want_py" = test ] && ! py_has "$PY" ray.data; then
+  echo "setup: installing $RAY_SPEC (for the sluice.ray tests) into $PY"
+  pip_install "$PY" --timeout 30 --retries 1 "$RAY_SPEC" || \
+    echo "setup: could not install $RAY_SPEC (log: /tmp/sluice-pip.log): the Ray tests will be skipped" >&2
 fi
 exit 0

@@ -1,4 +1,5 @@
-"""The integration examples run: Lightning, torchrun DDP (CPU, gloo), timm (where installed)."""
+"""The integration examples run: Lightning, torchrun DDP (CPU, gloo), timm (where installed), Ray
+Train (where Ray is installed)."""
 import glob
 import json
 import os
@@ -71,3 +72,21 @@ def test_timm_train(dataset):
                         "--budget", "256M"], env=_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "3 steps, 24 images" in r.stdout, r.stdout
+
+
+def test_ray_train_resnet_example(dataset, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (tools/setup.sh installs it)")
+    env = _env()
+    env.pop("RAY_ADDRESS", None)  # a local cluster of its own
+    r = subprocess.run([sys.executable, os.path.join(EX, "ray_train_resnet.py"), dataset, "--num-workers", "2",
+                        "--model", "tiny", "--size", "32", "--batch", "8", "--classes", str(len(CLASSES)),
+                        "--budget", "64M", "--ckpt-every", "2", "--storage", str(tmp_path / "results"),
+                        "--object-store-memory", str(100 << 20)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    last = json.loads([line for line in r.stdout.splitlines() if line.startswith('{"metrics"')][-1])
+    n = len(CLASSES) * PER_CLASS
+    assert last["metrics"]["epoch"] == 0 and last["metrics"]["step"] == n // 2 // 8  # each worker: half, batches of 8
+    assert last["checkpoint"] and os.path.exists(os.path.join(last["checkpoint"], "model.pt"))
+    assert all(os.path.exists(os.path.join(last["checkpoint"], f"sluice-loader-rank{r:05d}.json")) for r in (0, 1))
