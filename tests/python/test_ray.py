@@ -116,6 +116,38 @@ def test_read_fields(ray_local, dataset):
         assert np.array_equal(r["image"], img) and int(r["label"]) == label
 
 
+def test_read_arrays_points_sequences(ray_local, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(23):
+        np.save(tmp_path / f"x{i}.npy", rng.standard_normal((8, 8)).astype(np.float32))
+        np.save(tmp_path / f"p{i}.npy", rng.standard_normal((3 + i % 9, 4)).astype(np.float32))
+        for t in range(2):
+            np.save(tmp_path / f"s{i}_{t}.npy", rng.integers(0, 100, (3, 3)).astype(np.int16))
+        rows.append({"x": f"x{i}.npy", "pts": f"p{i}.npy", "seq": [f"s{i}_0.npy", f"s{i}_1.npy"], "label": i % 3})
+    with open(tmp_path / "m.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    fields = {"x": {"kind": "array", "layout": "HW", "crop": [4, 4]},
+              "pts": {"kind": "array", "points": 6},
+              "seq": {"kind": "sequence", "of": {"kind": "array"}},
+              "label": {"kind": "label"}}
+    opts = dict(fields=fields, seed=4, workers=1, budget="32M")
+    ds = sluice.ray.read(str(tmp_path / "m.jsonl"), epoch=1, leases=3, **opts)
+    got = {int(r["index"]): r for r in ds.take_all()}
+    assert sorted(got) == list(range(23))
+    with sluice.Loader(str(tmp_path / "m.jsonl"), batch_size=23, **opts) as ld:
+        ld.set_epoch(1)
+        b = {k: np.asarray(v) for k, v in next(iter(ld)).items()}
+    assert set(b) == {"x", "pts", "pts_len", "seq", "label", "index"}
+    for j, k in enumerate(b["index"]):
+        r = got[int(k)]
+        assert set(r) == set(b)
+        for name in b:
+            assert np.array_equal(np.asarray(r[name]), b[name][j]), (name, int(k))
+    assert got[0]["seq"].shape == (2, 3, 3) and got[0]["seq"].dtype == np.int16
+    assert got[0]["pts"].shape == (6, 4) and got[0]["x"].shape == (4, 4)
+
+
 def test_read_refuses_what_a_lease_decides(ray_local, dataset):
     for bad in ({"rank": 0}, {"world_size": 2}, {"drop_last": True}):
         with pytest.raises(TypeError, match="not taken"):

@@ -44,6 +44,10 @@ _LEASE_OWNS = {
     "drop_last": "the dataset holds every sample of the epoch once",
     "num_workers": "use workers= (decode threads inside each read task)",
 }
+# A block's size when Ray's target allows more: Ray Data's own readers make
+# blocks of a few MiB to tens of MiB; the smaller the block, the sooner a read
+# task's first one leaves (it waits for its batch to be decoded whole).
+BLOCK_BYTES = 32 << 20
 _RETRIED = (OSError,)  # transient I/O; a vanished dataset is not transient
 _NOT_RETRIED = (FileNotFoundError,)
 
@@ -123,7 +127,8 @@ class SluiceDatasource(Datasource):
     ``workers``, ``on_error``, ...); ``rank``, ``world_size`` and
     ``drop_last`` belong to the leases. ``batch_size`` is the loader's batch
     in a read task, so the rows of one block: None for as many as fit
-    ``DataContext.target_max_block_size`` and a quarter of the budget.
+    ``DataContext.target_max_block_size``, 32 MiB (BLOCK_BYTES), an eighth
+    of the budget and a lease.
     ``leases``: how many read tasks (None: the parallelism Ray asks for,
     at most one a block's worth of samples). ``retries``: OSError retries in a
     task. Subclasses may wrap :meth:`read_lease`.
@@ -149,11 +154,16 @@ class SluiceDatasource(Datasource):
         return self._n * self._row_bytes
 
     def rows_per_block(self, target=None):
-        """Rows of one block: within Ray's target block size and a quarter of
-        the budget (the loader's batch slots), at least 1."""
+        """Rows of one block: within Ray's target block size, BLOCK_BYTES (a
+        task's first block comes sooner) and an eighth of the budget (the
+        loader keeps two batch slots and a quarter of the budget for one
+        sample's decode), at least 1; at most batch_size and the samples of
+        the largest lease."""
         if target is None:
             target = DataContext.get_current().target_max_block_size
-        rows = max(1, self._budget // (4 * self._row_bytes))
+        rows = max(1, min(self._budget // 8, BLOCK_BYTES) // self._row_bytes)
+        if self._leases is not None:
+            rows = min(rows, -(-self._n // self._leases))
         if target:
             rows = min(rows, max(1, target // self._row_bytes))
         if self._batch_size is not None:
@@ -177,6 +187,7 @@ class SluiceDatasource(Datasource):
         target = (data_context or DataContext.get_current()).target_max_block_size
         rows = self.rows_per_block(target)
         count = self._leases or max(1, min(int(parallelism), math.ceil(self._n / rows)))
+        rows = min(rows, -(-self._n // count))  # no slot larger than a lease
         tasks = []
         for lease in plan_leases(self._n, count):
             meta = BlockMetadata(num_rows=lease.rows, size_bytes=int(lease.rows * self._row_bytes),
