@@ -27,6 +27,11 @@
 #   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
 #                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
 #                               each
+#   bench/gpu_host.sh ray       issue 22: bench/ray_bench.py, ResNet-18 fed through sluice.ray.read,
+#                               Ray Data read_images + map_batches, a plain loader: img/s, time to
+#                               first batch, object store peak, tree PSS (RAY_MODEL RAY_STEPS
+#                               RAY_WORKERS RAY_BUDGET RAY_FLAGS); installs Ray from the parts of
+#                               tools/host_ray_wheels.sh (.devcarry/ray) when the host lacks it
 #   bench/gpu_host.sh rss       issue 8: rss_bench.py, RSS growth vs budget, large and ImageNet-like
 #   bench/gpu_host.sh shards    issue 10: tar shards (sluice pack) vs the same SHARDS_IMAGES images
 #                               of DATA as a folder, sluice bench on each, twice
@@ -319,6 +324,15 @@ shards)
     rec "shards_folder_r$rep" build/sluice bench "$sub" --workers "$NWORK" --epochs 2 --json
     rec "shards_tar_r$rep" build/sluice bench "$S" --workers "$NWORK" --epochs 2 --json
   done
+  ;;
+ray)
+  # issue 22: ResNet-18 fed by sluice.ray.read + iter_torch_batches, by Ray Data's read_images +
+  # map_batches (RandomResizedCrop + flip) and by a plain sluice loader (bench/ray_bench.py, a
+  # process and a local Ray cluster a row); Ray from the parts of tools/host_ray_wheels.sh
+  $PY -c "import ray.data" 2>/dev/null || tools/host_ray_wheels.sh install --python "$PY" || exit 1
+  $PY bench/ray_bench.py "$DATA/train" --model "${RAY_MODEL:-resnet18}" --steps "${RAY_STEPS:-100}" \
+    --warmup "${RAY_WARMUP:-10}" --batch 256 --workers "${RAY_WORKERS:-4}" --budget "${RAY_BUDGET:-1G}" \
+    ${RAY_FLAGS:-} | keep ray
   ;;
 rss)
   $PY bench/rss_bench.py --sluice build/sluice --workers "${RSS_WORKERS:-1,4,8,16,32}" --budget "${RSS_BUDGET:-256M}" \
