@@ -71,6 +71,8 @@ def test_read_every_sample_once_same_bytes(ray_local, dataset):
     assert rows[0]["image"].shape == (3, 32, 32) and rows[0]["image"].dtype == np.uint8
     # deterministic: the same dataset read again gives the same rows in the same order
     assert [int(r["index"]) for r in ds.take_all()] == order
+    if sluice.ray.data.has_order_range():  # contiguous leases, read in order: the epoch's order itself
+        assert order == reference(dataset, 2)[1]
     st = sluice.ray.stats(ds)
     assert st["leases_done"] == 5 and st["errors"] == 0
     assert 0 < st["peak_accounted_bytes"] <= st["budget_bytes"] == 64 << 20
@@ -251,6 +253,74 @@ def test_read_task_killed_mid_lease_is_rerun(ray_local, dataset, tmp_path):
     st = sluice.ray.stats(src)
     assert st["leases"][2]["runs"] == 2, st["leases"][2]
     assert st["leases"][2]["pid"] != killed[0]
+
+
+def test_plan_leases_cover_the_order_once():
+    from sluice.ray.data import plan_leases
+
+    for n, count in ((64, 5), (7, 7), (7, 20), (1000, 64), (3, 1)):
+        for contiguous in (True, False):
+            leases = plan_leases(n, count, contiguous)
+            assert len(leases) == min(count, n) and sum(le.rows for le in leases) == n
+            if contiguous:
+                pos = [p for le in leases for p in range(le.begin, le.end)]
+            else:
+                pos = [p for le in leases for p in range(le.index, n, le.count)]
+                assert all(len(range(le.index, n, le.count)) == le.rows for le in leases)
+            assert sorted(pos) == list(range(n))
+
+
+def test_interleaved_leases_equal_the_epoch(dataset):
+    """The leases sluice.ray.read falls back to without order ranges, read by
+    plain loaders: the epoch's samples once, each with a full loader's bytes."""
+    from sluice.ray.data import SluiceDatasource, plan_leases
+
+    ref, _ = reference(dataset, 2)
+    src = SluiceDatasource.__new__(SluiceDatasource)  # the lease reader alone, no Ray cluster
+    src._source, src._epoch, src._options, src._retries = dataset, 2, dict(OPTS), 0
+    src._finished = lambda lease, info: None
+    rows = []
+    for lease in plan_leases(len(ref), 7, contiguous=False):
+        for block in src.read_lease(lease, 4):
+            rows += [{"index": k, "image": block["image"][i]} for i, k in enumerate(block["index"])]
+    check_exactly_once(rows, ref)
+
+
+def test_resume_state_same_and_other_world(dataset, tmp_path):
+    """Checkpoint files of a 2-worker group: each worker of a 2-worker group
+    resumes its own state; a 1-worker group resumes the merged one (where the
+    library merges states) and delivers the rest of the epoch, or is refused
+    saying why."""
+    from sluice.ray.train import read_states, resume_state, write_state
+
+    fields = {"image": {"kind": "image", "size": 16}, "label": {"kind": "label"}}
+    opts = dict(batch_size=4, fields=fields, seed=9, workers=1, budget="64M")
+    before = []
+    for r in (0, 1):
+        with sluice.Loader(dataset, rank=r, world_size=2, **opts) as ld:
+            ld.set_epoch(1)
+            for _ in range(3):
+                before += np.asarray(ld.next_batch()["index"]).tolist()
+            write_state(tmp_path, r, 2, ld.state_dict())
+    assert sorted(read_states(tmp_path)) == [0, 1]
+    for r in (0, 1):
+        st = resume_state(tmp_path, r, 2)
+        assert (st["rank"], st["epoch"], st["batch"]) == (r, 1, 3)
+    part = tmp_path / "part"
+    part.mkdir()
+    write_state(part, 0, 2, resume_state(tmp_path, 0, 2))
+    with pytest.raises(ValueError, match="holds 1 loader states of a worker group of 2"):
+        resume_state(part, 0, 1)
+    if not hasattr(sluice, "merge_states"):
+        with pytest.raises(ValueError, match="2 workers and this worker group has 1"):
+            resume_state(tmp_path, 0, 1)
+        return
+    with sluice.Loader(dataset, rank=0, world_size=1, **opts) as ld:
+        ld.load_state_dict(resume_state(tmp_path, 0, 1))
+        after = []
+        while (b := ld.next_batch()) is not None:
+            after += np.asarray(b["index"]).tolist()
+    assert sorted(before + after) == list(range(64)), "not every sample of the epoch once over both runs"
 
 
 # ---- Ray Train --------------------------------------------------------------------------------

@@ -119,43 +119,62 @@ class Loader(sluice.torch.Loader):
     def save_state(self, directory):
         """Write this worker's loader state into ``directory`` (a checkpoint's
         folder); returns the file's path."""
-        path = os.path.join(os.fspath(directory), STATE_FILE.format(self.context.rank))
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"format": 1, "rank": self.context.rank, "world_size": self.context.world_size,
-                       "state": self.state_dict()}, f)
-        os.replace(tmp, path)
-        return path
+        return write_state(directory, self.context.rank, self.context.world_size, self.state_dict())
 
     def load_checkpoint(self, checkpoint=None):
         """Resume from the loader states in ``checkpoint`` (a ray.train.Checkpoint;
         None: ``ray.train.get_checkpoint()``). Returns True when it resumed,
         False when there is no checkpoint or it holds no loader state.
 
-        The states must come from a worker group of this world size
-        (ValueError otherwise, naming both sizes)."""
+        States of a worker group of this size: each worker resumes its own.
+        Of another size: every worker's state merged (sluice.merge_states),
+        shared by this group, where the library has it (ValueError naming
+        both sizes otherwise)."""
         if checkpoint is None:
             checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
             return False
         with checkpoint.as_directory() as d:
-            states = read_states(d)
-        if not states:
+            state = resume_state(d, self.context.rank, self.context.world_size)
+        if state is None:
             return False
-        saved_world = next(iter(states.values()))["world_size"]
-        if saved_world != self.context.world_size:
-            raise ValueError(
-                f"sluice.ray.Loader: the checkpoint holds the loader states of {saved_world} workers and this "
-                f"worker group has {self.context.world_size}; resuming an epoch on another number of workers "
-                "needs the world-size resume of the library, which this build lacks (docs/ray.md). "
-                "Resume with the same number of workers, or start the next epoch with set_epoch()")
-        mine = states.get(self.context.rank)
-        if mine is None:
-            raise ValueError(f"sluice.ray.Loader: the checkpoint has no loader state for rank {self.context.rank} "
-                             f"(it holds ranks {sorted(states)})")
-        self.load_state_dict(mine["state"])
-        self.resumed_from = dict(mine["state"])
+        self.load_state_dict(state)
+        self.resumed_from = dict(state)
         return True
+
+
+def write_state(directory, rank, world_size, state):
+    """Write one worker's loader state (``state_dict()``) into a checkpoint's
+    folder as sluice-loader-rankNNNNN.json; returns the path."""
+    path = os.path.join(os.fspath(directory), STATE_FILE.format(rank))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"format": 1, "rank": rank, "world_size": world_size, "state": state}, f)
+    os.replace(tmp, path)
+    return path
+
+
+def resume_state(directory, rank, world_size):
+    """The state rank ``rank`` of a worker group of ``world_size`` resumes from,
+    out of the loader states in a checkpoint's folder: its own where the group
+    that saved them had this size, else all of them merged
+    (sluice.merge_states; ValueError where the library lacks it). None when
+    the folder holds none."""
+    states = read_states(directory)
+    if not states:
+        return None
+    saved_world = next(iter(states.values()))["world_size"]
+    if saved_world == world_size:
+        return states[rank]["state"]
+    if hasattr(sluice, "merge_states"):
+        # the positions of the epoch none of the saved workers consumed,
+        # which this group shares again: each sample once over both runs
+        return sluice.merge_states([rec["state"] for rec in states.values()])
+    raise ValueError(
+        f"sluice.ray.Loader: the checkpoint holds the loader states of {saved_world} workers and this worker "
+        f"group has {world_size}; resuming an epoch on another number of workers needs the world-size resume "
+        "of the library (sluice.merge_states), which this build lacks (docs/ray.md). Resume with the same "
+        "number of workers, or start the next epoch with set_epoch()")
 
 
 def read_states(directory):
