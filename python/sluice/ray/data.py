@@ -268,12 +268,11 @@ class SluiceDatasource(Datasource):
                 if failures > self._retries:
                     raise
         info.update(lease=lease.index, leases=lease.count, rows=delivered, retries=failures,
-                    task_seconds=time.monotonic() - t0, node=ray.get_runtime_context().get_node_id(),
-                    pid=os.getpid())
+                    task_seconds=time.monotonic() - t0, node=_node_id(), pid=os.getpid())
         self._finished(lease, info)
 
     def _started(self, lease):
-        self._sink.started.remote(lease.index, ray.get_runtime_context().get_node_id(), os.getpid())
+        self._sink.started.remote(lease.index, _node_id(), os.getpid())
 
     def _finished(self, lease, info):
         ray.get(self._sink.finished.remote(lease.index, info))
@@ -282,6 +281,11 @@ class SluiceDatasource(Datasource):
         """The read tasks' reports so far: see :func:`stats`."""
         starts, done = ray.get(self._sink.collect.remote())
         return _summary(starts, done, self._budget)
+
+
+def _node_id():
+    """This process's Ray node (None outside Ray: never starts one)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 class _LeaseRead:
@@ -314,7 +318,7 @@ def _summary(starts, done, budget):
         "retries": sum(d.get("retries", 0) for d in fin),
         "budget_bytes": budget,
         "peak_accounted_bytes": max((d.get("peak_accounted_bytes", 0) for d in fin), default=0),
-        "nodes": sorted({d["node"] for d in fin}),
+        "nodes": sorted({d["node"] for d in fin if d.get("node")}),
         "task_seconds": sum(d.get("task_seconds", 0.0) for d in fin),
     }
 
