@@ -123,13 +123,7 @@ if [ "$wheels" = 1 ] && ! ls "$out"/wheels/av-*.whl >/dev/null 2>&1; then
   pip download -q --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$work/wheels" av
   for w in "$work"/wheels/av-*.whl; do # same members, LZMA instead of deflate (pip reads both)
-    python3 - "$w" "$out/wheels/$(basename "$w")" <<'EOF'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as zi, zipfile.ZipFile(sys.argv[2] + ".tmp", "w", zipfile.ZIP_LZMA) as zo:
-    for info in zi.infolist():
-        zo.writestr(info, zi.read(info), compress_type=zipfile.ZIP_LZMA)
-EOF
-    mv "$out/wheels/$(basename "$w").tmp" "$out/wheels/$(basename "$w")"
+    python3 tools/wheel_lzma.py "$w" "$out/wheels/$(basename "$w")"
   done
 fi
 

@@ -45,13 +45,7 @@ pack)
     name=$(basename "$w" | cut -d- -f1 | tr 'A-Z_' 'a-z-')
     case " $HOST_HAS " in *" $name "*) continue;; esac
     [ -f "$work/lzma/$(basename "$w")" ] && continue
-    "$py" - "$w" "$work/lzma/$(basename "$w")" <<'EOF'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as zi, zipfile.ZipFile(sys.argv[2] + ".tmp", "w", zipfile.ZIP_LZMA) as zo:
-    for info in zi.infolist():
-        zo.writestr(info, zi.read(info), compress_type=zipfile.ZIP_LZMA)
-EOF
-    mv "$work/lzma/$(basename "$w").tmp" "$work/lzma/$(basename "$w")"
+    "$py" tools/wheel_lzma.py "$w" "$work/lzma/$(basename "$w")"
   done
   rm -f "$out"/part-*
   tar -cf - -C "$work" lzma | split -b "${PART_MB}M" - "$out/part-"
