@@ -71,8 +71,7 @@ def test_read_every_sample_once_same_bytes(ray_local, dataset):
     assert rows[0]["image"].shape == (3, 32, 32) and rows[0]["image"].dtype == np.uint8
     # deterministic: the same dataset read again gives the same rows in the same order
     assert [int(r["index"]) for r in ds.take_all()] == order
-    if sluice.ray.data.has_order_range():  # contiguous leases, read in order: the epoch's order itself
-        assert order == reference(dataset, 2)[1]
+    assert order == reference(dataset, 2)[1]  # contiguous leases read in order: the epoch's order itself
     st = sluice.ray.stats(ds)
     assert st["leases_done"] == 5 and st["errors"] == 0
     assert 0 < st["peak_accounted_bytes"] <= st["budget_bytes"] == 64 << 20
@@ -259,34 +258,9 @@ def test_plan_leases_cover_the_order_once():
     from sluice.ray.data import plan_leases
 
     for n, count in ((64, 5), (7, 7), (7, 20), (1000, 64), (3, 1)):
-        for contiguous in (True, False):
-            leases = plan_leases(n, count, contiguous)
-            assert len(leases) == min(count, n) and sum(le.rows for le in leases) == n
-            if contiguous:
-                pos = [p for le in leases for p in range(le.begin, le.end)]
-            else:
-                pos = [p for le in leases for p in range(le.index, n, le.count)]
-                assert all(len(range(le.index, n, le.count)) == le.rows for le in leases)
-            assert sorted(pos) == list(range(n))
-
-
-def test_interleaved_leases_equal_the_epoch(dataset):
-    """The leases sluice.ray.read falls back to without order ranges, read by
-    plain loaders: the epoch's samples once, each with a full loader's bytes."""
-    from sluice.ray.data import SluiceDatasource, has_order_range, plan_leases
-
-    if has_order_range():
-        pytest.skip("this library has order ranges: sluice.ray.read leases contiguous slices instead")
-
-    ref, _ = reference(dataset, 2)
-    src = SluiceDatasource.__new__(SluiceDatasource)  # the lease reader alone, no Ray cluster
-    src._source, src._epoch, src._options, src._retries = dataset, 2, dict(OPTS), 0
-    src._finished = lambda lease, info: None
-    rows = []
-    for lease in plan_leases(len(ref), 7, contiguous=False):
-        for block in src.read_lease(lease, 4):
-            rows += [{"index": k, "image": block["image"][i]} for i, k in enumerate(block["index"])]
-    check_exactly_once(rows, ref)
+        leases = plan_leases(n, count)
+        assert len(leases) == min(count, n) and sum(le.rows for le in leases) == n
+        assert [p for le in leases for p in range(le.begin, le.end)] == list(range(n))
 
 
 def test_resume_state_same_and_other_world(dataset, tmp_path):

@@ -6,12 +6,10 @@
 
 How it works (docs/ray.md):
   * The epoch's order is the one a plain sluice.Loader with the same seed
-    delivers: one seeded permutation of the dataset. It is cut into leases:
+    delivers: one seeded permutation of the dataset. It is cut into leases,
     contiguous slices [begin, end) of it, each read by a loader with that
-    order_range, where the library has order ranges; else lease i of L holds
-    the positions i, i + L, i + 2L, ... (the sampler's rank i of world L,
-    without the padding: its tail stops at the lease's own samples).
-    Either way the leases hold every sample of the epoch exactly once.
+    order_range: together they hold every sample of the epoch exactly once,
+    and read in order they are the epoch's order.
   * One read task per lease runs a sluice.Loader over it (``workers``
     threads inside the task, ``budget`` bytes) and yields its batches as
     blocks of at most DataContext.target_max_block_size bytes. Ray is told
@@ -26,7 +24,6 @@ How it works (docs/ray.md):
     collects them (with how many times each lease was started).
 """
 import dataclasses
-import inspect
 import math
 import os
 import time
@@ -54,38 +51,23 @@ _RETRIED = (OSError,)  # transient I/O; a vanished dataset is not transient
 _NOT_RETRIED = (FileNotFoundError,)
 
 
-def has_order_range():
-    """Whether this build's sluice.Loader runs over a range of the epoch's order
-    (order_range=): then a lease is a contiguous slice of it."""
-    return "order_range" in inspect.signature(sluice.Loader.__init__).parameters
-
-
 @dataclasses.dataclass(frozen=True)
 class Lease:
-    """Lease ``index`` of ``count``, ``rows`` samples (before failed files): the
-    positions [begin, end) of the epoch's seeded order (a contiguous lease), or
-    with begin = end = None the positions index, index + count, ... (an
-    interleaved lease: the sampler's rank index of world count, unpadded)."""
+    """Lease ``index`` of ``count``: the positions [begin, end) of the epoch's
+    seeded order, ``rows`` = end - begin samples (before failed files)."""
 
     index: int
     count: int
     rows: int
-    begin: int = None
-    end: int = None
+    begin: int
+    end: int
 
 
-def plan_leases(n, count, contiguous=None):
-    """Leases covering the n positions of an epoch's order exactly once:
-    contiguous slices where the library has order ranges (contiguous=None:
-    has_order_range()), interleaved shards otherwise."""
-    if contiguous is None:
-        contiguous = has_order_range()
+def plan_leases(n, count):
+    """Contiguous leases covering the n positions of an epoch's order exactly once."""
     count = max(1, min(int(count), n))
-    if contiguous:
-        cuts = [i * n // count for i in range(count + 1)]
-        return [Lease(i, count, cuts[i + 1] - cuts[i], cuts[i], cuts[i + 1]) for i in range(count)]
-    q, r = divmod(n, count)
-    return [Lease(i, count, q + (1 if i < r else 0)) for i in range(count)]
+    cuts = [i * n // count for i in range(count + 1)]
+    return [Lease(i, count, cuts[i + 1] - cuts[i], cuts[i], cuts[i + 1]) for i in range(count)]
 
 
 @ray.remote(num_cpus=0)
@@ -216,23 +198,14 @@ class SluiceDatasource(Datasource):
 
     # -- one lease --
     def _loader(self, lease, rows, state=None):
-        """The lease's loader, positioned at the epoch's start or at ``state``:
-        over the order range [lease.begin, lease.end) (one rank of one), or
-        as rank lease.index of lease.count with its tail cut to the lease's
-        own samples (no padding)."""
-        if lease.begin is not None:
-            ld = sluice.Loader(self._source, batch_size=rows, rank=0, world_size=1, drop_last=False,
-                               order_range=(lease.begin, lease.end), **self._options)
-        else:
-            ld = sluice.Loader(self._source, batch_size=rows, rank=lease.index, world_size=lease.count,
-                               drop_last=False, **self._options)
+        """The lease's loader, over the order range [lease.begin, lease.end)
+        (one rank of one), at the epoch's start or at ``state``."""
+        ld = sluice.Loader(self._source, batch_size=rows, rank=0, world_size=1, drop_last=False,
+                           order_range=(lease.begin, lease.end), **self._options)
         try:
-            if state is None and lease.begin is not None:
+            if state is None:
                 ld.set_epoch(self._epoch)
             else:
-                if state is None:
-                    state = ld.state_dict()
-                    state.update(epoch=self._epoch, batch=0, tail=lease.rows)
                 ld.load_state_dict(state)
         except BaseException:
             ld.close()
