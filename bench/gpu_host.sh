@@ -7,7 +7,7 @@
 #                               prefix (jansson, libspng, libwebp, static FFmpeg) for every step, its
 #                               wheels (PyAV) installed into DEPS_SITE unless the host has them
 #   bench/gpu_host.sh build     deps, then build sluice (+ libspng from SPNG_ROOT if given)
-#   bench/gpu_host.sh data      make the IMAGES-image dataset (make_imagenet_like.py)
+#   bench/gpu_host.sh data      make the IMAGES-image dataset (bench/make_imagenet_like.py; PHOTOS)
 #   bench/gpu_host.sh images    issue 3: decode ceilings, sluice 1 and 16 workers, DataLoader pil/tvio
 #   bench/gpu_host.sh top       issue 5: `sluice top` on a running peer_torch.py vs smaps_rollup
 #   bench/gpu_host.sh plan      issue 5: `sluice plan` predictions beside bench and peer measurements
@@ -48,8 +48,11 @@
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
 #   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
-# SHARED: the folder holding make_imagenet_like.py & co (default ../shared/bench, else the copy in
-# DEPS/shared/bench). DATA: the image set (default WORK/inet20k); WORK: datasets (default .data).
+# SHARED: the folder holding peer_torch.py and decode_ceiling.py (default ../shared/bench, else the
+# copy in DEPS/shared/bench). PHOTOS: a folder of photographs the ImageNet-like set is cropped from
+# (default none: bench/make_imagenet_like.py's procedural pictures; ../shared/data/photos gives the
+# sets of the results below byte for byte). DATA: the image set (default WORK/inet20k); WORK:
+# datasets (default .data).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEPS=${DEPS:-.devcarry}
@@ -155,8 +158,8 @@ build)
   $PY -c "import sluice; print(sluice.build_info())" || exit 1
   ;;
 data)
-  [ -f "$DATA/manifest.csv" ] || $PY "$SHARED/make_imagenet_like.py" "$DATA" --images "${IMAGES:-20000}" --classes 100 \
-    --seed 0 --jobs "$(nproc)" >/dev/null
+  [ -f "$DATA/manifest.csv" ] || $PY bench/make_imagenet_like.py "$DATA" --images "${IMAGES:-20000}" --classes 100 \
+    --seed 0 --jobs "$(nproc)" ${PHOTOS:+--photos "$PHOTOS"} >/dev/null
   ;;
 images)
   find "$DATA" -name '*.JPEG' | sort | head -1000 >"$WORK/files1000"
@@ -337,7 +340,7 @@ ray)
 rss)
   $PY bench/rss_bench.py --sluice build/sluice --workers "${RSS_WORKERS:-1,4,8,16,32}" --budget "${RSS_BUDGET:-256M}" \
     --epochs "${RSS_EPOCHS:-2}" --large-images "${RSS_LARGE:-16}" --imagenet-images "${RSS_IMAGENET:-2000}" \
-    --shared "$(dirname "$SHARED")" --work "$WORK/rss" --jsonl "$OUT/results.jsonl" | tee "$OUT/rss.txt"
+    ${PHOTOS:+--photos "$PHOTOS"} --work "$WORK/rss" --jsonl "$OUT/results.jsonl" | tee "$OUT/rss.txt"
   ;;
 all)
   log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GiB"

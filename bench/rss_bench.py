@@ -11,14 +11,14 @@ too, in the same invocation, side by side.
 
     bench/rss_bench.py [--sluice build/sluice] [--baseline /tmp/old/build/sluice]
                        [--workers 1,4,8,16,32] [--budget 80M] [--epochs 2]
-                       [--large-images 16] [--imagenet-images 2000] [--work /tmp/rss_bench]
-                       [--jsonl results.jsonl]
+                       [--large-images 16] [--imagenet-images 2000] [--photos DIR]
+                       [--work /tmp/rss_bench] [--jsonl results.jsonl]
 
 Datasets (made once under --work, reused):
   large     progressive 4:4:4 JPEGs of 3000x2000 (36 MB of decoder memory each),
             two 40 Mpx PNGs, a few tiny JPEGs
-  imagenet  make_imagenet_like.py (SHARED=/work/shared by default) over its
-            photos: --imagenet-images images in 100 classes
+  imagenet  bench/make_imagenet_like.py: --imagenet-images images in 100 classes
+            (procedural pictures, or crops of the photographs in --photos DIR)
   webp      (--only webp) 8 valid lossless WebPs of 1024x1024 whose meta-Huffman
             image names 65,536 groups (295 KB each; libwebp 1.2.4 allocates ~780 MiB
             of tables for one before reading them), 8 ordinary lossless WebPs and
@@ -64,12 +64,12 @@ def make_large(work, n):
     return root
 
 
-def make_imagenet(work, n, shared):
-    root = os.path.join(work, f"imagenet{n}")
+def make_imagenet(work, n, photos):
+    root = os.path.join(work, f"imagenet{n}" + ("-photos" if photos else ""))
     if not os.path.exists(os.path.join(root, ".done")):
-        script = os.path.join(shared, "bench", "make_imagenet_like.py")
-        subprocess.run([sys.executable, script, root, "--images", str(n), "--classes", "100", "--seed", "0"],
-                       check=True)
+        script = os.path.join(HERE, "make_imagenet_like.py")
+        subprocess.run([sys.executable, script, root, "--images", str(n), "--classes", "100", "--seed", "0"]
+                       + (["--photos", photos] if photos else []), check=True)
         open(os.path.join(root, ".done"), "w").close()
     return root
 
@@ -179,7 +179,7 @@ def main():
     ap.add_argument("--batch", default=8, type=int)
     ap.add_argument("--large-images", default=16, type=int)
     ap.add_argument("--imagenet-images", default=2000, type=int)
-    ap.add_argument("--shared", default=os.environ.get("SHARED", "/work/shared"))
+    ap.add_argument("--photos", default=None, help="photographs for the ImageNet-like set (default: procedural)")
     ap.add_argument("--work", default="/tmp/rss_bench")
     ap.add_argument("--only", choices=["large", "imagenet", "webp"], default=None)
     ap.add_argument("--jsonl", default=None, help="also append each run's JSON (this build's) to this file")
@@ -191,7 +191,7 @@ def main():
     if args.only in (None, "large"):
         table("large images", make_large(args.work, args.large_images), args)
     if args.only in (None, "imagenet"):
-        table("ImageNet-like", make_imagenet(args.work, args.imagenet_images, args.shared), args)
+        table("ImageNet-like", make_imagenet(args.work, args.imagenet_images, args.photos), args)
     if args.only == "webp":
         table("WebP Huffman groups", make_webp(args.work), args, ("--max-error-rate", "1"))
 

@@ -6,7 +6,7 @@
     python examples/train_imagenet.py DATA --arch resnet50 --loader synthetic --steps 200
 
 DATA is an ImageFolder tree (class folders), or a folder holding one under
-train/ (what ../shared/bench/make_imagenet_like.py writes).
+train/ (what bench/make_imagenet_like.py writes).
 
 --loader
   sluice     sluice.torch.Loader: decode threads inside the budget, pinned slots,

@@ -5,8 +5,7 @@
     python examples/train_randaugment_mixup.py DATA --steps 5 --arch resnet18 --batch 32 --size 128
 
 DATA is an ImageFolder tree (class folders), or a folder holding one under
-train/ (what tools/make_demo_data.py and ../shared/bench/make_imagenet_like.py
-write).
+train/ (what tools/make_demo_data.py and bench/make_imagenet_like.py write).
 
 The recipe (timm / torchvision v2 reference scripts):
   sluice.torch.Loader  RandomResizedCrop(--size, scale=(0.08, 1)) with bicubic

@@ -20,8 +20,8 @@
 #                        xz-compressed (12 MB -> 3 MB: the carry limit), unpacked by gpu_host.sh
 #   wheels/              the video peers' wheels for CPython 3.12 manylinux x86_64:
 #                        PyAV, recompressed (zip LZMA: same files and RECORD, ~9 MB less)
-#   shared/              a copy of ../shared's bench scripts and photos (the ImageNet-like
-#                        set is made from them on the host); never committed
+#   shared/              a copy of ../shared's bench scripts (peer_torch.py, decode_ceiling.py)
+#                        and photos (PHOTOS= of gpu_host.sh); never committed
 #   MANIFEST             versions and sizes
 # Idempotent: what is there already is kept (delete OUT/ to start over). Needs
 # nasm (installed here if missing: FFmpeg's SIMD decoders are what the peers' wheels

@@ -3,7 +3,7 @@
 with the reason).
 
 On the GPU host, SL_GPU_TEST_DATA may name an ImageNet-like folder
-(make_imagenet_like.py): its JPEGs are used besides the synthetic ones.
+(bench/make_imagenet_like.py): its JPEGs are used besides the synthetic ones.
 """
 import glob
 import os
