@@ -646,6 +646,9 @@ typedef struct sl_decode_opts {
     uint32_t max_scans;    /* as sl_config.max_scans (64) */
     /* Appended (0.2). */
     const sl_image_recipe *recipe; /* as sl_config.recipe (NULL: the classic presets) */
+    const char *crop_group; /* train randomness of this schema field: its "crop_group", or its
+                               name when it has none (NULL: "image", the field without a
+                               schema). (0.2) */
 } sl_decode_opts;
 
 SL_API void sl_decode_opts_init_sized(sl_decode_opts *o, size_t struct_size);
@@ -720,6 +723,8 @@ typedef struct sl_video_opts {
     double max_seconds;    /* duration (default 0: none) */
     const char *codecs;    /* allowed codecs, "h264,hevc,vp9" (NULL: h264 hevc vp8 vp9 mpeg4
                               mpeg2video mpeg1video mjpeg h263) */
+    const char *crop_group; /* train randomness of this schema field: its "crop_group", or its
+                               name when it has none (NULL: "image"). (0.2) */
 } sl_video_opts;
 
 /* The defaults above into the first struct_size bytes of *o. (0.2) */

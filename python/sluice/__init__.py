@@ -704,16 +704,27 @@ _ARGS = [n for n, p in inspect.signature(Loader).parameters.items() if p.kind is
 
 
 # ---- single images ---------------------------------------------------------
+def _crop_group(crop_group):
+    """The crop_group argument of the single-sample calls: None or a field's group."""
+    if crop_group is not None and (not isinstance(crop_group, str) or not crop_group):
+        raise TypeError(f"crop_group must be a field's crop_group or name (a non-empty str) or None, "
+                        f"got {crop_group!r}")
+    return crop_group
+
+
 def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=False,
                  keep_alpha=False, max_pixels=None, max_bytes=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
-                 hflip=0.5, fast=False, max_scans=None):
+                 hflip=0.5, fast=False, max_scans=None, crop_group=None):
     """Decode one JPEG/PNG (bytes-like) with the library's own decode path.
 
     preset None: the full image, HWC uint8. "train"/"val": the preset's output,
     CHW uint8 [C, height, width] (size is an int or (height, width)); "train"
     randomness is that of sample ``index`` in ``epoch`` of a loader seeded
-    with ``seed``. The recipe options are those of :class:`Loader`.
+    with ``seed``, for the field of a schema whose ``crop_group`` is
+    ``crop_group`` (a field without one: its name); None: the field "image"
+    (the loader without ``fields=``). The recipe options are those of
+    :class:`Loader` (with ``fields=``, the field's own).
     """
     import numpy as np
 
@@ -725,7 +736,7 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
     flags = ((_sluice.FLAG_EXIF if _flag("exif", exif) else 0)
              | (_sluice.FLAG_KEEP_ALPHA if _flag("keep_alpha", keep_alpha) else 0)
              | (_sluice.FLAG_FAST if _flag("fast", fast) else 0))
-    kw = {"recipe": recipe}
+    kw = {"recipe": recipe, "crop_group": _crop_group(crop_group)}
     if max_pixels is not None:
         kw["max_pixels"] = _int("max_pixels", max_pixels, 1)
     if max_bytes is not None:
@@ -751,12 +762,14 @@ def build_info():
 
 
 def train_crop(width, height, seed=0, epoch=0, index=0, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
-               hflip=0.5):
+               hflip=0.5, crop_group=None):
     """The train preset's crop for a sample: (x, y, w, h, flip) in source pixels,
-    for the given RandomResizedCrop ``scale`` and ``ratio`` and flip probability."""
+    for the given RandomResizedCrop ``scale`` and ``ratio`` and flip probability
+    (``crop_group`` as in :func:`decode_image`)."""
     _, recipe = _recipe("train", 1, scale, ratio, "bilinear", None, None, hflip)
     return _sluice.train_crop(_int("width", width, 1, _U32), _int("height", height, 1, _U32),
-                              _int("seed", seed), _int("epoch", epoch), _int("index", index), recipe)
+                              _int("seed", seed), _int("epoch", epoch), _int("index", index), recipe,
+                              _crop_group(crop_group))
 
 
 # ---- single video clips ------------------------------------------------------
@@ -764,12 +777,12 @@ _SHORT_CLIP = {"pad": 0, "loop": 1, "error": 2}
 
 
 def _video_kw(frames, stride, fps, size, preset, short, seed, epoch, index, max_pixels, max_frames,
-              max_bytes, max_seconds, codecs):
+              max_bytes, max_seconds, codecs, crop_group=None):
     kw = dict(frames=_int("frames", frames, 1, 512), stride=_int("stride", stride, 1, _U32),
               fps=float(fps), size=_int("size", size, 1, 4096), preset=_choice("preset", preset, _PRESETS),
               short_clip=_choice("short", short, _SHORT_CLIP), seed=_int("seed", seed),
               epoch=_int("epoch", epoch), index=_int("index", index), max_seconds=float(max_seconds or 0),
-              codecs=codecs)
+              codecs=codecs, crop_group=_crop_group(crop_group))
     for name, v in (("max_pixels", max_pixels), ("max_frames", max_frames), ("max_bytes", max_bytes)):
         if v is not None:
             kw[name] = _int(name, v)
@@ -778,7 +791,7 @@ def _video_kw(frames, stride, fps, size, preset, short, seed, epoch, index, max_
 
 def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", short="pad", seed=0,
                  epoch=0, index=0, max_pixels=None, max_frames=None, max_bytes=None, max_seconds=None,
-                 codecs=None):
+                 codecs=None, crop_group=None):
     """Decode one clip of a video file as a loader's ``kind: "video"`` field does.
 
     Returns ``(clip, taken)``: clip is uint8 ``[frames, 3, size, size]`` (RGB
@@ -787,7 +800,9 @@ def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", s
     and ``window`` (val: the box scaled to this size, then the centre window). ``frames`` every
     ``stride`` frames (or at ``fps`` when > 0); train: a seeded start and one
     RandomResizedCrop box + flip for every frame (the randomness of sample
-    ``index`` in ``epoch`` of a loader seeded with ``seed``); val: the centred
+    ``index`` in ``epoch`` of a loader seeded with ``seed``, for the field whose
+    ``crop_group`` is ``crop_group``, or whose name it is when the field has no
+    group; None: a field named "image" or in the group "image"); val: the centred
     clip, resize + centre crop. ``short``: a clip longer than the video
     repeats its last frame ("pad"), wraps around ("loop") or fails ("error").
     """
@@ -795,7 +810,7 @@ def decode_video(path, frames=16, stride=2, fps=0.0, size=112, preset="train", s
 
     buf, shape, taken = _sluice._decode_video(
         os.fspath(path), **_video_kw(frames, stride, fps, size, preset, short, seed, epoch, index,
-                                     max_pixels, max_frames, max_bytes, max_seconds, codecs))
+                                     max_pixels, max_frames, max_bytes, max_seconds, codecs, crop_group))
     return np.frombuffer(buf, dtype=np.uint8).reshape(shape), taken
 
 

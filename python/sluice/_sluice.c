@@ -1446,12 +1446,13 @@ static PyObject *mod_probe_image(PyObject *m, PyObject *arg) {
 }
 
 /* _decode_image(data, preset, size, seed, epoch, index, flags, max_pixels,
- * max_bytes, recipe, max_scans) -> (bytearray, shape). preset -1: full
- * image, HWC; else CHW. max_pixels / max_bytes None: the library defaults;
- * recipe: a dict (recipe_from_dict); max_scans 0: the default. */
+ * max_bytes, recipe, max_scans, crop_group) -> (bytearray, shape). preset -1:
+ * full image, HWC; else CHW. max_pixels / max_bytes None: the library
+ * defaults; recipe: a dict (recipe_from_dict); max_scans 0: the default;
+ * crop_group None: "image". */
 static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"data", "preset", "size", "seed", "epoch", "index", "flags",
-                             "max_pixels", "max_bytes", "recipe", "max_scans", NULL};
+                             "max_pixels", "max_bytes", "recipe", "max_scans", "crop_group", NULL};
     sl_decode_opts o;
     sl_decode_opts_init(&o);
     sl_image_recipe r;
@@ -1459,10 +1460,10 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
     Py_buffer buf;
     int preset = SL_TRANSFORM_NONE;
     PyObject *max_pixels = Py_None, *max_bytes = Py_None, *recipe = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iO&O&O&O&O&OOOO&", kwlist, &buf, &preset, conv_u32,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iO&O&O&O&O&OOOO&z", kwlist, &buf, &preset, conv_u32,
                                      &o.size, conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64,
                                      &o.index, conv_u32, &o.flags, &max_pixels, &max_bytes, &recipe,
-                                     conv_u32, &o.max_scans))
+                                     conv_u32, &o.max_scans, &o.crop_group))
         return NULL;
     o.preset = preset;
     if ((max_pixels != Py_None && !conv_u64(max_pixels, &o.max_pixels)) ||
@@ -1504,7 +1505,7 @@ static PyObject *mod_decode_image(PyObject *m, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"width", "height", "seed", "epoch", "index", "recipe", NULL};
+    static char *kwlist[] = {"width", "height", "seed", "epoch", "index", "recipe", "crop_group", NULL};
     uint32_t w, h;
     sl_decode_opts o;
     sl_decode_opts_init(&o);
@@ -1512,8 +1513,9 @@ static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
     sl_image_recipe r;
     o.recipe = &r;
     PyObject *recipe = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&O", kwlist, conv_u32, &w, conv_u32, &h,
-                                     conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64, &o.index, &recipe))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&O&Oz", kwlist, conv_u32, &w, conv_u32, &h,
+                                     conv_u64, &o.seed, conv_u64, &o.epoch, conv_u64, &o.index, &recipe,
+                                     &o.crop_group))
         return NULL;
     if (recipe_from_dict(recipe, &r) < 0) return NULL;
     uint32_t box[4];
@@ -1524,20 +1526,21 @@ static PyObject *mod_train_crop(PyObject *m, PyObject *args, PyObject *kw) {
 }
 
 /* _decode_video(path, frames, stride, fps, size, preset, short_clip, seed,
- * epoch, index, max_pixels, max_frames, max_bytes, max_seconds, codecs)
+ * epoch, index, max_pixels, max_frames, max_bytes, max_seconds, codecs, crop_group)
  * -> (bytearray, (T, 3, size, size), {frames, box, flip, scaled, window}). Limits None: the
  * library defaults; codecs None: the default allow-list. */
 static int video_opts_parse(PyObject *args, PyObject *kw, sl_video_opts *o, PyObject **path, PyObject **codecs) {
     static char *kwlist[] = {"path", "frames", "stride", "fps", "size", "preset", "short_clip", "seed", "epoch",
-                             "index", "max_pixels", "max_frames", "max_bytes", "max_seconds", "codecs", NULL};
+                             "index", "max_pixels", "max_frames", "max_bytes", "max_seconds", "codecs",
+                             "crop_group", NULL};
     PyObject *lim[3] = {Py_None, Py_None, Py_None};
     double max_seconds = 0;
     sl_video_opts_init(o);
     *codecs = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&O&dO&iiO&O&O&OOOdO", kwlist, PyUnicode_FSConverter, path,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&O&dO&iiO&O&O&OOOdOz", kwlist, PyUnicode_FSConverter, path,
                                      conv_u32, &o->frames, conv_u32, &o->stride, &o->fps, conv_u32, &o->size,
                                      &o->preset, &o->short_clip, conv_u64, &o->seed, conv_u64, &o->epoch, conv_u64,
-                                     &o->index, &lim[0], &lim[1], &lim[2], &max_seconds, codecs))
+                                     &o->index, &lim[0], &lim[1], &lim[2], &max_seconds, codecs, &o->crop_group))
         return 0;
     uint64_t *dst[3] = {&o->max_pixels, &o->max_frames, &o->max_bytes};
     for (int i = 0; i < 3; i++)
@@ -1620,7 +1623,8 @@ static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "sl_parse_size('512M') -> int."},
     {"probe_image", mod_probe_image, METH_O, "probe_image(bytes) -> dict (header only)."},
     {"_decode_image", (PyCFunction)(void (*)(void))mod_decode_image, METH_VARARGS | METH_KEYWORDS,
-     "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes, recipe, max_scans)"
+     "_decode_image(data, preset, size, seed, epoch, index, flags, max_pixels, max_bytes, recipe, max_scans, "
+     "crop_group)"
      " -> (bytearray, shape)"},
     {"_decode_video", (PyCFunction)(void (*)(void))mod_decode_video, METH_VARARGS | METH_KEYWORDS,
      "_decode_video(path, frames, stride, fps, size, preset, short_clip, seed, epoch, index, ...) -> (bytearray, shape, frames)"},

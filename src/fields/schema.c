@@ -15,7 +15,6 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "base/hash.h"
 #include "base/util.h"
 #include "fields/field.h"
 #include "fields/kind_util.h"
@@ -33,10 +32,6 @@ const char *sl__kind_names(void) { return "image, label, target, sequence, video
 
 /* The stream of a randomness group. The group "image" is stream 0: the
  * stream the default schema and sl_image_train_crop use. */
-static uint64_t group_stream(const char *group) {
-    return sl__hash64(group, strlen(group), 0) ^ sl__hash64("image", 5, 0);
-}
-
 /* Where a kind's value is looked for when the field names no key: its own
  * name first, then the keys sources use for it (a folder's file, a
  * path,label manifest's path, WebDataset extensions). */
@@ -102,7 +97,7 @@ int sl__field_parse(sl__schema *sc, sl__field *f, const char *name, json_t *o, c
         }
         group = json_string_value(g);
     }
-    f->stream = group_stream(group);
+    f->stream = sl__rng_stream(group);
     json_t *key = json_object_get(o, "key");
     if (key) {
         if (!json_is_string(key) || !json_string_length(key) || json_string_length(key) >= sizeof f->key) {

@@ -218,7 +218,7 @@ int sl_video_decode_sized(const char *path, const sl_video_opts *co, size_t o_si
     sl__clip_spec spec = {o->frames, o->stride, o->fps, o->short_clip, {0}};
     rc = sl__recipe_make(o->preset, o->size, NULL, 0, 0, &spec.recipe, errbuf, errlen);
     sl__rng r;
-    sl__rng_init(&r, o->seed, o->epoch, o->index);
+    sl__rng_init(&r, o->seed ^ sl__rng_stream(o->crop_group), o->epoch, o->index);
     sl__clip_plan *p = malloc(sizeof *p); /* ~4 KiB of frame indices: off the caller's stack */
     if (!p) rc = SL_ENOMEM;
     if (rc == 0) rc = sl__video_plan(&vi, &spec, &r, p, errbuf, errlen);

@@ -62,7 +62,7 @@ static int prepare(const void *data, size_t len, const sl_decode_opts *opts, sl_
     if ((rc = sl__recipe_from_opts(o, &recipe, err, errlen)) || (rc = sl__check_bytes(len, max_bytes, err, errlen)) ||
         (rc = sl__probe(data, len, info, err, errlen)) || (rc = sl__check_pixels(info, max_pixels, err, errlen)))
         return rc;
-    sl__plan_params pp = {&recipe, o->seed, o->epoch, o->index, NULL};
+    sl__plan_params pp = {&recipe, o->seed ^ sl__rng_stream(o->crop_group), o->epoch, o->index, NULL};
     uint64_t lib = 0;
     if ((rc = sl__plan_sample(info, &pp, p, err, errlen)) ||
         (rc = sl__decode_lib_need(NULL, LIB_NEED_ROOM, data, len, info, &lib, err, errlen)))
@@ -133,7 +133,7 @@ int sl_image_recipe_crop(uint32_t width, uint32_t height, const sl_decode_opts *
                              0);
     if (rc) return rc;
     sl__rng r;
-    sl__rng_init(&r, o->seed, o->epoch, o->index);
+    sl__rng_init(&r, o->seed ^ sl__rng_stream(o->crop_group), o->epoch, o->index);
     sl__train_box(&recipe, width, height, &r, box, flip);
     return 0;
 }

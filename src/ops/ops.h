@@ -30,6 +30,11 @@ void sl__rng_init(sl__rng *r, uint64_t seed, uint64_t epoch, uint64_t index);
 uint64_t sl__rng_next(sl__rng *r);
 double sl__rng_uniform(sl__rng *r); /* [0, 1) */
 uint64_t sl__rng_below(sl__rng *r, uint64_t n); /* [0, n), unbiased */
+/* What a crop group xors into the seed: fields of one group (a field with
+ * no group is a group of its own name) draw the same crops. "image" (and
+ * NULL) is 0: the field of a loader without a schema, and sl_image_decode
+ * and sl_video_decode without a crop_group, draw with the seed itself. */
+uint64_t sl__rng_stream(const char *group);
 
 /* One axis of a resize: outputs [first, first+n) of a resize of the box
  * [in0, in1) (source pixels) to total outputs, taps limited to [lo, hi),

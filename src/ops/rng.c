@@ -1,5 +1,12 @@
 /* xoshiro256** seeded through splitmix64 from (seed, epoch, index). */
+#include <string.h>
+
+#include "base/hash.h"
 #include "ops/ops.h"
+
+uint64_t sl__rng_stream(const char *group) {
+    return group ? sl__hash64(group, strlen(group), 0) ^ sl__hash64("image", 5, 0) : 0;
+}
 
 static uint64_t splitmix(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);

@@ -72,6 +72,8 @@ static uint64_t u_of(const abi_report *r, const char *key) {
 #define SL_ABI_APPENDED                                                                                              \
     A(sl_config, recipe)                                                                                             \
     A(sl_decode_opts, recipe)                                                                                        \
+    A(sl_decode_opts, crop_group)                                                                                    \
+    A(sl_video_opts, crop_group)                                                                                     \
     A(sl_stats, mem_count)                                                                                           \
     A(sl_stats, mem)                                                                                                 \
     A(sl_stats, mem_peak)                                                                                            \

@@ -44,6 +44,38 @@ def test_dict_batches(tmp_path):
     assert seen == list(range(n))
 
 
+def test_decode_image_redoes_a_field_of_any_name_or_group(tmp_path):
+    """decode_image(crop_group=) gives a loader's sample for an image field
+    named other than "image" (no group: its name) and for one in a group,
+    with the field's own recipe; train_crop takes it too."""
+    path, _ = _table(tmp_path)
+    root = os.path.dirname(path)
+    rows = [json.loads(line) for line in open(path)]
+    fields = {"photo": {"kind": "image", "size": 24, "key": "image"},
+              "left": {"kind": "image", "size": 20, "key": "image", "crop_group": "pair", "interpolation": "bicubic"},
+              "right": {"kind": "image", "size": 20, "key": "image", "crop_group": "pair"},
+              "label": {"kind": "label"}}
+    with sluice.Loader(path, batch_size=6, budget="64M", workers=2, fields=fields, seed=21) as ld:
+        ld.set_epoch(2)
+        b = next(iter(ld))
+        photo, left, right = (np.asarray(b[k]) for k in ("photo", "left", "right"))
+        differs = 0
+        for k, i in enumerate(np.asarray(b["index"]).tolist()):
+            data = open(os.path.join(root, rows[i]["image"]), "rb").read()
+            args = dict(preset="train", seed=21, epoch=2, index=i)
+            np.testing.assert_array_equal(photo[k], sluice.decode_image(data, size=24, crop_group="photo", **args))
+            np.testing.assert_array_equal(left[k], sluice.decode_image(data, size=20, crop_group="pair",
+                                                                        interpolation="bicubic", **args))
+            np.testing.assert_array_equal(right[k], sluice.decode_image(data, size=20, crop_group="pair", **args))
+            differs += not np.array_equal(photo[k], sluice.decode_image(data, size=24, **args))
+            w, h = sluice.probe_image(data)["width"], sluice.probe_image(data)["height"]
+            assert sluice.train_crop(w, h, 21, 2, i, crop_group="pair") == \
+                sluice.train_crop(w, h, 21, 2, i, crop_group="pair", scale=(0.08, 1.0))
+        assert differs > 0  # without crop_group: the group "image", other crops
+    with pytest.raises(TypeError, match="crop_group"):
+        sluice.decode_image(data, preset="train", crop_group=3)
+
+
 def test_schema_errors_are_valueerrors(tmp_path):
     path, _ = _table(tmp_path)
     with pytest.raises(ValueError, match='field "box": unknown option "lenght"'):

@@ -273,6 +273,30 @@ def test_video_field_batches(video_folder):
         np.testing.assert_array_equal(np.asarray(b["clip"])[1], clip)
 
 
+def test_decode_video_redoes_a_field_of_any_name_or_group(video_folder):
+    """decode_video(crop_group=) gives a loader's clip for a video field with
+    another name ("clip", no group: its name) and for one in a group ("g"),
+    each field's own crop; without crop_group it is the group "image"'s."""
+    other = 0
+    for name, group in (("clip", None), ("moving", "g")):  # a folder has one file a sample: one field each
+        field = {"kind": "video", "frames": 4, "stride": 3, "size": 32}
+        if group:
+            field["crop_group"] = group
+        with sluice.Loader(video_folder, batch_size=3, budget="256M", workers=2, seed=7,
+                           fields={name: field, "label": {"kind": "label"}}) as ld:
+            ld.set_epoch(1)
+            b = next(iter(ld))
+            for k, idx in enumerate(np.asarray(b["index"]).tolist()):
+                path = ld.sample_path(idx)
+                args = dict(frames=4, stride=3, size=32, preset="train", seed=7, epoch=1, index=idx)
+                clip, _ = sluice.decode_video(path, crop_group=group or name, **args)
+                np.testing.assert_array_equal(np.asarray(b[name])[k], clip)
+                other += not np.array_equal(clip, sluice.decode_video(path, **args)[0])
+    assert other > 0  # the group "image" draws other crops
+    with pytest.raises(TypeError, match="crop_group"):
+        sluice.decode_video(path, crop_group="")
+
+
 def test_video_field_same_bytes_any_workers(video_folder):
     sums = []
     for w in (1, 3):
