@@ -17,6 +17,7 @@ import inspect
 import json
 import numbers
 import os
+import stat
 
 from . import _dataloader_names, _sluice
 from ._sluice import (  # noqa: F401  (re-exported)
@@ -177,12 +178,46 @@ def _rank_world(rank, world_size):
     return rank, world_size
 
 
+_FIELDS_FILE_MAX = 1 << 20  # as the CLI's --fields: a schema file larger than this is a mistake
+
+
+def _fields_file(path):
+    """The text of a schema file, read as the CLI's --fields reads one: a
+    regular file (opened without blocking: a FIFO never hangs the call) of at
+    most 1 MiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"fields: {path!r}: no such file (fields= takes a dict, or the path of a "
+                                "JSON file holding one)") from None
+    except OSError as e:
+        raise OSError(e.errno, f"fields: {path!r}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"fields: {path!r} is not a regular file")
+        data = os.read(fd, _FIELDS_FILE_MAX + 1) if st.st_size <= _FIELDS_FILE_MAX else b""
+        if st.st_size > _FIELDS_FILE_MAX or len(data) > _FIELDS_FILE_MAX:
+            raise ValueError(f"fields: {path!r} is {max(st.st_size, len(data))} bytes, larger than 1 MiB")
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"fields: {path!r} is not UTF-8 text: {e}") from None
+
+
 def _schema_json(fields):
-    """The schema as the JSON text the library parses (it checks the rest)."""
+    """The schema as the JSON text the library parses (it checks the rest):
+    from a dict, the path of a JSON file (str or os.PathLike, as the CLI's
+    --fields), or JSON text itself (a str starting with '{')."""
+    if isinstance(fields, (bytes, os.PathLike)) or (isinstance(fields, str) and not fields.lstrip().startswith("{")):
+        return _fields_file(os.fsdecode(os.fspath(fields)))
     if isinstance(fields, str):
         return fields
     if not isinstance(fields, dict) or not fields:
-        raise TypeError(f"fields must be a non-empty dict of named fields, got {type(fields).__name__}")
+        raise TypeError(f"fields must be a non-empty dict of named fields or the path of a JSON file holding "
+                        f"one, got {type(fields).__name__}")
     for name, opts in fields.items():
         if not isinstance(name, str) or not isinstance(opts, dict):
             raise TypeError(f"fields: each entry is name -> dict of options, got {name!r}: {type(opts).__name__}")
@@ -337,7 +372,8 @@ class Loader:
       exif         apply EXIF orientation
       keep_alpha   4 output channels (RGBA)
       fields       the schema: a dict of named fields (docs/fields.md), e.g.
-                   {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...};
+                   {"blur": {"kind": "array", "crop": [256, 256], "crop_group": "xy"}, ...},
+                   or the path of a JSON file holding one (as the CLI's --fields);
                    None: "image" + "label" with preset and size above
       cache        a sample cache of this many bytes ("20G"; None: none), one copy for
                    every worker, evicting the entry used farthest ahead (docs/cache.md)

@@ -44,6 +44,37 @@ def test_dict_batches(tmp_path):
     assert seen == list(range(n))
 
 
+def test_fields_from_a_json_file(tmp_path):
+    """fields= takes the path of a JSON file, as the CLI's --fields: the same
+    batches as the dict; a file that is missing, not a regular file, or over
+    1 MiB is refused before anything is loaded (a FIFO is never waited on)."""
+    import pathlib
+
+    path, _ = _table(tmp_path)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(FIELDS, indent=2))
+    sums = []
+    for f in (FIELDS, str(schema), pathlib.Path(schema), os.fsencode(str(schema))):
+        with sluice.Loader(path, batch_size=5, budget="64M", workers=2, fields=f, checksum=True) as ld:
+            sums.append([(list(b), b.checksum) for b in ld])
+    assert sums[1] == sums[0] and sums[2] == sums[0] and sums[3] == sums[0]
+    with pytest.raises(FileNotFoundError, match="fields: .*nowhere.json.*no such file"):
+        sluice.Loader(path, fields=str(tmp_path / "nowhere.json"))
+    with pytest.raises(ValueError, match="not a regular file"):
+        sluice.Loader(path, fields=str(tmp_path))
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(ValueError, match="not a regular file"):
+        sluice.Loader(path, fields=str(tmp_path / "fifo.json"))
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(FIELDS) + " " * (1 << 20))
+    with pytest.raises(ValueError, match="larger than 1 MiB"):
+        sluice.Loader(path, fields=big)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"image\": ")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        sluice.Loader(path, fields=bad)
+
+
 def test_decode_image_redoes_a_field_of_any_name_or_group(tmp_path):
     """decode_image(crop_group=) gives a loader's sample for an image field
     named other than "image" (no group: its name) and for one in a group,
