@@ -25,7 +25,8 @@ How a batch travels (CUDA):
     scheduler decodes JPEGs with nvJPEG beside its CPU workers straight into
     the slot's device memory; the image arrives as a CUDA tensor through DLPack
     (no copy) and is converted and normalized on the side stream as above.
-Without CUDA the same loader yields CPU tensors, and warns once.
+Without CUDA the same loader yields CPU tensors, and warns once; the default
+dtype is then float32, what a model on the CPU takes.
 """
 import os
 import warnings
@@ -112,7 +113,9 @@ class Loader:
 
     Arguments: those of :class:`sluice.Loader`, plus
       device         "cuda" (the current CUDA device), "cuda:N" or "cpu"
-      dtype          torch.float16 (default), torch.bfloat16, torch.float32 or torch.uint8
+      dtype          torch.float16, torch.bfloat16, torch.float32 or torch.uint8; None (the
+                     default): float16 on CUDA, float32 on the CPU (device="cpu", or the
+                     fallback without CUDA), what a model there takes
       mean, std      per-channel, on the 0..1 scale (ImageNet by default): float
                      outputs are (x / 255 - mean) / std. mean=None and std=None:
                      x / 255. Not used for uint8 outputs. With keep_alpha=True the
@@ -160,7 +163,7 @@ class Loader:
     :class:`sluice.Loader`.
     """
 
-    def __init__(self, source, *, device="cuda", dtype=torch.float16, mean=IMAGENET_MEAN,
+    def __init__(self, source, *, device="cuda", dtype=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", video_layout="TCHW",
                  pin_memory=None, **kwargs):
         self._base = None
@@ -170,7 +173,7 @@ class Loader:
         self._pinned = None
         self._carry = None  # a batch staged by a loop that ended early
         self._inflight = []  # (copy-done event, cpu batch) in issue order
-        if dtype not in _DTYPES:
+        if dtype is not None and dtype not in _DTYPES:
             raise TypeError(f"dtype must be one of {[str(d) for d in _DTYPES]}, got {dtype!r}")
         try:
             dev = torch.device(device)
@@ -190,6 +193,8 @@ class Loader:
             dev = torch.device("cpu")
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        if dtype is None:  # what a model on that device takes: half on the GPU, float32 on the CPU
+            dtype = torch.float16 if dev.type == "cuda" else torch.float32
         decode, self._decode_reason = _resolve_decode(decode, dev)
         if decode != "cpu":  # the library's scheduler feeds the GPU engine on this device
             kwargs["gpu_device"] = dev.index

@@ -67,6 +67,30 @@ def test_cpu_fallback_warns_once_and_normalizes(dataset):
         assert torch.allclose(img, normalized(u8), atol=1e-5)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback without CUDA")
+def test_cpu_fallback_default_dtype_is_what_a_cpu_model_takes(dataset):
+    """device="cuda" without CUDA: the default dtype is float32 (a float32 model
+    on the CPU takes the batch as it comes); a dtype given is kept."""
+    model = torch.nn.Conv2d(3, 4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with st.Loader(dataset, device="cuda", **kw()) as ld:
+            img, _ = next(iter(ld))
+            assert img.dtype == torch.float32 and img.device.type == "cpu"
+            assert model(img).shape == (BS, 4, 30, 30)
+        with st.Loader(dataset, device="cuda", dtype=torch.bfloat16, **kw()) as ld:
+            assert next(iter(ld))[0].dtype == torch.bfloat16
+
+
+def test_default_dtype_follows_the_device(dataset):
+    """dtype=None: float32 on the CPU, float16 on CUDA."""
+    with st.Loader(dataset, device="cpu", **kw()) as ld:
+        assert next(iter(ld))[0].dtype == torch.float32
+    if torch.cuda.is_available():
+        with st.Loader(dataset, device="cuda", **kw()) as ld:
+            assert next(iter(ld))[0].dtype == torch.float16
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.uint8])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_dtypes_and_layout(dataset, dtype, channels_last):
