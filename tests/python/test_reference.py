@@ -6,14 +6,23 @@
   high byte).
 - `val` preset: mean abs difference <= 1.0 from Pillow's resize (BILINEAR,
   reducing_gap=None, to torchvision's Resize(256) size) + center crop, and
-  from torchvision `Resize(256, antialias=True)` + `CenterCrop(224)` where
-  torchvision is installed (skipped cleanly otherwise).
+  from torchvision's `Resize(256, antialias=True)` + `CenterCrop(224)`:
+  restated here with torch (what torchvision's resize_image and center_crop
+  do on a uint8 tensor: torch.nn.functional.interpolate, bilinear,
+  antialias, align_corners=False, rounded), so it runs wherever torch does;
+  where torchvision is installed, against torchvision itself too, and the
+  restatement against torchvision.
 - `train` preset: crop boxes (`sluice.train_crop`) follow torchvision's
-  RandomResizedCrop distribution (KS statistics against a Python
-  reimplementation of its `get_params`), and the output equals Pillow's crop
-  of that box + resize + flip within a small mean difference (Pillow's own
-  JPEG decode differs by up to 1), and equals sluice's own full decode
-  cropped and resized by Pillow byte for byte (crop-in-decode is exact).
+  RandomResizedCrop distribution (KS statistics against its `get_params`,
+  restated here with torch's generator: where torchvision is installed, the
+  restatement gives its boxes exactly for the same draws), and the output
+  equals the crop of that box + resize + flip by Pillow (Pillow's own JPEG
+  decode differs by up to 1), and by the restated torchvision resize, within
+  a small mean difference, and equals sluice's own full decode cropped and
+  resized by Pillow byte for byte (crop-in-decode is exact).
+
+CI has torch (CPU) but no torchvision (no CPU build matches the CPU torch),
+so the torchvision semantics are held here rather than imported.
 
 Test images are made here (procedural texture from tools/make_demo_data.py,
 PNGs from tests/fuzz/make_seed_corpus.py), so nothing depends on a dataset.
@@ -195,6 +204,61 @@ def test_val_png_matches_pillow(pngs, name):
     assert mad <= 1.0, f"{name}: mean abs diff {mad:.3f}"
 
 
+def _tv_resize(img, size):
+    """torchvision v2 Resize(size, antialias=True) on a uint8 CHW tensor (size:
+    the short side, or (h, w)), as its resize_image does it on the CPU:
+    interpolate(bilinear, align_corners=False, antialias=True) on uint8 where
+    it takes uint8 (its AVX2 check), else on float32, then rounded back."""
+    import torch
+
+    _, h, w = img.shape
+    nw, nh = _tv_resize_size(w, h, size) if isinstance(size, int) else (size[1], size[0])
+    native = "AVX2" in torch.backends.cpu.get_cpu_capability()
+    x = img[None] if native else img[None].to(torch.float32)
+    x = torch.nn.functional.interpolate(x, size=[nh, nw], mode="bilinear", align_corners=False, antialias=True)
+    return x[0] if native else x[0].round_().to(torch.uint8)
+
+
+def _tv_center_crop(img, size):
+    """torchvision CenterCrop(size) of a CHW tensor: top = round((h - size) / 2)."""
+    _, h, w = img.shape
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return img[:, top:top + size, left:left + size]
+
+
+def _tv_val(data, size=224):
+    import torch
+
+    img = torch.from_numpy(_pil_rgb(data).copy()).permute(2, 0, 1)  # uint8 CHW, as torchvision.io gives
+    return _tv_center_crop(_tv_resize(img, size * 256 // 224), size).numpy()
+
+
+@pytest.mark.parametrize("name", ["baseline_420", "portrait_422", "progressive", "gray", "cmyk", "small_odd"])
+def test_val_matches_torchvision_semantics(jpegs, name):
+    """torchvision's Resize(256, antialias=True) + CenterCrop(224), restated with torch."""
+    pytest.importorskip("torch")
+    data = jpegs[name]
+    got = sluice.decode_image(data, preset="val", size=224)
+    ref = _tv_val(data)
+    assert ref.shape == got.shape == (3, 224, 224)
+    mad = np.abs(got.astype(np.float64) - ref).mean()
+    assert mad <= 1.0, f"{name}: mean abs diff {mad:.3f}"
+
+
+@pytest.mark.parametrize("name", ["baseline_420", "portrait_422", "small_odd"])
+def test_restated_torchvision_val_equals_torchvision(jpegs, name):
+    """The restatement above against torchvision itself, where it is installed."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from torchvision.transforms import v2 as T
+    data = jpegs[name]
+    img = torch.from_numpy(_pil_rgb(data).copy()).permute(2, 0, 1)
+    ref = T.Compose([T.Resize(256, antialias=True), T.CenterCrop(224)])(img).numpy()
+    ours = _tv_val(data)
+    assert ours.shape == ref.shape
+    assert np.abs(ours.astype(np.int16) - ref).max() <= 1
+
+
 @pytest.mark.parametrize("name", ["baseline_420", "portrait_422", "progressive", "gray", "small_odd"])
 def test_val_matches_torchvision(jpegs, name):
     torch = pytest.importorskip("torch")
@@ -225,6 +289,34 @@ def _tv_get_params(rng, width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 
             j = rng.randint(0, width - w)
             return j, i, w, h
     in_ratio = width / height
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def _tv_get_params_torch(width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
+    """torchvision's RandomResizedCrop.get_params, line for line, drawing from
+    torch's default generator as it does. Returns (x, y, w, h)."""
+    import torch
+
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
+        aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            i = torch.randint(0, height - h + 1, size=(1,)).item()
+            j = torch.randint(0, width - w + 1, size=(1,)).item()
+            return j, i, w, h
+    in_ratio = float(width) / float(height)
     if in_ratio < min(ratio):
         w = width
         h = int(round(w / min(ratio)))
@@ -283,6 +375,36 @@ def test_train_crop_distribution_matches_torchvision(size):
     assert abs(flips / N_DRAWS - 0.5) < 4 * math.sqrt(0.25 / N_DRAWS), flips
 
 
+@pytest.mark.parametrize("size", [(500, 375), (375, 500), (64, 48), (1000, 200)])
+def test_train_crop_distribution_matches_torchvision_get_params(size):
+    """The box distribution against torchvision's get_params as restated with
+    torch's generator (the draws torchvision itself would make)."""
+    torch = pytest.importorskip("torch")
+    width, height = size
+    ours = [sluice.train_crop(width, height, 777, 1, i)[:4] for i in range(N_DRAWS)]
+    torch.manual_seed(2024)
+    ref = [_tv_get_params_torch(width, height) for _ in range(N_DRAWS)]
+    so, sr = _box_stats(ours, width, height), _box_stats(ref, width, height)
+    for key in so:
+        d = _ks(so[key], sr[key])
+        assert d < KS_CRIT, f"{size} {key}: KS {d:.4f} >= {KS_CRIT:.4f}"
+
+
+def test_restated_get_params_equals_torchvision():
+    """Given the same draws (torch.manual_seed), the restatement above makes
+    torchvision's boxes exactly; where torchvision is installed."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from torchvision.transforms import RandomResizedCrop
+    for width, height in [(500, 375), (375, 500), (64, 48), (1000, 200), (200, 1000)]:
+        img = torch.zeros(3, height, width, dtype=torch.uint8)
+        torch.manual_seed(width * 7 + height)
+        theirs = [RandomResizedCrop.get_params(img, [0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]) for _ in range(300)]
+        torch.manual_seed(width * 7 + height)
+        ours = [_tv_get_params_torch(width, height) for _ in range(300)]
+        assert [(j, i, w, h) for i, j, h, w in theirs] == ours
+
+
 def test_train_crop_deterministic_and_varies():
     a = [sluice.train_crop(500, 375, 7, 0, i) for i in range(50)]
     assert a == [sluice.train_crop(500, 375, 7, 0, i) for i in range(50)]
@@ -337,6 +459,27 @@ def test_train_crop_in_decode_equals_decode_then_crop(jpegs, name):
         ref = Image.fromarray(full).crop((x, y, x + bw, y + bh)).resize((64, 64), Image.BILINEAR, reducing_gap=None)
         ref = np.asarray(ref.transpose(Image.FLIP_LEFT_RIGHT) if flip else ref).transpose(2, 0, 1)
         assert np.array_equal(got, ref), (name, index, (x, y, bw, bh), int(np.abs(got.astype(int) - ref).max()))
+
+
+@pytest.mark.parametrize("name", ["baseline_420", "progressive", "gray", "portrait_422"])
+def test_train_output_matches_torchvision_semantics(jpegs, name):
+    """RandomResizedCrop(224, antialias=True) + flip of sluice's box, as
+    torchvision's resized_crop does it (restated with torch: crop, then the
+    resize above), against the train preset's output."""
+    torch = pytest.importorskip("torch")
+    data = jpegs[name]
+    info = sluice.probe_image(data)
+    img = torch.from_numpy(_pil_rgb(data).copy()).permute(2, 0, 1)
+    mads = []
+    for index in range(12):
+        x, y, w, h, flip = sluice.train_crop(info["width"], info["height"], 9, 1, index)
+        ref = _tv_resize(img[:, y:y + h, x:x + w], (224, 224))
+        if flip:
+            ref = ref.flip(-1)
+        got = sluice.decode_image(data, preset="train", size=224, seed=9, epoch=1, index=index)
+        mads.append(np.abs(got.astype(np.float64) - ref.numpy()).mean())
+    # as against Pillow above: crop-in-decode may shrink in the DCT domain
+    assert max(mads) <= 2.0 and np.mean(mads) <= 1.0, [round(m, 3) for m in mads]
 
 
 @pytest.mark.parametrize("name", ["rgb8", "rgb8_interlaced", "palette8_trns"])
