@@ -1,4 +1,7 @@
 /* Status files for `sluice top`. See status.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_SETLK */
+#endif
 #include "base/status.h"
 
 #include <errno.h>
@@ -14,7 +17,8 @@
 #include "base/sys/procfs.h"
 #include "sluice.h"
 
-/* Open statuses, for the exit handler (lock: reg_mu). */
+/* Open statuses, for the exit and fork handlers, and their descriptors
+ * (lock: reg_mu). */
 #define SL_STATUS_MAX 64
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static sl__status *reg[SL_STATUS_MAX];
@@ -32,7 +36,26 @@ static void remove_at_exit(void) {
     pthread_mutex_unlock(&reg_mu);
 }
 
-static void install_handler(void) { atexit(remove_at_exit); }
+/* fork(): the list is held across it, so the child's copy is whole. The
+ * child closes its copies of the descriptors, whose locks would otherwise
+ * keep a dead parent's files looking live, and forgets the parent's files,
+ * which are not its to remove. */
+static void before_fork(void) { pthread_mutex_lock(&reg_mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&reg_mu); }
+static void after_fork_child(void) {
+    for (int i = 0; i < SL_STATUS_MAX; i++)
+        if (reg[i] && reg[i]->fd >= 0) {
+            close(reg[i]->fd);
+            reg[i]->fd = -1;
+        }
+    memset(reg, 0, sizeof reg);
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void install_handler(void) {
+    atexit(remove_at_exit);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
 
 static int is_dir(const char *p) {
     struct stat st;
@@ -56,6 +79,7 @@ static int self_start_time(uint64_t *st) {
 
 int sl__status_open(sl__status *s) {
     memset(s, 0, sizeof *s);
+    s->fd = -1;
     char dir[512];
     if (sl__status_dir(dir, sizeof dir) || self_start_time(&s->start_time)) return SL_ENOENT;
     s->pid = (long)getpid();
@@ -89,9 +113,19 @@ static int open_fresh(const sl__status *s, char *tmp, size_t len) {
     return -1;
 }
 
-/* Written whole into a fresh file, then renamed over the name: a reader
- * never sees half of one, and whatever was planted at the name (a link
- * to another file) is replaced, never followed. */
+/* The write lock on the whole of fd's file that says its writer lives. */
+static int lock_file(int fd) {
+    struct flock l;
+    memset(&l, 0, sizeof l); /* l_pid must be 0 for OFD locks */
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_SETLK, &l);
+}
+
+/* Written whole into a fresh file, locked, then renamed over the name: a
+ * reader never sees half of one, the file at the name is always a locked
+ * one while this process lives, and whatever was planted at the name (a
+ * link to another file) is replaced, never followed. */
 int sl__status_write(sl__status *s, const char *text, size_t len) {
     if (!s->on) return 0;
     char tmp[680];
@@ -104,11 +138,16 @@ int sl__status_write(sl__status *s, const char *text, size_t len) {
         if (w <= 0) break;
         done += (size_t)w;
     }
-    int ok = close(fd) == 0 && done == len;
-    if (!ok || rename(tmp, s->path) != 0) {
+    if (done != len || lock_file(fd) != 0 || rename(tmp, s->path) != 0) {
         unlink(tmp);
+        close(fd);
         return SL_EIO;
     }
+    pthread_mutex_lock(&reg_mu); /* a fork() never copies the swap half done */
+    int old = s->fd;
+    s->fd = fd;
+    pthread_mutex_unlock(&reg_mu);
+    if (old >= 0) close(old); /* its file is no longer at the name */
     return 0;
 }
 
@@ -117,7 +156,10 @@ void sl__status_close(sl__status *s) {
     pthread_mutex_lock(&reg_mu);
     for (int i = 0; i < SL_STATUS_MAX; i++)
         if (reg[i] == s) reg[i] = NULL;
+    int fd = s->fd;
+    s->fd = -1;
     pthread_mutex_unlock(&reg_mu);
-    unlink(s->path);
+    unlink(s->path); /* then the lock goes: the file is never at the name unlocked */
+    if (fd >= 0) close(fd);
     s->on = 0;
 }

@@ -9,14 +9,28 @@
  * written whole into a fresh file (created with O_EXCL | O_NOFOLLOW under
  * a name of this process's) and renamed over the name, so a reader never
  * sees half of one and a link planted at either name is never followed.
- * It names the process's start time (/proc/self/stat), so a
- * reader can tell a live writer from a stale file whose pid was reused
- * (a process killed before it could remove its files). Removed when the
- * writer closes it, and at the process's exit for those still open (an
- * atexit handler, which leaves alone the files of a parent after fork()).
+ *
+ * Liveness is a fact the kernel holds: the writer takes an open file
+ * description lock (F_OFD_SETLK, a write lock on the whole file) on each
+ * fresh file before renaming it into place, and keeps it (its descriptor
+ * open) until the next file has replaced it or the status is closed; the
+ * kernel drops it when the writer dies, however it dies. So the file at
+ * the name is locked exactly while its writer lives: a reader asks with
+ * F_OFD_GETLK (monitor/govstatus.c), never /proc, so a writer in another
+ * PID namespace, or a pid reused after a writer was killed, is judged
+ * right. A child of fork() closes its copies of the descriptors (a lock is
+ * its description's, which the child would otherwise keep alive), and
+ * leaves the parent's files alone.
+ *
+ * Removed when the writer closes it, and at the process's exit for those
+ * still open (an atexit handler); a file left by a killed writer is
+ * unlocked, so readers leave it out. It still names the process's start
+ * time (/proc/self/stat), for people reading it.
  *
  * Threads: a sl__status belongs to one writer thread; the process-wide
- * list of open files (for the exit handler) has its own lock.
+ * list of open files (for the exit and fork handlers) and each status's
+ * descriptor (swapped by a write, closed in a forked child) are under
+ * reg_mu.
  */
 #ifndef SL_STATUS_H
 #define SL_STATUS_H
@@ -33,6 +47,7 @@ typedef struct sl__status {
     long pid;            /* the process that opened it */
     unsigned id;         /* n of the name: one per status opened in this process */
     int on;              /* registered for removal at exit */
+    int fd;              /* the file at path, write-locked while published (-1: none yet) */
 } sl__status;
 
 /* The folder status files go in (see above): 0, or SL_ENOENT when there
@@ -44,11 +59,13 @@ int sl__status_dir(char *out, size_t len);
  * start time cannot be read: nothing will be published). */
 int sl__status_open(sl__status *s);
 
-/* Replace the file's content with text[0..len). 0 or SL_EIO. A status
- * that did not open is ignored (0). */
+/* Replace the file's content with text[0..len): a fresh file, locked, then
+ * renamed over the name; the one it replaced is let go. 0 or SL_EIO. A
+ * status that did not open is ignored (0). */
 int sl__status_write(sl__status *s, const char *text, size_t len);
 
-/* Remove the file and forget it. Takes a status that did not open. */
+/* Remove the file, let its lock go and forget it. Takes a status that did
+ * not open. */
 void sl__status_close(sl__status *s);
 
 #endif

@@ -1,14 +1,19 @@
 /* Governor status files, read for `sluice top`. See govstatus.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_GETLK */
+#endif
 #include "monitor/govstatus.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/status.h"
-#include "base/sys/procfs.h"
 #include "monitor/json.h"
 #include "sluice.h"
 
@@ -60,24 +65,46 @@ int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *o) {
     return 0;
 }
 
-/* Does pid run under procroot, started at start_time, owned by uid? */
-static int writer_alive(const char *procroot, int pid, uint64_t start_time, uid_t uid) {
-    char path[600], buf[1024], comm[64];
-    size_t n;
-    int p, pp;
-    uint64_t st;
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/%d", procroot, pid);
-    if (stat(path, &sb) != 0 || sb.st_uid != uid) return 0;
-    snprintf(path, sizeof path, "%s/%d/stat", procroot, pid);
-    if (sl__read_text(path, buf, sizeof buf, &n) || sl__procstat_parse(buf, n, &p, &pp, comm, sizeof comm, &st))
-        return 0;
-    return st == start_time;
+/* Does its writer hold fd's file's write lock (base/status.h)? Only the
+ * owner can take it (the file is not writable by others; a read lock
+ * another user takes is not this). An error asking counts as held. */
+static int write_locked(int fd) {
+    struct flock l;
+    memset(&l, 0, sizeof l); /* l_pid must be 0 for OFD locks */
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_GETLK, &l) != 0 || l.l_type == F_WRLCK;
+}
+
+/* The text (NUL-terminated, at most len - 1 bytes) of the status file at
+ * path, when its writer lives: 1, or 0 for a file that is not a regular
+ * file of this user (of any user for root), or whose writer is gone. The
+ * name may be replaced between the open and the lock's check by a newer
+ * write, whose writer lives: then it is asked again of the new file. */
+static int read_live(const char *path, char *text, size_t len) {
+    for (int tries = 0; tries < 16; tries++) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) return 0;
+        struct stat sb, now;
+        ssize_t n = -1;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_uid == geteuid() || geteuid() == 0))
+            do n = pread(fd, text, len - 1, 0);
+            while (n < 0 && errno == EINTR);
+        int live = n >= 0 && write_locked(fd);
+        close(fd);
+        if (n < 0) return 0;
+        if (live) {
+            text[n] = 0;
+            return 1;
+        }
+        if (stat(path, &now) != 0 || (now.st_ino == sb.st_ino && now.st_dev == sb.st_dev)) return 0;
+    }
+    return 0; /* replaced 16 times while asked: too busy to read now */
 }
 
 /* One file of dir, if it is a live status of a wanted process. */
-static int read_one(const char *dir, const char *name, const char *procroot,
-                    int (*want)(const void *ctx, int pid), const void *ctx, sl__gov_status *o) {
+static int read_one(const char *dir, const char *name, int (*want)(const void *ctx, int pid), const void *ctx,
+                    sl__gov_status *o) {
     char path[1024], text[16384];
     int pid;
     unsigned id;
@@ -85,11 +112,8 @@ static int read_one(const char *dir, const char *name, const char *procroot,
     if (sscanf(name, SL_STATUS_PREFIX "%d-%u.%7s", &pid, &id, tail) != 3 || strcmp(tail, "json")) return 0;
     if (want && !want(ctx, pid)) return 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat sb;
-    size_t len;
-    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sl__read_text(path, text, sizeof text, &len)) return 0;
-    if (sl__gov_status_parse(text, len, o) || o->pid != pid || o->id != id) return 0;
-    return writer_alive(procroot, pid, o->start_time, sb.st_uid);
+    if (!read_live(path, text, sizeof text)) return 0;
+    return sl__gov_status_parse(text, strlen(text), o) == 0 && o->pid == pid && o->id == id;
 }
 
 static int by_pid_id(const void *a, const void *b) {
@@ -98,15 +122,15 @@ static int by_pid_id(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-size_t sl__gov_status_scan(const char *dir, const char *procroot, int (*want)(const void *ctx, int pid),
-                           const void *ctx, sl__gov_status *out, size_t max) {
+size_t sl__gov_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                           sl__gov_status *out, size_t max) {
     DIR *d = dir ? opendir(dir) : NULL;
     if (!d) return 0;
     size_t n = 0;
     struct dirent *e;
     while (n < max && (e = readdir(d)))
         if (!strncmp(e->d_name, SL_STATUS_PREFIX, strlen(SL_STATUS_PREFIX)) &&
-            read_one(dir, e->d_name, procroot, want, ctx, &out[n]))
+            read_one(dir, e->d_name, want, ctx, &out[n]))
             n++;
     closedir(d);
     qsort(out, n, sizeof *out, by_pid_id);

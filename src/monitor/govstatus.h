@@ -20,7 +20,7 @@ typedef struct sl__gov_move {
 typedef struct sl__gov_status {
     int pid;
     unsigned id;             /* the governor's number in its process */
-    uint64_t start_time;     /* its process's start (clock ticks since boot) */
+    uint64_t start_time;     /* its process's start (clock ticks since boot), as it read it */
     double time;             /* Unix time the file was written */
     double t;                /* seconds since the governor started, then */
     uint64_t limit, ceiling, used, fixed;
@@ -36,13 +36,16 @@ typedef struct sl__gov_status {
 int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *out);
 
 /*
- * The status files in dir of live processes: a file counts when its
- * process runs under procroot with the start time the file names (not a
- * stale file whose pid was reused) and owns it (a file of another user
- * cannot speak for a process). want(ctx, pid) picks the processes (NULL:
+ * The status files in dir of live writers: a file counts while its writer
+ * holds its write lock (base/status.h), which the kernel drops when the
+ * writer dies; no /proc is read, so a writer in another PID namespace
+ * counts and a stale file of a killed one, whatever process has its pid
+ * now, does not. Only regular files of this user count (of any user for
+ * root): a file of another user cannot speak for this user's processes.
+ * want(ctx, pid) picks the processes by the pid the file names (NULL:
  * all). Up to max into out, ordered by pid and number; returns how many.
  */
-size_t sl__gov_status_scan(const char *dir, const char *procroot, int (*want)(const void *ctx, int pid),
-                           const void *ctx, sl__gov_status *out, size_t max);
+size_t sl__gov_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                           sl__gov_status *out, size_t max);
 
 #endif

@@ -156,7 +156,7 @@ static void sample_governors(sl__top *t) {
     char dir[512];
     const char *d = t->o.status_dir;
     if (!d && sl__status_dir(dir, sizeof dir) == 0) d = dir;
-    t->ngovs = d ? sl__gov_status_scan(d, t->o.procroot, t->o.pid > 0 ? want_member : NULL, t, t->govs,
+    t->ngovs = d ? sl__gov_status_scan(d, t->o.pid > 0 ? want_member : NULL, t, t->govs,
                                        SL_TOP_MAX_GOVS)
                  : 0;
 }

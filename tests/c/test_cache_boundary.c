@@ -15,12 +15,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +26,7 @@
 
 #include "cache_fixture.h"
 #include "cache/segment.h"
+#include "procs.h"
 
 #define VAL 8192   /* bytes a value: two 4 KiB blocks */
 #define KEYS 16384
@@ -99,15 +98,6 @@ static void check_all(sl__cache *c, uint32_t lo, uint32_t hi) {
     }
 }
 
-static void put_byte(int fd, char x) {
-    if (write(fd, &x, 1) != 1) _exit(90);
-}
-
-static char get_byte(int fd) {
-    char x = 0;
-    return read(fd, &x, 1) == 1 ? x : 0;
-}
-
 /* ---- liveness ------------------------------------------------------------------ */
 
 /* A rank holding a pin on key 0, its only entry (the first evicted). */
@@ -172,28 +162,6 @@ TEST(emfile_inserter_beside_pinned_reader) {
     CHECK(!seg_exists(name));
     CHECK_EQ(atomic_load(&b.used), 0);
     sl__budget_fini(&b);
-}
-
-/* The child of `unshare --pid --fork --mount-proc`: a new PID namespace
- * (it is pid 1 there) with its own /proc, the same /dev/shm. 0, or why
- * not (no root, no namespaces). */
-static const char *enter_pid_namespace(void) {
-    static char why[160];
-    if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
-        snprintf(why, sizeof why, "unshare(CLONE_NEWPID | CLONE_NEWNS): %s", strerror(errno));
-        return why;
-    }
-    return NULL;
-}
-
-static const char *mount_own_proc(void) {
-    static char why[160];
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-        snprintf(why, sizeof why, "mounting a /proc for the namespace: %s", strerror(errno));
-        return why;
-    }
-    return NULL;
 }
 
 /* The rank in the other namespace: attach (the other rank is not in its

@@ -5,15 +5,27 @@
  * temporary name an older writer used, is never followed; the name ends
  * up a regular file holding what was written, and the link's target is
  * untouched.
+ *
+ * Whether a file's writer lives is judged by its lock, which the kernel
+ * drops at the writer's death (monitor/govstatus.c reads it): a writer
+ * killed with SIGKILL is gone at once, though its file stays; a writer in
+ * another PID namespace is live; a file rewritten many times over while it
+ * is read never looks gone; a child of fork() does not keep a dead
+ * parent's file live.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/status.h"
 #include "check.h"
+#include "monitor/govstatus.h"
+#include "procs.h"
 #include "sluice.h"
 
 static void put(const char *path, const char *text) {
@@ -69,4 +81,211 @@ TEST(planted_links_not_followed) {
     CHECK_OK(unlink(tmp));
     CHECK_OK(unlink(victim));
     CHECK_OK(unlink(other));
+}
+
+/* ---- liveness -------------------------------------------------------------------- */
+
+/* A status directory of this test's own, as SLUICE_STATUS_DIR. */
+static void status_dir(char dir[64]) {
+    snprintf(dir, 64, "/tmp/sl_status_live_XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("SLUICE_STATUS_DIR", dir, 1);
+}
+
+static void rm_dir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+/* A status as a governor writes it (what sl__gov_status_parse reads), with limit n. */
+static void publish(sl__status *s, uint64_t n) {
+    char text[512];
+    int len = snprintf(text, sizeof text,
+                       "{\"version\":%d,\"pid\":%ld,\"start_time\":%llu,\"id\":%u,\"time\":1,\"t\":1,"
+                       "\"limit_bytes\":%llu,\"ceiling_bytes\":1,\"used_bytes\":1,\"fixed_bytes\":1,"
+                       "\"container_limit_bytes\":0,\"container_usage_bytes\":0,\"mem_available_bytes\":0,"
+                       "\"psi_some_avg10\":0,\"moves\":0,\"events\":[]}",
+                       SL_STATUS_VERSION, s->pid, (unsigned long long)s->start_time, s->id, (unsigned long long)n);
+    CHECK_OK(sl__status_write(s, text, (size_t)len));
+}
+
+/* The live statuses in dir. */
+static size_t scan(const char *dir, sl__gov_status *out, size_t max) {
+    return sl__gov_status_scan(dir, NULL, NULL, out, max);
+}
+
+static size_t files_in(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '^sluice-gov-.*json$'", dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    unsigned n = 0;
+    CHECK_EQ(fscanf(p, "%u", &n), 1);
+    pclose(p);
+    return n;
+}
+
+/* A child publishes a status and waits (its pipe's 'r' says it did), then
+ * dies by SIGKILL, its file left behind: shown live before, gone after,
+ * without anyone reading /proc. */
+TEST(writer_killed_is_gone) {
+    char dir[64];
+    status_dir(dir);
+    int up[2];
+    CHECK_OK(pipe(up));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(up[0]);
+        sl__status s;
+        if (sl__status_open(&s)) _exit(91);
+        publish(&s, 42);
+        put_byte(up[1], 'r');
+        for (;;) pause();
+    }
+    close(up[1]);
+    CHECK_EQ(get_byte(up[0]), 'r');
+    sl__gov_status st[4];
+    CHECK_EQ(scan(dir, st, 4), 1);
+    CHECK_EQ(st[0].pid, pid);
+    CHECK_EQ(st[0].limit, 42);
+    CHECK_OK(kill(pid, SIGKILL));
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    CHECK_EQ(files_in(dir), 1); /* no exit handler ran: the file stays, unlocked */
+    CHECK_EQ(scan(dir, st, 4), 0);
+    close(up[0]);
+    rm_dir(dir);
+}
+
+/* A writer in a PID namespace of its own (pid 1 there; its file names pid
+ * 1, which is init here) is live while it runs, and gone once it closed
+ * the status. Needs root (CI is root): skipped with the reason elsewhere. */
+TEST(writer_in_another_pid_namespace_is_live) {
+    char dir[64];
+    status_dir(dir);
+    int up[2], down[2];
+    CHECK_OK(pipe(up));
+    CHECK_OK(pipe(down));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) { /* unshare --pid --fork */
+        const char *why = enter_pid_namespace();
+        pid_t inner = why ? -1 : fork();
+        if (inner == 0) {
+            sl__status s;
+            if (getpid() != 1 || sl__status_open(&s)) _exit(91);
+            publish(&s, 7);
+            put_byte(up[1], 'r');
+            if (get_byte(down[0]) != 'g') _exit(92);
+            sl__status_close(&s);
+            put_byte(up[1], 'c');
+            _exit(0);
+        }
+        if (why) {
+            char line[200];
+            int n = snprintf(line, sizeof line, "s%s\n", why);
+            if (write(up[1], line, (size_t)n) != n) _exit(93);
+            _exit(0);
+        }
+        int st;
+        _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 94);
+    }
+    close(up[1]);
+    char first = get_byte(up[0]);
+    if (first == 's') {
+        char why[200] = "";
+        ssize_t n = read(up[0], why, sizeof why - 1);
+        why[n > 0 ? n : 0] = 0;
+        printf("skipped: %s", why);
+        CHECK_EQ(waitpid(pid, NULL, 0), pid);
+        rm_dir(dir);
+        return;
+    }
+    CHECK_EQ(first, 'r');
+    sl__gov_status st[4];
+    CHECK_EQ(scan(dir, st, 4), 1);
+    CHECK_EQ(st[0].pid, 1); /* its own namespace's pid, not one of ours */
+    CHECK_EQ(st[0].limit, 7);
+    put_byte(down[1], 'g');
+    CHECK_EQ(get_byte(up[0]), 'c');
+    CHECK_EQ(scan(dir, st, 4), 0);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    rm_dir(dir);
+}
+
+/* A writer rewrites its file as fast as it can (each write a new file
+ * renamed over the last, the last's lock let go) while this process reads
+ * it: every read finds it live, with a value the writer wrote, until the
+ * writer has replaced the file 1000 times during the reads. */
+TEST(live_while_rewritten) {
+    char dir[64];
+    status_dir(dir);
+    int up[2];
+    CHECK_OK(pipe(up));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(up[0]);
+        sl__status s;
+        if (sl__status_open(&s)) _exit(91);
+        publish(&s, 1);
+        put_byte(up[1], 'r');
+        for (uint64_t n = 2;; n++) publish(&s, n); /* until killed */
+    }
+    close(up[1]);
+    CHECK_EQ(get_byte(up[0]), 'r');
+    uint64_t last = 0;
+    int reads = 0;
+    for (; reads < 200 || last < 1000; reads++) {
+        sl__gov_status st[4];
+        if (scan(dir, st, 4) != 1) SL_FAIL("read %d: the writer's file was not live", reads);
+        CHECK(st[0].limit >= last); /* never an older file */
+        last = st[0].limit;
+    }
+    printf("%d reads while the writer made %llu writes\n", reads, (unsigned long long)last);
+    CHECK_OK(kill(pid, SIGKILL));
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    sl__gov_status st[4];
+    CHECK_EQ(scan(dir, st, 4), 0);
+    close(up[0]);
+    rm_dir(dir);
+}
+
+/* A child of fork() of a writer does not keep the parent's file live: the
+ * parent (a child of the test) publishes, forks a grandchild that waits,
+ * and is killed; its file is gone while the grandchild lives. */
+TEST(forked_child_does_not_keep_it_live) {
+    char dir[64];
+    status_dir(dir);
+    int up[2], down[2];
+    CHECK_OK(pipe(up));
+    CHECK_OK(pipe(down));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        sl__status s;
+        if (sl__status_open(&s)) _exit(91);
+        publish(&s, 5);
+        pid_t child = fork();
+        if (child == 0) { /* holds every descriptor it was given, until told */
+            put_byte(up[1], 'c');
+            get_byte(down[0]);
+            _exit(0);
+        }
+        if (child < 0) _exit(92);
+        for (;;) pause();
+    }
+    CHECK_EQ(get_byte(up[0]), 'c');
+    sl__gov_status st[4];
+    CHECK_EQ(scan(dir, st, 4), 1);
+    CHECK_OK(kill(pid, SIGKILL));
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    CHECK_EQ(scan(dir, st, 4), 0); /* the grandchild still runs */
+    put_byte(down[1], 'g');
+    close(up[1]);
+    CHECK_EQ(get_byte(up[0]), 0); /* the grandchild is gone: every write end closed */
+    rm_dir(dir);
 }
