@@ -57,6 +57,13 @@ static void usage(FILE *f) {
             sl_cli_recipe_usage);
 }
 
+/* Every flag but the recipe's (sl_cli_recipe_flags), for "did you mean". */
+static const char *const flags[] = {
+    "--preset", "--size", "--batch", "--budget", "--workers", "--worker-nice", "--prefetch", "--epochs", "--batches",
+    "--seed", "--rank", "--world-size", "--no-shuffle", "--drop-last", "--on-error", "--max-error-rate",
+    "--max-pixels", "--max-bytes", "--exif", "--fields", "--json", "--cache", "--cache-share", "--cache-what",
+    "--decode", "--gpu-budget", "--gpu-device", "--help", NULL};
+
 typedef struct bench_opts {
     sl_config cfg;
     sl_image_recipe recipe; /* what cfg.recipe points at */
@@ -177,7 +184,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         free(o->fields);
         if ((o->fields = sl_cli_read_fields("bench", val))) return 0;
     } else {
-        fprintf(stderr, "sluice bench: unknown option %s\n", a);
+        sl_cli_unknown_flag("bench", a, flags, sl_cli_recipe_flags);
         usage(stderr);
     }
     return 2;
@@ -208,7 +215,8 @@ static int parse_args(bench_opts *o, int argc, char **argv) {
             o->cfg.flags |= SL_FLAG_EXIF;
         } else if (a[0] == '-') {
             if (i + 1 >= argc) {
-                fprintf(stderr, "sluice bench: %s is unknown or needs a value\n", a);
+                if (sl_cli_flag_known(a, flags, NULL)) fprintf(stderr, "sluice bench: %s needs a value\n", a);
+                else sl_cli_unknown_flag("bench", a, flags, sl_cli_recipe_flags);
                 usage(stderr);
                 return 2;
             }
@@ -261,7 +269,7 @@ static void run(const bench_opts *o, sl_loader *ld, bench_run *r) {
         } else {
             char why[320] = "";
             sl_loader_poisoned(ld, why, sizeof why);
-            snprintf(r->stopped, sizeof r->stopped, "%s%s%s", sl_strerror(rc), why[0] ? ": " : "", why);
+            sl_cli_reason(rc, why, r->stopped, sizeof r->stopped);
             fprintf(stderr, "sluice bench: %s\n", r->stopped);
             r->exit_code = 1;
             break;
@@ -420,7 +428,7 @@ int sl_cli_bench(int argc, char **argv) {
     sl_loader *ld;
     rc = sl_loader_create(&o.cfg, &ld, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "sluice bench: %s: %s\n", sl_strerror(rc), err[0] ? err : sl_strerror(rc));
+        sl_cli_error("bench", rc, err);
         if (rc == SL_EBUDGET) fprintf(stderr, "sluice bench: the options: --budget, --batch, --size, --workers, --cache\n");
         free(o.fields);
         return 1;

@@ -178,3 +178,115 @@ char *sl_cli_read_fields(const char *cmd, const char *path) {
                 errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
     return text;
 }
+
+const char *sl_cli_reason(int rc, const char *err, char *buf, size_t len) {
+    const char *code = sl_strerror(rc);
+    if (!err || !err[0]) snprintf(buf, len, "%s", code);
+    else if (strstr(err, code)) snprintf(buf, len, "%s", err);
+    else snprintf(buf, len, "%s: %s", code, err);
+    return buf;
+}
+
+void sl_cli_error(const char *cmd, int rc, const char *err) {
+    char buf[1200];
+    fprintf(stderr, "sluice %s: %s\n", cmd, sl_cli_reason(rc, err, buf, sizeof buf));
+}
+
+/* ---- unknown flags ------------------------------------------------------------ */
+
+#define WORD_MAX 48 /* longer words are compared by their first WORD_MAX characters */
+
+/* word without its leading dashes, lower case, '_' as '-', into out. */
+static size_t fold(const char *word, char out[WORD_MAX + 1]) {
+    while (*word == '-') word++;
+    size_t n = 0;
+    for (; *word && n < WORD_MAX; word++) {
+        char c = *word == '_' ? '-' : *word;
+        out[n++] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    out[n] = 0;
+    return n;
+}
+
+/* Edits (insert, delete, substitute, swap two adjacent) from a to b. */
+static int distance(const char *a, size_t na, const char *b, size_t nb) {
+    int d[WORD_MAX + 1][WORD_MAX + 1];
+    for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= na; i++)
+        for (size_t j = 1; j <= nb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[na][nb];
+}
+
+const char *sl_cli_closest(const char *word, const char *const *cands, const char *const *more) {
+    char w[WORD_MAX + 1], c[WORD_MAX + 1];
+    size_t nw = fold(word, w);
+    const char *best = NULL, *prefix_of = NULL;
+    int best_d = INT32_MAX, prefixes = 0;
+    for (const char *const *list = cands; list; list = list == cands ? more : NULL)
+        for (const char *const *p = list; *p; p++) {
+            size_t nc = fold(*p, c);
+            int d = distance(w, nw, c, nc);
+            if (d < best_d) best_d = d, best = *p;
+            if (nw >= 3 && nw < nc && !strncmp(c, w, nw)) prefixes++, prefix_of = *p;
+        }
+    if (best && best_d > 0 && (best_d <= 2 || (size_t)best_d * 3 <= nw)) return best;
+    return prefixes == 1 ? prefix_of : NULL;
+}
+
+/* What PyTorch's DataLoader (and habit) call options sluice has under
+ * another name: the flag to suggest, or a sentence when there is no such
+ * flag. A hint is given only by a command that has `flag`. */
+static const struct {
+    const char *name, *flag, *hint;
+} habits[] = {
+    {"shuffle", "--no-shuffle",
+     "sluice shuffles by default (a seeded order: --seed S); --no-shuffle keeps the dataset's order"},
+    {"batchsize", "--batch", NULL},
+    {"batch-size", "--batch", NULL},
+    {"bs", "--batch", NULL},
+    {"num-workers", "--workers", NULL},
+    {"nworkers", "--workers", NULL},
+    {"threads", "--workers", NULL},
+    {"prefetch-factor", "--prefetch", NULL},
+    {"num-epochs", "--epochs", NULL},
+    {"max-steps", "--batches", NULL},
+    {"steps", "--batches", NULL},
+    {"memory", "--budget", NULL},
+    {"mem", "--budget", NULL},
+};
+
+int sl_cli_flag_known(const char *flag, const char *const *known, const char *const *more) {
+    for (const char *const *list = known; list; list = list == known ? more : NULL)
+        for (const char *const *p = list; *p; p++)
+            if (!strcmp(*p, flag)) return 1;
+    return 0;
+}
+
+void sl_cli_unknown_flag(const char *cmd, const char *flag, const char *const *known, const char *const *more) {
+    char w[WORD_MAX + 1];
+    fold(flag, w);
+    for (size_t i = 0; i < sizeof habits / sizeof habits[0]; i++) {
+        if (strcmp(w, habits[i].name) || !sl_cli_flag_known(habits[i].flag, known, more)) continue;
+        if (habits[i].hint) fprintf(stderr, "sluice %s: unknown option %s: %s\n", cmd, flag, habits[i].hint);
+        else fprintf(stderr, "sluice %s: unknown option %s: did you mean %s?\n", cmd, flag, habits[i].flag);
+        return;
+    }
+    const char *near = sl_cli_closest(flag, known, more);
+    if (near) fprintf(stderr, "sluice %s: unknown option %s: did you mean %s?\n", cmd, flag, near);
+    else fprintf(stderr, "sluice %s: unknown option %s\n", cmd, flag);
+}
+
+int sl_cli_path_join(char *buf, size_t len, const char *dir, const char *name) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "shards//" -> "shards"; "/" stays */
+    int w = snprintf(buf, len, "%.*s%s%s", (int)n, dir, n == 0 || dir[n - 1] == '/' ? "" : "/", name);
+    return w < 0 || (size_t)w >= len ? -1 : 0;
+}

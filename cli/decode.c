@@ -1,6 +1,7 @@
 /*
  * sluice decode FILE [-o OUT.png|OUT.ppm] [--preset none|train|val]
- *   [--seed S] [--epoch E] [--index I] [--exif] [--max-pixels N] [--max-bytes SIZE] [--info]
+ *   [--seed S] [--epoch E] [--index I] [--crop-group G] [--exif] [--max-pixels N] [--max-bytes SIZE]
+ *   [--info]
  *   [recipe flags, cli/recipe.c: --size N|H,W --interpolation --scale --ratio
  *   --hflip --crop-pct --resize --fast --max-scans]
  *
@@ -22,6 +23,12 @@
 #include "recipe.h"
 #include "sluice.h"
 
+/* Every flag but the recipe's, for "did you mean": those taking a value first. */
+#define NVALUED 9
+static const char *const flags[] = {"-o",        "--output",     "--preset",    "--seed",   "--epoch",
+                                    "--index",   "--max-pixels", "--max-bytes", "--crop-group", "--info",
+                                    "--exif",    "--help",       NULL};
+
 typedef struct decode_args {
     const char *in, *out;
     int info;
@@ -32,13 +39,15 @@ typedef struct decode_args {
 
 static void usage(FILE *f) {
     fputs("usage: sluice decode FILE [-o OUT.png|OUT.ppm] [--preset none|train|val]\n"
-          "                     [--seed S] [--epoch E] [--index I] [--exif]\n"
+          "                     [--seed S] [--epoch E] [--index I] [--crop-group G] [--exif]\n"
           "                     [--max-pixels N] [--max-bytes SIZE] [--info] [recipe flags]\n"
           "Decodes FILE as the loader would and writes what the model sees to OUT (its\n"
           "extension picks PNG or PPM). Without -o, prints the header only.\n"
           "  --preset     none (the whole image; the default), train (RandomResizedCrop + flip\n"
           "               of sample --index in --epoch of a loader seeded with --seed) or val\n"
           "               (resize + centre crop)\n"
+          "  --crop-group G  train: the crop of a schema field other than \"image\": its\n"
+          "               crop_group, or its name when it has none\n"
           "  --size N or H,W   output size for train and val (224)\n"
           "  --exif       apply EXIF orientation (ignored by default, as Pillow)\n"
           "  --max-pixels N, --max-bytes SIZE   the loader's per-sample limits (64 Mpx, 64M)\n"
@@ -61,12 +70,10 @@ static int parse_preset(const char *v, int *preset) {
 /* One flag with its value v (NULL when it was the last word); *used is set
  * when v was taken. Returns 0 or -1 (message printed). */
 static int parse_valued(decode_args *a, const char *flag, const char *v, int *used) {
-    static const char *const valued[] = {"-o", "--output", "--preset", "--seed", "--epoch",
-                                         "--index", "--max-pixels", "--max-bytes"};
     int known = 0;
-    for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++) known |= !strcmp(flag, valued[i]);
+    for (size_t i = 0; i < NVALUED; i++) known |= !strcmp(flag, flags[i]);
     if (!known) {
-        fprintf(stderr, "sluice decode: unknown option %s\n", flag);
+        sl_cli_unknown_flag("decode", flag, flags, sl_cli_recipe_flags);
         usage(stderr);
         return -1;
     }
@@ -82,6 +89,10 @@ static int parse_valued(decode_args *a, const char *flag, const char *v, int *us
     }
     if (strcmp(flag, "--max-bytes")) a->transform_flag = flag;
     if (!strcmp(flag, "--preset")) return parse_preset(v, &a->o.preset);
+    if (!strcmp(flag, "--crop-group")) {
+        a->o.crop_group = v;
+        return 0;
+    }
     if (!strcmp(flag, "--max-bytes")) {
         char why[256] = "0 bytes: give a size above 0, such as 64M";
         if (sl_parse_size_msg(v, &n, why, sizeof why) || n == 0) {
@@ -192,7 +203,8 @@ static int decode_rgb(const decode_args *a, const unsigned char *data, size_t le
     if (!rc && (!px || !*rgb)) rc = SL_ENOMEM;
     if (!rc) rc = sl_image_decode(data, len, &a->o, px, n, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "sluice decode: %s: %s%s%s\n", a->in, sl_strerror(rc), err[0] ? ": " : "", err);
+        char why[400];
+        fprintf(stderr, "sluice decode: %s: %s\n", a->in, sl_cli_reason(rc, err, why, sizeof why));
         free(px);
         free(*rgb);
         return 1;
@@ -219,7 +231,8 @@ int sl_cli_decode(int argc, char **argv) {
     if (rc) {
         char err[256] = "";
         sl_image_check(data, len, &a.o, NULL, NULL, NULL, err, sizeof err); /* the probe's reason */
-        fprintf(stderr, "sluice decode: %s: %s%s%s\n", a.in, sl_strerror(rc), err[0] ? ": " : "", err);
+        char why[400];
+        fprintf(stderr, "sluice decode: %s: %s\n", a.in, sl_cli_reason(rc, err, why, sizeof why));
         free(data);
         return 1;
     }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common.h"
 #include "sluice.h"
 
 static const struct {
@@ -34,7 +35,11 @@ static int find_command(const char *name) {
 }
 
 static int unknown_command(const char *name) {
-    fprintf(stderr, "sluice: unknown command '%s'\n", name);
+    const char *names[NCOMMANDS + 3] = {"help", "version"};
+    for (size_t i = 0; i < NCOMMANDS; i++) names[2 + i] = commands[i].name;
+    const char *near = sl_cli_closest(name, names, NULL);
+    if (near) fprintf(stderr, "sluice: unknown command '%s': did you mean %s?\n", name, near);
+    else fprintf(stderr, "sluice: unknown command '%s'\n", name);
     usage(stderr);
     return 2;
 }

@@ -57,6 +57,9 @@ typedef struct pack_opts {
     int json;
 } pack_opts;
 
+static const char *const flags[] = {"--fields", "--shard-size", "--samples-per-shard", "--max-side", "--quality",
+                                    "--name",   "--workers",    "--budget",            "--json",     "--help", NULL};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice pack SOURCE OUTDIR [--fields FILE.json] [--shard-size 256M]\n"
@@ -100,7 +103,7 @@ static int option_value(pack_opts *o, const char *a, const char *v) {
         free(o->fields);
         return (o->fields = sl_cli_read_fields("pack", v)) ? 0 : 2;
     }
-    fprintf(stderr, "sluice pack: unknown option %s\n", a);
+    sl_cli_unknown_flag("pack", a, flags, NULL);
     usage(stderr);
     return 2;
 }
@@ -121,7 +124,8 @@ static int parse_args(pack_opts *o, int argc, char **argv) {
             o->json = 1;
         } else if (a[0] == '-' && a[1]) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "sluice pack: %s is unknown or needs a value\n", a);
+                if (sl_cli_flag_known(a, flags, NULL)) fprintf(stderr, "sluice pack: %s needs a value\n", a);
+                else sl_cli_unknown_flag("pack", a, flags, NULL);
                 return 2;
             }
             if (option_value(o, a, argv[++i])) return 2;
@@ -381,7 +385,12 @@ static int shard_close(shard_writer *w) {
 }
 
 static int shard_open(shard_writer *w) {
-    snprintf(w->path, sizeof w->path, "%s/%s-%06u.tar", w->o->out, w->o->name, w->index);
+    char name[96];
+    snprintf(name, sizeof name, "%s-%06u.tar", w->o->name, w->index);
+    if (sl_cli_path_join(w->path, sizeof w->path, w->o->out, name)) {
+        fprintf(stderr, "sluice pack: %s: the path is too long\n", w->o->out);
+        return -1;
+    }
     snprintf(w->partial, sizeof w->partial, "%s.partial", w->path);
     if (!(w->f = fopen(w->partial, "wb"))) {
         fprintf(stderr, "sluice pack: %s: %s\n", w->partial, strerror(errno));
@@ -452,12 +461,13 @@ static int pack_all(const pack_opts *o, const sl_source *src, shard_writer *w, p
 
 static void report(const pack_opts *o, const shard_writer *w, const pack_stats *st, double s) {
     uint32_t shards = w->index;
+    char name[96], pattern[4300];
+    snprintf(name, sizeof name, "%s-{000000..%06u}.tar", o->name, shards ? shards - 1 : 0);
+    sl_cli_path_join(pattern, sizeof pattern, o->out, name); /* shorter than the shards' paths, which fit */
     if (o->json) {
         printf("{\"samples\": %" PRIu64 ", \"shards\": %u, \"bytes\": %" PRIu64 ", \"seconds\": %.3f, "
                "\"reencoded\": %" PRIu64 ", \"kept_undecodable\": %" PRIu64 ", \"pattern\": ",
                st->samples, shards, w->total_bytes, s, st->reencoded, st->kept);
-        char pattern[4300];
-        snprintf(pattern, sizeof pattern, "%s/%s-{000000..%06u}.tar", o->out, o->name, shards ? shards - 1 : 0);
         sl_cli_json_str(stdout, pattern);
         printf("}\n");
         return;
@@ -467,7 +477,7 @@ static void report(const pack_opts *o, const shard_writer *w, const pack_stats *
     if (o->max_side)
         printf("  re-encoded %" PRIu64 " images over %u px (JPEG quality %u); %" PRIu64 " kept as they were (not decodable)\n",
                st->reencoded, o->max_side, o->quality, st->kept);
-    printf("  %s/%s-{000000..%06u}.tar\n", o->out, o->name, shards ? shards - 1 : 0);
+    printf("  %s\n", pattern);
 }
 
 /* Field names a loader could not tell apart in a shard refuse the pack:
@@ -520,7 +530,7 @@ int sl_cli_pack(int argc, char **argv) {
     char err[1024];
     sl_source *src = NULL;
     if ((rc = sl_source_open(&o.cfg, &src, err, sizeof err))) {
-        fprintf(stderr, "sluice pack: %s\n", err);
+        sl_cli_error("pack", rc, err);
         free(o.fields);
         return 1;
     }

@@ -80,8 +80,9 @@ static int parse_value(const char *a, const char *v, sl_cli_recipe *o) {
     return 0;
 }
 
-static const char *const valued[] = {"--size", "--interpolation", "--scale", "--ratio", "--resize",
-                                     "--max-scans", "--crop-pct", "--hflip"};
+/* The flags that take a value first, in the order of expect[]. */
+const char *const sl_cli_recipe_flags[] = {"--size",     "--interpolation", "--scale", "--ratio", "--resize",
+                                           "--max-scans", "--crop-pct",     "--hflip", "--fast",  NULL};
 static const char *const expect[] = {"N or H,W (1..16384)", "bilinear or bicubic", "A,B (0 < A <= B <= 1)",
                                      "A,B (w/h, 0 < A <= B)", "a side in pixels", "a count (1..1048576)",
                                      "a fraction in (0, 1]", "a probability in [0, 1]"};
@@ -92,8 +93,8 @@ int sl_cli_recipe_flag(const char *cmd, int argc, char **argv, int *i, sl_cli_re
         *o->flags |= SL_FLAG_FAST;
         return 1;
     }
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) {
-        if (strcmp(a, valued[k])) continue;
+    for (size_t k = 0; k < sizeof expect / sizeof expect[0]; k++) {
+        if (strcmp(a, sl_cli_recipe_flags[k])) continue;
         if (*i + 1 >= argc) {
             fprintf(stderr, "sluice %s: %s needs a value: %s\n", cmd, a, expect[k]);
             return -1;

@@ -16,6 +16,8 @@ typedef struct sl_cli_recipe {
 
 /* Lines for a command's usage text. */
 extern const char *const sl_cli_recipe_usage;
+/* The recipe flags, NULL-terminated (for "did you mean"). */
+extern const char *const sl_cli_recipe_flags[];
 
 /* If argv[*i] is a recipe flag, consume it (and its value: *i advances)
  * and return 1; 0 if it is not one; -1 after printing why its value is

@@ -16,7 +16,6 @@
  * as a caption line. A new way to draw is a kind and an entry in
  * renderers[].
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +34,6 @@
 #define MAX_CAPTIONS 4              /* caption lines under a tile */
 #define MAX_FIELDS 16               /* batch fields looked at */
 #define MAX_PANELS 4                /* visual fields a tile shows */
-#define FIELDS_MAX ((size_t)1 << 20) /* a schema file larger than this is a mistake */
 #define SL_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SL_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MAX_BATCH 1024
@@ -398,6 +396,10 @@ static int draw_batch(grid *g, const sl_batch *b, uint32_t cols, char *legend, s
 
 /* ---- command line -------------------------------------------------------------- */
 
+static const char *const flags[] = {"-o",         "--output", "--fields", "--preset", "--size",
+                                    "--batch",    "--seed",   "--epoch",  "--cols",   "--budget",
+                                    "--workers", "--no-shuffle", "--help", NULL};
+
 static void usage(FILE *f) {
     fputs("usage: sluice show SOURCE -o GRID.png [--fields FILE.json] [--preset train|val]\n"
           "                   [--size 224] [--batch 16] [--seed S] [--epoch E] [--no-shuffle]\n"
@@ -417,11 +419,7 @@ static int parse_valued(show_args *a, const char *flag, const char *v) {
     if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) a->out = v;
     else if (!strcmp(flag, "--fields")) {
         free(a->fields);
-        if (!(a->fields = sl_cli_read_text(v, FIELDS_MAX))) {
-            fprintf(stderr, "sluice show: --fields %s: %s\n", v,
-                    errno == EFBIG ? "larger than 1 MiB" : errno == EINVAL ? "not a regular file" : strerror(errno));
-            return -1;
-        }
+        if (!(a->fields = sl_cli_read_fields("show", v))) return -1;
         a->cfg.fields = a->fields;
         a->fields_path = v;
     }
@@ -454,7 +452,7 @@ static int parse_valued(show_args *a, const char *flag, const char *v) {
     } else if (!strcmp(flag, "--seed")) return sl_cli_whole("show", flag, v, 0, UINT64_MAX, &a->cfg.seed);
     else if (!strcmp(flag, "--epoch")) return sl_cli_whole("show", flag, v, 0, UINT64_MAX, &a->epoch);
     else {
-        fprintf(stderr, "sluice show: unknown option %s\n", flag);
+        sl_cli_unknown_flag("show", flag, flags, NULL);
         usage(stderr);
         return -1;
     }
@@ -476,7 +474,8 @@ static int parse_args(int argc, char **argv, show_args *a) {
             a->cfg.shuffle = 0;
         } else if (arg[0] == '-' && arg[1]) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "sluice show: %s needs a value\n", arg);
+                if (sl_cli_flag_known(arg, flags, NULL)) fprintf(stderr, "sluice show: %s needs a value\n", arg);
+                else sl_cli_unknown_flag("show", arg, flags, NULL);
                 return -1;
             }
             if (parse_valued(a, arg, argv[++i])) return -1;
@@ -515,7 +514,7 @@ static int draw_first_batch(const show_args *a, grid *g, char *legend, size_t le
     sl_loader *ld;
     int rc = sl_loader_create(&a->cfg, &ld, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "sluice show: %s: %s\n", sl_strerror(rc), err[0] ? err : a->cfg.source);
+        sl_cli_error("show", rc, err[0] ? err : a->cfg.source);
         if (rc == SL_EBUDGET) fprintf(stderr, "sluice show: the options: --budget, --batch, --size, --workers\n");
         return -1;
     }

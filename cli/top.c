@@ -22,6 +22,9 @@
 #include "sluice.h"
 #include "sluice_monitor.h"
 
+static const char *const flags[] = {"--interval", "--warn", "--once", "--json",     "--log",
+                                    "--count",    "--rows", "--plot", "--nvml-lib", "--help", NULL};
+
 static void usage(FILE *f) {
     fputs("usage: sluice top [PID] [--interval S] [--warn PCT] [--once] [--json] [--log FILE]\n"
           "                  [--count N] [--rows N] [--nvml-lib NAME]\n"
@@ -165,7 +168,7 @@ int sl_cli_top(int argc, char **argv) {
         else if (!strcmp(a, "--plot")) need = 1, plot_path = v;
         else if (!strcmp(a, "--nvml-lib")) need = 1, o.nvml_lib = v;
         else if (a[0] == '-') {
-            fprintf(stderr, "sluice top: unknown flag %s\n", a);
+            sl_cli_unknown_flag("top", a, flags, NULL);
             usage(stderr);
             return 2;
         } else if (!positional) positional = a;

@@ -123,11 +123,14 @@ static PyObject *exc_type(int code) {
     }
 }
 
-/* Raise type with message "what: detail (SL_EXXX: strerror)" and attributes
+/* Raise type with message "what: detail (SL_EXXX: strerror)" ("(SL_EXXX)" when
+ * detail says strerror already) and attributes
  * code (int) and code_name. detail may be NULL or empty. Returns NULL. */
 static PyObject *raise_as(PyObject *type, int code, const char *what, const char *detail) {
     PyObject *msg;
-    if (detail && detail[0])
+    if (detail && detail[0] && strstr(detail, sl_strerror(code))) /* the reason said once */
+        msg = PyUnicode_FromFormat("%s: %s (%s)", what, detail, code_name(code));
+    else if (detail && detail[0])
         msg = PyUnicode_FromFormat("%s: %s (%s: %s)", what, detail, code_name(code), sl_strerror(code));
     else
         msg = PyUnicode_FromFormat("%s (%s: %s)", what, code_name(code), sl_strerror(code));

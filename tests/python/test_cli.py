@@ -1,6 +1,7 @@
 """The sluice command's messages and outputs, run as a user runs it: help for
 every command, checks on every value of `decode` and `show`, sizes by one rule,
 the pictures written (PNG/PPM) against the library's own decode."""
+import json
 import os
 import subprocess
 
@@ -250,3 +251,66 @@ def test_show_missing_source(tmp_path):
 def test_show_budget_below_minimum(dataset, tmp_path):
     rc, _, err = run("show", dataset, "--budget", "1M", "-o", tmp_path / "g.png")
     assert rc == 1 and "raise the budget to at least" in err and "--budget" in err
+
+
+# ---- unknown options: the one meant ------------------------------------------------
+@pytest.mark.parametrize("args,message", [
+    (["bench", "DATA", "--batchsize", "4"], "unknown option --batchsize: did you mean --batch?"),
+    (["bench", "DATA", "--batch-size", "4"], "unknown option --batch-size: did you mean --batch?"),
+    (["bench", "DATA", "--shuffle"], "unknown option --shuffle: sluice shuffles by default"),
+    (["bench", "DATA", "--num_workers", "2"], "unknown option --num_workers: did you mean --workers?"),
+    (["bench", "DATA", "--budjet", "1G"], "unknown option --budjet: did you mean --budget?"),
+    (["bench", "DATA", "--interpolaton", "bicubic"], "unknown option --interpolaton: did you mean --interpolation?"),
+    (["bench", "DATA", "--max-err", "0.5"], "unknown option --max-err: did you mean --max-error-rate?"),
+    (["show", "DATA", "-o", "g.png", "--shuffle"], "unknown option --shuffle: sluice shuffles by default"),
+    (["show", "DATA", "-o", "g.png", "--batch_size", "2"], "unknown option --batch_size: did you mean --batch?"),
+    (["decode", "x.jpg", "--sede", "1"], "unknown option --sede: did you mean --seed?"),
+    (["decode", "x.jpg", "--crop-groop", "xy"], "unknown option --crop-groop: did you mean --crop-group?"),
+    (["top", "--onse"], "unknown option --onse: did you mean --once?"),
+    (["pack", "DATA", "OUT", "--prefetch-factor", "2"], "unknown option --prefetch-factor\n"),
+    (["pack", "DATA", "OUT", "--samples-per-shrd", "2"], "did you mean --samples-per-shard?"),
+    (["pack", "DATA", "OUT", "--nworkers", "2"], "unknown option --nworkers: did you mean --workers?"),
+])
+def test_unknown_option_names_the_one_meant(dataset, tmp_path, args, message):
+    args = [dataset if a == "DATA" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    rc, out, err = run(*args)
+    assert rc == 2 and message in err, err
+    assert err.count("unknown option") == 1 and not os.path.exists(tmp_path / "out")
+
+
+def test_unknown_command_names_the_one_meant():
+    rc, _, err = run("bnech")
+    assert rc == 2 and "unknown command 'bnech': did you mean bench?" in err
+    rc, _, err = run("frobnicate")
+    assert rc == 2 and "unknown command 'frobnicate'\n" in err
+
+
+# ---- a reason said once --------------------------------------------------------------
+@pytest.mark.parametrize("cmd", ["bench", "show", "pack"])
+def test_missing_source_reason_said_once(cmd, tmp_path):
+    missing = str(tmp_path / "nowhere")
+    args = {"bench": [missing], "show": [missing, "-o", tmp_path / "g.png"], "plan": [missing, "--no-python"],
+            "pack": [missing, tmp_path / "shards"]}[cmd]
+    rc, _, err = run(cmd, *args)
+    assert rc == 1
+    assert err == f"sluice {cmd}: {missing}: no such file or folder\n", err
+
+
+def test_empty_folder_says_the_code_then_why(tmp_path):
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    rc, _, err = run("bench", tmp_path / "empty")
+    assert rc == 1 and err.startswith(f"sluice bench: dataset is empty: {tmp_path / 'empty'}: no image files")
+
+
+# ---- pack: joined paths --------------------------------------------------------------
+@pytest.mark.parametrize("slashes", ["/", "//"])
+def test_pack_output_folder_with_trailing_slashes(dataset, tmp_path, slashes):
+    out = str(tmp_path / "shards") + slashes
+    rc, stdout, err = run("pack", dataset, out, "--workers", "1")
+    assert rc == 0, err
+    pattern = str(tmp_path / "shards") + "/shard-{000000..000000}.tar"
+    assert pattern in stdout and "//" not in stdout, stdout
+    rc, stdout, err = run("pack", dataset, out, "--workers", "1", "--json")
+    assert rc == 0 and json.loads(stdout)["pattern"] == pattern
+    rc, stdout, _ = run("bench", pattern, "--batch", "4", "--json")
+    assert rc == 0 and json.loads(stdout)["samples"] > 0
