@@ -1,6 +1,6 @@
 /*
  * sluice plan DATA [--preset train|val] [--size N] [--batch N] [--budget SIZE]
- *                  [--sample N] [--seed S] [--json] [--no-python]
+ *                  [--sample N] [--seed S] [--fields FILE.json] [--json] [--no-python]
  *
  * Size a pipeline before starting it. plan asks the library how it would
  * size the pipeline (sl_loader_plan: index, slots, worker baselines — the
@@ -9,8 +9,10 @@
  * file at a time; a --fields schema: a one-worker loader over that many
  * samples) and what a PyTorch DataLoader worker costs, then prints, over
  * workers x prefetch, the memory each would take, the throughput to expect,
- * which rows fit the budget, and the configuration sluice itself chooses.
- * Public API only.
+ * which rows fit the budget, and the configuration sluice itself chooses
+ * (exit 1 when it would refuse the budget, as sluice bench). A schema's
+ * samples are sized by their outputs (name, kind, dtype, shape, bytes) and
+ * files, never by an image preset. Public API only.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -46,6 +48,16 @@ typedef struct plan_opts {
     int json, python;
 } plan_opts;
 
+/* One output of a schema's samples, as a batch holds it. */
+typedef struct field_size {
+    char name[64];
+    int kind, dtype, ndim;     /* SL_KIND_*, SL_DTYPE_*; ndim of one sample */
+    int64_t shape[SL_MAX_DIMS - 1];
+    uint64_t bytes;            /* one sample's */
+} field_size;
+
+#define PLAN_MAX_FIELDS 32
+
 typedef struct measure {
     uint64_t dataset;          /* samples in the dataset */
     uint32_t sampled, failed;  /* decoded, and failed (error records) */
@@ -53,6 +65,11 @@ typedef struct measure {
     uint64_t enc_max, full_max, out_max;
     double cpu_s;              /* one-core decode + transform time, summed */
     double index_s;
+    /* a schema's (--fields): its outputs, and the bytes of a sample's files */
+    int nfields;
+    field_size field[PLAN_MAX_FIELDS];
+    double files_mean;
+    uint64_t files_max;
 } measure;
 
 typedef struct model {
@@ -65,6 +82,9 @@ typedef struct worker_base {
     int measured;
     char how[160];
 } worker_base;
+
+static const char *const flags[] = {"--preset", "--size", "--batch", "--budget", "--sample", "--seed",
+                                    "--fields", "--json", "--no-python", "--help", NULL};
 
 static void usage(FILE *f) {
     fputs("usage: sluice plan DATA [--preset train|val] [--size 224] [--batch 256] [--budget 512M]\n"
@@ -129,6 +149,47 @@ static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t
     return rc;
 }
 
+/* The outputs of b (a batch of one sample) into m->field. */
+static void record_fields(const sl_batch *b, measure *m) {
+    int n = sl_batch_num_fields(b);
+    for (int i = 0; i < n && m->nfields < PLAN_MAX_FIELDS; i++) {
+        sl_field f;
+        if (sl_batch_field(b, i, &f) || f.ndim < 1) continue;
+        field_size *fs = &m->field[m->nfields++];
+        snprintf(fs->name, sizeof fs->name, "%s", f.name);
+        fs->kind = f.kind, fs->dtype = f.dtype, fs->ndim = f.ndim - 1;
+        for (int d = 1; d < f.ndim; d++) fs->shape[d - 1] = f.shape[d];
+        fs->bytes = f.nbytes / (f.shape[0] > 0 ? (uint64_t)f.shape[0] : 1);
+    }
+}
+
+/* The bytes of the files of n samples spread evenly over the source (every
+ * file value, every file of a sequence), as the source indexes them. */
+static int measure_files(const sl_config *cfg, uint64_t n, measure *m, char *err, size_t errlen) {
+    sl_source *src;
+    int rc = sl_source_open(cfg, &src, err, errlen);
+    if (rc) return rc;
+    uint64_t len = sl_source_len(src), total = 0;
+    int nv = sl_source_num_values(src);
+    n = MIN(n, len);
+    for (uint64_t k = 0; k < n && !rc; k++) {
+        uint64_t i = k * len / n, bytes = 0;
+        for (int v = 0; v < nv && !rc; v++) {
+            sl_value val;
+            if (sl_source_value(src, i, v, &val) || (val.type != SL_VALUE_FILE && val.type != SL_VALUE_FILES)) continue;
+            for (uint32_t e = 0; e < val.count; e++) {
+                uint64_t size = 0;
+                if (sl_source_file(src, i, v, e, &size, NULL, 0, NULL, 0) == 0) bytes += size;
+            }
+        }
+        total += bytes;
+        m->files_max = MAX(m->files_max, bytes);
+    }
+    m->files_mean = n ? (double)total / n : 0;
+    sl_source_close(src);
+    return 0;
+}
+
 /* A schema's samples: a one-worker loader over o->sample samples (batch
  * 1, shuffled, so spread over the dataset); the worker's busy time is one
  * core's cost of them. */
@@ -150,13 +211,14 @@ static int measure_schema(const plan_opts *o, measure *m, char *err, size_t errl
     for (uint64_t k = 0; k < n; k++) {
         sl_batch *b;
         if ((rc = sl_loader_next(ld, &b))) break;
+        if (!m->nfields) record_fields(b, m);
         sl_loader_release(ld, b);
     }
     sl_stats st;
     sl_loader_stats(ld, &st);
     sl_loader_destroy(ld);
     if (rc && rc != SL_EEND) {
-        snprintf(err, errlen, "sampling stopped: %s", sl_strerror(rc));
+        snprintf(err, errlen, "%s: sampling stopped: %s", o->data, sl_strerror(rc));
         return rc;
     }
     m->index_s = st.index_seconds;
@@ -164,10 +226,10 @@ static int measure_schema(const plan_opts *o, measure *m, char *err, size_t errl
     m->failed = (uint32_t)st.errors;
     m->cpu_s = st.worker_busy_s;
     if (!m->sampled) {
-        snprintf(err, errlen, "none of the %llu sampled samples loaded", (unsigned long long)n);
+        snprintf(err, errlen, "%s: none of the %llu sampled samples loaded", o->data, (unsigned long long)n);
         return SL_EEMPTY;
     }
-    return 0;
+    return measure_files(&cfg, n, m, err, errlen);
 }
 
 /* Decode o->sample files spread evenly over the dataset, one at a time on
@@ -249,11 +311,11 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     free(out);
     sl_loader_destroy(ld);
     if (rc) {
-        snprintf(err, errlen, "sampling stopped: %s", sl_strerror(rc));
+        snprintf(err, errlen, "%s: sampling stopped: %s", o->data, sl_strerror(rc));
         return rc;
     }
     if (!m->sampled) {
-        snprintf(err, errlen, "none of the %llu sampled files decoded", (unsigned long long)n);
+        snprintf(err, errlen, "%s: none of the %llu sampled files decoded", o->data, (unsigned long long)n);
         return SL_EEMPTY;
     }
     m->enc_mean = enc / m->sampled;
@@ -320,6 +382,45 @@ static void measure_worker_base(int python, worker_base *wb) {
     snprintf(wb->how, sizeof wb->how, "measured: USS of a forked python3+torch DataLoader worker after its first batch");
 }
 
+static const char *kind_name(int kind) {
+    static const char *const names[] = {"?",     "image",  "array", "sequence", "video",
+                                        "label", "target", "index", "length"};
+    return kind > 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+}
+
+/* "[32, 32, 3]" ("[]" for a scalar) into buf. */
+static const char *shape_text(const field_size *f, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < f->ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)f->shape[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+/* A schema's outputs, one line each: what applies to arrays, sequences and
+ * targets as to images (dtype, shape, bytes), never an image preset. */
+static void text_fields(const measure *m) {
+    char s[160], b[32];
+    for (int i = 0; i < m->nfields; i++) {
+        const field_size *f = &m->field[i];
+        printf("  %-14s %-8s %-7s %-22s %10s\n", f->name, kind_name(f->kind), sl_dtype_name(f->dtype),
+               shape_text(f, s, sizeof s), sl_format_size(f->bytes, b, sizeof b));
+    }
+}
+
+static void json_fields(const measure *m) {
+    printf("\"fields\":[");
+    for (int i = 0; i < m->nfields; i++) {
+        const field_size *f = &m->field[i];
+        printf("%s{\"name\":", i ? "," : "");
+        sl_cli_json_str(stdout, f->name);
+        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[", kind_name(f->kind), sl_dtype_name(f->dtype));
+        for (int d = 0; d < f->ndim; d++) printf("%s%lld", d ? "," : "", (long long)f->shape[d]);
+        printf("],\"bytes\":%llu}", (unsigned long long)f->bytes);
+    }
+    printf("]");
+}
+
 int sl_cli_plan(int argc, char **argv) {
     plan_opts o = {NULL, NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
@@ -344,6 +445,11 @@ int sl_cli_plan(int argc, char **argv) {
             }
             o.data = a;
             continue;
+        }
+        if (!sl_cli_flag_known(a, flags, NULL)) {
+            sl_cli_unknown_flag("plan", a, flags, NULL);
+            usage(stderr);
+            return 2;
         }
         if (!v) {
             fprintf(stderr, "sluice plan: %s needs a value\n", a);
@@ -376,13 +482,10 @@ int sl_cli_plan(int argc, char **argv) {
                 fprintf(stderr, "sluice plan: --budget: %s\n", why);
                 return 2;
             }
-        } else if (!strcmp(a, "--fields")) {
+        } else { /* --fields */
             free(o.fields);
-            bad = !(o.fields = sl_cli_read_text(v, (size_t)1 << 20));
-        } else {
-            fprintf(stderr, "sluice plan: unknown flag %s\n", a);
-            usage(stderr);
-            return 2;
+            if (!(o.fields = sl_cli_read_fields("plan", v))) return 2;
+            bad = 0;
         }
         if (bad) {
             fprintf(stderr, "sluice plan: bad value for %s: %s\n", a, v);
@@ -397,7 +500,7 @@ int sl_cli_plan(int argc, char **argv) {
     measure m = {0};
     int rc = measure_sample(&o, &m, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "sluice plan: %s: %s\n", o.data, err[0] ? err : sl_strerror(rc));
+        sl_cli_error("plan", rc, err);
         free(o.fields);
         return 1;
     }
@@ -405,7 +508,7 @@ int sl_cli_plan(int argc, char **argv) {
     const uint64_t roomy = (uint64_t)1 << 44;
     sl_plan base;
     if ((rc = plan_for(&o, 1, 1, roomy, &base, err, sizeof err))) {
-        fprintf(stderr, "sluice plan: %s\n", err[0] ? err : sl_strerror(rc));
+        sl_cli_error("plan", rc, err);
         free(o.fields);
         return 1;
     }
@@ -442,14 +545,19 @@ int sl_cli_plan(int argc, char **argv) {
     if (o.json) {
         printf("{\"dataset\":");
         sl_cli_json_str(stdout, o.data);
-        printf(",\"dataset_samples\":%llu,\"sampled\":%u,\"failed\":%u,\"preset\":\"%s\",\"size\":%u,\"batch\":%u,"
-               "\"budget_bytes\":%llu,\"cores\":%d,\"index_seconds\":%.3f,",
-               (ull)m.dataset, m.sampled, m.failed, o.preset == SL_PRESET_VAL ? "val" : "train", o.size, o.batch,
-               (ull)o.budget, ncores, m.index_s);
-        printf("\"encoded_bytes_mean\":%.0f,\"encoded_bytes_max\":%llu,\"decoded_bytes_mean\":%.0f,"
-               "\"decoded_bytes_max\":%llu,\"sample_bytes\":%llu,\"decode_s_per_sample\":%.6f,\"one_core_samples_per_s\":%.1f,",
-               m.enc_mean, (ull)m.enc_max, m.full_mean, (ull)m.full_max, (ull)sample_bytes,
-               m.cpu_s / m.sampled, per_core);
+        printf(",\"dataset_samples\":%llu,\"sampled\":%u,\"failed\":%u,", (ull)m.dataset, m.sampled, m.failed);
+        if (o.fields) {
+            json_fields(&m);
+            printf(",\"file_bytes_mean\":%.0f,\"file_bytes_max\":%llu,", m.files_mean, (ull)m.files_max);
+        } else {
+            printf("\"preset\":\"%s\",\"size\":%u,\"encoded_bytes_mean\":%.0f,\"encoded_bytes_max\":%llu,"
+                   "\"decoded_bytes_mean\":%.0f,\"decoded_bytes_max\":%llu,",
+                   o.preset == SL_PRESET_VAL ? "val" : "train", o.size, m.enc_mean, (ull)m.enc_max, m.full_mean,
+                   (ull)m.full_max);
+        }
+        printf("\"batch\":%u,\"budget_bytes\":%llu,\"cores\":%d,\"index_seconds\":%.3f,\"sample_bytes\":%llu,"
+               "\"decode_s_per_sample\":%.6f,\"one_core_samples_per_s\":%.1f,",
+               o.batch, (ull)o.budget, ncores, m.index_s, (ull)sample_bytes, m.cpu_s / m.sampled, per_core);
         printf("\"sluice_model\":{\"base_bytes\":%llu,\"slot_bytes\":%llu,\"scratch_per_worker_bytes\":%llu},",
                (ull)md.base, (ull)md.slot, (ull)md.scratch);
         printf("\"worker_base\":{\"bytes\":%llu,\"measured\":%s,\"pss_bytes\":%llu,\"uss_bytes\":%llu,"
@@ -460,13 +568,24 @@ int sl_cli_plan(int argc, char **argv) {
     } else {
         printf("sluice plan  %s  (%llu samples, %u sampled evenly, %u failed)\n", o.data, (ull)m.dataset, m.sampled,
                m.failed);
-        printf("preset %s %u, batch %u, budget %s, %d cores\n", o.preset == SL_PRESET_VAL ? "val" : "train", o.size,
-               o.batch, sl_format_size(o.budget, a, sizeof a), ncores);
-        printf("per sample: encoded %s (max %s), decoded %s (max %s), in the batch %s\n",
-               sl_format_size((uint64_t)m.enc_mean, a, sizeof a), sl_format_size(m.enc_max, b, sizeof b),
-               sl_format_size((uint64_t)m.full_mean, c, sizeof c), sl_format_size(m.full_max, d, sizeof d),
-               sl_format_size(sample_bytes, e, sizeof e));
-        printf("decode + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled, per_core);
+        if (o.fields) {
+            printf("schema of %d outputs, batch %u, budget %s, %d cores\n", m.nfields, o.batch,
+                   sl_format_size(o.budget, a, sizeof a), ncores);
+            printf("per sample: files %s (max %s), in the batch %s:\n", sl_format_size((uint64_t)m.files_mean, a, sizeof a),
+                   sl_format_size(m.files_max, b, sizeof b), sl_format_size(sample_bytes, c, sizeof c));
+            text_fields(&m);
+            printf("load + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled,
+                   per_core);
+        } else {
+            printf("preset %s %u, batch %u, budget %s, %d cores\n", o.preset == SL_PRESET_VAL ? "val" : "train",
+                   o.size, o.batch, sl_format_size(o.budget, a, sizeof a), ncores);
+            printf("per sample: encoded %s (max %s), decoded %s (max %s), in the batch %s\n",
+                   sl_format_size((uint64_t)m.enc_mean, a, sizeof a), sl_format_size(m.enc_max, b, sizeof b),
+                   sl_format_size((uint64_t)m.full_mean, c, sizeof c), sl_format_size(m.full_max, d, sizeof d),
+                   sl_format_size(sample_bytes, e, sizeof e));
+            printf("decode + transform on one core: %.2f ms/sample = %.0f samples/s\n", 1e3 * m.cpu_s / m.sampled,
+                   per_core);
+        }
         printf("sluice reserves: %s base (index, bookkeeping) + %s per batch slot + %s per worker\n",
                sl_format_size(md.base, a, sizeof a), sl_format_size(md.slot, b, sizeof b), sl_format_size(md.scratch, c, sizeof c));
         printf("DataLoader worker base: %s (%s)\n", sl_format_size(wb.bytes, a, sizeof a), wb.how);
@@ -521,5 +640,10 @@ int sl_cli_plan(int argc, char **argv) {
         printf("\nsluice refuses this budget: %s\n", pick_err[0] ? pick_err : sl_strerror(pick_rc));
     }
     free(o.fields);
+    if (pick_rc) { /* as sluice bench: a budget the loader would refuse is an error (exit 1) */
+        fprintf(stderr, "sluice plan: exit 1: a loader would refuse --budget %s: %s\n",
+                sl_format_size(o.budget, a, sizeof a), pick_err[0] ? pick_err : sl_strerror(pick_rc));
+        return 1;
+    }
     return 0;
 }

@@ -266,6 +266,8 @@ def test_show_budget_below_minimum(dataset, tmp_path):
     (["show", "DATA", "-o", "g.png", "--batch_size", "2"], "unknown option --batch_size: did you mean --batch?"),
     (["decode", "x.jpg", "--sede", "1"], "unknown option --sede: did you mean --seed?"),
     (["decode", "x.jpg", "--crop-groop", "xy"], "unknown option --crop-groop: did you mean --crop-group?"),
+    (["plan", "DATA", "--budjet", "1G"], "unknown option --budjet: did you mean --budget?"),
+    (["plan", "DATA", "--shuffle", "1"], "unknown option --shuffle\n"),  # plan has no order to keep
     (["top", "--onse"], "unknown option --onse: did you mean --once?"),
     (["pack", "DATA", "OUT", "--prefetch-factor", "2"], "unknown option --prefetch-factor\n"),
     (["pack", "DATA", "OUT", "--samples-per-shrd", "2"], "did you mean --samples-per-shard?"),
@@ -286,7 +288,7 @@ def test_unknown_command_names_the_one_meant():
 
 
 # ---- a reason said once --------------------------------------------------------------
-@pytest.mark.parametrize("cmd", ["bench", "show", "pack"])
+@pytest.mark.parametrize("cmd", ["bench", "show", "plan", "pack"])
 def test_missing_source_reason_said_once(cmd, tmp_path):
     missing = str(tmp_path / "nowhere")
     args = {"bench": [missing], "show": [missing, "-o", tmp_path / "g.png"], "plan": [missing, "--no-python"],
@@ -314,3 +316,52 @@ def test_pack_output_folder_with_trailing_slashes(dataset, tmp_path, slashes):
     assert rc == 0 and json.loads(stdout)["pattern"] == pattern
     rc, stdout, _ = run("bench", pattern, "--batch", "4", "--json")
     assert rc == 0 and json.loads(stdout)["samples"] > 0
+
+
+# ---- plan: schemas and refused budgets -------------------------------------------------
+@pytest.fixture(scope="module")
+def arrays_schema(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan_arrays")
+    rng = np.random.default_rng(0)
+    with open(d / "rows.jsonl", "w") as f:
+        for i in range(6):
+            np.save(d / f"x{i}.npy", rng.standard_normal((12, 10, 3)).astype(np.float32))
+            np.save(d / f"y{i}.npy", rng.integers(0, 9, (5,)).astype(np.int16))
+            f.write(json.dumps({"x": f"x{i}.npy", "y": f"y{i}.npy", "t": [0.5, 1.5], "label": i % 2}) + "\n")
+    schema = {"x": {"kind": "array", "layout": "HWC", "crop": [8, 8]}, "y": {"kind": "array"},
+              "t": {"kind": "target", "length": 2}, "label": {"kind": "label"}}
+    (d / "schema.json").write_text(json.dumps(schema))
+    return str(d / "rows.jsonl"), str(d / "schema.json"), d
+
+
+def test_plan_fields_prints_what_applies(arrays_schema):
+    rows, schema, d = arrays_schema
+    rc, out, err = run("plan", rows, "--fields", schema, "--no-python", "--batch", "2", "--sample", "6")
+    assert rc == 0, err
+    assert "preset" not in out and "encoded" not in out and "decoded" not in out, out
+    assert "schema of 5 outputs, batch 2" in out
+    files = sum(os.path.getsize(d / f"{k}{i}.npy") for k in "xy" for i in range(6)) / 6
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert lines["x"][1:4] == ["array", "float32", "[8,"] and "3]" in lines["x"]
+    assert lines["y"][1:4] == ["array", "int16", "[5]"] and lines["y"][4:] == ["10", "B"]
+    assert lines["t"][1:4] == ["target", "float32", "[2]"]
+    assert lines["label"][1:4] == ["label", "int64", "[]"]
+    assert "index" in lines
+    rc, out, _ = run("plan", rows, "--fields", schema, "--no-python", "--batch", "2", "--sample", "6", "--json")
+    j = json.loads(out)
+    assert "preset" not in j and "encoded_bytes_mean" not in j
+    assert j["file_bytes_mean"] == round(files)
+    f = {x["name"]: x for x in j["fields"]}
+    assert f["x"] == {"name": "x", "kind": "array", "dtype": "float32", "shape": [8, 8, 3], "bytes": 768}
+    assert f["y"]["shape"] == [5] and f["y"]["bytes"] == 10
+    assert f["label"]["shape"] == [] and j["sample_bytes"] == sum(x["bytes"] for x in j["fields"])
+
+
+def test_plan_refused_budget_exits_1(dataset, arrays_schema):
+    rc, out, err = run("plan", dataset, "--no-python", "--sample", "4", "--budget", "1K")
+    assert rc == 1 and "sluice refuses this budget" in out
+    assert "sluice plan: exit 1: a loader would refuse --budget 1.0 KiB" in err
+    rows, schema, _ = arrays_schema
+    rc, out, err = run("plan", rows, "--fields", schema, "--no-python", "--sample", "4", "--budget", "1K", "--json")
+    assert rc == 1 and "error" in json.loads(out)["choice"] and "exit 1" in err
+    assert run("plan", dataset, "--no-python", "--sample", "4", "--budget", "1G")[0] == 0
