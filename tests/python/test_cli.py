@@ -365,3 +365,21 @@ def test_plan_refused_budget_exits_1(dataset, arrays_schema):
     rc, out, err = run("plan", rows, "--fields", schema, "--no-python", "--sample", "4", "--budget", "1K", "--json")
     assert rc == 1 and "error" in json.loads(out)["choice"] and "exit 1" in err
     assert run("plan", dataset, "--no-python", "--sample", "4", "--budget", "1G")[0] == 0
+
+
+@pytest.mark.parametrize("cmd", ["bench", "show", "decode", "plan", "top", "pack"])
+def test_every_flag_in_the_usage_is_known(cmd, tmp_path):
+    """The lists "did you mean" draws from hold every flag a command's usage
+    names: each one alone (no value, no dataset; top's with a word and
+    --once after it, so that it stops) is a usage error of another kind or
+    a run, never "unknown option"."""
+    import re
+
+    rc, out, _ = run(cmd, "--help")
+    # the flags of the synopsis ("[--size 224]", "[A | --flag]") and of option lines, not prose
+    flags = sorted(set(re.findall(r"(?:\[|\| |^ *)(--[a-z][a-z-]*)", out, re.M)) - {"--help"})
+    assert len(flags) >= 5, out
+    for flag in flags:
+        p = subprocess.run([os.path.abspath(SLUICE), cmd, flag] + (["x", "--once"] if cmd == "top" else []), capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+        assert "unknown option" not in p.stderr, (flag, p.stderr)
