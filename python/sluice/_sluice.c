@@ -865,11 +865,9 @@ static PyObject *Loader_set_state(LoaderObject *self, PyObject *d) {
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyMem_Free(gone);
-    if (rc == SL_ESTATE)
-        return raise_as(PyExc_ValueError, rc,
-                        "load_state_dict: the state does not fit this loader (another dataset or configuration, "
-                        "another version, or a position no loader can be at)",
-                        why);
+    if (rc == SL_ESTATE) /* the library's sentence names what differs, with both values */
+        return raise_as(PyExc_ValueError, rc, "load_state_dict",
+                        why[0] ? why : "the state does not fit this loader");
     if (rc < 0) return raise_code(rc, "load_state_dict failed", NULL);
     Py_RETURN_NONE;
 }

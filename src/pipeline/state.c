@@ -106,6 +106,22 @@ static int read_state(const sl_state *st, size_t size, sl_state *v, int *whole_r
 
 /* ---- resuming one state ---------------------------------------------------------- */
 
+/* The first of world_size, rank, batch_size and drop_last in which a
+ * rank's state v differs from the loader, with both values, into buf. */
+static void differing_setting(const sl_loader *ld, const sl_state *v, char *buf, size_t len) {
+    const sl_config *c = &ld->cfg;
+    int dl = (v->flags & FLAG_DROP_LAST) != 0;
+    if (v->world_size != c->world_size)
+        sl__msg(buf, len, "the state's world_size is %u, this loader's %u", v->world_size, c->world_size);
+    else if (v->rank != c->rank)
+        sl__msg(buf, len, "the state's rank is %u, this loader's %u", v->rank, c->rank);
+    else if (v->batch_size != ld->B)
+        sl__msg(buf, len, "the state's batch_size is %u, this loader's %u", v->batch_size, ld->B);
+    else
+        sl__msg(buf, len, "the state's drop_last is %s, this loader's %s", dl ? "on" : "off",
+                c->drop_last ? "on" : "off");
+}
+
 /* Where a state puts a loader: a position and the epoch's span. */
 typedef struct where {
     uint64_t epoch, batch, tail, pad;
@@ -157,13 +173,16 @@ static int plan(const sl_loader *ld, const sl_state *st, size_t size, where *w, 
         if (!start && !sl__span_shape(&own, v.span_begin, v.span_end, v.gone, v.gone_count, v.world_size,
                                       (v.flags & FLAG_DROP_LAST) != 0))
             start = v.batch == 0 && v.tail == own.per_rank && v.pad == 0;
-        if (!start)
-            BAD("the state is rank %u's of %u ranks (batch_size %u, drop_last %u) in the middle of epoch %llu "
+        if (!start) {
+            char what[96];
+            differing_setting(ld, &v, what, sizeof what);
+            BAD("%s: the state is rank %u's of %u ranks (batch_size %u, drop_last %u) in the middle of epoch %llu "
                 "(batch %llu), and this loader is rank %u of %u (batch_size %u, drop_last %d): one rank's state "
                 "resumes only that rank; to resume on another world, merge the states of all %u ranks "
                 "(sl_state_merge, sluice.merge_states) and resume every rank from the merged state",
-                v.rank, v.world_size, v.batch_size, (v.flags & FLAG_DROP_LAST) ? 1 : 0, (ull)v.epoch, (ull)v.batch,
-                c->rank, c->world_size, ld->B, c->drop_last, v.world_size);
+                what, v.rank, v.world_size, v.batch_size, (v.flags & FLAG_DROP_LAST) ? 1 : 0, (ull)v.epoch,
+                (ull)v.batch, c->rank, c->world_size, ld->B, c->drop_last, v.world_size);
+        }
         w->batch = 0;
         w->tail = w->sp.per_rank;
         if (span_batches(&w->sp, ld->B, c->drop_last) == 0) { /* cut to nothing for this world: the epoch is over */

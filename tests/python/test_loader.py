@@ -1,13 +1,14 @@
 """sluice.Loader: zero-copy views, slot lifetime, resume, sharding, errors."""
 import gc
 import os
+import re
 import threading
 
 import numpy as np
 import pytest
 
 import sluice
-from conftest import CLASSES, PER_CLASS
+from conftest import CLASSES, PER_CLASS, make_dataset
 
 N = len(CLASSES) * PER_CLASS  # 64 samples
 BS = 8
@@ -165,7 +166,7 @@ def test_state_from_another_configuration_is_refused(dataset):
         next(iter(ld))
         state = ld.state_dict()
     with make(dataset, seed=2) as ld:
-        with pytest.raises(ValueError, match="another dataset or configuration"):
+        with pytest.raises(ValueError, match="load_state_dict: the state is of seed 1, the loader's is 2"):
             ld.load_state_dict(state)
     with make(dataset) as ld:
         with pytest.raises(ValueError, match="unknown keys"):
@@ -174,6 +175,37 @@ def test_state_from_another_configuration_is_refused(dataset):
             ld.load_state_dict({k: v for k, v in state.items() if k != "tail"})
         with pytest.raises(TypeError):
             ld.load_state_dict([1, 2])
+
+
+def test_load_state_dict_names_the_field_that_differs(dataset, tmp_path):
+    """The refusal names the one field that differs, with both values, not
+    every cause there could be."""
+    with make(dataset, seed=1) as ld:
+        next(iter(ld))
+        state = ld.state_dict()  # mid-epoch
+
+    def refused(pattern, **kw):
+        with make(dataset, **dict(dict(seed=1), **kw)) as ld:
+            with pytest.raises(ValueError) as e:
+                ld.load_state_dict(state)
+        msg = str(e.value)
+        assert re.search(pattern, msg), msg
+        assert "another dataset or configuration" not in msg and "(SL_ESTATE" in msg
+        return msg
+
+    refused(r"^load_state_dict: the state is of a loader with shuffle on, this one has it off", shuffle=False)
+    refused(r"^load_state_dict: the state's batch_size is %d, this loader's 4:" % BS, batch_size=4)
+    refused(r"^load_state_dict: the state's drop_last is off, this loader's on:", drop_last=True)
+    refused(r"^load_state_dict: the state's world_size is 1, this loader's 2:", rank=0, world_size=2)
+    with make(dataset, seed=1) as ld:
+        with pytest.raises(ValueError, match=r"^load_state_dict: the state names batch 999 with tail"):
+            ld.load_state_dict(dict(state, batch=999))
+    other = str(tmp_path / "other")
+    make_dataset(other, per_class=2)
+    with make(other, seed=1) as ld:
+        with pytest.raises(ValueError, match=r"^load_state_dict: the state is of a dataset of %d samples, "
+                                             r"the loader's has %d" % (state["dataset_size"], ld.dataset_size)):
+            ld.load_state_dict(state)
 
 
 def test_same_seed_same_batches_whatever_the_workers(dataset):
