@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static inline void put_byte(int fd, char x) {
@@ -45,6 +46,46 @@ static inline const char *mount_own_proc(void) {
         return why;
     }
     return NULL;
+}
+
+/* Fork a child that becomes pid 1 of a PID namespace of its own (with a
+ * /proc of its own when own_proc) and runs fn(arg) there; fn exits, and
+ * its exit status is the child's. Where the namespace cannot be made (no
+ * root, no namespaces) the child writes 's' and why on report (a pipe's
+ * write end) and exits 0. Returns the child's pid. */
+static inline pid_t fork_in_pid_namespace(int own_proc, int report, void (*fn)(void *), void *arg) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    const char *why = enter_pid_namespace();
+    pid_t inner = why ? -1 : fork();
+    if (inner == 0) {
+        if (own_proc) why = mount_own_proc();
+        if (!why) {
+            fn(arg);
+            _exit(0);
+        }
+    }
+    if (why) {
+        char line[200];
+        int n = snprintf(line, sizeof line, "s%s\n", why);
+        if (write(report, line, (size_t)n) != n) _exit(93);
+        _exit(0);
+    }
+    int st;
+    _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 94);
+}
+
+/* The first byte that child wrote on fd (the read end), or 0 when it was
+ * skipped: then "skipped: why" is printed and the child waited for. */
+static inline char first_report(int fd, pid_t pid) {
+    char first = get_byte(fd);
+    if (first != 's') return first;
+    char why[200] = "";
+    ssize_t n = read(fd, why, sizeof why - 1);
+    why[n > 0 ? n : 0] = 0;
+    printf("skipped: %s", why);
+    waitpid(pid, NULL, 0);
+    return 0;
 }
 
 #endif

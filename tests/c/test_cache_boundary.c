@@ -169,7 +169,15 @@ TEST(emfile_inserter_beside_pinned_reader) {
  * pin an entry of its own, then wait while the other rank attaches again
  * and churns, and read its pinned entry. Reports on out: 'r' ready,
  * then its wrong byte count as text and 'e' (or 's' + a reason: skipped). */
-static void namespace_rank(const char *name, int out, int in) {
+typedef struct rank_args {
+    const char *name;
+    int out, in;
+} rank_args;
+
+static void namespace_rank(void *arg) {
+    const rank_args *a = arg;
+    const char *name = a->name;
+    int out = a->out, in = a->in;
     sl__budget b;
     sl__budget_init(&b, 1 << 20);
     sl__cache *c = must_fifo(&b, name);
@@ -204,32 +212,12 @@ TEST(ranks_in_two_pid_namespaces) {
     int up[2], down[2];
     CHECK_OK(pipe(up));
     CHECK_OK(pipe(down));
-    pid_t pid = fork();
+    rank_args ra = {name, up[1], down[0]};
+    pid_t pid = fork_in_pid_namespace(1, up[1], namespace_rank, &ra); /* unshare --pid --fork --mount-proc */
     CHECK(pid >= 0);
-    if (pid == 0) { /* unshare --pid --fork --mount-proc */
-        const char *why = enter_pid_namespace();
-        pid_t inner = why ? -1 : fork();
-        if (inner == 0) {
-            why = mount_own_proc();
-            if (!why) namespace_rank(name, up[1], down[0]);
-        }
-        if (why) {
-            char line[200];
-            int n = snprintf(line, sizeof line, "s%s\n", why);
-            if (write(up[1], line, (size_t)n) != n) _exit(93);
-            _exit(0);
-        }
-        int st;
-        _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 94);
-    }
     close(up[1]);
-    char first = get_byte(up[0]);
-    if (first == 's') {
-        char why[200] = "";
-        ssize_t n = read(up[0], why, sizeof why - 1);
-        why[n > 0 ? n : 0] = 0;
-        printf("skipped: %s", why);
-        CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    char first = first_report(up[0], pid);
+    if (!first) {
         sl__cache_release(a, &ref);
         sl__cache_destroy(a);
         sl__budget_fini(&b);

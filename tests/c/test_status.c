@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,6 +111,38 @@ static void publish(sl__status *s, uint64_t n) {
     CHECK_OK(sl__status_write(s, text, (size_t)len));
 }
 
+/* SIGKILL a child and reap it. */
+static void kill_child(pid_t pid) {
+    CHECK_OK(kill(pid, SIGKILL));
+    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+}
+
+/* A child that publishes a status of limit 1 in SLUICE_STATUS_DIR, then
+ * waits (rewrite 0) or rewrites it with limit 2, 3, ... as fast as it
+ * can, until killed (it dies with this process too). Returns once it has
+ * published. */
+static pid_t start_writer(int rewrite) {
+    int up[2];
+    CHECK_OK(pipe(up));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(up[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the test, should it fail first */
+        sl__status s;
+        if (sl__status_open(&s)) _exit(91);
+        publish(&s, 1);
+        put_byte(up[1], 'r');
+        for (uint64_t n = 2;; n++)
+            if (rewrite) publish(&s, n);
+            else pause();
+    }
+    close(up[1]);
+    CHECK_EQ(get_byte(up[0]), 'r');
+    close(up[0]);
+    return pid;
+}
+
 /* The live statuses in dir. */
 static size_t scan(const char *dir, sl__gov_status *out, size_t max) {
     return sl__gov_status_scan(dir, NULL, NULL, out, max);
@@ -132,30 +165,30 @@ static size_t files_in(const char *dir) {
 TEST(writer_killed_is_gone) {
     char dir[64];
     status_dir(dir);
-    int up[2];
-    CHECK_OK(pipe(up));
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        close(up[0]);
-        sl__status s;
-        if (sl__status_open(&s)) _exit(91);
-        publish(&s, 42);
-        put_byte(up[1], 'r');
-        for (;;) pause();
-    }
-    close(up[1]);
-    CHECK_EQ(get_byte(up[0]), 'r');
+    pid_t pid = start_writer(0);
     sl__gov_status st[4];
     CHECK_EQ(scan(dir, st, 4), 1);
     CHECK_EQ(st[0].pid, pid);
-    CHECK_EQ(st[0].limit, 42);
-    CHECK_OK(kill(pid, SIGKILL));
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    CHECK_EQ(st[0].limit, 1);
+    kill_child(pid);
     CHECK_EQ(files_in(dir), 1); /* no exit handler ran: the file stays, unlocked */
     CHECK_EQ(scan(dir, st, 4), 0);
-    close(up[0]);
     rm_dir(dir);
+}
+
+/* The writer in its namespace: publishes ('r'), waits for 'g', closes ('c'). */
+static void namespace_writer(void *arg) {
+    const int *fd = arg; /* up's write end, down's read end, and the ends it closes */
+    close(fd[2]);
+    close(fd[3]); /* down's write end: the end of down when the test ends, however */
+    sl__status s;
+    if (getpid() != 1 || sl__status_open(&s)) _exit(91);
+    publish(&s, 7);
+    put_byte(fd[0], 'r');
+    if (get_byte(fd[1]) != 'g') _exit(92);
+    sl__status_close(&s);
+    put_byte(fd[0], 'c');
+    _exit(0);
 }
 
 /* A writer in a PID namespace of its own (pid 1 there; its file names pid
@@ -167,38 +200,12 @@ TEST(writer_in_another_pid_namespace_is_live) {
     int up[2], down[2];
     CHECK_OK(pipe(up));
     CHECK_OK(pipe(down));
-    pid_t pid = fork();
+    int fds[4] = {up[1], down[0], up[0], down[1]};
+    pid_t pid = fork_in_pid_namespace(0, up[1], namespace_writer, fds); /* unshare --pid --fork */
     CHECK(pid >= 0);
-    if (pid == 0) { /* unshare --pid --fork */
-        const char *why = enter_pid_namespace();
-        pid_t inner = why ? -1 : fork();
-        if (inner == 0) {
-            sl__status s;
-            if (getpid() != 1 || sl__status_open(&s)) _exit(91);
-            publish(&s, 7);
-            put_byte(up[1], 'r');
-            if (get_byte(down[0]) != 'g') _exit(92);
-            sl__status_close(&s);
-            put_byte(up[1], 'c');
-            _exit(0);
-        }
-        if (why) {
-            char line[200];
-            int n = snprintf(line, sizeof line, "s%s\n", why);
-            if (write(up[1], line, (size_t)n) != n) _exit(93);
-            _exit(0);
-        }
-        int st;
-        _exit(waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 94);
-    }
     close(up[1]);
-    char first = get_byte(up[0]);
-    if (first == 's') {
-        char why[200] = "";
-        ssize_t n = read(up[0], why, sizeof why - 1);
-        why[n > 0 ? n : 0] = 0;
-        printf("skipped: %s", why);
-        CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    char first = first_report(up[0], pid);
+    if (!first) {
         rm_dir(dir);
         return;
     }
@@ -223,20 +230,7 @@ TEST(writer_in_another_pid_namespace_is_live) {
 TEST(live_while_rewritten) {
     char dir[64];
     status_dir(dir);
-    int up[2];
-    CHECK_OK(pipe(up));
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        close(up[0]);
-        sl__status s;
-        if (sl__status_open(&s)) _exit(91);
-        publish(&s, 1);
-        put_byte(up[1], 'r');
-        for (uint64_t n = 2;; n++) publish(&s, n); /* until killed */
-    }
-    close(up[1]);
-    CHECK_EQ(get_byte(up[0]), 'r');
+    pid_t pid = start_writer(1);
     uint64_t last = 0;
     int reads = 0;
     for (; reads < 200 || last < 1000; reads++) {
@@ -246,11 +240,9 @@ TEST(live_while_rewritten) {
         last = st[0].limit;
     }
     printf("%d reads while the writer made %llu writes\n", reads, (unsigned long long)last);
-    CHECK_OK(kill(pid, SIGKILL));
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    kill_child(pid);
     sl__gov_status st[4];
     CHECK_EQ(scan(dir, st, 4), 0);
-    close(up[0]);
     rm_dir(dir);
 }
 
@@ -266,6 +258,8 @@ TEST(forked_child_does_not_keep_it_live) {
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
+        close(up[0]);
+        close(down[1]); /* so that the grandchild sees the end of down when this test ends, however */
         sl__status s;
         if (sl__status_open(&s)) _exit(91);
         publish(&s, 5);
@@ -278,11 +272,11 @@ TEST(forked_child_does_not_keep_it_live) {
         if (child < 0) _exit(92);
         for (;;) pause();
     }
+    close(down[0]);
     CHECK_EQ(get_byte(up[0]), 'c');
     sl__gov_status st[4];
     CHECK_EQ(scan(dir, st, 4), 1);
-    CHECK_OK(kill(pid, SIGKILL));
-    CHECK_EQ(waitpid(pid, NULL, 0), pid);
+    kill_child(pid);
     CHECK_EQ(scan(dir, st, 4), 0); /* the grandchild still runs */
     put_byte(down[1], 'g');
     close(up[1]);

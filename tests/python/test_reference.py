@@ -274,6 +274,20 @@ def test_val_matches_torchvision(jpegs, name):
 
 # ---- train preset: crop distribution ------------------------------------------
 
+def _tv_fallback_box(width, height, ratio):
+    """get_params after 10 tries: the central crop, its ratio clamped to ratio."""
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
 def _tv_get_params(rng, width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
     """torchvision.transforms.RandomResizedCrop.get_params, with Python's
     random in place of torch's generator. Returns (x, y, w, h)."""
@@ -288,16 +302,7 @@ def _tv_get_params(rng, width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 
             i = rng.randint(0, height - h)
             j = rng.randint(0, width - w)
             return j, i, w, h
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w = width
-        h = int(round(w / min(ratio)))
-    elif in_ratio > max(ratio):
-        h = height
-        w = int(round(h * max(ratio)))
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
+    return _tv_fallback_box(width, height, ratio)
 
 
 def _tv_get_params_torch(width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
@@ -316,16 +321,7 @@ def _tv_get_params_torch(width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0
             i = torch.randint(0, height - h + 1, size=(1,)).item()
             j = torch.randint(0, width - w + 1, size=(1,)).item()
             return j, i, w, h
-    in_ratio = float(width) / float(height)
-    if in_ratio < min(ratio):
-        w = width
-        h = int(round(w / min(ratio)))
-    elif in_ratio > max(ratio):
-        h = height
-        w = int(round(h * max(ratio)))
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
+    return _tv_fallback_box(width, height, ratio)
 
 
 def _ks(a, b):
