@@ -59,7 +59,7 @@ static void usage(FILE *f) {
 
 /* Every flag but the recipe's (sl_cli_recipe_flags), for "did you mean". */
 static const char *const flags[] = {
-    "--preset", "--size", "--batch", "--budget", "--workers", "--worker-nice", "--prefetch", "--epochs", "--batches",
+    "--preset", "--batch", "--budget", "--workers", "--worker-nice", "--prefetch", "--epochs", "--batches",
     "--seed", "--rank", "--world-size", "--no-shuffle", "--drop-last", "--on-error", "--max-error-rate",
     "--max-pixels", "--max-bytes", "--exif", "--fields", "--json", "--cache", "--cache-share", "--cache-what",
     "--decode", "--gpu-budget", "--gpu-device", "--help", NULL};

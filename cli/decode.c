@@ -25,9 +25,8 @@
 
 /* Every flag but the recipe's, for "did you mean": those taking a value first. */
 #define NVALUED 9
-static const char *const flags[] = {"-o",        "--output",     "--preset",    "--seed",   "--epoch",
-                                    "--index",   "--max-pixels", "--max-bytes", "--crop-group", "--info",
-                                    "--exif",    "--help",       NULL};
+static const char *const flags[] = {"-o", "--output", "--preset", "--seed", "--epoch", "--index", "--max-pixels",
+                                    "--max-bytes", "--crop-group", "--info", "--exif", "--help", NULL};
 
 typedef struct decode_args {
     const char *in, *out;

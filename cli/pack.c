@@ -58,7 +58,7 @@ typedef struct pack_opts {
 } pack_opts;
 
 static const char *const flags[] = {"--fields", "--shard-size", "--samples-per-shard", "--max-side", "--quality",
-                                    "--name",   "--workers",    "--budget",            "--json",     "--help", NULL};
+                                    "--name", "--workers", "--budget", "--json", "--help", NULL};
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -81,8 +81,8 @@ static int parse_value(const char *a, const char *v, sl_cli_recipe *o) {
 }
 
 /* The flags that take a value first, in the order of expect[]. */
-const char *const sl_cli_recipe_flags[] = {"--size",     "--interpolation", "--scale", "--ratio", "--resize",
-                                           "--max-scans", "--crop-pct",     "--hflip", "--fast",  NULL};
+const char *const sl_cli_recipe_flags[] = {"--size", "--interpolation", "--scale", "--ratio", "--resize",
+                                           "--max-scans", "--crop-pct", "--hflip", "--fast", NULL};
 static const char *const expect[] = {"N or H,W (1..16384)", "bilinear or bicubic", "A,B (0 < A <= B <= 1)",
                                      "A,B (w/h, 0 < A <= B)", "a side in pixels", "a count (1..1048576)",
                                      "a fraction in (0, 1]", "a probability in [0, 1]"};

@@ -396,9 +396,8 @@ static int draw_batch(grid *g, const sl_batch *b, uint32_t cols, char *legend, s
 
 /* ---- command line -------------------------------------------------------------- */
 
-static const char *const flags[] = {"-o",         "--output", "--fields", "--preset", "--size",
-                                    "--batch",    "--seed",   "--epoch",  "--cols",   "--budget",
-                                    "--workers", "--no-shuffle", "--help", NULL};
+static const char *const flags[] = {"-o", "--output", "--fields", "--preset", "--size", "--batch", "--seed",
+                                    "--epoch", "--cols", "--budget", "--workers", "--no-shuffle", "--help", NULL};
 
 static void usage(FILE *f) {
     fputs("usage: sluice show SOURCE -o GRID.png [--fields FILE.json] [--preset train|val]\n"

@@ -22,8 +22,8 @@
 #include "sluice.h"
 #include "sluice_monitor.h"
 
-static const char *const flags[] = {"--interval", "--warn", "--once", "--json",     "--log",
-                                    "--count",    "--rows", "--plot", "--nvml-lib", "--help", NULL};
+static const char *const flags[] = {"--interval", "--warn", "--once", "--json", "--log",
+                                    "--count", "--rows", "--plot", "--nvml-lib", "--help", NULL};
 
 static void usage(FILE *f) {
     fputs("usage: sluice top [PID] [--interval S] [--warn PCT] [--once] [--json] [--log FILE]\n"

@@ -30,8 +30,6 @@ const sl__kind *sl__kind_find(const char *name) {
 
 const char *sl__kind_names(void) { return "image, label, target, sequence, video, array"; }
 
-/* The stream of a randomness group. The group "image" is stream 0: the
- * stream the default schema and sl_image_train_crop use. */
 /* Where a kind's value is looked for when the field names no key: its own
  * name first, then the keys sources use for it (a folder's file, a
  * path,label manifest's path, WebDataset extensions). */
