@@ -24,27 +24,26 @@
  * budget that would hold nine in ten. Samples over max_pixels / max_bytes
  * are left out: no budget changes their fate.
  */
+#include "pipeline/admit.h"
+
+#include <stdio.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "ops/ops.h"
-#include "pipeline/loader_impl.h"
 
 #define ADMIT_PROBES 32
-
-uint64_t sl__sample_cap(uint64_t budget) { return budget / 4; }
 
 /* One probe: 1 and the growth dataset sample i needs (*need: the largest
  * of its fields' that their kinds can bound, with *what naming it), or 0
  * when no field could be bounded. */
-static int probe_need(sl_loader *ld, uint64_t i, uint64_t *need, char *what, size_t wlen) {
-    sl__worker *w = &ld->workers[0];
-    sl__load L = {.src = ld->src, .scratch = &w->scratch, .dec = w->dec, .cancel = &ld->cancel, .seed = ld->cfg.seed,
-                  .index = i, .max_bytes = ld->cfg.max_bytes, .max_pixels = ld->cfg.max_pixels};
+static int probe_need(const sl__conf *c, sl__worker *w, uint64_t i, uint64_t *need, char *what, size_t wlen) {
+    sl__load L = {.src = c->src, .scratch = &w->scratch, .dec = w->dec, .cancel = w->cancel, .seed = c->cfg.seed,
+                  .index = i, .max_bytes = c->cfg.max_bytes, .max_pixels = c->cfg.max_pixels};
     int ok = 0;
     *need = 0;
-    for (uint32_t k = 0; k < ld->schema.nfields; k++) {
-        const sl__field *f = &ld->schema.fields[k];
+    for (uint32_t k = 0; k < c->schema.nfields; k++) {
+        const sl__field *f = &c->schema.fields[k];
         const sl__field *e = f->of ? f->of : f; /* a sequence: its first element stands for the rest */
         uint64_t n;
         char w2[64];
@@ -67,15 +66,15 @@ static void sort_u64(uint64_t *v, uint32_t n) {
         }
 }
 
-int sl__admit_check(sl_loader *ld, char *err, size_t errlen) {
-    uint64_t N = sl__source_count(ld->src), cap = ld->sample_cap;
+int sl__admit_check(const sl__conf *c, sl__worker *w, char *err, size_t errlen) {
+    uint64_t N = sl__source_count(c->src), cap = c->sample_cap;
     uint32_t K = (uint32_t)SL_MIN(N, (uint64_t)ADMIT_PROBES), probed = 0, over = 0;
     uint64_t needs[ADMIT_PROBES], worst = 0, worst_i = 0;
     char worst_what[64] = "";
     for (uint32_t k = 0; k < K; k++) {
         uint64_t i = (uint64_t)k * N / K, need;
         char what[64];
-        if (!probe_need(ld, i, &need, what, sizeof what)) continue;
+        if (!probe_need(c, w, i, &need, what, sizeof what)) continue;
         needs[probed++] = need;
         if (need > cap) over++;
         if (need > worst) {
@@ -89,12 +88,13 @@ int sl__admit_check(sl_loader *ld, char *err, size_t errlen) {
     uint64_t q = needs[(probed * 9 + 9) / 10 - 1], want;
     if (sl__mul(q, 4, &want)) want = UINT64_MAX;
     char path[512], b1[32], b2[32], b3[32], b4[32];
-    if (sl__source_path(ld->src, worst_i, path, sizeof path) < 0) snprintf(path, sizeof path, "sample %llu", (unsigned long long)worst_i);
+    if (sl__source_path(c->src, worst_i, path, sizeof path) < 0)
+        snprintf(path, sizeof path, "sample %llu", (unsigned long long)worst_i);
     sl__msg(err, errlen,
             "budget %s leaves one sample %s for its decode (a quarter of the budget), but %u of %u sampled files "
             "need more, e.g. %s (%s) needs %s; raise the budget to at least %s (or lower max_pixels)",
-            sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), sl__fmt_bytes(cap, b2, sizeof b2), over, probed, path,
+            sl__fmt_bytes(c->cfg.budget, b1, sizeof b1), sl__fmt_bytes(cap, b2, sizeof b2), over, probed, path,
             worst_what,
-            sl__fmt_bytes(worst, b3, sizeof b3), sl__fmt_bytes(SL_MAX(want, ld->cfg.budget + 1), b4, sizeof b4));
+            sl__fmt_bytes(worst, b3, sizeof b3), sl__fmt_bytes(SL_MAX(want, c->cfg.budget + 1), b4, sizeof b4));
     return SL_EBUDGET;
 }

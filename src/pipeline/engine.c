@@ -36,57 +36,161 @@
  * worker claims it before any other work and decodes it here); the GPU
  * thread counts in active while its call runs, so a reset waits for it.
  *
- * Lock order: mu, then budget.mu (inside sl__budget_*), then errmu. A
- * worker never waits for budget while holding mu.
+ * Lock order: mu, then budget.mu (inside sl__budget_*), then the error
+ * records' (errlog.c). A worker never waits for budget while holding mu.
  *
- * This file is the slot machinery (dispatch, commit, delivery, reset);
- * loader.c creates and sizes the loader; worker.c loads one sample.
+ * This file is the slot machinery (dispatch, commit, delivery, reset) and
+ * writes every field of sl__engine (engine.h says which lock guards
+ * what); loader.c creates and sizes the loader; worker.c loads one
+ * sample; the modules below are reached through the pointers in
+ * sl__engine, with mu held where their headers say so.
  */
+#include "pipeline/engine.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "base/abi.h"
 #include "base/hash.h"
 #include "base/util.h"
-#include "pipeline/loader_impl.h"
+#include "pipeline/refill.h"
 
 /* ---- order ----------------------------------------------------------------- */
 
-uint32_t *sl__order_for(sl_loader *ld, uint64_t epoch) {
+/* The sample order of epoch (made on first use). */
+static uint32_t *order_for(sl__engine *e, uint64_t epoch) {
     int i = (int)(epoch & 1);
-    sl__lcache_epoch(ld, epoch); /* the cache's next uses: this epoch and the next */
-    if (!ld->seq_valid[i] || ld->seq_epoch[i] != epoch) {
-        sl__sampler_fill(&ld->sampler, epoch, ld->seq[i], ld->seq_tmp);
-        ld->seq_epoch[i] = epoch;
-        ld->seq_valid[i] = 1;
+    sl__lcache_epoch(e->cache, epoch); /* the cache's next uses: this epoch and the next */
+    if (!e->seq_valid[i] || e->seq_epoch[i] != epoch) {
+        sl__sampler_fill(e->sampler, epoch, e->seq[i], e->seq_tmp);
+        e->seq_epoch[i] = epoch;
+        e->seq_valid[i] = 1;
     }
-    return ld->seq[i];
+    return e->seq[i];
 }
 
-/* ---- slots ------------------------------------------------------------------ */
+/* ---- life ------------------------------------------------------------------- */
 
-void sl__slot_carve(sl_loader *ld, sl_batch *s, uint8_t *base) {
-    const sl__layout *L = &ld->layout;
-    s->base = base;
-    s->hash = (uint64_t *)(base + L->off_hash);
-    s->ok = base + L->off_ok;
-    s->err = base + L->off_err;
-    s->reasons = (char *)(base + L->off_reasons);
-    s->rf_hole = (uint32_t *)(base + L->off_rf_hole);
+int sl__engine_sync_init(sl__engine *e) {
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca)) return SL_ESYS;
+    int n = 0; /* objects made, in this order */
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_mutex_init(&e->mu, NULL) == 0 && ++n &&
+        pthread_cond_init(&e->cv_work, NULL) == 0 && ++n && pthread_cond_init(&e->cv_ready, &ca) == 0 && ++n &&
+        pthread_cond_init(&e->cv_quiet, NULL) == 0 && ++n && pthread_cond_init(&e->cv_gpu, &ca) == 0)
+        e->sync_init = 1;
+    pthread_condattr_destroy(&ca);
+    if (e->sync_init) return 0;
+    if (n > 3) pthread_cond_destroy(&e->cv_quiet);
+    if (n > 2) pthread_cond_destroy(&e->cv_ready);
+    if (n > 1) pthread_cond_destroy(&e->cv_work);
+    if (n > 0) pthread_mutex_destroy(&e->mu);
+    return SL_ESYS;
 }
 
-uint64_t sl__slot_index(const sl_loader *ld, const sl_batch *s, uint32_t j) {
-    int64_t v;
-    memcpy(&v, sl__layout_at(&ld->layout, s->base, ld->layout.index_out, j), 8);
-    return (uint64_t)v;
+void sl__engine_sync_fini(sl__engine *e) {
+    if (!e->sync_init) return;
+    pthread_cond_destroy(&e->cv_work);
+    pthread_cond_destroy(&e->cv_ready);
+    pthread_cond_destroy(&e->cv_quiet);
+    pthread_cond_destroy(&e->cv_gpu);
+    pthread_mutex_destroy(&e->mu);
+    e->sync_init = 0;
 }
 
-void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) {
-    sl__layout_move(&ld->layout, s->base, a, b);
-    sl__gstage_move(ld, s, a, b); /* the device copy of a GPU-decoded field */
+void sl__engine_init(sl__engine *e, sl_loader *ld, const sl__conf *conf, sl__sampler *sampler, sl__workers *workers,
+                     sl__gstage *gs, sl__lcache *cache, sl__errlog *log, sl__guard *guard) {
+    e->ld = ld;
+    e->conf = conf;
+    e->sampler = sampler;
+    e->workers = workers;
+    e->gs = gs;
+    e->cache = cache;
+    e->log = log;
+    e->guard = guard;
+}
+
+uint64_t sl__engine_orders(sl__engine *e) {
+    const sl__sampler *sp = e->sampler;
+    size_t seqb = (size_t)sp->per_rank * sizeof(uint32_t), tmpb = (size_t)sp->n * sizeof(uint32_t);
+    e->seq[0] = sl__alloc(e->conf->budget, seqb, SL_MEM_INDEX);
+    e->seq[1] = sl__alloc(e->conf->budget, seqb, SL_MEM_INDEX);
+    int tmp = e->conf->cfg.world_size > 1 || sp->per_rank < sp->n; /* seq cannot hold the permutation: ranks, an order range */
+    if (tmp) e->seq_tmp = sl__alloc(e->conf->budget, tmpb, SL_MEM_INDEX);
+    uint64_t want = 0;
+    if (tmp && !e->seq_tmp) want = tmpb;
+    if (!e->seq[0] || !e->seq[1]) want = want ? SL_MIN(want, seqb) : seqb;
+    return want;
+}
+
+int sl__engine_slots(sl__engine *e, uint32_t nslots, uint64_t pitch) {
+    const sl__conf *c = e->conf;
+    uint64_t len;
+    e->nslots = nslots;
+    e->pitch = (size_t)pitch;
+    int rc = sl__mul(pitch, nslots, &len) || len > SIZE_MAX / 2 ? SL_EBUDGET
+                                                                 : sl__budget_try(c->budget, len, SL_MEM_BATCHES);
+    if (rc == 0 && !(e->region = sl__map_prepaid((size_t)len))) {
+        sl__budget_release(c->budget, len, SL_MEM_BATCHES);
+        rc = SL_ENOMEM;
+    }
+    if (rc == 0) { /* from here sl__engine_free gives back live * pitch */
+        e->region_len = (size_t)len;
+        e->live = nslots;
+        e->min_live = SL_MIN(c->cfg.min_slots, nslots);
+        if (!(e->slots = sl__calloc(c->budget, nslots, sizeof(sl_batch), SL_MEM_OTHER)))
+            rc = sl__conf_alloc_fail(c, (uint64_t)nslots * sizeof(sl_batch));
+    }
+    if (rc) return rc;
+    for (uint32_t i = 0; i < nslots; i++)
+        sl__slot_carve(&e->slots[i], e->ld, i, &c->layout, e->region + (uint64_t)i * pitch);
+    return 0;
+}
+
+uint64_t sl__engine_elastic_bytes(const sl__engine *e) { return (uint64_t)(e->nslots - e->min_live) * e->pitch; }
+
+void sl__engine_free(sl__engine *e) {
+    sl__budget *b = e->conf->budget;
+    sl__free(b, e->slots);
+    e->slots = NULL;
+    if (e->region) { /* retired slots gave their bytes back already */
+        sl__unmap_prepaid(e->region, e->region_len);
+        sl__budget_release(b, (uint64_t)e->live * e->pitch, SL_MEM_BATCHES);
+        e->region = NULL;
+    }
+    sl__free(b, e->seq[0]);
+    sl__free(b, e->seq[1]);
+    sl__free(b, e->seq_tmp);
+    sl__free(b, e->span_gone[0]);
+    sl__free(b, e->span_gone[1]);
+    e->seq[0] = e->seq[1] = e->seq_tmp = e->span_gone[0] = e->span_gone[1] = NULL;
+}
+
+void sl__engine_open(sl__engine *e) {
+    uint64_t per = e->sampler->per_rank;
+    order_for(e, 0);
+    e->d_epoch = 0;
+    e->d_batch = 0;
+    e->tail = per;
+    e->d_open = 1;
+    e->cur_tail = per;
+}
+
+void sl__engine_wait_started(sl__engine *e, uint32_t n) {
+    pthread_mutex_lock(&e->mu);
+    while (e->started < n) pthread_cond_wait(&e->cv_ready, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sl__engine_stop(sl__engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    atomic_store(&e->cancel, 1);
+    pthread_cond_broadcast(&e->cv_work);
+    pthread_cond_broadcast(&e->cv_ready);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- elastic slots: retire and reactivate ------------------------------------ */
@@ -102,38 +206,38 @@ void sl__slot_move(sl_loader *ld, sl_batch *s, uint32_t a, uint32_t b) {
  * holding h batches can still get the next one. All of it under mu.
  */
 
-static uint32_t live_floor(const sl_loader *ld) { return SL_MAX(ld->min_live, ld->held + 1); }
+static uint32_t live_floor(const sl__engine *e) { return SL_MAX(e->min_live, e->held + 1); }
 
 /* Pinned (or locked) pages cannot be given back: every live slot becomes
  * fixed for life, and none is retired again. */
-static void fix_slots(sl_loader *ld) {
-    if (ld->pinned) return;
-    ld->pinned = 1;
-    ld->retire_debt = 0;
-    sl__budget_fix(ld->budget, (uint64_t)(ld->live - ld->min_live) * ld->pitch);
+static void fix_slots(sl__engine *e) {
+    if (e->pinned) return;
+    e->pinned = 1;
+    e->retire_debt = 0;
+    sl__budget_fix(e->conf->budget, (uint64_t)(e->live - e->min_live) * e->pitch);
 }
 
 /* FREE slot s gives its pages and bytes back: 1, or 0 (it stays FREE)
  * when the system will not drop its pages (mlock'd: MADV_DONTNEED refuses
  * locked pages), and then the slots are fixed. */
-static int slot_retire(sl_loader *ld, sl_batch *s) {
-    if (madvise(s->base, ld->pitch, MADV_DONTNEED) != 0) {
-        fix_slots(ld);
+static int slot_retire(sl__engine *e, sl_batch *s) {
+    if (madvise(s->base, e->pitch, MADV_DONTNEED) != 0) {
+        fix_slots(e);
         return 0;
     }
     s->state = SLOT_RETIRED;
-    ld->live--;
-    ld->retirements++;
-    sl__budget_release(ld->budget, ld->pitch, SL_MEM_BATCHES);
+    e->live--;
+    e->retirements++;
+    sl__budget_release(e->conf->budget, e->pitch, SL_MEM_BATCHES);
     return 1;
 }
 
 /* Retire FREE slots, highest id first (dispatch takes the lowest), until
  * want bytes went or the floor is reached. Returns the bytes released. */
-static uint64_t retire_free(sl_loader *ld, uint64_t want) {
+static uint64_t retire_free(sl__engine *e, uint64_t want) {
     uint64_t got = 0;
-    for (uint32_t i = ld->nslots; i-- > 0 && got < want && !ld->pinned && ld->live > live_floor(ld);) {
-        if (ld->slots[i].state == SLOT_FREE && slot_retire(ld, &ld->slots[i])) got += ld->pitch;
+    for (uint32_t i = e->nslots; i-- > 0 && got < want && !e->pinned && e->live > live_floor(e);) {
+        if (e->slots[i].state == SLOT_FREE && slot_retire(e, &e->slots[i])) got += e->pitch;
     }
     return got;
 }
@@ -141,15 +245,15 @@ static uint64_t retire_free(sl_loader *ld, uint64_t want) {
 /* Slot s is done with (released, dropped, discarded, reset): retired while
  * the debt of a lowered limit lasts and the budget is still over it (the
  * workers' trimmed scratch or another loader may have paid it), else FREE. */
-static void slot_free(sl_loader *ld, sl_batch *s) {
+static void slot_free(sl__engine *e, sl_batch *s) {
     s->discard = 0;
-    if (ld->retire_debt && !sl__budget_over(ld->budget)) ld->retire_debt = 0;
+    if (e->retire_debt && !sl__budget_over(e->conf->budget)) e->retire_debt = 0;
     s->state = SLOT_FREE;
-    if (ld->retire_debt && !ld->pinned && ld->live > live_floor(ld) && slot_retire(ld, s)) {
-        ld->retire_debt = ld->retire_debt > ld->pitch ? ld->retire_debt - ld->pitch : 0;
+    if (e->retire_debt && !e->pinned && e->live > live_floor(e) && slot_retire(e, s)) {
+        e->retire_debt = e->retire_debt > e->pitch ? e->retire_debt - e->pitch : 0;
         return;
     }
-    pthread_cond_broadcast(&ld->cv_work);
+    pthread_cond_broadcast(&e->cv_work);
 }
 
 /* Bring up to `most` retired slots back, one at a time, each with a
@@ -157,71 +261,80 @@ static void slot_free(sl_loader *ld, sl_batch *s) {
  * grown), while no debt is owed and the elastic slots leave one sample's
  * growth (sample_cap) under the limit beyond the fixed part, as create
  * sized them. Returns how many came back. */
-static uint32_t reactivate(sl_loader *ld, uint32_t most) {
+static uint32_t reactivate(sl__engine *e, uint32_t most) {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < ld->nslots && n < most && !ld->retire_debt; i++) {
-        sl_batch *s = &ld->slots[i];
+    for (uint32_t i = 0; i < e->nslots && n < most && !e->retire_debt; i++) {
+        sl_batch *s = &e->slots[i];
         if (s->state != SLOT_RETIRED) continue;
-        uint64_t elastic = (uint64_t)(ld->live + 1 - ld->min_live) * ld->pitch;
-        if (elastic + ld->sample_cap > sl__budget_headroom(ld->budget)) break;
-        if (sl__budget_try(ld->budget, ld->pitch, SL_MEM_BATCHES)) break;
-        if (ld->pinned) sl__budget_fix(ld->budget, ld->pitch); /* locked after it retired */
+        uint64_t elastic = (uint64_t)(e->live + 1 - e->min_live) * e->pitch;
+        if (elastic + e->conf->sample_cap > sl__budget_headroom(e->conf->budget)) break;
+        if (sl__budget_try(e->conf->budget, e->pitch, SL_MEM_BATCHES)) break;
+        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch); /* locked after it retired */
         s->state = SLOT_FREE;
-        ld->live++;
-        ld->reactivations++;
+        e->live++;
+        e->reactivations++;
         n++;
     }
-    if (n) pthread_cond_broadcast(&ld->cv_work);
+    if (n) pthread_cond_broadcast(&e->cv_work);
     return n;
 }
 
 /* The budget's consumer (mem.h): called on the thread that moved the
  * limit, no budget lock held. */
 static uint64_t slots_give_back(void *ctx, uint64_t want) {
-    sl_loader *ld = ctx;
-    pthread_mutex_lock(&ld->mu);
-    uint64_t got = retire_free(ld, want);
-    ld->retire_debt = want > got && !ld->pinned ? want - got : 0;
-    pthread_mutex_unlock(&ld->mu);
+    sl__engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    uint64_t got = retire_free(e, want);
+    e->retire_debt = want > got && !e->pinned ? want - got : 0;
+    pthread_mutex_unlock(&e->mu);
     return got;
 }
 
 static void slots_room(void *ctx) {
-    sl_loader *ld = ctx;
-    pthread_mutex_lock(&ld->mu);
-    ld->retire_debt = 0;
-    reactivate(ld, UINT32_MAX);
-    pthread_mutex_unlock(&ld->mu);
+    sl__engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->retire_debt = 0;
+    reactivate(e, UINT32_MAX);
+    pthread_mutex_unlock(&e->mu);
 }
 
-void sl__slots_consumer_init(sl_loader *ld) {
-    ld->consumer = (sl__consumer){.give_back = slots_give_back, .room = slots_room, .ctx = ld};
+void sl__engine_consumer_on(sl__engine *e) {
+    e->consumer = (sl__consumer){.give_back = slots_give_back, .room = slots_room, .ctx = e};
+    sl__budget_add_consumer(e->conf->budget, &e->consumer);
+    e->consumer_on = 1;
 }
 
-int sl__slots_pin(sl_loader *ld, char *err, size_t errlen) {
-    pthread_mutex_lock(&ld->mu);
+void sl__engine_consumer_off(sl__engine *e) {
+    if (e->consumer_on) sl__budget_remove_consumer(e->conf->budget, &e->consumer);
+}
+
+void sl__engine_consumer_forget(sl__engine *e) {
+    if (e->consumer_on) sl__budget_forget_consumer(e->conf->budget, &e->consumer);
+}
+
+int sl__engine_pin(sl__engine *e, void **base, size_t *len) {
+    pthread_mutex_lock(&e->mu);
     int rc = 0;
-    uint32_t retired = ld->nslots - ld->live;
-    if (!ld->pinned && retired) { /* all of them back, or none */
-        if (sl__budget_try(ld->budget, (uint64_t)retired * ld->pitch, SL_MEM_BATCHES)) {
-            char x[32];
-            sl__msg(err, errlen, "%u of %u batch slots are retired under a lowered limit and the budget cannot "
-                    "hold their %s again now", retired, ld->nslots,
-                    sl__fmt_bytes((uint64_t)retired * ld->pitch, x, sizeof x));
+    uint32_t retired = e->nslots - e->live;
+    if (!e->pinned && retired) { /* all of them back, or none */
+        if (sl__budget_try(e->conf->budget, (uint64_t)retired * e->pitch, SL_MEM_BATCHES)) {
             rc = SL_EBUDGET;
         } else {
-            for (uint32_t i = 0; i < ld->nslots; i++)
-                if (ld->slots[i].state == SLOT_RETIRED) ld->slots[i].state = SLOT_FREE;
-            ld->live = ld->nslots;
-            ld->reactivations += retired;
+            for (uint32_t i = 0; i < e->nslots; i++)
+                if (e->slots[i].state == SLOT_RETIRED) e->slots[i].state = SLOT_FREE;
+            e->live = e->nslots;
+            e->reactivations += retired;
         }
     }
-    if (!rc && !ld->pinned) {
-        fix_slots(ld);
-        pthread_cond_broadcast(&ld->cv_work);
+    if (!rc && !e->pinned) {
+        fix_slots(e);
+        pthread_cond_broadcast(&e->cv_work);
     }
-    pthread_mutex_unlock(&ld->mu);
-    return rc;
+    pthread_mutex_unlock(&e->mu);
+    if (rc) return rc;
+    *base = e->region;
+    *len = e->region_len;
+    return 0;
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
@@ -236,65 +349,61 @@ typedef struct claim {
     int cpu_only; /* a sample the GPU handed back: decode it here */
 } claim;
 
-static sl_batch *slot_by_seqno(sl_loader *ld, uint64_t seqno, int state) {
-    for (uint32_t i = 0; i < ld->nslots; i++) {
-        sl_batch *s = &ld->slots[i];
-        if (s->state == state && s->seqno == seqno && !s->discard && s->gen == ld->gen) return s;
+static sl_batch *slot_by_seqno(sl__engine *e, uint64_t seqno, int state) {
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        sl_batch *s = &e->slots[i];
+        if (s->state == state && s->seqno == seqno && !s->discard && s->gen == e->gen) return s;
     }
     return NULL;
 }
 
 /* Can batch k of the dispatch epoch still hold samples given the tail?
  * (With ranks, batches past the tail are padded: refill.c.) */
-static int batch_possible(const sl_loader *ld, uint64_t k) {
-    uint64_t B = ld->B;
-    if (k >= sl__sampler_batches(&ld->sampler, ld->d_epoch, ld->B)) return 0;
-    if (ld->cfg.world_size > 1) return 1;
-    if (ld->cfg.drop_last) return (k + 1) * B <= ld->tail;
-    return k * B < ld->tail;
+static int batch_possible(const sl__engine *e, uint64_t k) {
+    uint64_t B = e->conf->B;
+    if (k >= sl__sampler_batches(e->sampler, e->d_epoch, e->conf->B)) return 0;
+    if (e->conf->cfg.world_size > 1) return 1;
+    if (e->conf->cfg.drop_last) return (k + 1) * B <= e->tail;
+    return k * B < e->tail;
 }
 
 /* Open the next batch of the dispatch epoch in a free slot. mu held. */
-static sl_batch *open_batch(sl_loader *ld) {
-    if (!ld->d_open || !batch_possible(ld, ld->d_batch)) return NULL;
+static sl_batch *open_batch(sl__engine *e) {
+    if (!e->d_open || !batch_possible(e, e->d_batch)) return NULL;
     sl_batch *s = NULL;
-    for (uint32_t i = 0; i < ld->nslots; i++)
-        if (ld->slots[i].state == SLOT_FREE) {
-            s = &ld->slots[i];
+    for (uint32_t i = 0; i < e->nslots; i++)
+        if (e->slots[i].state == SLOT_FREE) {
+            s = &e->slots[i];
             break;
         }
     if (!s) return NULL;
-    uint64_t k = ld->d_batch++;
-    uint64_t start = k * ld->B, per = sl__sampler_span(&ld->sampler, ld->d_epoch)->per_rank;
+    uint64_t k = e->d_batch++;
+    uint64_t start = k * e->conf->B, per = sl__sampler_span(e->sampler, e->d_epoch)->per_rank;
     s->state = SLOT_FILLING;
-    s->gen = ld->gen;
-    s->epoch = ld->d_epoch;
+    s->gen = e->gen;
+    s->epoch = e->d_epoch;
     s->batch = k;
-    s->seqno = ld->next_seqno++;
-    s->nominal = (uint32_t)SL_MIN((uint64_t)ld->B, per - start);
+    s->seqno = e->next_seqno++;
+    s->nominal = (uint32_t)SL_MIN((uint64_t)e->conf->B, per - start);
     s->claimed = 0;
     s->pending = s->nominal;
     s->n = 0;
     s->discard = s->failed = s->marker = s->final = s->tripped = 0;
     s->checksum = 0;
-    s->rf_count = s->rf_claimed = 0;
-    s->rf_passes = s->rf_pad = 0;
-    memset(s->ok, 0, ld->B);
-    memset(s->err, 0, ld->B);
+    sl__refill_clear(s);
+    sl__slot_clear(s, e->conf->B);
     return s;
 }
 
 /* A refill of the round of the batch being committed (refill.c), which
  * every later commit waits for: first in line. Returns 1 with c filled. */
-static int claim_refill(sl_loader *ld, claim *c) {
-    for (uint32_t i = 0; i < ld->nslots; i++) {
-        sl_batch *s = &ld->slots[i];
-        if (s->state != SLOT_FILLING || s->discard || s->gen != ld->gen || s->rf_claimed >= s->rf_count) continue;
-        uint32_t r = s->rf_claimed++;
+static int claim_refill(sl__engine *e, claim *c) {
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        sl_batch *s = &e->slots[i];
+        if (s->state != SLOT_FILLING || s->discard || s->gen != e->gen || !sl__refill_claim(s, &c->pos, &c->order_pos))
+            continue;
         c->slot = s;
-        c->pos = s->rf_hole[r];
-        c->order_pos = s->rf_pad ? s->rf_top + r : s->rf_top - 1 - r; /* a pad round goes up from the cursor */
-        c->sample = ld->seq[s->epoch & 1][c->order_pos];
+        c->sample = e->seq[s->epoch & 1][c->order_pos];
         c->epoch = s->epoch;
         c->gen = s->gen;
         c->cpu_only = 0;
@@ -307,37 +416,37 @@ static int claim_refill(sl_loader *ld, claim *c) {
  * positions, else a newly opened batch. Positions at or past the tail are
  * voids: settled here without decoding. Returns 1 with c filled, 0 if
  * nothing to do. */
-static int claim_next(sl_loader *ld, claim *c) {
+static int claim_next(sl__engine *e, claim *c) {
     for (;;) {
-        if (ld->paused || ld->stop || ld->tripped) return 0;
-        if (sl__gstage_take_back(ld, &c->slot, &c->pos, &c->sample, &c->epoch)) {
+        if (e->paused || e->stop || e->tripped) return 0;
+        if (sl__gstage_take_back(e->gs, e->gen, &c->slot, &c->pos, &c->sample, &c->epoch)) {
             c->gen = c->slot->gen;
             c->cpu_only = 1;
             /* its time for the cache's clock: the nominal position (a refill's is
              * later in the order; the clock only ranks evictions, never bytes) */
-            c->order_pos = c->slot->batch * ld->B + c->pos;
+            c->order_pos = c->slot->batch * e->conf->B + c->pos;
             return 1;
         }
-        if (claim_refill(ld, c)) return 1;
+        if (claim_refill(e, c)) return 1;
         sl_batch *best = NULL;
-        for (uint32_t i = 0; i < ld->nslots; i++) {
-            sl_batch *s = &ld->slots[i];
-            if (s->state == SLOT_FILLING && !s->discard && s->gen == ld->gen && s->claimed < s->nominal &&
+        for (uint32_t i = 0; i < e->nslots; i++) {
+            sl_batch *s = &e->slots[i];
+            if (s->state == SLOT_FILLING && !s->discard && s->gen == e->gen && s->claimed < s->nominal &&
                 (!best || s->seqno < best->seqno))
                 best = s;
         }
-        if (!best) best = open_batch(ld);
+        if (!best) best = open_batch(e);
         if (!best) return 0;
         uint32_t j = best->claimed++;
-        uint64_t p = best->batch * ld->B + j;
-        if (p >= ld->tail) { /* used as a refill already */
+        uint64_t p = best->batch * e->conf->B + j;
+        if (p >= e->tail) { /* used as a refill already */
             best->pending--;
             continue; /* its commit is found by the next completion or here below */
         }
         c->slot = best;
         c->pos = j;
         c->order_pos = p;
-        c->sample = ld->seq[best->epoch & 1][p]; /* valid: the dispatch epoch's order */
+        c->sample = e->seq[best->epoch & 1][p]; /* valid: the dispatch epoch's order */
         c->epoch = best->epoch;
         c->gen = best->gen;
         c->cpu_only = 0;
@@ -347,75 +456,84 @@ static int claim_next(sl_loader *ld, claim *c) {
 
 /* ---- commit ------------------------------------------------------------------ */
 
-void sl__position_done(sl_loader *ld, sl_batch *s) {
+/* Settle a position whose fill finished (mu held): pending drops; a stale
+ * or discarded slot is freed once nothing is pending. */
+static void position_done(sl__engine *e, sl_batch *s) {
     s->pending--;
-    if ((s->gen != ld->gen || s->discard) && s->pending == 0 && s->state == SLOT_FILLING) slot_free(ld, s);
+    if ((s->gen != e->gen || s->discard) && s->pending == 0 && s->state == SLOT_FILLING) slot_free(e, s);
 }
 
 /* First commit pass: record the failures of the nominal positions that
  * are still the batch's own (in position order). */
-static void commit_nominal(sl_loader *ld, sl_batch *s, uint64_t T) {
-    uint64_t B = ld->B, k = s->batch;
+static void commit_nominal(sl__engine *e, sl_batch *s, uint64_t T) {
+    uint64_t B = e->conf->B, k = s->batch;
     uint32_t errors = 0;
-    s->cno = ++ld->commits;
-    s->nerr = 0;
+    sl__slot_commit(s, ++e->commits);
     for (uint32_t j = 0; j < s->nominal; j++) {
         if (k * B + j >= T) {
             s->ok[j] = 0; /* used as a refill by an earlier batch, which recorded any failure */
         } else if (s->err[j] && -(int)s->err[j] != SL_ESTATE) { /* ESTATE: shutting down */
-            sl__record_error(ld, s, sl__slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+            sl__slot_fail(s, e->log, sl__slot_index(s, &e->conf->layout, j), -(int)s->err[j],
+                          s->reasons + (size_t)j * SL_REASON_LEN);
         }
         errors += s->err[j] != 0;
     }
-    if (ld->cfg.on_error == SL_ON_ERROR_RAISE) s->failed = errors > 0;
+    if (e->conf->cfg.on_error == SL_ON_ERROR_RAISE) s->failed = errors > 0;
+}
+
+/* Positions of s decoded so far. */
+static uint32_t decoded(const sl_batch *s, uint32_t B) {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < SL_MAX(s->nominal, B); j++) n += s->ok[j];
+    return n;
 }
 
 /* A commit pass: settle holes (a refill round, refill.c, if any can be
  * filled: returns 1 and the batch goes on filling), else decide n and
  * whether the epoch ends here (returns 0). Runs outside mu by the one
  * committer; tail is written only by it (under mu, for the claimers). */
-static int commit_slot(sl__worker *w, sl_batch *s) {
-    sl_loader *ld = w->ld;
-    uint64_t B = ld->B, k = s->batch, T = ld->tail, top = T, P = ld->pad, bottom = P;
-    if (s->rf_passes == 0) commit_nominal(ld, s, T);
-    uint32_t m = ld->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(ld, s, &T, &P) : 0;
-    if (sl__guard_pass(ld, s, m == 0)) m = 0, T = top, P = bottom; /* tripped: no more rounds, the loader stops here */
+static int commit_slot(sl__engine *e, sl_batch *s) {
+    const sl__conf *c = e->conf;
+    uint64_t B = c->B, k = s->batch, T = e->tail, top = T, P = e->pad, bottom = P;
+    if (s->rf_passes == 0) commit_nominal(e, s, T);
+    uint32_t m = c->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(s, c, e->gs, e->log, &T, &P) : 0;
+    if (sl__guard_pass(e->guard, s->epoch, s->nerr, decoded(s, (uint32_t)B), m == 0)) {
+        s->tripped = 1; /* no more rounds: the loader stops here */
+        m = 0, T = top, P = bottom;
+    }
     if (m) { /* publish the round: its positions leave the tail (or the pad cursor), its refills become claims */
-        pthread_mutex_lock(&ld->mu);
-        s->rf_top = s->rf_pad ? bottom : top;
-        s->rf_count = m;
-        s->rf_claimed = 0;
+        pthread_mutex_lock(&e->mu);
+        sl__refill_publish(s, top, bottom, m);
         s->pending += m;
-        ld->tail = T;
-        ld->pad = P;
-        pthread_mutex_unlock(&ld->mu);
+        e->tail = T;
+        e->pad = P;
+        pthread_mutex_unlock(&e->mu);
         return 1;
     }
     uint32_t n = 0;
-    s->good = 0;
-    for (uint32_t j = 0; j < SL_MAX(s->nominal, (uint32_t)B); j++) s->good += s->ok[j];
+    s->good = decoded(s, (uint32_t)B);
     if (!s->failed) {
         /* compact: keep position order */
         uint32_t limit = SL_MAX(s->nominal, (uint32_t)B);
         for (uint32_t j = 0; j < limit; j++)
             if (s->ok[j]) {
-                if (j != n) sl__slot_move(ld, s, j, n);
+                if (j != n) sl__slot_move(s, &c->layout, e->gs, j, n);
                 n++;
             }
     }
     s->n = n;
-    uint64_t nb = sl__sampler_batches(&ld->sampler, s->epoch, ld->B);
-    if (ld->cfg.world_size > 1) s->final = k + 1 >= nb; /* every rank takes nb batches (padding) */
-    else s->final = ld->cfg.drop_last ? T < (k + 2) * B || k + 1 >= nb : T <= (k + 1) * B || k + 1 >= nb;
-    if (!s->failed && (n == 0 || (ld->cfg.drop_last && n < B))) s->marker = 1;
+    uint64_t nb = sl__sampler_batches(e->sampler, s->epoch, (uint32_t)B);
+    if (c->cfg.world_size > 1) s->final = k + 1 >= nb; /* every rank takes nb batches (padding) */
+    else s->final = c->cfg.drop_last ? T < (k + 2) * B || k + 1 >= nb : T <= (k + 1) * B || k + 1 >= nb;
+    if (!s->failed && (n == 0 || (c->cfg.drop_last && n < B))) s->marker = 1;
     s->tail_after = T;
     s->pad_after = P;
-    if ((ld->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed)
+    if ((c->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed)
         s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
-    pthread_mutex_lock(&ld->mu);
-    ld->tail = T;
-    s->rf_count = s->rf_claimed = 0;
-    pthread_mutex_unlock(&ld->mu);
+    pthread_mutex_lock(&e->mu);
+    e->tail = T;
+    sl__refill_close(s);
+    pthread_mutex_unlock(&e->mu);
     return 0;
 }
 
@@ -423,58 +541,57 @@ static int commit_slot(sl__worker *w, sl_batch *s) {
  * committing. Returns how many commit passes it made: a pass can open
  * work (a refill round, the next epoch), so a caller about to sleep must
  * look for work again when this is not 0. */
-static int try_commit(sl__worker *w) {
-    sl_loader *ld = w->ld;
+static int try_commit(sl__engine *e) {
     int done = 0;
-    while (!ld->committing && !ld->stop && !ld->tripped) {
-        sl_batch *s = slot_by_seqno(ld, ld->c_seqno, SLOT_FILLING);
-        if (!s || s->pending || s->claimed < s->nominal || s->rf_claimed < s->rf_count) return done;
+    while (!e->committing && !e->stop && !e->tripped) {
+        sl_batch *s = slot_by_seqno(e, e->c_seqno, SLOT_FILLING);
+        if (!s || s->pending || s->claimed < s->nominal || sl__refill_open(s)) return done;
         done++;
-        uint64_t gen = ld->gen;
-        ld->committing = 1;
-        pthread_mutex_unlock(&ld->mu);
-        int round = commit_slot(w, s);
-        pthread_mutex_lock(&ld->mu);
-        ld->committing = 0;
-        pthread_cond_broadcast(&ld->cv_quiet);
-        if (gen != ld->gen) { /* a reset came in meanwhile: stale */
-            if (s->state == SLOT_FILLING) slot_free(ld, s);
+        uint64_t gen = e->gen;
+        e->committing = 1;
+        pthread_mutex_unlock(&e->mu);
+        int round = commit_slot(e, s);
+        pthread_mutex_lock(&e->mu);
+        e->committing = 0;
+        pthread_cond_broadcast(&e->cv_quiet);
+        if (gen != e->gen) { /* a reset came in meanwhile: stale */
+            if (s->state == SLOT_FILLING) slot_free(e, s);
             continue;
         }
         if (round) { /* refills to claim: the batch is committed once they are done */
-            pthread_cond_broadcast(&ld->cv_work);
+            pthread_cond_broadcast(&e->cv_work);
             continue;
         }
         s->state = SLOT_READY;
-        ld->ready++;
-        ld->c_seqno++;
-        ld->tripped = s->tripped; /* the guard stopped the loader at s: no commit or claim after it */
-        pthread_cond_broadcast(&ld->cv_ready);
+        e->ready++;
+        e->c_seqno++;
+        e->tripped = s->tripped; /* the guard stopped the loader at s: no commit or claim after it */
+        pthread_cond_broadcast(&e->cv_ready);
         if (s->final && !s->tripped) {
             /* Epoch over: drop batches opened past it, start the next. */
-            for (uint32_t i = 0; i < ld->nslots; i++) {
-                sl_batch *o = &ld->slots[i];
-                if (o->state == SLOT_FILLING && o->gen == ld->gen && o->epoch == s->epoch) {
+            for (uint32_t i = 0; i < e->nslots; i++) {
+                sl_batch *o = &e->slots[i];
+                if (o->state == SLOT_FILLING && o->gen == e->gen && o->epoch == s->epoch) {
                     o->discard = 1;
                     o->pending -= o->nominal - o->claimed;
                     o->claimed = o->nominal;
-                    if (o->pending == 0) slot_free(ld, o);
+                    if (o->pending == 0) slot_free(e, o);
                 }
             }
-            ld->next_seqno = s->seqno + 1;
-            ld->d_epoch = s->epoch + 1;
-            ld->d_batch = 0;
-            ld->d_open = 0;
-            ld->committing = 1; /* hold off other commits and resets while the order is made */
-            pthread_mutex_unlock(&ld->mu);
-            sl__order_for(ld, s->epoch + 1);
-            pthread_mutex_lock(&ld->mu);
-            ld->committing = 0;
-            ld->tail = sl__sampler_span(&ld->sampler, s->epoch + 1)->per_rank;
-            ld->pad = 0;
-            ld->d_open = 1;
-            pthread_cond_broadcast(&ld->cv_work);
-            pthread_cond_broadcast(&ld->cv_quiet);
+            e->next_seqno = s->seqno + 1;
+            e->d_epoch = s->epoch + 1;
+            e->d_batch = 0;
+            e->d_open = 0;
+            e->committing = 1; /* hold off other commits and resets while the order is made */
+            pthread_mutex_unlock(&e->mu);
+            order_for(e, s->epoch + 1);
+            pthread_mutex_lock(&e->mu);
+            e->committing = 0;
+            e->tail = sl__sampler_span(e->sampler, s->epoch + 1)->per_rank;
+            e->pad = 0;
+            e->d_open = 1;
+            pthread_cond_broadcast(&e->cv_work);
+            pthread_cond_broadcast(&e->cv_quiet);
         }
     }
     return done;
@@ -486,92 +603,138 @@ static int try_commit(sl__worker *w) {
  * the commit to record if the position is still part of the batch then.
  * Returns 1 when the GPU took the sample (it settles the position). */
 static int fill_position(sl__worker *w, const claim *c) {
-    sl_batch *s = c->slot;
-    uint32_t j = c->pos;
-    int rc = sl__worker_fill(w, s, j, c->sample, c->epoch, c->order_pos, c->cpu_only);
-    s->ok[j] = rc == 0;
-    s->err[j] = (uint8_t)-rc; /* codes are -1 .. -20 */
-    return rc == 0 && w->g_taken;
+    int rc = sl__worker_fill(w, c->slot, c->pos, c->sample, c->epoch, c->order_pos, c->cpu_only);
+    return rc == 0 && sl__gstage_taken(&w->hand);
 }
 
-void sl__loader_run(sl__worker *w) {
-    sl_loader *ld = w->ld;
-    pthread_mutex_lock(&ld->mu);
-    ld->started++;
-    pthread_cond_broadcast(&ld->cv_ready);
-    while (!ld->stop) {
+void sl__engine_run(void *ctx, sl__worker *w) {
+    sl__engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->started++;
+    pthread_cond_broadcast(&e->cv_ready);
+    while (!e->stop) {
         claim c;
-        if (!claim_next(ld, &c)) {
+        if (!claim_next(e, &c)) {
             /* voids may have resolved a batch; its commit may have opened
              * the next epoch (the broadcast went to no one: look again) */
-            if (try_commit(w) > 0) continue;
-            if (ld->stop) break;
+            if (try_commit(e) > 0) continue;
+            if (e->stop) break;
             sl__worker_idle(w); /* never sleep on growth another worker may wait for */
             uint64_t t0 = sl__now_ns();
-            pthread_cond_wait(&ld->cv_work, &ld->mu);
-            atomic_fetch_add_explicit(&w->idle_ns, sl__now_ns() - t0, memory_order_relaxed);
+            pthread_cond_wait(&e->cv_work, &e->mu);
+            sl__worker_woke(w, t0);
             continue;
         }
-        ld->active++;
-        pthread_mutex_unlock(&ld->mu);
-        uint64_t t0 = sl__now_ns();
-        int to_gpu = fill_position(w, &c);
-        atomic_fetch_add_explicit(&w->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
-        pthread_mutex_lock(&ld->mu);
-        ld->active--;
+        e->active++;
+        pthread_mutex_unlock(&e->mu);
+        int to_gpu = fill_position(w, &c); /* its time counts as the worker's busy time */
+        pthread_mutex_lock(&e->mu);
+        e->active--;
         sl_batch *s = c.slot;
-        int stale = s->gen != ld->gen || s->discard;
-        if (to_gpu) sl__gstage_push(ld, w); /* pending drops when the GPU has written it */
-        else sl__position_done(ld, s);
+        int stale = s->gen != e->gen || s->discard;
+        if (to_gpu) { /* pending drops when the GPU has written it */
+            sl__gstage_push(e->gs, &w->hand, s->gen);
+            pthread_cond_signal(&e->cv_gpu);
+        } else {
+            position_done(e, s);
+        }
         if (stale) {
-            pthread_cond_broadcast(&ld->cv_quiet);
+            pthread_cond_broadcast(&e->cv_quiet);
             continue;
         }
-        try_commit(w);
-        if (ld->active == 0) pthread_cond_broadcast(&ld->cv_quiet);
+        try_commit(e);
+        if (e->active == 0) pthread_cond_broadcast(&e->cv_quiet);
     }
-    pthread_mutex_unlock(&ld->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the GPU thread ------------------------------------------------------------- */
+
+static void gpu_done(void *ctx, sl_batch *s) { position_done(ctx, s); }
+
+/* The GPU thread (gpustage.c starts it): gather a call from the queue,
+ * waiting up to a millisecond for a quarter of a full one; run it outside
+ * mu, counted in active so a reset waits for it; settle its positions. */
+void *sl__engine_gpu_main(void *arg) {
+    sl__engine *e = arg;
+    sl__gstage *g = e->gs;
+    char why[200];
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        uint64_t ns;
+        while ((ns = sl__gstage_gather_ns(g)) && !e->stop) {
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            dl.tv_nsec += (long)ns;
+            if (dl.tv_nsec >= 1000000000) dl.tv_sec++, dl.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&e->cv_gpu, &e->mu, &dl);
+        }
+        uint32_t n = sl__gstage_take(g, e->gen);
+        if (!n) {
+            pthread_cond_wait(&e->cv_gpu, &e->mu);
+            continue;
+        }
+        e->active++;
+        pthread_mutex_unlock(&e->mu);
+        why[0] = 0;
+        int rc = sl__gstage_run(g, n, why, sizeof why);
+        pthread_mutex_lock(&e->mu);
+        sl__gstage_settle(g, n, rc, why, e->gen, gpu_done, e);
+        e->active--;
+        pthread_cond_broadcast(&e->cv_work); /* handbacks to claim, batches to commit */
+        pthread_cond_broadcast(&e->cv_quiet);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+void sl__engine_stop_gpu(sl__engine *e) {
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv_gpu);
+    pthread_mutex_unlock(&e->mu);
+    sl__gstage_join(e->gs);
 }
 
 /* ---- reset ------------------------------------------------------------------ */
 
-void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t tail, uint64_t pad,
-                        const sl__span *span) {
-    ld->paused = 1;
-    ld->gen++;
-    while (ld->active > 0 || ld->committing) pthread_cond_wait(&ld->cv_quiet, &ld->mu);
-    if (span || ld->sampler.resumed) { /* the orders made for the old spans are stale */
-        sl__sampler_resume(&ld->sampler, epoch, span);
-        ld->seq_valid[0] = ld->seq_valid[1] = 0;
+/* Restart delivery at (epoch, batch) with tail and pad cursor. span:
+ * epoch's own span (an elastic resume: sl__sampler_resume), NULL: the
+ * order range for every epoch. mu held. */
+static void reset_pipeline(sl__engine *e, uint64_t epoch, uint64_t batch, uint64_t tail, uint64_t pad,
+                           const sl__span *span) {
+    e->paused = 1;
+    e->gen++;
+    while (e->active > 0 || e->committing) pthread_cond_wait(&e->cv_quiet, &e->mu);
+    if (span || e->sampler->resumed) { /* the orders made for the old spans are stale */
+        sl__sampler_resume(e->sampler, epoch, span);
+        e->seq_valid[0] = e->seq_valid[1] = 0;
     }
-    sl__gstage_reset(ld); /* samples queued for the GPU or handed back belong to the old generation */
-    for (uint32_t i = 0; i < ld->nslots; i++) {
-        sl_batch *s = &ld->slots[i];
-        if (s->state == SLOT_FILLING || s->state == SLOT_READY) slot_free(ld, s);
+    sl__gstage_reset(e->gs); /* samples queued for the GPU or handed back belong to the old generation */
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        sl_batch *s = &e->slots[i];
+        if (s->state == SLOT_FILLING || s->state == SLOT_READY) slot_free(e, s);
         s->discard = 0;
     }
-    ld->ready = 0;
+    e->ready = 0;
     /* records of batches committed but never delivered go with them */
-    pthread_mutex_lock(&ld->errmu);
-    uint64_t seen = atomic_load(&ld->delivered_cno);
-    while (ld->nerrs_kept > 0 && ld->errs[ld->nerrs_kept - 1].cno > seen) ld->nerrs_kept--;
-    pthread_mutex_unlock(&ld->errmu);
-    sl__order_for(ld, epoch);
-    sl__lcache_jump(ld, epoch, batch * ld->B);
-    ld->d_epoch = epoch;
-    ld->d_batch = batch;
-    ld->tail = tail;
-    ld->pad = pad;
-    ld->d_open = 1;
-    ld->next_seqno = ld->c_seqno = ld->r_seqno = 0;
-    sl__guard_reset(ld, epoch);
-    ld->cur_epoch = epoch;
-    ld->cur_batch = batch;
-    ld->cur_tail = tail;
-    ld->cur_pad = pad;
-    ld->pending_end = 0;
-    ld->paused = 0;
-    pthread_cond_broadcast(&ld->cv_work);
+    sl__errlog_drop_undelivered(e->log);
+    order_for(e, epoch);
+    sl__lcache_jump(e->cache, epoch, batch * e->conf->B);
+    e->d_epoch = epoch;
+    e->d_batch = batch;
+    e->tail = tail;
+    e->pad = pad;
+    e->d_open = 1;
+    e->next_seqno = e->c_seqno = e->r_seqno = 0;
+    e->tripped = 0;
+    sl__guard_reset(e->guard, epoch);
+    e->cur_epoch = epoch;
+    e->cur_batch = batch;
+    e->cur_tail = tail;
+    e->cur_pad = pad;
+    e->pending_end = 0;
+    e->paused = 0;
+    pthread_cond_broadcast(&e->cv_work);
 }
 
 /* ---- public: iteration ------------------------------------------------------ */
@@ -579,62 +742,58 @@ void sl__reset_pipeline(sl_loader *ld, uint64_t epoch, uint64_t batch, uint64_t 
 /* Hand batch s (the next in order, READY) to the consumer. mu held.
  * Returns 0 with *out, SL_EEND / SL_ESAMPLE, SL_EERRORS or SL_ENOENT (the
  * guard tripped on it, or its failures come from a removed dataset
- * folder: not delivered, ld poisoned), or 1: nothing to hand (an empty
+ * folder: not delivered, the loader poisoned), or 1: nothing to hand (an empty
  * marker inside the epoch), look again. */
-static int deliver(sl_loader *ld, sl_batch *s, sl_batch **out) {
-    ld->r_seqno++;
-    ld->ready--;
+static int deliver(sl__engine *e, sl_batch *s, sl_batch **out) {
+    e->r_seqno++;
+    e->ready--;
     /* its failures become visible with it */
-    ld->nerrs_seen += s->nerr;
-    ld->epoch_errors += s->nerr;
-    if (s->nerr) {
-        ld->last_err = s->last_err;
-        ld->has_last_err = 1;
-    }
-    atomic_store(&ld->delivered_cno, s->cno);
-    ld->good_seen += s->good;
-    ld->epoch_good += s->good;
+    sl__guard_count(e->guard, s->nerr, s->good, &s->last_err);
+    sl__errlog_delivered(e->log, s->cno);
     /* failures because the dataset folder is gone: say that, not "too many failures" */
-    int rc = s->nerr && sl__source_gone(ld->src) ? sl__poison_vanished(ld) : sl__guard_check(ld, s);
+    int rc = s->nerr && sl__source_gone(e->conf->src)
+                 ? sl__guard_vanished(e->guard, e->conf->source_path, e->batches_out)
+                 : sl__guard_check(e->guard, e->log, e->conf->src, s->epoch, s->final, s->tripped);
     if (rc) {
-        slot_free(ld, s);
+        pthread_cond_broadcast(&e->cv_ready); /* poisoned: every waiter returns */
+        slot_free(e, s);
         return rc;
     }
     if (s->final) {
-        ld->cur_epoch = s->epoch + 1;
-        ld->cur_batch = 0;
-        ld->cur_tail = sl__sampler_span(&ld->sampler, s->epoch + 1)->per_rank;
-        ld->cur_pad = 0;
-        ld->epoch_good = ld->epoch_errors = 0;
+        e->cur_epoch = s->epoch + 1;
+        e->cur_batch = 0;
+        e->cur_tail = sl__sampler_span(e->sampler, s->epoch + 1)->per_rank;
+        e->cur_pad = 0;
+        sl__guard_epoch_end(e->guard);
     } else {
-        ld->cur_epoch = s->epoch;
-        ld->cur_batch = s->batch + 1;
-        ld->cur_tail = s->tail_after;
-        ld->cur_pad = s->pad_after;
+        e->cur_epoch = s->epoch;
+        e->cur_batch = s->batch + 1;
+        e->cur_tail = s->tail_after;
+        e->cur_pad = s->pad_after;
     }
     if (s->marker || s->failed) {
         int failed = s->failed, final = s->final;
-        slot_free(ld, s);
+        slot_free(e, s);
         if (failed) {
-            if (final) ld->pending_end = 1;
+            if (final) e->pending_end = 1;
             return SL_ESAMPLE;
         }
         return final ? SL_EEND : 1;
     }
     s->state = SLOT_HELD;
-    ld->held++;
-    if (s->final) ld->pending_end = 1;
-    ld->samples_out += s->n;
-    ld->batches_out++;
+    e->held++;
+    if (s->final) e->pending_end = 1;
+    e->samples_out += s->n;
+    e->batches_out++;
     *out = s;
     return 0;
 }
 
-/* sl_loader_next with mu held, waiting at most timeout_ns (< 0: forever). */
-static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
-    if (ld->poisoned) return SL_ESTATE;
+/* sl__engine_next with mu held. */
+static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
+    if (sl__guard_poisoned(e->guard)) return SL_ESTATE;
     uint64_t t0 = sl__now_ns();
-    if (!ld->t_first_ns) ld->t_first_ns = t0;
+    if (!e->t_first_ns) e->t_first_ns = t0;
     struct timespec dl;
     if (timeout_ns > 0) {
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -644,19 +803,20 @@ static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
     }
     int rc, expired = 0;
     for (;;) {
-        if (atomic_load(&ld->source_gone)) {
-            rc = sl__poison_vanished(ld);
+        if (sl__workers_source_gone(e->workers)) {
+            rc = sl__guard_vanished(e->guard, e->conf->source_path, e->batches_out);
+            pthread_cond_broadcast(&e->cv_ready); /* poisoned: every waiter returns */
             break;
         }
-        if (ld->pending_end) {
-            ld->pending_end = 0;
+        if (e->pending_end) {
+            e->pending_end = 0;
             rc = SL_EEND;
             break;
         }
-        sl_batch *s = slot_by_seqno(ld, ld->r_seqno, SLOT_READY);
-        if (s && (rc = deliver(ld, s, out)) != 1) break;
+        sl_batch *s = slot_by_seqno(e, e->r_seqno, SLOT_READY);
+        if (s && (rc = deliver(e, s, out)) != 1) break;
         if (s) continue;
-        if (ld->held >= ld->live && !reactivate(ld, 1)) {
+        if (e->held >= e->live && !reactivate(e, 1)) {
             rc = SL_EHELD;
             break;
         }
@@ -664,103 +824,115 @@ static int next_locked(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
             rc = SL_ETIMEDOUT;
             break;
         }
-        if (timeout_ns < 0) pthread_cond_wait(&ld->cv_ready, &ld->mu);
-        else if (timeout_ns == 0 || pthread_cond_timedwait(&ld->cv_ready, &ld->mu, &dl) == ETIMEDOUT) expired = 1;
+        if (timeout_ns < 0) pthread_cond_wait(&e->cv_ready, &e->mu);
+        else if (timeout_ns == 0 || pthread_cond_timedwait(&e->cv_ready, &e->mu, &dl) == ETIMEDOUT) expired = 1;
     }
-    ld->wait_ns += sl__now_ns() - t0;
+    e->wait_ns += sl__now_ns() - t0;
     return rc;
 }
 
-int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
-    if (!ld || !out) return SL_EINVAL;
-    *out = NULL;
-    if (ld->forked) return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    int rc = next_locked(ld, out, (int64_t)timeout_ms * 1000000);
-    pthread_mutex_unlock(&ld->mu);
+int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
+    pthread_mutex_lock(&e->mu);
+    int rc = next_locked(e, out, timeout_ns);
+    pthread_mutex_unlock(&e->mu);
     return rc;
 }
 
-int sl_loader_next(sl_loader *ld, sl_batch **out) {
-    if (!ld || !out) return SL_EINVAL;
-    *out = NULL;
-    if (ld->forked) return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    int rc = next_locked(ld, out, -1);
-    pthread_mutex_unlock(&ld->mu);
-    return rc;
-}
-
-/* Is b one of ld's slots? By address only: b may point anywhere. */
-static int is_slot(const sl_loader *ld, const sl_batch *b) {
-    uintptr_t p = (uintptr_t)b, lo = (uintptr_t)ld->slots, hi = lo + (uintptr_t)ld->nslots * sizeof(sl_batch);
+/* Is b one of e's slots? By address only: b may point anywhere. */
+static int is_slot(const sl__engine *e, const sl_batch *b) {
+    uintptr_t p = (uintptr_t)b, lo = (uintptr_t)e->slots, hi = lo + (uintptr_t)e->nslots * sizeof(sl_batch);
     return p >= lo && p < hi && (p - lo) % sizeof(sl_batch) == 0;
 }
 
-void sl_loader_release(sl_loader *ld, sl_batch *b) {
-    if (!ld || !b || !sl__registry_enter(ld)) return; /* a destroyed loader: its batches went with it */
-    if (!ld->forked && is_slot(ld, b)) {
-        pthread_mutex_lock(&ld->mu);
-        if (b->state == SLOT_HELD) {
-            ld->held--;
-            slot_free(ld, b);
-            if (ld->live < ld->nslots) reactivate(ld, 1); /* room a try-request refused before */
-            pthread_cond_broadcast(&ld->cv_ready);
-        }
-        pthread_mutex_unlock(&ld->mu);
+void sl__engine_release(sl__engine *e, sl_batch *b) {
+    if (!is_slot(e, b)) return;
+    pthread_mutex_lock(&e->mu);
+    if (b->state == SLOT_HELD) {
+        e->held--;
+        slot_free(e, b);
+        if (e->live < e->nslots) reactivate(e, 1); /* room a try-request refused before */
+        pthread_cond_broadcast(&e->cv_ready);
     }
-    sl__registry_leave();
+    pthread_mutex_unlock(&e->mu);
 }
 
-int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
-    if (!cld) return SL_EINVAL;
-    sl_loader *ld = (sl_loader *)cld;
-    if (ld->forked) {
-        sl__msg(why, len,
-                "this loader was created in process %ld and this is process %ld, a child of fork(): its worker "
-                "threads did not survive the fork, so it cannot be used here; create a new loader after the fork",
-                ld->owner_pid, (long)getpid());
-        return SL_ESTATE;
-    }
-    pthread_mutex_lock(&ld->mu);
-    int code = ld->poisoned;
-    if (code) sl__msg(why, len, "%s", ld->poison_why);
+int sl__engine_poisoned(sl__engine *e, char *why, size_t len) {
+    pthread_mutex_lock(&e->mu);
+    int code = sl__guard_poisoned(e->guard);
+    if (code) sl__msg(why, len, "%s", e->guard->why);
     else sl__msg(why, len, "%s", "");
-    pthread_mutex_unlock(&ld->mu);
+    pthread_mutex_unlock(&e->mu);
     return code;
 }
 
-int sl_loader_last_error_sized(const sl_loader *cld, sl_error_record *out, size_t out_size) {
-    if (!cld || !out || !out_size) return SL_EINVAL;
-    sl_loader *ld = (sl_loader *)cld;
-    if (ld->forked) return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    int rc = ld->has_last_err ? 0 : SL_EEND;
-    if (!rc) sl__abi_out(out, out_size, &ld->last_err, sizeof ld->last_err);
-    pthread_mutex_unlock(&ld->mu);
+int sl__engine_last_error(sl__engine *e, sl_error_record *out) {
+    pthread_mutex_lock(&e->mu);
+    int rc = e->guard->has_last_err ? 0 : SL_EEND;
+    if (!rc) *out = e->guard->last_err;
+    pthread_mutex_unlock(&e->mu);
     return rc;
 }
 
-int sl__loader_stopping(sl_loader *ld) {
-    pthread_mutex_lock(&ld->mu);
-    int stop = ld->stop;
-    pthread_mutex_unlock(&ld->mu);
-    return stop;
-}
-
-int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
-    if (!ld) return SL_EINVAL;
-    if (ld->forked) return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    if (ld->poisoned) {
-        pthread_mutex_unlock(&ld->mu);
+int sl__engine_set_epoch(sl__engine *e, uint64_t epoch) {
+    pthread_mutex_lock(&e->mu);
+    if (sl__guard_poisoned(e->guard)) {
+        pthread_mutex_unlock(&e->mu);
         return SL_ESTATE;
     }
-    if (ld->cur_epoch == epoch && ld->cur_batch == 0) {
-        ld->pending_end = 0; /* already there (the usual loop) */
+    if (e->cur_epoch == epoch && e->cur_batch == 0) {
+        e->pending_end = 0; /* already there (the usual loop) */
     } else {
-        sl__reset_pipeline(ld, epoch, 0, ld->sampler.per_rank, 0, NULL);
+        reset_pipeline(e, epoch, 0, e->sampler->per_rank, 0, NULL);
     }
-    pthread_mutex_unlock(&ld->mu);
+    pthread_mutex_unlock(&e->mu);
     return 0;
+}
+
+int sl__engine_set_state(sl__engine *e, uint64_t epoch, uint64_t batch, uint64_t tail, uint64_t pad,
+                         const sl__span *span, uint32_t *gone) {
+    pthread_mutex_lock(&e->mu);
+    if (sl__guard_poisoned(e->guard)) {
+        pthread_mutex_unlock(&e->mu);
+        sl__free(e->conf->budget, gone);
+        return SL_ESTATE;
+    }
+    reset_pipeline(e, epoch, batch, tail, pad, span);
+    uint32_t *old = NULL;
+    if (gone) { /* keep the list before it: get_state may have handed it out */
+        old = e->span_gone[1];
+        e->span_gone[1] = e->span_gone[0];
+        e->span_gone[0] = gone;
+    }
+    pthread_mutex_unlock(&e->mu);
+    sl__free(e->conf->budget, old);
+    return 0;
+}
+
+void sl__engine_state(sl__engine *e, uint64_t *epoch, uint64_t *batch, uint64_t *tail, uint64_t *pad, sl__span *span) {
+    pthread_mutex_lock(&e->mu);
+    *epoch = e->cur_epoch;
+    *batch = e->cur_batch;
+    *tail = e->cur_tail;
+    *pad = e->cur_pad;
+    *span = *sl__sampler_span(e->sampler, e->cur_epoch);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sl__engine_stats(sl__engine *e, sl_stats *o) {
+    pthread_mutex_lock(&e->mu);
+    o->samples = e->samples_out;
+    o->batches = e->batches_out;
+    o->epoch = e->cur_epoch;
+    o->seconds = e->t_first_ns ? (double)(sl__now_ns() - e->t_first_ns) / 1e9 : 0;
+    o->consumer_wait_s = (double)e->wait_ns / 1e9;
+    o->slots = e->live;
+    o->slots_held = e->held;
+    o->slots_ready = e->ready;
+    o->slots_retired = e->nslots - e->live;
+    o->slots_min = e->min_live;
+    o->slot_retirements = e->retirements;
+    o->slot_reactivations = e->reactivations;
+    o->errors = e->guard->failed_seen;
+    sl__gstage_mode(e->gs, o);
+    pthread_mutex_unlock(&e->mu);
 }

@@ -27,10 +27,12 @@
  * The batch it trips on is marked: batches before it are delivered, it is
  * not, and no work starts after it.
  */
+#include "pipeline/guard.h"
+
+#include <stdio.h>
 #include <string.h>
 
 #include "base/util.h"
-#include "pipeline/loader_impl.h"
 
 /* Samples tried in an epoch without one decoded that stop the loader
  * whatever max_error_rate says. */
@@ -38,83 +40,93 @@
 
 typedef unsigned long long ull;
 
+void sl__guard_init(sl__guard *g, double max_rate) {
+    memset(g, 0, sizeof *g);
+    g->max_rate = max_rate;
+}
+
+int sl__guard_pass(sl__guard *g, uint64_t epoch, uint32_t nerr, uint64_t good, int last) {
+    if (epoch != g->g_epoch) {
+        g->g_epoch = epoch;
+        g->g_epoch_good = g->g_epoch_failed = 0;
+    }
+    uint64_t failed = g->g_failed + nerr, tried = failed + g->g_good + good;
+    uint64_t e_failed = g->g_epoch_failed + nerr, e_good = g->g_epoch_good + good;
+    double rate = g->max_rate;
+    char *why = g->trip_why;
+    size_t len = sizeof g->trip_why;
+    int tripped = 0;
+    if (tried >= SL_ERROR_RATE_MIN_TRIED && rate < 1 && (double)failed > rate * (double)tried) {
+        sl__msg(why, len, "%llu of %llu samples tried failed (%.1f%%), over max_error_rate %.1f%%", (ull)failed,
+                (ull)tried, 100.0 * (double)failed / (double)tried, 100.0 * rate);
+        tripped = 1;
+    } else if (e_good == 0 && e_failed >= SL_GUARD_NONE_DECODED) {
+        sl__msg(why, len, "the first %llu samples tried in epoch %llu all failed, none decoded", (ull)e_failed,
+                (ull)epoch);
+        tripped = 1;
+    }
+    if (last || tripped) {
+        g->g_good += good, g->g_failed += nerr;
+        g->g_epoch_good = e_good, g->g_epoch_failed = e_failed;
+    }
+    return tripped;
+}
+
+void sl__guard_reset(sl__guard *g, uint64_t epoch) {
+    g->g_good = g->good_seen, g->g_failed = g->failed_seen;
+    g->g_epoch = epoch;
+    g->g_epoch_good = g->g_epoch_failed = 0;
+}
+
+void sl__guard_count(sl__guard *g, uint32_t nerr, uint32_t good, const sl_error_record *last) {
+    g->failed_seen += nerr;
+    g->epoch_errors += nerr;
+    if (nerr) {
+        g->last_err = *last;
+        g->has_last_err = 1;
+    }
+    g->good_seen += good;
+    g->epoch_good += good;
+}
+
+void sl__guard_epoch_end(sl__guard *g) { g->epoch_good = g->epoch_errors = 0; }
+
 /* Append "; first failures: PATH: REASON; ..." (up to 3 kept records)
- * to buf. errmu is taken inside mu (lock order mu, then errmu). */
-static void append_first_failures(sl_loader *ld, char *buf, size_t len) {
+ * to buf. */
+static void append_first_failures(sl__errlog *log, const sl__source *src, char *buf, size_t len) {
     size_t at = strlen(buf);
-    pthread_mutex_lock(&ld->errmu);
-    uint32_t n = SL_MIN(ld->nerrs_kept, 3u);
+    sl_error_record first[3];
+    uint32_t n = sl__errlog_head(log, first, 3);
     for (uint32_t i = 0; i < n && at + 1 < len; i++) {
-        const sl_error_record *r = &ld->errs[i].rec;
+        const sl_error_record *r = &first[i];
         char path[SL_PATH_MAX];
-        if (sl__source_path(ld->src, r->index, path, sizeof path) < 0)
+        if (sl__source_path(src, r->index, path, sizeof path) < 0)
             snprintf(path, sizeof path, "sample %llu", (ull)r->index);
         int w = snprintf(buf + at, len - at, "%s%.200s: %s", i ? "; " : "; first failures: ", path, r->reason);
         if (w < 0 || (size_t)w >= len - at) break; /* full: the sentence ends cut */
         at += (size_t)w;
     }
-    pthread_mutex_unlock(&ld->errmu);
 }
 
-static int poison(sl_loader *ld, int code) {
-    ld->poisoned = code;
-    pthread_cond_broadcast(&ld->cv_ready);
-    return code;
-}
-
-int sl__guard_pass(sl_loader *ld, sl_batch *s, int last) {
-    uint64_t good = 0;
-    for (uint32_t j = 0; j < SL_MAX(s->nominal, (uint32_t)ld->B); j++) good += s->ok[j];
-    if (s->epoch != ld->g_epoch) {
-        ld->g_epoch = s->epoch;
-        ld->g_epoch_good = ld->g_epoch_failed = 0;
-    }
-    uint64_t failed = ld->g_failed + s->nerr, tried = failed + ld->g_good + good;
-    uint64_t e_failed = ld->g_epoch_failed + s->nerr, e_good = ld->g_epoch_good + good;
-    double rate = ld->cfg.max_error_rate;
-    char *why = ld->trip_why;
-    size_t len = sizeof ld->trip_why;
-    if (tried >= SL_ERROR_RATE_MIN_TRIED && rate < 1 && (double)failed > rate * (double)tried) {
-        sl__msg(why, len, "%llu of %llu samples tried failed (%.1f%%), over max_error_rate %.1f%%", (ull)failed,
-                (ull)tried, 100.0 * (double)failed / (double)tried, 100.0 * rate);
-        s->tripped = 1;
-    } else if (e_good == 0 && e_failed >= SL_GUARD_NONE_DECODED) {
-        sl__msg(why, len, "the first %llu samples tried in epoch %llu all failed, none decoded", (ull)e_failed,
-                (ull)s->epoch);
-        s->tripped = 1;
-    }
-    if (last || s->tripped) {
-        ld->g_good += good, ld->g_failed += s->nerr;
-        ld->g_epoch_good = e_good, ld->g_epoch_failed = e_failed;
-    }
-    return s->tripped;
-}
-
-void sl__guard_reset(sl_loader *ld, uint64_t epoch) {
-    ld->tripped = 0;
-    ld->g_good = ld->good_seen, ld->g_failed = ld->nerrs_seen;
-    ld->g_epoch = epoch;
-    ld->g_epoch_good = ld->g_epoch_failed = 0;
-}
-
-int sl__guard_check(sl_loader *ld, const sl_batch *s) {
-    char *why = ld->poison_why;
-    size_t len = sizeof ld->poison_why;
-    if (s->tripped) {
-        sl__msg(why, len, "%s", ld->trip_why);
-    } else if (s->final && ld->epoch_good == 0 && ld->epoch_errors > 0) {
-        sl__msg(why, len, "every sample tried in epoch %llu failed (%llu failures, none decoded)", (ull)s->epoch,
-                (ull)ld->epoch_errors);
+int sl__guard_check(sl__guard *g, sl__errlog *log, const sl__source *src, uint64_t epoch, int final, int tripped) {
+    char *why = g->why;
+    size_t len = sizeof g->why;
+    if (tripped) {
+        sl__msg(why, len, "%s", g->trip_why);
+    } else if (final && g->epoch_good == 0 && g->epoch_errors > 0) {
+        sl__msg(why, len, "every sample tried in epoch %llu failed (%llu failures, none decoded)", (ull)epoch,
+                (ull)g->epoch_errors);
     } else {
         return 0;
     }
-    append_first_failures(ld, why, len);
-    return poison(ld, SL_EERRORS);
+    append_first_failures(log, src, why, len);
+    g->poisoned = SL_EERRORS;
+    return SL_EERRORS;
 }
 
-int sl__poison_vanished(sl_loader *ld) {
-    sl__msg(ld->poison_why, sizeof ld->poison_why,
-            "the dataset folder %s was removed while the loader ran (after %llu batches)", ld->source_path,
-            (ull)ld->batches_out);
-    return poison(ld, SL_ENOENT);
+int sl__guard_vanished(sl__guard *g, const char *path, uint64_t batches) {
+    sl__msg(g->why, sizeof g->why, "the dataset folder %s was removed while the loader ran (after %llu batches)", path,
+            (ull)batches);
+    g->poisoned = SL_ENOENT;
+    return SL_ENOENT;
 }

@@ -1,15 +1,20 @@
 /*
- * The loader's life: create (validate the configuration, parse the schema,
- * index the source, lay out slots, size the pipeline against the budget,
- * carve the slots, start the workers), the public accessors, and destroy.
- * The slot machinery is in engine.c, one sample's load in worker.c; see
- * engine.c for the pipeline's invariants.
+ * The loader: the modules of src/pipeline/ composed into one handle, its
+ * life (create: validate the configuration, parse the schema, index the
+ * source, lay out slots, size the pipeline against the budget, carve the
+ * slots, start the workers; destroy), and the public calls, which check
+ * the handle and hand over to the module that owns what they touch.
  *
  * Create runs in named steps. sl_loader_plan runs the same steps up to the
  * sizing and stops, so what it reports is what create would do.
+ *
+ * The modules, each writing only its own struct (docs/engine.md has the
+ * map): config.c the configuration; errlog.c the error records; guard.c
+ * the failure guard; lcache.c the sample cache front; gpustage.c the GPU
+ * stage; worker.c the workers; slot.c and refill.c a slot's block and its
+ * refill rounds; engine.c the slots, dispatch, commit and delivery (see
+ * engine.c for the pipeline's invariants); registry.c the live loaders.
  */
-#include <errno.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +22,33 @@
 #include <unistd.h>
 
 #include "base/abi.h"
-#include "base/budget.h"
-#include "base/cpus.h"
 #include "base/util.h"
-#include "pipeline/loader_impl.h"
+#include "pipeline/admit.h"
+#include "pipeline/config.h"
+#include "pipeline/engine.h"
+#include "pipeline/errlog.h"
+#include "pipeline/gpustage.h"
+#include "pipeline/guard.h"
+#include "pipeline/lcache.h"
+#include "pipeline/registry.h"
+#include "pipeline/slot.h"
+#include "pipeline/state.h"
+#include "pipeline/worker.h"
+
+/* Ownership: loader.c writes owner_pid and counted_self (at create); each
+ * embedded module's struct is written by its module only. */
+struct sl_loader {
+    sl__reg reg;             /* in the registry of live loaders: forked */
+    long owner_pid;          /* the process that created it */
+    int counted_self;        /* sizeof(sl_loader) is reserved in the budget */
+    sl__conf conf;           /* the configuration: read-only after create */
+    sl__errlog log;          /* the error records */
+    sl__guard guard;         /* the failure guard and poisoning (the engine's lock) */
+    sl__lcache cache;        /* the sample cache */
+    sl__gstage gs;           /* the GPU stage */
+    sl__workers workers;     /* the worker threads */
+    sl__engine eng;          /* the slots, dispatch, commit, delivery */
+};
 
 #define DEFAULT_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_MAX_PIXELS (1ull << 26)
@@ -95,66 +123,19 @@ static int copy_config(sl_config *dst, sl_image_recipe *recipe, const sl_config 
     return validate(dst, err, errlen);
 }
 
-/* An allocation of n bytes came back NULL at create (one thread): the
- * budget could not hold it (SL_EBUDGET) or the system refused (SL_ENOMEM). */
-static int alloc_fail_code(const sl_loader *ld, uint64_t n) {
-    uint64_t used = atomic_load(&ld->budget->used), need;
-    if (n > SIZE_MAX || sl__add(used, sl__alloc_cost((size_t)n), &need) || need > sl__budget_limit(ld->budget))
-        return SL_EBUDGET;
-    return SL_ENOMEM;
-}
-
-/* mu, errmu and the condition variables (cv_ready on the monotonic clock,
- * for sl_loader_next_timeout's deadline). 0, or SL_ESYS with none left. */
+/* The engine's lock and condition variables, then the error records'
+ * lock. 0, or SL_ESYS with none left. */
 static int init_sync(sl_loader *ld) {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca)) return SL_ESYS;
-    int n = 0; /* objects made, in this order */
-    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_mutex_init(&ld->mu, NULL) == 0 && ++n &&
-        pthread_mutex_init(&ld->errmu, NULL) == 0 && ++n && pthread_cond_init(&ld->cv_work, NULL) == 0 && ++n &&
-        pthread_cond_init(&ld->cv_ready, &ca) == 0 && ++n && pthread_cond_init(&ld->cv_quiet, NULL) == 0)
-        ld->sync_init = 1;
-    pthread_condattr_destroy(&ca);
-    if (ld->sync_init) return 0;
-    if (n > 3) pthread_cond_destroy(&ld->cv_ready);
-    if (n > 2) pthread_cond_destroy(&ld->cv_work);
-    if (n > 1) pthread_mutex_destroy(&ld->errmu);
-    if (n > 0) pthread_mutex_destroy(&ld->mu);
+    if (sl__engine_sync_init(&ld->eng)) return SL_ESYS;
+    if (sl__errlog_sync_init(&ld->log) == 0) return 0;
+    sl__engine_sync_fini(&ld->eng);
     return SL_ESYS;
-}
-
-/* A shared budget (sl_budget): the loader's own budget becomes a child of
- * the shared one. While the loader is created it is capped at what the
- * shared budget has left, so the sizing below and its messages read as for
- * a private budget of that size; once it runs the cap is lifted
- * (sl__budget_unbind_limit) and only the shared limit binds. */
-static void attach_shared(sl_loader *ld) {
-    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
-    uint64_t limit = sl__budget_limit(core), used = atomic_load(&core->used);
-    uint64_t left = limit > used ? limit - used : 0;
-    atomic_store(&ld->own_budget.limit, left);
-    atomic_store(&ld->own_budget.ceiling, left);
-    ld->cfg.budget = left;
-    sl__budget_attach(&ld->own_budget, core);
-    sl__shared_ref(ld->cfg.shared_budget);
-    ld->shared = 1;
-}
-
-/* Say that the budget that was short is what a shared budget had left. */
-static void shared_reason(sl_loader *ld, char *err, size_t errlen) {
-    if (!ld->shared || !err || !errlen) return;
-    char tmp[512], x[32];
-    sl__budget *core = sl__shared_core(ld->cfg.shared_budget);
-    snprintf(tmp, sizeof tmp, "shared budget of %s (what its other loaders leave): %s",
-             sl__fmt_bytes(sl__budget_limit(core), x, sizeof x), err);
-    snprintf(err, errlen, "%s", tmp);
 }
 
 /* Undo what step_new did before the locks exist. */
 static void free_new(sl_loader *ld) {
-    if (ld->counted_self) sl__budget_release(ld->budget, sizeof *ld, SL_MEM_OTHER);
-    sl__budget_fini(&ld->own_budget);
-    if (ld->shared) sl__shared_unref(ld->cfg.shared_budget);
+    if (ld->counted_self) sl__budget_release(ld->conf.budget, sizeof *ld, SL_MEM_OTHER);
+    sl__conf_budget_fini(&ld->conf);
     free(ld);
 }
 
@@ -166,22 +147,16 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     if (rc) return rc;
     sl_loader *ld = calloc(1, sizeof *ld);
     if (!ld) return SL_ENOMEM;
-    ld->cfg = c;
-    ld->recipe = recipe;
-    ld->cfg.recipe = &ld->recipe;
-    ld->budget = &ld->own_budget;
-    if ((rc = sl__budget_init(ld->budget, c.budget))) {
+    if ((rc = sl__conf_budget(&ld->conf, &c, &recipe, err, errlen))) {
         free(ld);
-        sl__msg(err, errlen, "could not make the budget's lock");
         return rc;
     }
-    if (c.shared_budget) attach_shared(ld); /* sized against what the shared budget has left */
     /* the loader's own struct (schema, layout, counters) is counted too */
-    if (sl__budget_try(ld->budget, sizeof *ld, SL_MEM_OTHER)) {
+    if (sl__budget_try(ld->conf.budget, sizeof *ld, SL_MEM_OTHER)) {
         char b1[32], b2[32];
         sl__msg(err, errlen, "budget of %s cannot hold the loader's own state (%s)",
-                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), sl__fmt_bytes(sizeof *ld, b2, sizeof b2));
-        shared_reason(ld, err, errlen);
+                sl__fmt_bytes(ld->conf.cfg.budget, b1, sizeof b1), sl__fmt_bytes(sizeof *ld, b2, sizeof b2));
+        sl__conf_shared_reason(&ld->conf, err, errlen);
         free_new(ld);
         return SL_EBUDGET;
     }
@@ -192,92 +167,28 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         return rc;
     }
     ld->owner_pid = (long)getpid();
-    ld->sample_cap = sl__sample_cap(ld->cfg.budget);
-    sl__budget_set_room(ld->budget, ld->sample_cap); /* the governor keeps this above the fixed part */
-    ld->nworkers = c.workers ? c.workers : sl__local_share_cpus(); /* a rank's share of its CPUs */
-    ld->B = c.batch_size;
+    sl__guard_init(&ld->guard, ld->conf.cfg.max_error_rate);
+    sl__engine_init(&ld->eng, ld, &ld->conf, &ld->conf.sampler, &ld->workers, &ld->gs, &ld->cache, &ld->log,
+                    &ld->guard);
     *out = ld;
-    /* the strings the configuration points at are the caller's: copy them */
-    ld->source_path = sl__strdup(ld->budget, c.source, SL_MEM_INDEX);
-    ld->fields_json = c.fields ? sl__strdup(ld->budget, c.fields, SL_MEM_INDEX) : NULL;
-    ld->cfg.source = ld->source_path;
-    ld->cfg.fields = ld->fields_json;
-    if (!ld->source_path || (c.fields && !ld->fields_json)) {
-        char b1[32];
-        rc = alloc_fail_code(ld, strlen(c.source) + (c.fields ? strlen(c.fields) : 0) + 2);
-        sl__msg(err, errlen, "budget of %s cannot hold the source path and schema",
-                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1));
-        return rc;
-    }
-    return 0;
-}
-
-/* ---- step 2: schema, index, layout, sampler ------------------------------------- */
-
-static int step_index(sl_loader *ld, char *err, size_t errlen) {
-    const sl_config *cfg = &ld->cfg;
-    int rc = sl__schema_parse(cfg, &ld->schema, err, errlen);
-    if (rc) return rc;
-    sl__colreq req[SL__MAX_FIELDS];
-    uint32_t nreq = sl__schema_columns(&ld->schema, req);
-    uint64_t t0 = sl__now_ns();
-    rc = sl__source_open_cols(ld->budget, cfg->source, ld->nworkers, cfg->fields ? req : NULL, cfg->fields ? nreq : 0,
-                              &ld->src, err, errlen);
-    if (rc) return rc;
-    ld->index_seconds = (double)(sl__now_ns() - t0) / 1e9;
-    if ((rc = sl__schema_resolve(&ld->schema, ld->src, err, errlen))) return rc;
-    if ((rc = sl__layout_build(&ld->layout, &ld->schema, ld->B))) {
-        sl__msg(err, errlen, "a batch of %u samples of %llu bytes overflows", ld->B, (ull)ld->layout.sample_bytes);
-        return rc;
-    }
-    uint64_t N = sl__source_count(ld->src);
-    if (N > UINT32_MAX) {
-        sl__msg(err, errlen, "dataset has %llu samples, more than 2^32-1", (ull)N);
-        return SL_EINVAL;
-    }
-    rc = sl__sampler_init(&ld->sampler, N, cfg->rank, cfg->world_size, cfg->shuffle, cfg->drop_last, cfg->seed);
-    if (rc) {
-        sl__msg(err, errlen, "dataset of %llu samples leaves rank %u of %u nothing", (ull)N, cfg->rank, cfg->world_size);
-        return rc;
-    }
-    if (cfg->order_end && (rc = sl__sampler_range(&ld->sampler, cfg->order_begin, cfg->order_end))) {
-        if (rc == SL_EINVAL)
-            sl__msg(err, errlen, "order range [%llu, %llu) is not inside the dataset's order of %llu samples",
-                    (ull)cfg->order_begin, (ull)cfg->order_end, (ull)N);
-        else
-            sl__msg(err, errlen, "order range [%llu, %llu) leaves rank %u of %u nothing", (ull)cfg->order_begin,
-                    (ull)cfg->order_end, cfg->rank, cfg->world_size);
-        return rc;
-    }
-    uint64_t per = ld->sampler.per_rank;
-    ld->nbatches = cfg->drop_last ? per / ld->B : (per + ld->B - 1) / ld->B;
-    if (ld->nbatches == 0) {
-        sl__msg(err, errlen, "%llu samples per rank is less than one batch of %u with drop_last", (ull)per, ld->B);
-        return SL_EEMPTY;
-    }
-    return 0;
+    return sl__conf_init(&ld->conf, err, errlen);
 }
 
 /* ---- step 3: order buffers, error records, worker table (fixed) ------------------ */
 
 static int step_tables(sl_loader *ld, char *err, size_t errlen) {
-    const sl_config *cfg = &ld->cfg;
-    uint64_t N = ld->sampler.n, per = ld->sampler.per_rank;
-    size_t seqb = (size_t)per * sizeof(uint32_t);
-    ld->seq[0] = sl__alloc(ld->budget, seqb, SL_MEM_INDEX);
-    ld->seq[1] = sl__alloc(ld->budget, seqb, SL_MEM_INDEX);
-    int tmp = cfg->world_size > 1 || per < N; /* seq cannot hold the permutation: ranks, an order range */
-    if (tmp) ld->seq_tmp = sl__alloc(ld->budget, (size_t)N * sizeof(uint32_t), SL_MEM_INDEX);
-    ld->errs = sl__calloc(ld->budget, SL_MAX(cfg->max_error_records, 1), sizeof(sl__error), SL_MEM_OTHER);
-    ld->workers = sl__calloc(ld->budget, ld->nworkers, sizeof(sl__worker), SL_MEM_OTHER);
-    if (ld->seq[0] && ld->seq[1] && (!tmp || ld->seq_tmp) && ld->errs && ld->workers) return 0;
+    const sl_config *cfg = &ld->conf.cfg;
+    uint64_t N = ld->conf.sampler.n;
+    uint64_t orders_refused = sl__engine_orders(&ld->eng);
+    uint64_t errs_refused = sl__errlog_alloc(&ld->log, ld->conf.budget, cfg->max_error_records);
+    uint64_t workers_refused = sl__workers_alloc(&ld->workers, ld->conf.budget, ld->conf.nworkers);
+    if (!orders_refused && !errs_refused && !workers_refused) return 0;
     /* the budget is to blame only if the smallest refused block did not fit */
     uint64_t want = UINT64_MAX;
-    if (!ld->seq[0] || !ld->seq[1]) want = SL_MIN(want, seqb);
-    if (tmp && !ld->seq_tmp) want = SL_MIN(want, N * 4);
-    if (!ld->errs) want = SL_MIN(want, (uint64_t)SL_MAX(cfg->max_error_records, 1) * sizeof(sl__error));
-    if (!ld->workers) want = SL_MIN(want, (uint64_t)ld->nworkers * sizeof(sl__worker));
-    int rc = alloc_fail_code(ld, want);
+    if (orders_refused) want = SL_MIN(want, orders_refused);
+    if (errs_refused) want = SL_MIN(want, errs_refused);
+    if (workers_refused) want = SL_MIN(want, workers_refused);
+    int rc = sl__conf_alloc_fail(&ld->conf, want);
     char b1[32];
     if (rc == SL_EBUDGET)
         sl__msg(err, errlen, "budget of %s cannot hold the sample order and bookkeeping for %llu samples",
@@ -302,7 +213,7 @@ static uint64_t min_budget_for(uint64_t fixed) {
 /* A slot's block in the region: the layout's stride rounded up to pages,
  * so a retired slot gives its own pages back (engine.c). */
 static uint64_t slot_pitch(const sl_loader *ld) {
-    uint64_t ps = sl__page_size(), stride = ld->layout.stride;
+    uint64_t ps = sl__page_size(), stride = ld->conf.layout.stride;
     return stride > UINT64_MAX / 4 ? UINT64_MAX / 4 : (stride + ps - 1) / ps * ps;
 }
 
@@ -320,28 +231,29 @@ static uint64_t slots_cost(uint64_t pitch, uint64_t n) {
  * (admit.c): the minimum budget is that x 4/3. (Of the slots carved, only
  * min_slots are fixed for life: step_workers.) */
 static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
-    const sl_config *cfg = &ld->cfg;
+    const sl__conf *c = &ld->conf;
+    const sl_config *cfg = &c->cfg;
     uint64_t pitch = slot_pitch(ld);
     uint64_t per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK;
-    uint64_t workers_b = per_worker * ld->nworkers, used = atomic_load(&ld->budget->used);
+    uint64_t workers_b = per_worker * c->nworkers, used = atomic_load(&c->budget->used);
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = pitch + sizeof(sl_batch);
     uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
-    uint64_t cache = sl__lcache_reserve(ld); /* kept free of the pipeline (lcache.c) */
+    uint64_t cache = sl__lcache_reserve(c); /* kept free of the pipeline (lcache.c) */
     uint64_t minimum = min_budget_for(fixed_min + cache);
     memset(p, 0, sizeof *p);
-    p->dataset_size = ld->sampler.n;
-    p->samples_per_rank = ld->sampler.per_rank;
-    p->batches = ld->nbatches;
-    p->workers = ld->nworkers;
-    p->num_fields = ld->layout.nout;
-    p->sample_bytes = ld->layout.sample_bytes;
+    p->dataset_size = c->sampler.n;
+    p->samples_per_rank = c->sampler.per_rank;
+    p->batches = c->nbatches;
+    p->workers = c->nworkers;
+    p->num_fields = c->layout.nout;
+    p->sample_bytes = c->layout.sample_bytes;
     p->slot_bytes = slot_cost;
     p->worker_bytes = per_worker;
     p->index_bytes = used;
     p->min_budget = minimum;
-    p->index_seconds = ld->index_seconds;
-    if (cache && fixed_min + ld->sample_cap <= cfg->budget && fixed_min + cache + ld->sample_cap > cfg->budget) {
+    p->index_seconds = c->index_seconds;
+    if (cache && fixed_min + c->sample_cap <= cfg->budget && fixed_min + cache + c->sample_cap > cfg->budget) {
         char b1[32], b2[32], b3[32], b4[32], b5[32];
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
@@ -354,7 +266,7 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 sl__fmt_bytes(minimum, b5, sizeof b5));
         return SL_EBUDGET;
     }
-    if (fixed_min + cache + ld->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
+    if (fixed_min + cache + c->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
         char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
@@ -364,8 +276,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
                 "size or workers%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
-                sl__fmt_bytes(pitch, b3, sizeof b3), ld->B, sl__fmt_bytes(ld->layout.sample_bytes, b5, sizeof b5),
-                ld->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b6, sizeof b6),
+                sl__fmt_bytes(pitch, b3, sizeof b3), c->B, sl__fmt_bytes(c->layout.sample_bytes, b5, sizeof b5),
+                c->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b6, sizeof b6),
                 cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "",
                 sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
         return SL_EBUDGET;
@@ -376,11 +288,12 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     } else {
         /* as many as fit, leaving a sample's room (a quarter) for scratch
          * to grow, at most max(4, 4 * workers / batch) */
-        uint64_t room = cfg->budget - used - workers_b - 4096 - ld->sample_cap - cache;
+        uint64_t room = cfg->budget - used - workers_b - 4096 - c->sample_cap - cache;
         uint64_t fit = room / slot_cost;
-        uint64_t cap = SL_MAX(4, (4ull * ld->nworkers + ld->B - 1) / ld->B);
+        uint64_t cap = SL_MAX(4, (4ull * c->nworkers + c->B - 1) / c->B);
         nslots = (uint32_t)SL_MAX(SL_MIN(fit, cap), min_slots);
-        while (nslots > min_slots && used + workers_b + slots_cost(pitch, nslots) + 4096 + ld->sample_cap + cache > cfg->budget)
+        while (nslots > min_slots &&
+               used + workers_b + slots_cost(pitch, nslots) + 4096 + c->sample_cap + cache > cfg->budget)
             nslots--;
     }
     p->slots = nslots;
@@ -395,162 +308,83 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
  * not fixed (step_workers), so a lowered limit can retire them (engine.c). */
 static int step_slots(sl_loader *ld, const sl_plan *p, char *err, size_t errlen) {
     char b1[32], b2[32], b3[32];
-    uint64_t pitch = slot_pitch(ld), len;
-    ld->nslots = p->slots;
-    ld->pitch = (size_t)pitch;
-    int rc = sl__mul(pitch, p->slots, &len) || len > SIZE_MAX / 2 ? SL_EBUDGET : sl__budget_try(ld->budget, len, SL_MEM_BATCHES);
-    if (rc == 0 && !(ld->region = sl__map_prepaid((size_t)len))) {
-        sl__budget_release(ld->budget, len, SL_MEM_BATCHES);
-        rc = SL_ENOMEM;
-    }
-    if (rc == 0) { /* from here free_memory gives back live * pitch */
-        ld->region_len = (size_t)len;
-        ld->live = ld->nslots;
-        ld->min_live = SL_MIN(ld->cfg.min_slots, ld->nslots);
-        if (!(ld->slots = sl__calloc(ld->budget, ld->nslots, sizeof(sl_batch), SL_MEM_OTHER)))
-            rc = alloc_fail_code(ld, (uint64_t)ld->nslots * sizeof(sl_batch));
-    }
+    uint64_t pitch = slot_pitch(ld);
+    int rc = sl__engine_slots(&ld->eng, p->slots, pitch);
     if (rc) {
         if (rc == SL_EBUDGET)
             sl__msg(err, errlen, "budget %s cannot hold %u batch slots of %s (prefetch): minimum working set is %s",
-                    sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), ld->nslots, sl__fmt_bytes(pitch, b2, sizeof b2),
+                    sl__fmt_bytes(ld->conf.cfg.budget, b1, sizeof b1), p->slots, sl__fmt_bytes(pitch, b2, sizeof b2),
                     sl__fmt_bytes(p->min_budget, b3, sizeof b3));
         else
-            sl__msg(err, errlen, "out of memory for %u batch slots of %s", ld->nslots, sl__fmt_bytes(pitch, b2, sizeof b2));
+            sl__msg(err, errlen, "out of memory for %u batch slots of %s", p->slots,
+                    sl__fmt_bytes(pitch, b2, sizeof b2));
         return rc;
     }
-    for (uint32_t i = 0; i < ld->nslots; i++) {
-        ld->slots[i].ld = ld;
-        ld->slots[i].id = i;
-        sl__slot_carve(ld, &ld->slots[i], ld->region + (uint64_t)i * pitch);
-    }
-    return sl__gstage_slots(ld, err, errlen); /* their device memory, with GPU decode */
+    rc = sl__gstage_slots(&ld->gs, p->slots, err, errlen); /* their device memory, with GPU decode */
+    if (!rc && sl__gstage_on(&ld->gs)) sl__conf_device(&ld->conf, ld->gs.out, 1); /* delivered from there */
+    return rc;
 }
 
 static void stop_workers(sl_loader *ld, uint32_t n) {
-    pthread_mutex_lock(&ld->mu);
-    ld->stop = 1;
-    atomic_store(&ld->cancel, 1);
-    pthread_cond_broadcast(&ld->cv_work);
-    pthread_cond_broadcast(&ld->cv_ready);
-    pthread_mutex_unlock(&ld->mu);
-    sl__budget_close(ld->budget);
-    for (uint32_t i = 0; i < n; i++) pthread_join(ld->workers[i].thread, NULL);
-    sl__gstage_stop(ld);
-}
-
-/* Start the workers with every asynchronous signal blocked (they inherit
- * the mask), so Ctrl-C and friends go to the caller's threads; synchronous
- * ones (a fault) stay deliverable. 0 or SL_ESYS (the started ones stopped). */
-static int start_workers(sl_loader *ld, char *err, size_t errlen) {
-    sigset_t all, old;
-    sigfillset(&all);
-    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
-    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr)) {
-        sl__msg(err, errlen, "could not make thread attributes");
-        return SL_ESYS;
-    }
-    pthread_attr_setstacksize(&attr, SL_WORKER_STACK);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int rc = 0;
-    for (uint32_t i = 0; i < ld->nworkers && !rc; i++) {
-        if (pthread_create(&ld->workers[i].thread, &attr, sl__worker_main, &ld->workers[i])) {
-            stop_workers(ld, i);
-            sl__msg(err, errlen, "could not start worker thread %u", i);
-            rc = SL_ESYS;
-        }
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    return rc;
+    sl__engine_stop(&ld->eng);
+    sl__budget_close(ld->conf.budget);
+    sl__workers_join(&ld->workers, n);
+    sl__engine_stop_gpu(&ld->eng);
 }
 
 /* Worker baselines (fixed for life), the first epoch's order, the threads;
  * returns once every worker runs. */
 static int step_workers(sl_loader *ld, char *err, size_t errlen) {
-    int rc;
-    for (uint32_t i = 0; i < ld->nworkers; i++) {
-        if ((rc = sl__worker_init(&ld->workers[i], ld, i))) {
-            for (uint32_t j = 0; j < i; j++) sl__worker_fini(&ld->workers[j]);
-            memset(ld->workers, 0, sizeof(sl__worker) * ld->nworkers);
-            sl__msg(err, errlen, "worker scratch: %s", sl_strerror(rc));
-            return rc;
-        }
-    }
+    const sl__conf *c = &ld->conf;
+    int rc = sl__workers_init(&ld->workers, c, &ld->cache, &ld->gs, sl__engine_cancel(&ld->eng), err, errlen);
+    if (rc) return rc;
     /* everything held now is fixed for life but the elastic slots (the GPU
      * engine fixed its pinned pool already) */
-    sl__budget_fix(ld->budget, atomic_load(&ld->budget->used) - atomic_load(&ld->budget->fixed) -
-                                   (uint64_t)(ld->nslots - ld->min_live) * ld->pitch);
-    if (sl__budget_headroom(ld->budget) < ld->sample_cap) { /* allocation rounding ate into it */
+    sl__budget_fix(c->budget,
+                   atomic_load(&c->budget->used) - atomic_load(&c->budget->fixed) - sl__engine_elastic_bytes(&ld->eng));
+    if (sl__budget_headroom(c->budget) < c->sample_cap) { /* allocation rounding ate into it */
         char b1[32], b2[32];
         sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it",
-                sl__fmt_bytes(ld->cfg.budget, b1, sizeof b1), sl__fmt_bytes(atomic_load(&ld->budget->fixed), b2, sizeof b2));
+                sl__fmt_bytes(c->cfg.budget, b1, sizeof b1),
+                sl__fmt_bytes(atomic_load(&c->budget->fixed), b2, sizeof b2));
         return SL_EBUDGET;
     }
-    if ((rc = sl__admit_check(ld, err, errlen))) return rc;
-    uint64_t per = ld->sampler.per_rank;
-    sl__order_for(ld, 0);
-    ld->d_epoch = 0;
-    ld->d_batch = 0;
-    ld->tail = per;
-    ld->d_open = 1;
-    ld->cur_tail = per;
+    if ((rc = sl__admit_check(c, &ld->workers.w[0], err, errlen))) return rc;
+    sl__engine_open(&ld->eng); /* the first epoch's order */
 
-    if ((rc = start_workers(ld, err, errlen))) return rc;
+    uint32_t started;
+    if ((rc = sl__workers_start(&ld->workers, sl__engine_run, &ld->eng, &started, err, errlen))) {
+        stop_workers(ld, started);
+        return rc;
+    }
     /* handshake: return only once every worker runs */
-    pthread_mutex_lock(&ld->mu);
-    while (ld->started < ld->nworkers) pthread_cond_wait(&ld->cv_ready, &ld->mu);
-    pthread_mutex_unlock(&ld->mu);
-    if ((rc = sl__gstage_start(ld, err, errlen))) stop_workers(ld, ld->nworkers);
+    sl__engine_wait_started(&ld->eng, c->nworkers);
+    if ((rc = sl__gstage_start(&ld->gs, sl__engine_gpu_main, &ld->eng, err, errlen)))
+        stop_workers(ld, c->nworkers);
     return rc;
 }
 
 /* Free what the loader allocated. In a child of fork() the decoders are
  * left alone: a decode may have been mid-call in the parent at the fork. */
 static void free_memory(sl_loader *ld, int in_child) {
-    sl__budget *b = ld->budget;
-    sl__gstage_close(ld, in_child);
+    sl__budget *b = ld->conf.budget;
+    sl__gstage_close(&ld->gs, in_child);
     /* The cache first (its values are counted in b). In a child of fork()
      * it is left alone: a node cache's process slot is the parent's, and
      * its locks may have been held by the parent's threads at the fork. */
-    if (!in_child) sl__lcache_destroy(ld);
-    for (uint32_t i = 0; ld->workers && i < ld->nworkers; i++) {
-        sl__worker *w = &ld->workers[i];
-        if (!in_child) sl__worker_fini(w);
-        else if (w->ld) sl__scratch_fini(&w->scratch);
-    }
-    sl__free(b, ld->workers);
-    sl__free(b, ld->slots);
-    if (ld->region) { /* retired slots gave their bytes back already */
-        sl__unmap_prepaid(ld->region, ld->region_len);
-        sl__budget_release(b, (uint64_t)ld->live * ld->pitch, SL_MEM_BATCHES);
-    }
-    sl__free(b, ld->seq[0]);
-    sl__free(b, ld->seq[1]);
-    sl__free(b, ld->seq_tmp);
-    sl__free(b, ld->span_gone[0]);
-    sl__free(b, ld->span_gone[1]);
-    sl__free(b, ld->errs);
-    sl__free(b, ld->source_path);
-    sl__free(b, ld->fields_json);
-    if (ld->src) sl__source_close(ld->src);
-    sl__schema_fini(&ld->schema);
+    if (!in_child) sl__lcache_destroy(&ld->cache);
+    sl__workers_fini(&ld->workers, b, in_child);
+    sl__engine_free(&ld->eng); /* slots, region, orders */
+    sl__errlog_free(&ld->log, b);
+    sl__conf_free(&ld->conf);
     if (ld->counted_self) sl__budget_release(b, sizeof *ld, SL_MEM_OTHER);
 }
 
 static void free_all(sl_loader *ld) {
     free_memory(ld, 0);
-    if (ld->sync_init) {
-        pthread_cond_destroy(&ld->cv_work);
-        pthread_cond_destroy(&ld->cv_ready);
-        pthread_cond_destroy(&ld->cv_quiet);
-        pthread_mutex_destroy(&ld->mu);
-        pthread_mutex_destroy(&ld->errmu);
-    }
-    sl__budget_fini(&ld->own_budget);
-    if (ld->shared) sl__shared_unref(ld->cfg.shared_budget);
+    sl__engine_sync_fini(&ld->eng);
+    sl__errlog_sync_fini(&ld->log);
+    sl__conf_budget_fini(&ld->conf);
     free(ld);
 }
 
@@ -559,8 +393,8 @@ static void free_all(sl_loader *ld) {
  * held any of them at the fork, and they do not exist here, so waiting or
  * destroying could hang forever). */
 static void destroy_in_child(sl_loader *ld) {
-    atomic_store(&ld->budget->waiters, 0); /* they were the parent's threads: nobody to wake */
-    if (ld->consumer_on) sl__budget_forget_consumer(ld->budget, &ld->consumer);
+    atomic_store(&ld->conf.budget->waiters, 0); /* they were the parent's threads: nobody to wake */
+    sl__engine_consumer_forget(&ld->eng);
     free_memory(ld, 1);
     free(ld);
 }
@@ -573,24 +407,23 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     sl_loader *ld = NULL;
     sl_plan plan;
     int rc = step_new(cfg, &ld, err, errlen);
-    if (!rc) rc = step_index(ld, err, errlen);
+    if (!rc) rc = sl__conf_index(&ld->conf, err, errlen); /* schema, index, layout, sampler */
     if (!rc) rc = step_tables(ld, err, errlen);
-    if (!rc) rc = sl__gstage_open(ld, 0, err, errlen); /* GPU decode: engine and pinned staging, before sizing */
+    /* GPU decode: the engine and its pinned staging, before sizing */
+    if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 0, err, errlen);
     if (!rc) rc = step_size(ld, &plan, err, errlen);
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
-    if (!rc) rc = sl__lcache_create(ld, err, errlen); /* the sample cache: sizing kept its room */
+    if (!rc) rc = sl__lcache_create(&ld->cache, &ld->conf, err, errlen); /* the sample cache: sizing kept its room */
     if (!rc) rc = step_workers(ld, err, errlen);
     if (rc) {
-        if (ld && rc == SL_EBUDGET) shared_reason(ld, err, errlen);
+        if (ld && rc == SL_EBUDGET) sl__conf_shared_reason(&ld->conf, err, errlen);
         if (ld) free_all(ld);
         return rc;
     }
-    if (ld->shared) sl__budget_unbind_limit(ld->budget);
+    if (ld->conf.shared) sl__budget_unbind_limit(ld->conf.budget);
     /* from here a moved limit retires or brings back elastic slots */
-    sl__slots_consumer_init(ld);
-    sl__budget_add_consumer(ld->budget, &ld->consumer);
-    ld->consumer_on = 1;
-    sl__registry_add(ld);
+    sl__engine_consumer_on(&ld->eng);
+    sl__registry_add(&ld->reg);
     *out = ld;
     return 0;
 }
@@ -601,9 +434,9 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
     sl_plan plan;
     memset(&plan, 0, sizeof plan);
     int rc = step_new(cfg, &ld, err, errlen);
-    if (!rc) rc = step_index(ld, err, errlen);
+    if (!rc) rc = sl__conf_index(&ld->conf, err, errlen); /* schema, index, layout, sampler */
     if (!rc) rc = step_tables(ld, err, errlen);
-    if (!rc) rc = sl__gstage_open(ld, 1, err, errlen);
+    if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 1, err, errlen);
     if (!rc) {
         rc = step_size(ld, &plan, err, errlen);
         if (rc == SL_EBUDGET) rc = 0; /* plan.min_budget says what is needed */
@@ -614,51 +447,48 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
 }
 
 void sl_loader_destroy(sl_loader *ld) {
-    if (!ld || !sl__registry_remove(ld)) return; /* NULL, or not a live loader (destroyed already) */
-    if (ld->forked) {
+    if (!ld || !sl__registry_remove(&ld->reg)) return; /* NULL, or not a live loader (destroyed already) */
+    if (ld->reg.forked) {
         destroy_in_child(ld);
         return;
     }
     /* first: no limit move may reach the loader while it goes (this waits
      * for a notification in progress) */
-    if (ld->consumer_on) sl__budget_remove_consumer(ld->budget, &ld->consumer);
-    stop_workers(ld, ld->nworkers);
+    sl__engine_consumer_off(&ld->eng);
+    stop_workers(ld, ld->conf.nworkers);
     free_all(ld);
 }
 
-uint64_t sl_loader_len(const sl_loader *ld) { return ld ? ld->nbatches : 0; }
-uint64_t sl_loader_num_samples(const sl_loader *ld) { return ld ? ld->sampler.per_rank : 0; }
-uint64_t sl_loader_dataset_size(const sl_loader *ld) { return ld ? ld->sampler.n : 0; }
+uint64_t sl_loader_len(const sl_loader *ld) { return ld ? ld->conf.nbatches : 0; }
+uint64_t sl_loader_num_samples(const sl_loader *ld) { return ld ? ld->conf.sampler.per_rank : 0; }
+uint64_t sl_loader_dataset_size(const sl_loader *ld) { return ld ? ld->conf.sampler.n : 0; }
 
 const char *sl_loader_sample_path(const sl_loader *ld, uint64_t index, char *buf, size_t len) {
-    if (!ld || !buf || index >= ld->sampler.n) return NULL;
-    return sl__source_path(ld->src, index, buf, len) >= 0 ? buf : NULL;
+    if (!ld || !buf || index >= ld->conf.sampler.n) return NULL;
+    return sl__source_path(ld->conf.src, index, buf, len) >= 0 ? buf : NULL;
 }
 
 int sl_loader_slot_region(const sl_loader *cld, void **base, size_t *len) {
     if (!cld || !base || !len) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
-    if (ld->forked) return SL_ESTATE;
-    int rc = sl__slots_pin(ld, NULL, 0);
-    if (rc) return rc;
-    *base = ld->region;
-    *len = ld->region_len;
-    return 0;
+    if (ld->reg.forked) return SL_ESTATE;
+    return sl__engine_pin(&ld->eng, base, len);
 }
 
 /* ---- batches -------------------------------------------------------------- */
 
-int sl_batch_num_fields(const sl_batch *b) { return b ? (int)b->ld->layout.nout : 0; }
+int sl_batch_num_fields(const sl_batch *b) { return b ? (int)b->ld->conf.layout.nout : 0; }
 
 int sl_batch_field_sized(const sl_batch *b, int i, sl_field *out, size_t out_size) {
-    if (!b || !out || out_size == 0 || i < 0 || (uint32_t)i >= b->ld->layout.nout) return SL_EINVAL;
+    if (!b || !out || out_size == 0 || i < 0 || (uint32_t)i >= b->ld->conf.layout.nout) return SL_EINVAL;
     sl_field f;
-    sl__layout_field(&b->ld->layout, b->base, (uint32_t)i, b->n, &f);
-    uint64_t dev = sl__gstage_data(b->ld, b, (uint32_t)i);
+    sl__layout_field(&b->ld->conf.layout, b->base, (uint32_t)i, b->n, &f);
+    int dtype, did;
+    uint64_t dev = sl__gstage_data(&b->ld->gs, b->id, (uint32_t)i, &dtype, &did);
     if (dev) { /* decoded into device memory (GPU decode) */
         f.data = (void *)(uintptr_t)dev;
-        f.device_type = b->ld->gs.dev.device_type;
-        f.device_id = b->ld->gs.dev.device_id;
+        f.device_type = dtype;
+        f.device_id = did;
     }
     memcpy(out, &f, SL_MIN(out_size, sizeof f));
     return 0;
@@ -666,8 +496,8 @@ int sl_batch_field_sized(const sl_batch *b, int i, sl_field *out, size_t out_siz
 
 int sl_batch_find_sized(const sl_batch *b, const char *name, sl_field *out, size_t out_size) {
     if (!b || !name) return SL_EINVAL;
-    for (uint32_t i = 0; i < b->ld->layout.nout; i++)
-        if (!strcmp(b->ld->layout.out[i].name, name)) return sl_batch_field_sized(b, (int)i, out, out_size);
+    for (uint32_t i = 0; i < b->ld->conf.layout.nout; i++)
+        if (!strcmp(b->ld->conf.layout.out[i].name, name)) return sl_batch_field_sized(b, (int)i, out, out_size);
     return SL_EINVAL;
 }
 
@@ -693,75 +523,114 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     sl_loader *ld = (sl_loader *)cld;
     sl_stats st, *o = &st;
     memset(o, 0, sizeof *o);
-    if (ld->forked) return SL_ESTATE;
-    pthread_mutex_lock(&ld->mu);
-    o->samples = ld->samples_out;
-    o->batches = ld->batches_out;
-    o->epoch = ld->cur_epoch;
-    o->seconds = ld->t_first_ns ? (double)(sl__now_ns() - ld->t_first_ns) / 1e9 : 0;
-    o->consumer_wait_s = (double)ld->wait_ns / 1e9;
-    o->slots = ld->live;
-    o->slots_held = ld->held;
-    o->slots_ready = ld->ready;
-    o->slots_retired = ld->nslots - ld->live;
-    o->slots_min = ld->min_live;
-    o->slot_retirements = ld->retirements;
-    o->slot_reactivations = ld->reactivations;
-    o->errors = ld->nerrs_seen;
-    pthread_mutex_unlock(&ld->mu);
+    if (ld->reg.forked) return SL_ESTATE;
+    sl__engine_stats(&ld->eng, o); /* delivery, slots, errors, the GPU stage's mode */
     o->samples_per_s = o->seconds > 0 ? (double)o->samples / o->seconds : 0;
-    o->workers = ld->nworkers;
-    for (uint32_t i = 0; i < ld->nworkers; i++) {
-        o->worker_busy_s += (double)atomic_load(&ld->workers[i].busy_ns) / 1e9;
-        o->worker_idle_s += (double)atomic_load(&ld->workers[i].idle_ns) / 1e9;
-    }
-    o->budget_wait_s = (double)atomic_load(&ld->budget->wait_ns) / 1e9;
-    o->budget_bytes = sl__budget_limit(ld->budget);
-    o->accounted_bytes = atomic_load(&ld->budget->used);
-    o->peak_accounted_bytes = atomic_load(&ld->budget->peak);
-    o->fixed_bytes = atomic_load(&ld->budget->fixed);
+    sl__workers_stats(&ld->workers, o);
+    o->budget_wait_s = (double)atomic_load(&ld->conf.budget->wait_ns) / 1e9;
+    o->budget_bytes = sl__budget_limit(ld->conf.budget);
+    o->accounted_bytes = atomic_load(&ld->conf.budget->used);
+    o->peak_accounted_bytes = atomic_load(&ld->conf.budget->peak);
+    o->fixed_bytes = atomic_load(&ld->conf.budget->fixed);
     o->mem_count = SL_MEM__COUNT;
     for (int c = 0; c < SL_MEM__COUNT; c++) {
-        o->mem[c] = atomic_load(&ld->budget->cat[c]);
-        o->mem_peak[c] = atomic_load(&ld->budget->cat_peak[c]);
+        o->mem[c] = atomic_load(&ld->conf.budget->cat[c]);
+        o->mem_peak[c] = atomic_load(&ld->conf.budget->cat_peak[c]);
     }
     memcpy(o->reserved_0_1_mem, o->mem, sizeof o->reserved_0_1_mem); /* 0.1's arrays, where its callers look */
     memcpy(o->reserved_0_1_mem_peak, o->mem_peak, sizeof o->reserved_0_1_mem_peak);
-    o->index_seconds = ld->index_seconds;
-    sl__lcache_stats(ld, o);
-    sl__gstage_stats(ld, o);
+    o->index_seconds = ld->conf.index_seconds;
+    sl__lcache_stats(&ld->cache, o);
+    sl__gstage_stats(&ld->gs, o);
     sl__abi_out(out, out_size, o, sizeof *o);
     return 0;
 }
 
-void sl__record_error(sl_loader *ld, sl_batch *s, uint64_t index, int code, const char *reason) {
-    s->nerr++;
-    pthread_mutex_lock(&ld->errmu);
-    if (ld->nerrs_kept < ld->cfg.max_error_records) {
-        sl__error *e = &ld->errs[ld->nerrs_kept++];
-        e->cno = s->cno;
-        e->rec.index = index;
-        e->rec.epoch = s->epoch;
-        e->rec.code = code;
-        snprintf(e->rec.reason, sizeof e->rec.reason, "%s", reason && *reason ? reason : sl_strerror(code));
-    }
-    pthread_mutex_unlock(&ld->errmu);
-    /* the newest one of the batch, kept whatever max_error_records says */
-    s->last_err.index = index;
-    s->last_err.epoch = s->epoch;
-    s->last_err.code = code;
-    snprintf(s->last_err.reason, sizeof s->last_err.reason, "%s", reason && *reason ? reason : sl_strerror(code));
-}
-
 size_t sl_loader_errors_sized(const sl_loader *cld, size_t first, sl_error_record *out, size_t max,
                               size_t elem_size) {
-    if (!cld || !out || !elem_size || cld->forked) return 0;
+    if (!cld || !out || !elem_size || cld->reg.forked) return 0;
     sl_loader *ld = (sl_loader *)cld;
-    uint64_t seen = atomic_load(&ld->delivered_cno);
-    pthread_mutex_lock(&ld->errmu);
-    size_t n = 0;
-    for (size_t i = first; i < ld->nerrs_kept && n < max && ld->errs[i].cno <= seen; i++, n++)
-        sl__abi_out((char *)out + n * elem_size, elem_size, &ld->errs[i].rec, sizeof ld->errs[i].rec);
-    pthread_mutex_unlock(&ld->errmu);
-    return n;
+    return sl__errlog_list(&ld->log, first, out, max, elem_size);
+}
+
+/* ---- state (state.c) ------------------------------------------------------- */
+
+int sl_loader_get_state_sized(const sl_loader *cld, sl_state *out, size_t out_size) {
+    if (!cld || !out || !out_size) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->reg.forked) {
+        memset(out, 0, out_size);
+        return SL_ESTATE;
+    }
+    return sl__state_get(&ld->conf, &ld->eng, out, out_size);
+}
+
+int sl_loader_check_state_sized(const sl_loader *cld, const sl_state *st, size_t st_size, char *why, size_t len) {
+    sl__msg(why, len, "%s", "");
+    if (!cld || !st) {
+        sl__msg(why, len, "no loader or no state");
+        return SL_EINVAL;
+    }
+    if (cld->reg.forked) {
+        sl__msg(why, len, "the loader was created in another process (a child of fork())");
+        return SL_ESTATE;
+    }
+    return sl__state_check(&cld->conf, st, st_size, why, len);
+}
+
+int sl_loader_set_state_sized(sl_loader *ld, const sl_state *st, size_t st_size) {
+    if (!ld || !st) return SL_EINVAL;
+    if (ld->reg.forked) return SL_ESTATE;
+    return sl__state_set(&ld->conf, &ld->eng, st, st_size);
+}
+
+/* ---- iteration (engine.c) ---------------------------------------------------- */
+
+int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->reg.forked) return SL_ESTATE;
+    return sl__engine_next(&ld->eng, out, (int64_t)timeout_ms * 1000000);
+}
+
+int sl_loader_next(sl_loader *ld, sl_batch **out) {
+    if (!ld || !out) return SL_EINVAL;
+    *out = NULL;
+    if (ld->reg.forked) return SL_ESTATE;
+    return sl__engine_next(&ld->eng, out, -1);
+}
+
+void sl_loader_release(sl_loader *ld, sl_batch *b) {
+    if (!ld || !b || !sl__registry_enter(&ld->reg)) return; /* a destroyed loader: its batches went with it */
+    if (!ld->reg.forked) sl__engine_release(&ld->eng, b);
+    sl__registry_leave();
+}
+
+int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
+    if (!cld) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->reg.forked) {
+        sl__msg(why, len,
+                "this loader was created in process %ld and this is process %ld, a child of fork(): its worker "
+                "threads did not survive the fork, so it cannot be used here; create a new loader after the fork",
+                ld->owner_pid, (long)getpid());
+        return SL_ESTATE;
+    }
+    return sl__engine_poisoned(&ld->eng, why, len);
+}
+
+int sl_loader_last_error_sized(const sl_loader *cld, sl_error_record *out, size_t out_size) {
+    if (!cld || !out || !out_size) return SL_EINVAL;
+    sl_loader *ld = (sl_loader *)cld;
+    if (ld->reg.forked) return SL_ESTATE;
+    sl_error_record r;
+    int rc = sl__engine_last_error(&ld->eng, &r);
+    if (!rc) sl__abi_out(out, out_size, &r, sizeof r);
+    return rc;
+}
+
+int sl_loader_set_epoch(sl_loader *ld, uint64_t epoch) {
+    if (!ld) return SL_EINVAL;
+    if (ld->reg.forked) return SL_ESTATE;
+    return sl__engine_set_epoch(&ld->eng, epoch);
 }

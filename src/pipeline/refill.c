@@ -46,31 +46,34 @@
  * later batch's commit waits for it, but the refills themselves run on
  * every worker, beside the nominal positions of later batches.
  *
- * Ownership: rf_hole and rf_passes belong to the committer between rounds
- * (no claim is out: every refill of the last round was claimed and
- * finished under mu before the batch was committable again); rf_count,
- * rf_claimed and rf_top are read by claimers, so they change under mu
- * only (engine.c's commit_slot publishes a round there).
+ * Ownership: this file writes the round's fields of a slot. rf_hole and
+ * rf_passes belong to the committer between rounds (no claim is out: every
+ * refill of the last round was claimed and finished under mu before the
+ * batch was committable again); rf_count, rf_claimed and rf_top are read
+ * by claimers, so they change under mu only (engine.c's commit_slot
+ * publishes a round there, and its claims take refills here).
  */
+#include "pipeline/refill.h"
+
 #include <string.h>
 
 #include "base/util.h"
-#include "pipeline/loader_impl.h"
 
 /* The round just finished: record its failures in attempt order (a pad
  * round's were recorded when the samples were first tried), then move its
  * successes down into its lowest holes, in attempt order. */
-static void settle_round(sl_loader *ld, sl_batch *s) {
+static void settle_round(sl_batch *s, const sl__conf *c, sl__gstage *g, sl__errlog *log) {
     for (uint32_t i = 0; i < s->rf_count && !s->rf_pad; i++) {
         uint32_t j = s->rf_hole[i];
         if (!s->ok[j] && s->err[j] && -(int)s->err[j] != SL_ESTATE) /* ESTATE: shutting down */
-            sl__record_error(ld, s, sl__slot_index(ld, s, j), -(int)s->err[j], s->reasons + (size_t)j * SL_REASON_LEN);
+            sl__slot_fail(s, log, sl__slot_index(s, &c->layout, j), -(int)s->err[j],
+                          s->reasons + (size_t)j * SL_REASON_LEN);
     }
     uint32_t dst = 0;
     for (uint32_t i = 0; i < s->rf_count; i++) {
         uint32_t j = s->rf_hole[i];
         if (!s->ok[j]) continue;
-        if (i != dst) sl__slot_move(ld, s, j, s->rf_hole[dst]); /* rf_hole ascends: down */
+        if (i != dst) sl__slot_move(s, &c->layout, g, j, s->rf_hole[dst]); /* rf_hole ascends: down */
         dst++;
     }
 }
@@ -82,9 +85,9 @@ static void plan_holes(sl_batch *s, uint32_t size, uint32_t m) {
         if (!s->ok[j]) s->rf_hole[n++] = j;
 }
 
-uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T, uint64_t *P) {
-    uint64_t B = ld->B, k = s->batch;
-    if (s->rf_passes++) settle_round(ld, s);
+uint32_t sl__refill_pass(sl_batch *s, const sl__conf *c, sl__gstage *g, sl__errlog *log, uint64_t *T, uint64_t *P) {
+    uint64_t B = c->B, k = s->batch;
+    if (s->rf_passes++) settle_round(s, c, g, log);
     uint32_t have = 0;
     for (uint32_t j = 0; j < B; j++) have += s->ok[j];
     if (*T > (k + 1) * B) { /* refills from the tail */
@@ -95,9 +98,9 @@ uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T, uint64_t *P) {
         *T -= m;
         return m;
     }
-    if (ld->cfg.world_size == 1) return 0;
+    if (c->cfg.world_size == 1) return 0;
     /* the share is used up: pad to the batch's nominal size */
-    uint64_t per = sl__sampler_span(&ld->sampler, s->epoch)->per_rank;
+    uint64_t per = sl__sampler_span(&c->sampler, s->epoch)->per_rank;
     uint32_t size = (uint32_t)SL_MIN(B, per - k * B);
     if (have >= size || *P >= per) return 0;
     uint32_t m = (uint32_t)SL_MIN((uint64_t)(size - have), per - *P);
@@ -106,3 +109,24 @@ uint32_t sl__refill_pass(sl_loader *ld, sl_batch *s, uint64_t *T, uint64_t *P) {
     *P += m;
     return m;
 }
+
+void sl__refill_clear(sl_batch *s) {
+    s->rf_count = s->rf_claimed = 0;
+    s->rf_passes = s->rf_pad = 0;
+}
+
+void sl__refill_publish(sl_batch *s, uint64_t top, uint64_t bottom, uint32_t m) {
+    s->rf_top = s->rf_pad ? bottom : top;
+    s->rf_count = m;
+    s->rf_claimed = 0;
+}
+
+int sl__refill_claim(sl_batch *s, uint32_t *pos, uint64_t *order_pos) {
+    if (s->rf_claimed >= s->rf_count) return 0;
+    uint32_t r = s->rf_claimed++;
+    *pos = s->rf_hole[r];
+    *order_pos = s->rf_pad ? s->rf_top + r : s->rf_top - 1 - r; /* a pad round goes up from the cursor */
+    return 1;
+}
+
+void sl__refill_close(sl_batch *s) { s->rf_count = s->rf_claimed = 0; }

@@ -13,45 +13,43 @@
  *    sl_loader_destroy(ld) would read freed memory; it asks the registry
  *    first and does nothing for a loader that is not live.
  *
- * The registry is an intrusive list through sl_loader.reg_next under one
+ * The registry is an intrusive list of the loaders' nodes (sl__reg) under one
  * mutex, taken for create, destroy and release (not per sample). The
  * mutex is held across fork() (prepare handler) so the child's copy of the
  * list is consistent; the child handler unlocks it.
  */
-#include <pthread.h>
-#include <unistd.h>
+#include "pipeline/registry.h"
 
-#include "pipeline/loader_impl.h"
+#include <pthread.h>
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static sl_loader *reg_head; /* reg_mu */
+static sl__reg *reg_head; /* reg_mu */
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 
 static void on_prepare(void) { pthread_mutex_lock(&reg_mu); }
 static void on_parent(void) { pthread_mutex_unlock(&reg_mu); }
 
 static void on_child(void) {
-    for (sl_loader *ld = reg_head; ld; ld = ld->reg_next) ld->forked = 1;
+    for (sl__reg *r = reg_head; r; r = r->next) r->forked = 1;
     pthread_mutex_unlock(&reg_mu);
 }
 
 static void install(void) { pthread_atfork(on_prepare, on_parent, on_child); }
 
-void sl__registry_add(sl_loader *ld) {
+void sl__registry_add(sl__reg *r) {
     pthread_once(&reg_once, install);
-    ld->owner_pid = (long)getpid();
     pthread_mutex_lock(&reg_mu);
-    ld->reg_next = reg_head;
-    reg_head = ld;
+    r->next = reg_head;
+    reg_head = r;
     pthread_mutex_unlock(&reg_mu);
 }
 
-int sl__registry_remove(sl_loader *ld) {
+int sl__registry_remove(sl__reg *r) {
     int found = 0;
     pthread_mutex_lock(&reg_mu);
-    for (sl_loader **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
-        if (*pp == ld) {
-            *pp = ld->reg_next;
+    for (sl__reg **pp = &reg_head; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
             found = 1;
             break;
         }
@@ -59,10 +57,10 @@ int sl__registry_remove(sl_loader *ld) {
     return found;
 }
 
-int sl__registry_enter(const sl_loader *ld) {
+int sl__registry_enter(const sl__reg *r) {
     pthread_mutex_lock(&reg_mu);
-    for (const sl_loader *p = reg_head; p; p = p->reg_next)
-        if (p == ld) return 1;
+    for (const sl__reg *p = reg_head; p; p = p->next)
+        if (p == r) return 1;
     pthread_mutex_unlock(&reg_mu);
     return 0;
 }

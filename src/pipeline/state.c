@@ -20,12 +20,13 @@
  * 0.1's size has no span and no pad, which then mean the whole order and
  * nothing padded, as zeros do.
  */
+#include "pipeline/state.h"
+
 #include <stddef.h>
 #include <string.h>
 
 #include "base/abi.h"
 #include "base/util.h"
-#include "pipeline/loader_impl.h"
 
 typedef unsigned long long ull;
 
@@ -35,8 +36,8 @@ typedef unsigned long long ull;
 #define FLAG_DROP_LAST 2u
 
 /* The state's flags for a loader's configuration. */
-static uint32_t loader_flags(const sl_loader *ld) {
-    return (ld->cfg.shuffle ? FLAG_SHUFFLE : 0) | (ld->cfg.drop_last ? FLAG_DROP_LAST : 0);
+static uint32_t loader_flags(const sl__conf *conf) {
+    return (conf->cfg.shuffle ? FLAG_SHUFFLE : 0) | (conf->cfg.drop_last ? FLAG_DROP_LAST : 0);
 }
 
 /* Nominal batches of B in a span of per_rank entries per rank. */
@@ -108,15 +109,15 @@ static int read_state(const sl_state *st, size_t size, sl_state *v, int *whole_r
 
 /* The first of world_size, rank, batch_size and drop_last in which a
  * rank's state v differs from the loader, with both values, into buf. */
-static void differing_setting(const sl_loader *ld, const sl_state *v, char *buf, size_t len) {
-    const sl_config *c = &ld->cfg;
+static void differing_setting(const sl__conf *conf, const sl_state *v, char *buf, size_t len) {
+    const sl_config *c = &conf->cfg;
     int dl = (v->flags & FLAG_DROP_LAST) != 0;
     if (v->world_size != c->world_size)
         sl__msg(buf, len, "the state's world_size is %u, this loader's %u", v->world_size, c->world_size);
     else if (v->rank != c->rank)
         sl__msg(buf, len, "the state's rank is %u, this loader's %u", v->rank, c->rank);
-    else if (v->batch_size != ld->B)
-        sl__msg(buf, len, "the state's batch_size is %u, this loader's %u", v->batch_size, ld->B);
+    else if (v->batch_size != conf->B)
+        sl__msg(buf, len, "the state's batch_size is %u, this loader's %u", v->batch_size, conf->B);
     else
         sl__msg(buf, len, "the state's drop_last is %s, this loader's %s", dl ? "on" : "off",
                 c->drop_last ? "on" : "off");
@@ -132,17 +133,17 @@ typedef struct where {
 /* What sl_loader_set_state would do with st (size bytes; see sluice.h):
  * 0 and *w, or SL_ESTATE (SL_EINVAL, SL_EUNSUPPORTED: sl__abi_in) with
  * why. Reads the configuration only. */
-static int plan(const sl_loader *ld, const sl_state *st, size_t size, where *w, char *why, size_t len) {
+static int plan(const sl__conf *conf, const sl_state *st, size_t size, where *w, char *why, size_t len) {
 #define BAD(...) do { sl__msg(why, len, __VA_ARGS__); return SL_ESTATE; } while (0)
-    const sl_config *c = &ld->cfg;
-    const sl__sampler *s = &ld->sampler;
+    const sl_config *c = &conf->cfg;
+    const sl__sampler *s = &conf->sampler;
     sl_state v;
     int whole, rc = read_state(st, size, &v, &whole, why, len);
     if (rc) return rc;
     if (v.seed != c->seed) BAD("the state is of seed %llu, the loader's is %llu", (ull)v.seed, (ull)c->seed);
     if (v.dataset_size != s->n)
         BAD("the state is of a dataset of %llu samples, the loader's has %llu", (ull)v.dataset_size, (ull)s->n);
-    if ((v.flags & FLAG_SHUFFLE) != (loader_flags(ld) & FLAG_SHUFFLE))
+    if ((v.flags & FLAG_SHUFFLE) != (loader_flags(conf) & FLAG_SHUFFLE))
         BAD("the state is of a loader with shuffle %s, this one has it %s", v.flags & FLAG_SHUFFLE ? "on" : "off",
             c->shuffle ? "on" : "off");
     if (whole) {
@@ -157,12 +158,12 @@ static int plan(const sl_loader *ld, const sl_state *st, size_t size, where *w, 
     if (sl__span_shape(&w->sp, v.span_begin, v.span_end, v.gone, v.gone_count, c->world_size, c->drop_last))
         BAD("the state's span is empty"); /* read_state checked it: unreachable */
     int same =
-        v.world_size == c->world_size && v.rank == c->rank && v.batch_size == ld->B && v.flags == loader_flags(ld);
+        v.world_size == c->world_size && v.rank == c->rank && v.batch_size == conf->B && v.flags == loader_flags(conf);
     if (same) { /* this rank, exactly where it was */
-        if (!reachable(&w->sp, ld->B, c->drop_last, c->world_size, v.batch, v.tail, v.pad))
+        if (!reachable(&w->sp, conf->B, c->drop_last, c->world_size, v.batch, v.tail, v.pad))
             BAD("the state names batch %llu with tail %llu and pad %llu, a position no loader can be at (%llu "
                 "samples and %llu batches a rank in its span)", (ull)v.batch, (ull)v.tail, (ull)v.pad,
-                (ull)w->sp.per_rank, (ull)span_batches(&w->sp, ld->B, c->drop_last));
+                (ull)w->sp.per_rank, (ull)span_batches(&w->sp, conf->B, c->drop_last));
         w->batch = v.batch;
         w->tail = v.tail;
         w->pad = v.pad;
@@ -175,17 +176,17 @@ static int plan(const sl_loader *ld, const sl_state *st, size_t size, where *w, 
             start = v.batch == 0 && v.tail == own.per_rank && v.pad == 0;
         if (!start) {
             char what[96];
-            differing_setting(ld, &v, what, sizeof what);
+            differing_setting(conf, &v, what, sizeof what);
             BAD("%s: the state is rank %u's of %u ranks (batch_size %u, drop_last %u) in the middle of epoch %llu "
                 "(batch %llu), and this loader is rank %u of %u (batch_size %u, drop_last %d): one rank's state "
                 "resumes only that rank; to resume on another world, merge the states of all %u ranks "
                 "(sl_state_merge, sluice.merge_states) and resume every rank from the merged state",
                 what, v.rank, v.world_size, v.batch_size, (v.flags & FLAG_DROP_LAST) ? 1 : 0, (ull)v.epoch,
-                (ull)v.batch, c->rank, c->world_size, ld->B, c->drop_last, v.world_size);
+                (ull)v.batch, c->rank, c->world_size, conf->B, c->drop_last, v.world_size);
         }
         w->batch = 0;
         w->tail = w->sp.per_rank;
-        if (span_batches(&w->sp, ld->B, c->drop_last) == 0) { /* cut to nothing for this world: the epoch is over */
+        if (span_batches(&w->sp, conf->B, c->drop_last) == 0) { /* cut to nothing for this world: the epoch is over */
             if (v.epoch == UINT64_MAX) BAD("the state's epoch has no next");
             w->epoch = v.epoch + 1;
             w->tail = s->per_rank;
@@ -197,80 +198,43 @@ static int plan(const sl_loader *ld, const sl_state *st, size_t size, where *w, 
 #undef BAD
 }
 
-int sl_loader_check_state_sized(const sl_loader *ld, const sl_state *st, size_t st_size, char *why, size_t len) {
-    sl__msg(why, len, "%s", "");
-    if (!ld || !st) {
-        sl__msg(why, len, "no loader or no state");
-        return SL_EINVAL;
-    }
-    if (ld->forked) {
-        sl__msg(why, len, "the loader was created in another process (a child of fork())");
-        return SL_ESTATE;
-    }
+int sl__state_check(const sl__conf *conf, const sl_state *st, size_t st_size, char *why, size_t len) {
     where w;
-    return plan(ld, st, st_size, &w, why, len);
+    return plan(conf, st, st_size, &w, why, len);
 }
 
-int sl_loader_set_state_sized(sl_loader *ld, const sl_state *st, size_t st_size) {
-    if (!ld || !st) return SL_EINVAL;
-    if (ld->forked) return SL_ESTATE;
+int sl__state_set(const sl__conf *conf, sl__engine *e, const sl_state *st, size_t st_size) {
     where w;
-    int rc = plan(ld, st, st_size, &w, NULL, 0);
+    int rc = plan(conf, st, st_size, &w, NULL, 0);
     if (rc) return rc;
     uint32_t *copy = NULL;
     if (w.own_span && w.sp.ngone) { /* the caller's list, copied (counted) */
-        copy = sl__alloc(ld->budget, (size_t)w.sp.ngone * sizeof *copy, SL_MEM_INDEX);
+        copy = sl__alloc(conf->budget, (size_t)w.sp.ngone * sizeof *copy, SL_MEM_INDEX);
         if (!copy) return SL_EBUDGET;
         memcpy(copy, w.sp.gone, (size_t)w.sp.ngone * sizeof *copy);
         w.sp.gone = copy;
     }
-    pthread_mutex_lock(&ld->mu);
-    if (ld->poisoned) {
-        pthread_mutex_unlock(&ld->mu);
-        sl__free(ld->budget, copy);
-        return SL_ESTATE;
-    }
-    sl__reset_pipeline(ld, w.epoch, w.batch, w.tail, w.pad, w.own_span ? &w.sp : NULL);
-    uint32_t *old = NULL;
-    if (copy) { /* keep the list before it: get_state may have handed it out */
-        old = ld->span_gone[1];
-        ld->span_gone[1] = ld->span_gone[0];
-        ld->span_gone[0] = copy;
-    }
-    pthread_mutex_unlock(&ld->mu);
-    sl__free(ld->budget, old);
-    return 0;
+    return sl__engine_set_state(e, w.epoch, w.batch, w.tail, w.pad, w.own_span ? &w.sp : NULL, copy);
 }
 
 /* ---- get ------------------------------------------------------------------------- */
 
-int sl_loader_get_state_sized(const sl_loader *cld, sl_state *out, size_t out_size) {
-    if (!cld || !out || !out_size) return SL_EINVAL;
-    sl_loader *ld = (sl_loader *)cld;
-    if (ld->forked) {
-        memset(out, 0, out_size);
-        return SL_ESTATE;
-    }
+int sl__state_get(const sl__conf *conf, sl__engine *e, sl_state *out, size_t out_size) {
     sl_state st;
     memset(&st, 0, sizeof st);
-    pthread_mutex_lock(&ld->mu);
-    const sl__span *sp = sl__sampler_span(&ld->sampler, ld->cur_epoch);
+    sl__span sp;
+    sl__engine_state(e, &st.epoch, &st.batch, &st.tail, &st.pad, &sp);
     st.version = SL_STATE_VERSION;
-    st.seed = ld->cfg.seed;
-    st.epoch = ld->cur_epoch;
-    st.batch = ld->cur_batch;
-    st.tail = ld->cur_tail;
-    st.dataset_size = ld->sampler.n;
-    st.rank = ld->cfg.rank;
-    st.world_size = ld->cfg.world_size;
-    st.batch_size = ld->B;
-    st.flags = loader_flags(ld);
-    st.pad = ld->cur_pad;
-    st.span_begin = sp->lo;
-    st.span_end = sp->hi;
-    st.gone_count = sp->ngone;
-    st.gone = sp->gone;
-    pthread_mutex_unlock(&ld->mu);
+    st.seed = conf->cfg.seed;
+    st.dataset_size = conf->sampler.n;
+    st.rank = conf->cfg.rank;
+    st.world_size = conf->cfg.world_size;
+    st.batch_size = conf->B;
+    st.flags = loader_flags(conf);
+    st.span_begin = sp.lo;
+    st.span_end = sp.hi;
+    st.gone_count = sp.ngone;
+    st.gone = sp.gone;
     /* a caller without the span (0.1's size) gets a state only where it needs none */
     if (out_size < STATE_SIZE_0_2 && (st.span_begin || st.span_end != st.dataset_size || st.gone_count || st.pad)) {
         memset(out, 0, out_size);

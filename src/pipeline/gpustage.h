@@ -1,0 +1,169 @@
+/*
+ * The GPU stage: the decode engine beside the workers (gpustage.c says
+ * the rules). The image field `field` is delivered from device memory:
+ * slot k's batch at region + k * slot_bytes. A worker that plans a sample
+ * the GPU can take (and the split gives it) stages its bytes and queues
+ * it instead of decoding; the GPU thread decodes the queue in calls of up
+ * to max_batch samples straight into the slots' device memory; what the
+ * engine hands back is claimed by workers first (handbacks). CPU-decoded
+ * positions are uploaded by the worker that decoded them, so a position is
+ * complete on the device when its pending count drops; compaction moves
+ * device positions too (sl__gstage_move).
+ *
+ * The stage knows slots only by id and as opaque pointers it hands back;
+ * the engine runs the GPU thread's loop (take, run, settle) and holds the
+ * lock the queue lives under.
+ *
+ * Ownership. gpustage.c writes every field of sl__gstage and sl__ghand.
+ * What create sets (mode ... qcap, the tables) is fixed once the threads
+ * run. The queue and the handbacks (q, back, qhead, qlen, bhead, blen) and
+ * reason after create are under the engine's lock; staged and staged_peak
+ * under smu (taken alone or after the engine's lock); the counters are
+ * atomics; cur .. reasons belong to the GPU thread. A worker's hand is
+ * written by that worker's calls (and by offer(), called inside them).
+ */
+#ifndef SL_PIPELINE_GPUSTAGE_H
+#define SL_PIPELINE_GPUSTAGE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "fields/field.h"
+#include "gpu/device.h"
+#include "pipeline/config.h"
+#include "sluice.h"
+
+/* A sample queued for the GPU: its position, the staged encoded bytes (a
+ * staging block of the device's pinned pool) and the plan's resize. */
+typedef struct sl__gitem {
+    sl_batch *slot;          /* opaque: handed back to the engine */
+    uint32_t pos;
+    uint64_t gen, sample, epoch;
+    void *data;              /* staging block; NULL once freed */
+    size_t len;
+    uint64_t t_ns;           /* when it was queued */
+    sl__gpu_item item;       /* item.pos = slot id * B + pos */
+} sl__gitem;
+
+typedef struct sl__gstage {
+    const sl__conf *conf;
+    const _Atomic int *cancel; /* the loader is closing: stop waiting for staging */
+    int mode;                /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
+    int gpu_only;            /* cfg.decode == SL_DECODE_GPU: every sample the GPU can take goes to it */
+    char reason[160];        /* why this mode */
+    int on;                  /* dev is open (mode == SL_DECODE_GPU) */
+    sl__gpu_dev dev;
+    uint32_t field, out;     /* the schema field it decodes, and its output */
+    uint64_t sample_bytes, slot_bytes; /* one sample's output; one slot's batch (B x sample) */
+    uint64_t region, region_bytes;     /* device memory of the slots (0 until sl__gstage_slots) */
+    uint64_t pool_bytes;     /* the engine's device pool */
+    uint32_t max_batch, slots_max;
+    uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
+    /* staging: pinned bytes held by queued samples (smu) */
+    uint64_t staging_cap, staged, staged_peak;
+    pthread_mutex_t smu;
+    pthread_cond_t scv;      /* room in the staging */
+    int sync_init;
+    /* queue and handbacks (the engine's lock): rings of qcap items each */
+    sl__gitem *q, *back;
+    uint32_t qcap, qhead, qlen, bhead, blen;
+    _Atomic uint32_t queued; /* qlen + samples in the GPU's call */
+    _Atomic int failed;      /* the device stopped: nothing more is offered */
+    pthread_t thread;
+    int thread_on;
+    /* the call in progress (GPU thread only) */
+    sl__gitem *cur;
+    const uint8_t **data;
+    size_t *len;
+    sl__gpu_item *items;
+    int *status;
+    char (*reasons)[SL_GPU_REASON];
+    /* stats */
+    _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
+    _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
+    _Atomic uint64_t cpu_ns;       /* ns a worker spends on one CPU image sample (moving average) */
+} sl__gstage;
+
+/* A worker's side of the stage: the sample in hand, offered through defer. */
+typedef struct sl__ghand {
+    sl__defer defer;
+    sl__gstage *g;
+    uint32_t lane;           /* the worker's id: its upload stream */
+    sl_batch *slot;          /* the position being filled */
+    uint32_t slot_id, pos;
+    uint64_t sample, epoch;
+    int cpu_only;            /* a handed-back sample: decode here */
+    int taken;               /* the GPU took it: item holds its staging */
+    sl__gitem item;
+} sl__ghand;
+
+/* At create, before sizing: choose the engine (cfg.decode, the schema, the
+ * device), open the device and its host tables (counted in the budget, so
+ * the minimum working set holds them). cancel: set when the loader closes.
+ * plan_only: choose and count the pinned bytes, open nothing. 0 (g->mode
+ * says which), or the failure of decode=gpu with err. */
+int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int plan_only, char *err,
+                    size_t errlen);
+/* After the slots are carved: the device memory of nslots batches. */
+int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
+/* Start the GPU thread running main(arg) (the engine's loop); join it
+ * once the loop was told to stop. */
+int sl__gstage_start(sl__gstage *g, void *(*main)(void *), void *arg, char *err, size_t errlen);
+void sl__gstage_join(sl__gstage *g);
+/* Release the device and the tables (threads stopped). in_child: after
+ * fork(), touch no lock and no driver: forget them. */
+void sl__gstage_close(sl__gstage *g, int in_child);
+
+static inline int sl__gstage_on(const sl__gstage *g) { return g->on; }
+
+/* A worker's hand on the stage (lane: its id). */
+void sl__gstage_hand_init(sl__ghand *h, sl__gstage *g, uint32_t lane);
+/* Worker side, around one fill of position j of slot s (id slot_id):
+ * begin sets the defer hook (cpu_only: a handback, never offered); end
+ * settles it: returns 1 when the GPU took the sample (queue it with
+ * sl__gstage_push, under the engine's lock), else 0 after uploading a CPU
+ * decode (rc 0: the output is at base, the slot's block) to the device; a
+ * failed upload becomes rc, with reason (SL_REASON_MAX bytes) saying so. */
+void sl__gstage_begin(sl__ghand *h, sl_batch *s, uint32_t slot_id, uint32_t j, uint64_t sample, uint64_t epoch,
+                      int cpu_only);
+int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *reason);
+/* The hand's sample went to the GPU (after sl__gstage_end returned 1). */
+static inline int sl__gstage_taken(const sl__ghand *h) { return h->taken; }
+/* Engine's lock held: queue the hand's taken sample, claimed in
+ * generation gen, for the GPU thread (the caller wakes it). */
+void sl__gstage_push(sl__gstage *g, sl__ghand *h, uint64_t gen);
+/* Engine's lock held: a handed-back position of generation gen to decode
+ * on the CPU (1 with *s, *j, *sample, *epoch), or 0. Stale ones are
+ * dropped. */
+int sl__gstage_take_back(sl__gstage *g, uint64_t gen, sl_batch **s, uint32_t *j, uint64_t *sample, uint64_t *epoch);
+/* Engine's lock held, nothing in flight (reset): drop queued samples and
+ * handbacks. */
+void sl__gstage_reset(sl__gstage *g);
+/* The committer moves position a of slot slot_id to b on the device too
+ * (lane: the committer's). */
+void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b);
+/* Device address of output k of slot slot_id (0 when k is a host output),
+ * and where that memory lives. */
+uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int *device_type, int *device_id);
+
+/* The GPU thread's steps, under the engine's lock but run: */
+/* ns to wait for more samples before a call (0: call now): up to a
+ * millisecond after the oldest was queued, for a quarter of a full call. */
+uint64_t sl__gstage_gather_ns(const sl__gstage *g);
+/* The next call from the queue: up to max_batch samples of generation gen
+ * (stale ones dropped). Returns how many. */
+uint32_t sl__gstage_take(sl__gstage *g, uint64_t gen);
+/* Outside the lock: decode them. 0, or SL_EIO with why (the device
+ * stopped). */
+int sl__gstage_run(sl__gstage *g, uint32_t n, char *why, size_t wlen);
+/* Lock held again: each position of generation gen done (done(ctx, slot)
+ * for each one written) or handed back; rc/why from the call. */
+void sl__gstage_settle(sl__gstage *g, uint32_t n, int rc, const char *why, uint64_t gen,
+                       void (*done)(void *ctx, sl_batch *s), void *ctx);
+
+/* The stats: mode and reason (under the engine's lock), then the rest. */
+void sl__gstage_mode(const sl__gstage *g, sl_stats *o);
+void sl__gstage_stats(sl__gstage *g, sl_stats *o);
+
+#endif
