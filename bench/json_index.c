@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "source/manifest.h"
 #include "source/source.h"
 
 typedef struct sink {

@@ -15,6 +15,8 @@
  * result does not depend on the thread count.
  */
 #define _GNU_SOURCE
+#include "source/folder.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,6 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "source/source_impl.h"
 
 #define DENTS_BUF ((size_t)32 << 10)
 

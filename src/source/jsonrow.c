@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "source/source_impl.h"
+#include "source/index.h"
 
 #define NUMBER_MAX 63
 

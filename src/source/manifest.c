@@ -8,6 +8,8 @@
  * tests/fuzz/fuzz_manifest.c).
  */
 #define _GNU_SOURCE
+#include "source/manifest.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -16,27 +18,8 @@
 
 #include "base/util.h"
 #include "source/jsonrow.h"
-#include "source/source_impl.h"
 
 typedef unsigned long long ull;
-
-int sl__parse_int(const char *s, size_t n, int64_t *out) {
-    size_t i = 0;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
-    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
-    int neg = 0;
-    if (i < n && (s[i] == '-' || s[i] == '+')) neg = s[i++] == '-';
-    if (i == n) return -1;
-    uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    for (; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (lim - d) / 10) return -1;
-        v = v * 10 + d;
-    }
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return 0;
-}
 
 /* Checks every parser makes of a decoded path. NULL if fine. */
 static const char *bad_path(const sl__obuf *o) {

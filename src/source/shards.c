@@ -41,6 +41,8 @@
  * shard list, the table and the keys are counted under SL_MEM_INDEX.
  */
 #define _GNU_SOURCE
+#include "source/shards.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +53,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "source/source_impl.h"
+#include "source/folder.h"
+#include "source/table.h"
 #include "source/tar.h"
 
 typedef unsigned long long ull;

@@ -26,8 +26,7 @@
 #include <stdint.h>
 
 #include "base/mem.h"
-
-typedef struct sl__source sl__source;
+#include "source/types.h"
 
 /* Index path. threads: how many threads may scan folders (0 = 1). On
  * failure returns SL_ENOENT, SL_EPARSE, SL_EEMPTY, SL_EBUDGET, ... and a
@@ -41,18 +40,6 @@ uint32_t sl__source_num_classes(const sl__source *s); /* 0 for manifests */
 int64_t sl__source_label(const sl__source *s, uint64_t i);
 /* Full path of sample i into buf: its length, or SL_EOVERFLOW. */
 int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len);
-
-/* What a column holds for each sample. */
-enum { SL__VAL_FILE = 1, SL__VAL_FILES, SL__VAL_INT, SL__VAL_NUMBERS };
-enum { SL__COL_FILE = 0, SL__COL_LABEL = 1 };
-
-/* A column request: the key (';' separates alternatives, the first present
- * wins) and the value type wanted. */
-typedef struct sl__colreq {
-    const char *key;
-    int type;
-    int media;   /* SL__MEDIA_*: a folder indexes this kind of file for a FILE request */
-} sl__colreq;
 
 /* Open path as a table of the requested columns (jsonl manifests), or, for
  * a folder or a path,label manifest, map the requests onto its file and
@@ -68,19 +55,6 @@ int sl__source_value(const sl__source *s, uint64_t i, uint32_t col, int *type, u
 /* Numbers [first, first+n) of an SL__VAL_NUMBERS (or INT) value into out
  * (those that exist): how many the value has in all, or SL_EINVAL. */
 int sl__source_numbers(const sl__source *s, uint64_t i, uint32_t col, uint32_t first, double *out, uint32_t n);
-
-/* What a folder source indexes: image files (torchvision's extensions) or
- * video files (.mp4 .avi .mkv .webm .mov). */
-enum { SL__MEDIA_IMAGE = 0, SL__MEDIA_VIDEO = 1 };
-/* 1 when name (n bytes) ends, in any case, in one of media's extensions. */
-int sl__folder_ext_match(const char *name, size_t n, int media);
-
-/* An opened sample: bytes [offset, offset+size) of fd. */
-typedef struct sl__sample_file {
-    int fd;
-    uint64_t offset;
-    uint64_t size;
-} sl__sample_file;
 
 /* Open sample i and learn its size without reading it. SL_ENOENT/SL_EIO
  * with a reason; SL_EAGAIN for a failure of the moment (out of file
@@ -102,14 +76,5 @@ void sl__sample_close(sl__sample_file *f);
 /* 1 if the source's folder was removed since it was opened (a sample that
  * is not found then tells of the dataset, not of one file). */
 int sl__source_gone(const sl__source *s);
-
-/* Manifest parsers, exposed for fuzzing: parse text of len bytes; calls
- * add(ctx, path, path_len, label) per row. 0 or SL_EPARSE with err naming
- * the line. */
-typedef int (*sl__manifest_row_fn)(void *ctx, const char *path, size_t path_len, int64_t label);
-int sl__manifest_parse_csv(const char *text, size_t len, sl__manifest_row_fn add, void *ctx,
-                           char *err, size_t errlen);
-int sl__manifest_parse_jsonl(const char *text, size_t len, sl__manifest_row_fn add, void *ctx,
-                             char *err, size_t errlen);
 
 #endif

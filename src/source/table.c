@@ -21,6 +21,8 @@
  * unless absolute.
  */
 #define _GNU_SOURCE
+#include "source/table.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -31,7 +33,7 @@
 
 #include "base/util.h"
 #include "source/jsonrow.h"
-#include "source/source_impl.h"
+#include "source/manifest.h"
 
 typedef unsigned long long ull;
 

@@ -10,8 +10,8 @@
 
 #include "base/hash.h"
 #include "base/util.h"
+#include "source/index.h"
 #include "source/jsonrow.h"
-#include "source/source_impl.h"
 #include "source/tar.h"
 
 typedef unsigned long long ull;

@@ -20,7 +20,7 @@
 
 #include "files.h"
 #include "fixture.h"
-#include "source/source_impl.h"
+#include "source/shards.h"
 #include "source/tar.h"
 #include "sluice.h"
 #include "tarw.h"

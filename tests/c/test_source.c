@@ -14,6 +14,7 @@
 #include "check.h"
 #include "files.h"
 #include "base/util.h"
+#include "source/manifest.h"
 #include "source/source.h"
 
 /* ---- fixture helpers ---------------------------------------------------- */

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <stdatomic.h>
 
+#include "source/folder.h"
 #include "source/source.h"
 
 /* ---- headers -------------------------------------------------------------- */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "source/jsonrow.h"
-#include "source/source_impl.h"
+#include "source/manifest.h"
 
 typedef struct rows {
     uint64_t n;

@@ -1,0 +1,36 @@
+/*
+ * What a source's users and its files share: the source handle, the kinds
+ * of values a column holds, column requests, media kinds and an opened
+ * sample file. The handle's insides are index.h's, private to src/source/.
+ */
+#ifndef SL_SOURCE_TYPES_H
+#define SL_SOURCE_TYPES_H
+
+#include <stdint.h>
+
+typedef struct sl__source sl__source;
+
+/* What a column holds for each sample. */
+enum { SL__VAL_FILE = 1, SL__VAL_FILES, SL__VAL_INT, SL__VAL_NUMBERS };
+enum { SL__COL_FILE = 0, SL__COL_LABEL = 1 };
+
+/* A column request: the key (';' separates alternatives, the first present
+ * wins) and the value type wanted. */
+typedef struct sl__colreq {
+    const char *key;
+    int type;
+    int media;   /* SL__MEDIA_*: a folder indexes this kind of file for a FILE request */
+} sl__colreq;
+
+/* What a folder source indexes: image files (torchvision's extensions) or
+ * video files (.mp4 .avi .mkv .webm .mov). */
+enum { SL__MEDIA_IMAGE = 0, SL__MEDIA_VIDEO = 1 };
+
+/* An opened sample: bytes [offset, offset+size) of fd. */
+typedef struct sl__sample_file {
+    int fd;
+    uint64_t offset;
+    uint64_t size;
+} sl__sample_file;
+
+#endif
