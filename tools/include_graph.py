@@ -240,7 +240,7 @@ def section_circles(folder):
 
 # ---- writes -----------------------------------------------------------------
 
-STRUCT_RE = re.compile(r"\b(typedef\s+)?struct\s+(\w+)\s*\{")
+STRUCT_RE = re.compile(r"\b(typedef\s+)?struct(?:\s+(\w+))?\s*\{")
 TYPEDEF_RE = re.compile(r"\btypedef\s+struct\s+(\w+)\s+(\w+)\s*;")
 
 
@@ -256,7 +256,7 @@ def struct_bodies(t):
         if m.group(1):
             a = re.match(r"\s*(\w+)\s*;", t[i:])
             alias = a.group(1) if a else None
-        yield m.group(2), alias, body
+        yield m.group(2) or alias, alias, body
 
 
 def fields_of(body):
@@ -304,7 +304,7 @@ def struct_table():
         for m in TYPEDEF_RE.finditer(t):
             alias[m.group(2)] = m.group(1)
         for tag, al, body in struct_bodies(t):
-            if body.strip():
+            if tag and body.strip():
                 structs[tag] = fields_of(body)
                 where[tag] = os.path.relpath(p, ROOT)
                 if al:
@@ -314,7 +314,8 @@ def struct_table():
 
 NOT_WRITES = {"pthread_mutex_lock", "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_timedwait",
               "pthread_cond_signal", "pthread_cond_broadcast", "atomic_load", "atomic_load_explicit",
-              "pthread_join", "sizeof", "offsetof", "pthread_rwlock_rdlock", "pthread_rwlock_unlock"}
+              "pthread_join", "sizeof", "offsetof", "pthread_rwlock_rdlock", "pthread_rwlock_unlock",
+              "if", "while", "for", "switch", "return"}
 ATOMIC_WRITE = re.compile(r"^atomic_(store|fetch_\w+|exchange|compare_exchange\w*)")
 INTO_FIRST = {"memset", "memcpy", "memmove", "snprintf", "sl__msg", "strcpy"}
 CHAIN_RE = re.compile(r"\b([A-Za-z_]\w*)((?:\s*(?:->|\.)\s*[A-Za-z_]\w*|\s*\[[^\]\[]*(?:\[[^\]]*\][^\]\[]*)*\])+)")
@@ -402,6 +403,9 @@ def var_type(t, pos, starts, var, alias, structs):
         ty = m.group(1)
         if ty in tags:
             best = alias.get(ty, ty)
+    for m in re.finditer(r"\b(?:struct\s+)?(\w+)\s+\**\s*\w+(?:\s*=[^,;()]*)?\s*,\s*\**\s*%s\b" % re.escape(var), scope):
+        if best is None and m.group(1) in tags:  # TYPE a, *var
+            best = alias.get(m.group(1), m.group(1))
     if best is None:  # a file-scope variable
         for m in re.finditer(r"\b(?:struct\s+)?(\w+)\s*\*?\s*\b%s\b\s*(?=[=;,\)\[])" % re.escape(var), t[:lo]):
             if m.group(1) in tags:
@@ -514,6 +518,8 @@ def writes_in(folder, structs, alias, by_name, protos):
             base = var_type(t, m.start(), starts, var, alias, structs)
             hits = owners(base, steps, structs, alias) if base else []
             guess = ""
+            if not hits and base:
+                continue  # a struct of elsewhere (a public one, a local)
             if not hits:
                 cands = by_name.get(fields[-1], [])
                 if len(cands) != 1:
