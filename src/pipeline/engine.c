@@ -71,6 +71,224 @@ static uint32_t *order_for(sl__engine *e, uint64_t epoch) {
     return e->seq[i];
 }
 
+/* ---- elastic slots: retire and reactivate ------------------------------------ */
+/*
+ * Slots past min_live are elastic: counted as used, not fixed, so a
+ * lowered limit can take them back. Only a FREE slot is retired: a FILLING
+ * slot holds claimed positions, a READY one a committed batch, a HELD one
+ * the consumer's data; none is disturbed, so delivery order and bytes
+ * never change, only how many batches are in flight. Retiring drops the
+ * slot's pages (MADV_DONTNEED: they read as zeros when it comes back)
+ * before its bytes are released, so resident memory never outgrows the
+ * count. Live slots never fall below max(min_live, held + 1): a consumer
+ * holding h batches can still get the next one.
+ *
+ * The pages go back outside mu (a whole slot's MADV_DONTNEED is not for
+ * the consumer's path to hold the lock through). Under mu a FREE slot to
+ * retire is marked RETIRING: it leaves the live slots at once, and
+ * dispatch opens FREE slots only. The thread that marked it takes it
+ * before it leaves mu (unlock) or waits on a condition variable
+ * (wait_on): RELEASING, one taker under mu, so its pages and bytes go
+ * back exactly once, unlocked; then, under mu again, it is RETIRED, or
+ * FREE once more if the pages would not go (locked: the slots are fixed).
+ * So no slot stays marked while mu is free, and a thread waiting for
+ * budget never waits for bytes a marked slot holds.
+ */
+
+static uint32_t live_floor(const sl__engine *e) { return SL_MAX(e->min_live, e->held + 1); }
+
+/* Pinned (or locked) pages cannot be given back: every live slot becomes
+ * fixed for life, and none is retired again. */
+static void fix_slots(sl__engine *e) {
+    if (e->pinned) return;
+    e->pinned = 1;
+    e->retire_debt = 0;
+    sl__budget_fix(e->conf->budget, (uint64_t)(e->live - e->min_live) * e->pitch);
+}
+
+/* FREE slot s is to give its pages and bytes back: marked, for
+ * release_marked. mu held. */
+static void slot_retire(sl__engine *e, sl_batch *s) {
+    s->state = SLOT_RETIRING;
+    e->live--;
+    e->retire_marked++;
+}
+
+/* The release of slot s is over (mu held). ok: it is RETIRED. Else the
+ * system would not drop its pages (mlock'd: MADV_DONTNEED refuses locked
+ * pages): it is FREE again, its bytes still counted, and the slots are
+ * fixed (counting s too when they were fixed while it was away). */
+static void retire_settle(sl__engine *e, sl_batch *s, int ok) {
+    e->retire_busy--;
+    if (ok) {
+        s->state = SLOT_RETIRED;
+        e->retirements++;
+    } else {
+        s->state = SLOT_FREE;
+        e->live++;
+        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch);
+        else fix_slots(e);
+        pthread_cond_broadcast(&e->cv_work);
+    }
+    pthread_cond_broadcast(&e->cv_quiet); /* pin and give_back wait for releases in flight */
+}
+
+/* Release every marked slot, one at a time: taken under mu, its pages
+ * dropped and then its bytes released with mu unlocked, settled under mu.
+ * mu held on entry and on return. */
+static void release_marked(sl__engine *e) {
+    while (e->retire_marked) {
+        sl_batch *s = e->slots;
+        while (s->state != SLOT_RETIRING) s++; /* there is one: retire_marked counts them */
+        s->state = SLOT_RELEASING;
+        e->retire_marked--;
+        e->retire_busy++;
+        pthread_mutex_unlock(&e->mu);
+        int ok = madvise(s->base, e->pitch, MADV_DONTNEED) == 0;
+        if (ok) sl__budget_release(e->conf->budget, e->pitch, SL_MEM_BATCHES); /* after its pages */
+        pthread_mutex_lock(&e->mu);
+        retire_settle(e, s, ok);
+    }
+}
+
+/* Leave mu: the slots marked on the way are released first. */
+static void unlock(sl__engine *e) {
+    release_marked(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Wait on cv, mu held; or, with slots marked, release them instead (mu
+ * was dropped: the caller looks again, as after any wakeup). */
+static void wait_on(sl__engine *e, pthread_cond_t *cv) {
+    if (e->retire_marked) release_marked(e);
+    else pthread_cond_wait(cv, &e->mu);
+}
+
+/* wait_on until the monotonic deadline dl: ETIMEDOUT, or 0. */
+static int wait_until(sl__engine *e, pthread_cond_t *cv, const struct timespec *dl) {
+    if (!e->retire_marked) return pthread_cond_timedwait(cv, &e->mu, dl);
+    release_marked(e);
+    return 0;
+}
+
+/* Retire FREE slots, highest id first (dispatch takes the lowest), until
+ * want bytes are marked or the floor is reached. Returns the bytes marked. */
+static uint64_t retire_free(sl__engine *e, uint64_t want) {
+    uint64_t got = 0;
+    for (uint32_t i = e->nslots; i-- > 0 && got < want && !e->pinned && e->live > live_floor(e);) {
+        if (e->slots[i].state == SLOT_FREE) {
+            slot_retire(e, &e->slots[i]);
+            got += e->pitch;
+        }
+    }
+    return got;
+}
+
+/* Slot s is done with (released, dropped, discarded, reset): retired while
+ * the debt of a lowered limit lasts and the budget is still over it (the
+ * workers' trimmed scratch or another loader may have paid it; while
+ * slots' bytes are still on their way back the budget cannot tell, and
+ * the debt stands), else FREE. */
+static void slot_free(sl__engine *e, sl_batch *s) {
+    s->discard = 0;
+    if (e->retire_debt && !e->retire_marked && !e->retire_busy && !sl__budget_over(e->conf->budget))
+        e->retire_debt = 0;
+    s->state = SLOT_FREE;
+    if (e->retire_debt && !e->pinned && e->live > live_floor(e)) {
+        slot_retire(e, s);
+        e->retire_debt = e->retire_debt > e->pitch ? e->retire_debt - e->pitch : 0;
+        return;
+    }
+    pthread_cond_broadcast(&e->cv_work);
+}
+
+/* Bring up to `most` retired slots back, one at a time, each with a
+ * try-request (never a wait: prefetch is the first thing shed and the last
+ * grown), while no debt is owed and the elastic slots leave one sample's
+ * growth (sample_cap) under the limit beyond the fixed part, as create
+ * sized them. Returns how many came back. */
+static uint32_t reactivate(sl__engine *e, uint32_t most) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->nslots && n < most && !e->retire_debt; i++) {
+        sl_batch *s = &e->slots[i];
+        if (s->state != SLOT_RETIRED) continue;
+        uint64_t elastic = (uint64_t)(e->live + 1 - e->min_live) * e->pitch;
+        if (elastic + e->conf->sample_cap > sl__budget_headroom(e->conf->budget)) break;
+        if (sl__budget_try(e->conf->budget, e->pitch, SL_MEM_BATCHES)) break;
+        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch); /* locked after it retired */
+        s->state = SLOT_FREE;
+        e->live++;
+        e->reactivations++;
+        n++;
+    }
+    if (n) pthread_cond_broadcast(&e->cv_work);
+    return n;
+}
+
+/* The budget's consumer (mem.h): called on the thread that moved the
+ * limit, no budget lock held. Returns once the slots it retired gave
+ * their bytes back (and those other threads were releasing), so the
+ * budget asks the next consumer only for what is still over. */
+static uint64_t slots_give_back(void *ctx, uint64_t want) {
+    sl__engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    uint64_t before = e->retirements;
+    uint64_t marked = retire_free(e, want);
+    e->retire_debt = want > marked && !e->pinned ? want - marked : 0;
+    while (e->retire_marked || e->retire_busy) wait_on(e, &e->cv_quiet);
+    uint64_t got = (e->retirements - before) * e->pitch;
+    unlock(e);
+    return got;
+}
+
+static void slots_room(void *ctx) {
+    sl__engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->retire_debt = 0;
+    reactivate(e, UINT32_MAX);
+    unlock(e);
+}
+
+void sl__engine_consumer_on(sl__engine *e) {
+    e->consumer = (sl__consumer){.give_back = slots_give_back, .room = slots_room, .ctx = e};
+    sl__budget_add_consumer(e->conf->budget, &e->consumer);
+    e->consumer_on = 1;
+}
+
+void sl__engine_consumer_off(sl__engine *e) {
+    if (e->consumer_on) sl__budget_remove_consumer(e->conf->budget, &e->consumer);
+}
+
+void sl__engine_consumer_forget(sl__engine *e) {
+    if (e->consumer_on) sl__budget_forget_consumer(e->conf->budget, &e->consumer);
+}
+
+int sl__engine_pin(sl__engine *e, void **base, size_t *len) {
+    pthread_mutex_lock(&e->mu);
+    while (e->retire_marked || e->retire_busy) wait_on(e, &e->cv_quiet); /* every retirement settled */
+    int rc = 0;
+    uint32_t retired = e->nslots - e->live;
+    if (!e->pinned && retired) { /* all of them back, or none */
+        if (sl__budget_try(e->conf->budget, (uint64_t)retired * e->pitch, SL_MEM_BATCHES)) {
+            rc = SL_EBUDGET;
+        } else {
+            for (uint32_t i = 0; i < e->nslots; i++)
+                if (e->slots[i].state == SLOT_RETIRED) e->slots[i].state = SLOT_FREE;
+            e->live = e->nslots;
+            e->reactivations += retired;
+        }
+    }
+    if (!rc && !e->pinned) {
+        fix_slots(e);
+        pthread_cond_broadcast(&e->cv_work);
+    }
+    unlock(e);
+    if (rc) return rc;
+    *base = e->region;
+    *len = e->region_len;
+    return 0;
+}
+
 /* ---- life ------------------------------------------------------------------- */
 
 int sl__engine_sync_init(sl__engine *e) {
@@ -180,8 +398,8 @@ void sl__engine_open(sl__engine *e) {
 
 void sl__engine_wait_started(sl__engine *e, uint32_t n) {
     pthread_mutex_lock(&e->mu);
-    while (e->started < n) pthread_cond_wait(&e->cv_ready, &e->mu);
-    pthread_mutex_unlock(&e->mu);
+    while (e->started < n) wait_on(e, &e->cv_ready);
+    unlock(e);
 }
 
 void sl__engine_stop(sl__engine *e) {
@@ -190,151 +408,7 @@ void sl__engine_stop(sl__engine *e) {
     atomic_store(&e->cancel, 1);
     pthread_cond_broadcast(&e->cv_work);
     pthread_cond_broadcast(&e->cv_ready);
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* ---- elastic slots: retire and reactivate ------------------------------------ */
-/*
- * Slots past min_live are elastic: counted as used, not fixed, so a
- * lowered limit can take them back. Only a FREE slot is retired: a FILLING
- * slot holds claimed positions, a READY one a committed batch, a HELD one
- * the consumer's data; none is disturbed, so delivery order and bytes
- * never change, only how many batches are in flight. Retiring drops the
- * slot's pages (MADV_DONTNEED: they read as zeros when it comes back)
- * before its bytes are released, so resident memory never outgrows the
- * count. Live slots never fall below max(min_live, held + 1): a consumer
- * holding h batches can still get the next one. All of it under mu.
- */
-
-static uint32_t live_floor(const sl__engine *e) { return SL_MAX(e->min_live, e->held + 1); }
-
-/* Pinned (or locked) pages cannot be given back: every live slot becomes
- * fixed for life, and none is retired again. */
-static void fix_slots(sl__engine *e) {
-    if (e->pinned) return;
-    e->pinned = 1;
-    e->retire_debt = 0;
-    sl__budget_fix(e->conf->budget, (uint64_t)(e->live - e->min_live) * e->pitch);
-}
-
-/* FREE slot s gives its pages and bytes back: 1, or 0 (it stays FREE)
- * when the system will not drop its pages (mlock'd: MADV_DONTNEED refuses
- * locked pages), and then the slots are fixed. */
-static int slot_retire(sl__engine *e, sl_batch *s) {
-    if (madvise(s->base, e->pitch, MADV_DONTNEED) != 0) {
-        fix_slots(e);
-        return 0;
-    }
-    s->state = SLOT_RETIRED;
-    e->live--;
-    e->retirements++;
-    sl__budget_release(e->conf->budget, e->pitch, SL_MEM_BATCHES);
-    return 1;
-}
-
-/* Retire FREE slots, highest id first (dispatch takes the lowest), until
- * want bytes went or the floor is reached. Returns the bytes released. */
-static uint64_t retire_free(sl__engine *e, uint64_t want) {
-    uint64_t got = 0;
-    for (uint32_t i = e->nslots; i-- > 0 && got < want && !e->pinned && e->live > live_floor(e);) {
-        if (e->slots[i].state == SLOT_FREE && slot_retire(e, &e->slots[i])) got += e->pitch;
-    }
-    return got;
-}
-
-/* Slot s is done with (released, dropped, discarded, reset): retired while
- * the debt of a lowered limit lasts and the budget is still over it (the
- * workers' trimmed scratch or another loader may have paid it), else FREE. */
-static void slot_free(sl__engine *e, sl_batch *s) {
-    s->discard = 0;
-    if (e->retire_debt && !sl__budget_over(e->conf->budget)) e->retire_debt = 0;
-    s->state = SLOT_FREE;
-    if (e->retire_debt && !e->pinned && e->live > live_floor(e) && slot_retire(e, s)) {
-        e->retire_debt = e->retire_debt > e->pitch ? e->retire_debt - e->pitch : 0;
-        return;
-    }
-    pthread_cond_broadcast(&e->cv_work);
-}
-
-/* Bring up to `most` retired slots back, one at a time, each with a
- * try-request (never a wait: prefetch is the first thing shed and the last
- * grown), while no debt is owed and the elastic slots leave one sample's
- * growth (sample_cap) under the limit beyond the fixed part, as create
- * sized them. Returns how many came back. */
-static uint32_t reactivate(sl__engine *e, uint32_t most) {
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < e->nslots && n < most && !e->retire_debt; i++) {
-        sl_batch *s = &e->slots[i];
-        if (s->state != SLOT_RETIRED) continue;
-        uint64_t elastic = (uint64_t)(e->live + 1 - e->min_live) * e->pitch;
-        if (elastic + e->conf->sample_cap > sl__budget_headroom(e->conf->budget)) break;
-        if (sl__budget_try(e->conf->budget, e->pitch, SL_MEM_BATCHES)) break;
-        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch); /* locked after it retired */
-        s->state = SLOT_FREE;
-        e->live++;
-        e->reactivations++;
-        n++;
-    }
-    if (n) pthread_cond_broadcast(&e->cv_work);
-    return n;
-}
-
-/* The budget's consumer (mem.h): called on the thread that moved the
- * limit, no budget lock held. */
-static uint64_t slots_give_back(void *ctx, uint64_t want) {
-    sl__engine *e = ctx;
-    pthread_mutex_lock(&e->mu);
-    uint64_t got = retire_free(e, want);
-    e->retire_debt = want > got && !e->pinned ? want - got : 0;
-    pthread_mutex_unlock(&e->mu);
-    return got;
-}
-
-static void slots_room(void *ctx) {
-    sl__engine *e = ctx;
-    pthread_mutex_lock(&e->mu);
-    e->retire_debt = 0;
-    reactivate(e, UINT32_MAX);
-    pthread_mutex_unlock(&e->mu);
-}
-
-void sl__engine_consumer_on(sl__engine *e) {
-    e->consumer = (sl__consumer){.give_back = slots_give_back, .room = slots_room, .ctx = e};
-    sl__budget_add_consumer(e->conf->budget, &e->consumer);
-    e->consumer_on = 1;
-}
-
-void sl__engine_consumer_off(sl__engine *e) {
-    if (e->consumer_on) sl__budget_remove_consumer(e->conf->budget, &e->consumer);
-}
-
-void sl__engine_consumer_forget(sl__engine *e) {
-    if (e->consumer_on) sl__budget_forget_consumer(e->conf->budget, &e->consumer);
-}
-
-int sl__engine_pin(sl__engine *e, void **base, size_t *len) {
-    pthread_mutex_lock(&e->mu);
-    int rc = 0;
-    uint32_t retired = e->nslots - e->live;
-    if (!e->pinned && retired) { /* all of them back, or none */
-        if (sl__budget_try(e->conf->budget, (uint64_t)retired * e->pitch, SL_MEM_BATCHES)) {
-            rc = SL_EBUDGET;
-        } else {
-            for (uint32_t i = 0; i < e->nslots; i++)
-                if (e->slots[i].state == SLOT_RETIRED) e->slots[i].state = SLOT_FREE;
-            e->live = e->nslots;
-            e->reactivations += retired;
-        }
-    }
-    if (!rc && !e->pinned) {
-        fix_slots(e);
-        pthread_cond_broadcast(&e->cv_work);
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (rc) return rc;
-    *base = e->region;
-    *len = e->region_len;
-    return 0;
+    unlock(e);
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
@@ -507,7 +581,7 @@ static int commit_slot(sl__engine *e, sl_batch *s) {
         s->pending += m;
         e->tail = T;
         e->pad = P;
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         return 1;
     }
     uint32_t n = 0;
@@ -533,7 +607,7 @@ static int commit_slot(sl__engine *e, sl_batch *s) {
     pthread_mutex_lock(&e->mu);
     e->tail = T;
     sl__refill_close(s);
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return 0;
 }
 
@@ -549,7 +623,7 @@ static int try_commit(sl__engine *e) {
         done++;
         uint64_t gen = e->gen;
         e->committing = 1;
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         int round = commit_slot(e, s);
         pthread_mutex_lock(&e->mu);
         e->committing = 0;
@@ -583,7 +657,7 @@ static int try_commit(sl__engine *e) {
             e->d_batch = 0;
             e->d_open = 0;
             e->committing = 1; /* hold off other commits and resets while the order is made */
-            pthread_mutex_unlock(&e->mu);
+            unlock(e);
             order_for(e, s->epoch + 1);
             pthread_mutex_lock(&e->mu);
             e->committing = 0;
@@ -621,12 +695,12 @@ void sl__engine_run(void *ctx, sl__worker *w) {
             if (e->stop) break;
             sl__worker_idle(w); /* never sleep on growth another worker may wait for */
             uint64_t t0 = sl__now_ns();
-            pthread_cond_wait(&e->cv_work, &e->mu);
+            wait_on(e, &e->cv_work);
             sl__worker_woke(w, t0);
             continue;
         }
         e->active++;
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         int to_gpu = fill_position(w, &c); /* its time counts as the worker's busy time */
         pthread_mutex_lock(&e->mu);
         e->active--;
@@ -645,7 +719,7 @@ void sl__engine_run(void *ctx, sl__worker *w) {
         try_commit(e);
         if (e->active == 0) pthread_cond_broadcast(&e->cv_quiet);
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
 }
 
 /* ---- the GPU thread ------------------------------------------------------------- */
@@ -667,15 +741,15 @@ void *sl__engine_gpu_main(void *arg) {
             clock_gettime(CLOCK_MONOTONIC, &dl);
             dl.tv_nsec += (long)ns;
             if (dl.tv_nsec >= 1000000000) dl.tv_sec++, dl.tv_nsec -= 1000000000;
-            pthread_cond_timedwait(&e->cv_gpu, &e->mu, &dl);
+            wait_until(e, &e->cv_gpu, &dl);
         }
         uint32_t n = sl__gstage_take(g, e->gen);
         if (!n) {
-            pthread_cond_wait(&e->cv_gpu, &e->mu);
+            wait_on(e, &e->cv_gpu);
             continue;
         }
         e->active++;
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         why[0] = 0;
         int rc = sl__gstage_run(g, n, why, sizeof why);
         pthread_mutex_lock(&e->mu);
@@ -684,14 +758,14 @@ void *sl__engine_gpu_main(void *arg) {
         pthread_cond_broadcast(&e->cv_work); /* handbacks to claim, batches to commit */
         pthread_cond_broadcast(&e->cv_quiet);
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return NULL;
 }
 
 void sl__engine_stop_gpu(sl__engine *e) {
     pthread_mutex_lock(&e->mu);
     pthread_cond_broadcast(&e->cv_gpu);
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     sl__gstage_join(e->gs);
 }
 
@@ -704,7 +778,7 @@ static void reset_pipeline(sl__engine *e, uint64_t epoch, uint64_t batch, uint64
                            const sl__span *span) {
     e->paused = 1;
     e->gen++;
-    while (e->active > 0 || e->committing) pthread_cond_wait(&e->cv_quiet, &e->mu);
+    while (e->active > 0 || e->committing) wait_on(e, &e->cv_quiet);
     if (span || e->sampler->resumed) { /* the orders made for the old spans are stale */
         sl__sampler_resume(e->sampler, epoch, span);
         e->seq_valid[0] = e->seq_valid[1] = 0;
@@ -824,8 +898,8 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
             rc = SL_ETIMEDOUT;
             break;
         }
-        if (timeout_ns < 0) pthread_cond_wait(&e->cv_ready, &e->mu);
-        else if (timeout_ns == 0 || pthread_cond_timedwait(&e->cv_ready, &e->mu, &dl) == ETIMEDOUT) expired = 1;
+        if (timeout_ns < 0) wait_on(e, &e->cv_ready);
+        else if (timeout_ns == 0 || wait_until(e, &e->cv_ready, &dl) == ETIMEDOUT) expired = 1;
     }
     e->wait_ns += sl__now_ns() - t0;
     return rc;
@@ -834,7 +908,7 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
 int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
     pthread_mutex_lock(&e->mu);
     int rc = next_locked(e, out, timeout_ns);
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return rc;
 }
 
@@ -853,7 +927,7 @@ void sl__engine_release(sl__engine *e, sl_batch *b) {
         if (e->live < e->nslots) reactivate(e, 1); /* room a try-request refused before */
         pthread_cond_broadcast(&e->cv_ready);
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
 }
 
 int sl__engine_poisoned(sl__engine *e, char *why, size_t len) {
@@ -861,7 +935,7 @@ int sl__engine_poisoned(sl__engine *e, char *why, size_t len) {
     int code = sl__guard_poisoned(e->guard);
     if (code) sl__msg(why, len, "%s", e->guard->why);
     else sl__msg(why, len, "%s", "");
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return code;
 }
 
@@ -869,14 +943,14 @@ int sl__engine_last_error(sl__engine *e, sl_error_record *out) {
     pthread_mutex_lock(&e->mu);
     int rc = e->guard->has_last_err ? 0 : SL_EEND;
     if (!rc) *out = e->guard->last_err;
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return rc;
 }
 
 int sl__engine_set_epoch(sl__engine *e, uint64_t epoch) {
     pthread_mutex_lock(&e->mu);
     if (sl__guard_poisoned(e->guard)) {
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         return SL_ESTATE;
     }
     if (e->cur_epoch == epoch && e->cur_batch == 0) {
@@ -884,7 +958,7 @@ int sl__engine_set_epoch(sl__engine *e, uint64_t epoch) {
     } else {
         reset_pipeline(e, epoch, 0, e->sampler->per_rank, 0, NULL);
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     return 0;
 }
 
@@ -892,7 +966,7 @@ int sl__engine_set_state(sl__engine *e, uint64_t epoch, uint64_t batch, uint64_t
                          const sl__span *span, uint32_t *gone) {
     pthread_mutex_lock(&e->mu);
     if (sl__guard_poisoned(e->guard)) {
-        pthread_mutex_unlock(&e->mu);
+        unlock(e);
         sl__free(e->conf->budget, gone);
         return SL_ESTATE;
     }
@@ -903,7 +977,7 @@ int sl__engine_set_state(sl__engine *e, uint64_t epoch, uint64_t batch, uint64_t
         e->span_gone[1] = e->span_gone[0];
         e->span_gone[0] = gone;
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
     sl__free(e->conf->budget, old);
     return 0;
 }
@@ -915,7 +989,7 @@ void sl__engine_state(sl__engine *e, uint64_t *epoch, uint64_t *batch, uint64_t 
     *tail = e->cur_tail;
     *pad = e->cur_pad;
     *span = *sl__sampler_span(e->sampler, e->cur_epoch);
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
 }
 
 void sl__engine_stats(sl__engine *e, sl_stats *o) {
@@ -934,5 +1008,5 @@ void sl__engine_stats(sl__engine *e, sl_stats *o) {
     o->slot_reactivations = e->reactivations;
     o->errors = e->guard->failed_seen;
     sl__gstage_mode(e->gs, o);
-    pthread_mutex_unlock(&e->mu);
+    unlock(e);
 }

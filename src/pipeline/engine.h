@@ -95,7 +95,9 @@ typedef struct sl__engine {
      * once (consumer.give_back) and the rest as they free while
      * retire_debt lasts; a grown limit brings them back one at a time. */
     uint32_t min_live;       /* never retired: cfg.min_slots */
-    uint32_t live;           /* slots not RETIRED */
+    uint32_t live;           /* slots neither RETIRED nor on their way there */
+    uint32_t retire_marked;  /* slots RETIRING: none once mu is free (unlock, wait_on) */
+    uint32_t retire_busy;    /* slots RELEASING: pages and bytes going back outside mu */
     uint64_t retire_debt;    /* bytes still to give back as slots free */
     uint64_t retirements, reactivations;
     int pinned;              /* the region was handed out for pinning: no page goes back */

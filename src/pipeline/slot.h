@@ -32,8 +32,11 @@
 
 /* A slot's states (engine.c). RETIRED: an elastic slot given back under a
  * lowered limit (its pages returned, its bytes released); dispatch never
- * opens it, and it comes back as FREE when the limit grows. */
-enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_RETIRED };
+ * opens it, and it comes back as FREE when the limit grows. RETIRING: on
+ * its way there, marked under the engine's lock and not yet taken by the
+ * thread that returns its pages and bytes outside the lock; RELEASING:
+ * taken (engine.c, "elastic slots"). Dispatch opens FREE slots only. */
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_RETIRED, SLOT_RETIRING, SLOT_RELEASING };
 
 /* A position's reason string: as long as an error record's. */
 #define SL_REASON_LEN SL_REASON_MAX

@@ -13,8 +13,14 @@
  *  - Handing the region out for pinning (sl_loader_slot_region) brings
  *    retired slots back and fixes them: a later shrink retires none; so do
  *    pages locked with mlockall, which MADV_DONTNEED cannot drop.
+ *  - Shrinks and growths racing with delivery: a slot on its way to
+ *    retirement (its pages going back outside the loader's lock) is never
+ *    dispatched, and its bytes go back exactly once.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #include "bigimg.h"
@@ -88,19 +94,29 @@ static void reference(const fx_dataset *d, run *r, uint32_t nbatches) {
     sl_budget_destroy(b);
 }
 
-TEST(shrink_retires_slots_and_delivery_is_unchanged) {
-    fx_dataset *d = fx_new(128, 0, 96, 160); /* small files: the run stays short under TSan */
-    uint32_t total = 128 / BATCH * EPOCHS;
-    run ref = {{0}, 0}, got = {{0}, 0};
-    reference(d, &ref, total);
-
-    sl_budget *b;
-    CHECK_OK(sl_budget_create(128 * MIB, &b));
-    sl_config cfg = slot_cfg(d, b);
+/* A dataset of small files (the runs stay short under TSan), the
+ * reference run of its first total batches, and a loader of slot_cfg over
+ * it on a new 128 MiB shared budget, its 8 slots live. */
+static sl_loader *shrink_loader(fx_dataset **d, sl_budget **b, run *ref, uint32_t total) {
+    *d = fx_new(128, 0, 96, 160);
+    reference(*d, ref, total);
+    CHECK_OK(sl_budget_create(128 * MIB, b));
+    sl_config cfg = slot_cfg(*d, *b);
     sl_loader *ld = fx_open(&cfg);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.slots, 8);
+    return ld;
+}
+
+TEST(shrink_retires_slots_and_delivery_is_unchanged) {
+    fx_dataset *d;
+    sl_budget *b;
+    uint32_t total = 128 / BATCH * EPOCHS;
+    run ref = {{0}, 0}, got = {{0}, 0};
+    sl_loader *ld = shrink_loader(&d, &b, &ref, total);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.slots_min, 2);
     CHECK_EQ(st.slots_retired, 0);
     /* only min_slots slots are fixed: the other six are counted as used */
@@ -263,4 +279,86 @@ TEST(locked_pages_fix_the_slots) {
     CHECK(st.fixed_bytes >= fixed0 + 6 * 3 * MIB);
     CHECK_EQ(st.errors, 0);
     slot_done(ld, b, d);
+}
+
+/* The limit moves between low and the ceiling, over and over, until the
+ * consumer is done. */
+typedef struct mover {
+    sl_budget *b;
+    uint64_t low;
+    atomic_int done;
+    atomic_uint moves;
+} mover;
+
+static void *move_limit(void *arg) {
+    mover *m = arg;
+    char err[256] = "";
+    while (!atomic_load(&m->done)) {
+        if (sl_budget_set_limit(m->b, m->low, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+        sched_yield();
+        if (sl_budget_set_limit(m->b, 128 * MIB, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+        atomic_fetch_add(&m->moves, 1);
+        sched_yield();
+    }
+    return NULL;
+}
+
+/* A thread moves the limit down to the fixed part and up again while the
+ * consumer takes batches, holding two at a time (each release while the
+ * limit is low retires its slot on the consumer's thread) and moving the
+ * limit too (give_back on its thread). A slot marked for retirement is
+ * never opened for a batch: every batch's checksum is the one of a run
+ * without a move. Its bytes go back exactly once: once every slot came
+ * back, the batches' category holds the eight slots' blocks exactly, and
+ * the budget is empty after destroy. */
+TEST(retiring_slots_race_with_delivery) {
+    fx_dataset *d;
+    sl_budget *b;
+    uint32_t total = 128 / BATCH * EPOCHS;
+    run ref = {{0}, 0}, got = {{0}, 0}, more = {{0}, 0};
+    sl_loader *ld = shrink_loader(&d, &b, &ref, total);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    uint64_t pitch = st.mem[SL_MEM_BATCHES] / 8, fixed = st.fixed_bytes;
+    CHECK_EQ(st.mem[SL_MEM_BATCHES], 8 * pitch);
+
+    mover m = {.b = b, .low = fixed};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, move_limit, &m), 0);
+    char err[256] = "";
+    sl_batch *held[2] = {NULL, NULL};
+    for (uint32_t i = 0; got.n < total; i++) {
+        sl_batch *bt = take(ld, &got, 1);
+        if (held[i % 2]) sl_loader_release(ld, held[i % 2]);
+        held[i % 2] = bt;
+        if (i % 4 == 1 && sl_budget_set_limit(b, fixed, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+        if (i % 4 == 3 && sl_budget_set_limit(b, 128 * MIB, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+    }
+    atomic_store(&m.done, 1);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    sl_loader_release(ld, held[0]);
+    sl_loader_release(ld, held[1]);
+    if (sl_budget_set_limit(b, 128 * MIB, err, sizeof err)) SL_FAIL("set_limit: %s", err);
+    /* every slot comes back as batches are taken (a try-request each) */
+    for (int i = 0; i < 1000; i++) {
+        CHECK_OK(sl_loader_stats(ld, &st));
+        if (st.slots == 8) break;
+        take(ld, &more, 0);
+    }
+    printf("%u limit moves beside %u batches: %llu retirements, %llu reactivations\n", atomic_load(&m.moves),
+           got.n, (unsigned long long)st.slot_retirements, (unsigned long long)st.slot_reactivations);
+    CHECK_EQ(st.slots, 8);
+    CHECK(st.slot_retirements > 0);
+    CHECK_EQ(st.slot_reactivations, st.slot_retirements);
+    CHECK_EQ(st.mem[SL_MEM_BATCHES], 8 * pitch);
+    CHECK_EQ(st.errors, 0);
+    sl_loader_destroy(ld);
+    sl_budget_info bi;
+    CHECK_OK(sl_budget_stats(b, &bi));
+    CHECK_EQ(bi.used, 0);
+    sl_budget_destroy(b);
+    CHECK_EQ(got.n, ref.n);
+    for (uint32_t i = 0; i < got.n && i < MAXB; i++)
+        if (got.sums[i] != ref.sums[i]) SL_FAIL("batch %u differs from the run without a limit move", i);
+    free(d);
 }
