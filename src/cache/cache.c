@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "cache/index.h"
 #include "cache/segment.h"
 
 struct sl__cache {

@@ -1,13 +1,14 @@
 /*
  * The cache's index, common to the private cache and the node cache: the
- * region's layout, its formatting, the eviction heap, freeing a record,
- * and the lock. See segment.h for the layout and its invariants.
+ * region's layout, its formatting and the eviction heap (freeing a record
+ * and the lock, which may reach the node's blocks and recovery, are in
+ * shm.c). See segment.h for the layout and its invariants.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "base/util.h"
-#include "cache/segment.h"
+#include "cache/index.h"
 
 /* ---- the region ------------------------------------------------------------ */
 
@@ -122,26 +123,3 @@ void sl__seg_heap_build(sl__chdr *h) {
     for (uint32_t i = 0; i < h->heap_len; i++) sl__crecs(h)[sl__cheap(h)[i]].heap_pos = i;
     for (uint32_t i = h->heap_len / 2; i-- > 0;) sift_down(h, i);
 }
-
-/* ---- records, the lock --------------------------------------------------------- */
-
-void sl__seg_rec_free(sl__seg *s, uint32_t r) {
-    sl__chdr *h = s->h;
-    sl__crec *rec = &sl__crecs(h)[r];
-    if (s->shared && rec->loc != BLK_END) sl__seg_blocks_give(s, rec->loc);
-    h->charged -= rec->charge;
-    rec->state = REC_FREE;
-    atomic_thread_fence(memory_order_seq_cst);
-    memset(rec, 0, sizeof *rec);
-    sl__cfrec(h)[h->nfrec++] = r;
-}
-
-void sl__seg_lock(sl__seg *s) {
-    int rc = pthread_mutex_lock(&s->h->mu);
-    if (rc == EOWNERDEAD) { /* a process died holding it: the index may be half-changed */
-        sl__seg_recover(s);
-        pthread_mutex_consistent(&s->h->mu);
-    }
-}
-
-void sl__seg_unlock(sl__seg *s) { pthread_mutex_unlock(&s->h->mu); }

@@ -4,9 +4,10 @@
  * index, one budgeted allocation; for a node cache it is the whole
  * /dev/shm segment (index, value blocks, process table). cache.c (the
  * policy and the private cache) reaches the region only through this
- * header; index.c (layout, the eviction heap, records) and shm.c (the
- * segment: attach, processes, blocks, recovery) implement it and never
- * call the policy.
+ * header and index.h; index.c (layout, formatting, the eviction heap: pure functions
+ * of the region) and shm.c (records and the lock, and the segment:
+ * attach, processes, blocks, recovery) implement it and never call the
+ * policy; shm.c uses index.c, never the reverse.
  *
  * Everything in the region is addressed by offsets and indices, never
  * pointers, so every process may map it anywhere:
@@ -137,20 +138,7 @@ static inline uint8_t *sl__cblock(sl__chdr *h, uint64_t blk) {
     return (uint8_t *)h + h->off_blocks + blk * h->block_size;
 }
 
-/* ---- the index (index.c) ---------------------------------------------------- */
-/* Offsets and sizes of a region for these parameters into h (not yet
- * initialized otherwise). SL_EOVERFLOW if they do not fit 64 bits. */
-int sl__seg_layout(sl__chdr *h, uint32_t keys, uint32_t max_entries, uint64_t nblocks, uint32_t block_size,
-                   int shared);
-/* Clear the index to empty (every record free, every block warm). */
-void sl__seg_format(sl__chdr *h);
-
-/* The eviction heap (a max-heap on next_use over the READY records), mu held. */
-void sl__seg_heap_push(sl__chdr *h, uint32_t r);
-void sl__seg_heap_remove(sl__chdr *h, uint32_t r);
-void sl__seg_heap_fix(sl__chdr *h, uint32_t r); /* after r's next_use changed */
-void sl__seg_heap_build(sl__chdr *h);           /* from heap[0, heap_len) */
-
+/* ---- records and the lock (shm.c) ---------------------------------------------- */
 /* Free record r and, in a node cache, its blocks (mu held). A private
  * record's value is its owner's to free first. The state goes first: a
  * node cache's recovery must never see a half-cleared record as live. */

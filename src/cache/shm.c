@@ -43,7 +43,8 @@
 
 #include "base/hash.h"
 #include "base/util.h"
-#include "cache/cache.h"
+#include "cache/node.h"
+#include "cache/index.h"
 #include "cache/segment.h"
 
 #define SHM_DIR "/dev/shm"
@@ -605,7 +606,7 @@ static int create_segment(sl__seg *s, const sl__seg_geom *g, char *err, size_t e
     h->total_capacity = g->capacity;
     h->cap_max = h->capacity = g->nblocks * g->block_size;
     h->epoch_len = g->epoch_len;
-    h->refresh_epoch = SL_CACHE_NEVER;
+    h->refresh_epoch = UINT64_MAX; /* SL_CACHE_NEVER: none yet */
     rc = register_self(s, err, errlen); /* an empty table: fails only without OFD locks */
     if (rc) return rc;
     atomic_store_explicit(&h->magic, SL_CACHE_MAGIC, memory_order_release);
@@ -869,3 +870,26 @@ size_t sl__cache_shm_list(sl__cache_seg *out, size_t max) {
     closedir(d);
     return n;
 }
+
+/* ---- records, the lock --------------------------------------------------------- */
+
+void sl__seg_rec_free(sl__seg *s, uint32_t r) {
+    sl__chdr *h = s->h;
+    sl__crec *rec = &sl__crecs(h)[r];
+    if (s->shared && rec->loc != BLK_END) sl__seg_blocks_give(s, rec->loc);
+    h->charged -= rec->charge;
+    rec->state = REC_FREE;
+    atomic_thread_fence(memory_order_seq_cst);
+    memset(rec, 0, sizeof *rec);
+    sl__cfrec(h)[h->nfrec++] = r;
+}
+
+void sl__seg_lock(sl__seg *s) {
+    int rc = pthread_mutex_lock(&s->h->mu);
+    if (rc == EOWNERDEAD) { /* a process died holding it: the index may be half-changed */
+        sl__seg_recover(s);
+        pthread_mutex_consistent(&s->h->mu);
+    }
+}
+
+void sl__seg_unlock(sl__seg *s) { pthread_mutex_unlock(&s->h->mu); }
