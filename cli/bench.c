@@ -5,7 +5,7 @@
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
  *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
- *   [--decode cpu|auto|gpu] [--gpu-budget SIZE] [--gpu-device N] [--worker-nice N]
+ *   [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget SIZE] [--gpu-device N] [--worker-nice N]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -43,15 +43,18 @@ static void usage(FILE *f) {
             "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
             "                    [--fields FILE.json] [--json]\n"
             "                    [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]\n"
-            "                    [--decode cpu|auto|gpu] [--gpu-budget 512M] [--gpu-device N]\n"
+            "                    [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget 512M] [--gpu-device N]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
             "field's value). --fields: the schema, a JSON object of named fields\n"
             "(docs/fields.md). --cache: a sample cache of SIZE (docs/cache.md): a part of\n"
             "the budget, or with --cache-share node one /dev/shm segment for the node's\n"
-            "ranks. --decode gpu: JPEGs decoded by the GPU engine (nvJPEG) beside the CPU\n"
-            "workers, batches in device memory (docs/gpu.md); auto: where it can run.\n"
+            "ranks. --decode gpu: every JPEG the GPU engine (nvJPEG) takes decoded by it,\n"
+            "beside the CPU workers, batches in device memory, the same bytes for any\n"
+            "worker count (docs/gpu.md); prefer-gpu: where it can run, else the CPU; auto:\n"
+            "split by measured rates (not bit-reproducible). The checksum covers device\n"
+            "bytes too.\n"
             "--worker-nice: the workers' priority below the process's (0..19; 10).\n"
             "Sizes take K, M, G suffixes (1024).\n",
             sl_cli_recipe_usage);
@@ -133,13 +136,13 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         }
         fprintf(stderr, "sluice bench: %s: %s\n", a, why);
     } else if (!strcmp(a, "--decode")) {
-        static const char *const names[] = {"cpu", "auto", "gpu"}; /* SL_DECODE_* in order */
-        for (int k = 0; k < 3; k++)
+        static const char *const names[] = {"cpu", "auto", "gpu", "prefer-gpu"}; /* SL_DECODE_* in order */
+        for (int k = 0; k < 4; k++)
             if (!strcmp(val, names[k])) {
                 cfg->decode = k;
                 return 0;
             }
-        fprintf(stderr, "sluice bench: --decode is cpu, auto or gpu, not '%s'\n", val);
+        fprintf(stderr, "sluice bench: --decode is cpu, gpu, prefer-gpu or auto, not '%s'\n", val);
     } else if (!strcmp(a, "--workers")) {
         if (!strcmp(val, "auto") || (parse_u64(val, &v) == 0 && v >= 1 && v <= 1024)) {
             cfg->workers = val[0] == 'a' ? 0 : (uint32_t)v;

@@ -188,12 +188,12 @@ typedef struct sl_config {
     uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
     uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
                                   (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
-    /* GPU decode (docs/gpu.md). With SL_DECODE_AUTO or SL_DECODE_GPU the
+    /* GPU decode (docs/gpu.md). With SL_DECODE_GPU, PREFER_GPU or AUTO the
      * loader's scheduler feeds the nvJPEG engine beside the CPU workers and
      * the image field's batch lives in device memory (sl_field.device_type
      * SL_DEVICE_CUDA); sl_stats says which engine decodes and why. Zero:
      * the CPU workers only, host batches, as before. */
-    int decode;              /* SL_DECODE_CPU (0), SL_DECODE_AUTO or SL_DECODE_GPU */
+    int decode;              /* SL_DECODE_CPU (0), SL_DECODE_PREFER_GPU, SL_DECODE_GPU or SL_DECODE_AUTO */
     int gpu_device;          /* CUDA device ordinal (0) */
     uint64_t gpu_budget;     /* device bytes: the engine's pool + the device batch slots (0: 512 MiB) */
     uint64_t gpu_max_pixels; /* larger images go to the CPU workers (0: 2^22, docs/gpu.md) */
@@ -218,13 +218,18 @@ typedef struct sl_config {
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
-/* cfg.decode. AUTO: the GPU engine when it can run here and an image field
- * is one it decodes (baseline JPEGs, train/val presets, bilinear, RGB),
- * else the CPU workers (sl_stats.decode_reason says why). GPU: the same,
- * but create fails (SL_EUNSUPPORTED, SL_EBUDGET, with the reason) where
- * the GPU cannot decode; every sample the GPU can take goes to it (a
- * deterministic split). */
-enum { SL_DECODE_CPU = 0, SL_DECODE_AUTO = 1, SL_DECODE_GPU = 2 };
+/* cfg.decode. GPU: every sample the GPU engine can take goes to it (which
+ * engine decodes a sample is a rule of the sample, so the bytes repeat for
+ * any worker count, timing and load); create fails (SL_EUNSUPPORTED,
+ * SL_EBUDGET, with the reason and the numbers) where the GPU cannot
+ * decode. PREFER_GPU: the same where the engine can run here and an image
+ * field is one it decodes (baseline JPEGs, train/val presets, bilinear,
+ * RGB) and the budget holds it, else the CPU workers, saying why
+ * (sl_stats.decode_reason) (0.2). AUTO: the GPU engine beside the CPU
+ * workers, split by their measured rates: fastest where both are busy,
+ * but which engine decodes a sample depends on timing, so the pixels do
+ * not repeat exactly; else the CPU workers, as PREFER_GPU. */
+enum { SL_DECODE_CPU = 0, SL_DECODE_AUTO = 1, SL_DECODE_GPU = 2, SL_DECODE_PREFER_GPU = 3 };
 #define SL_ERROR_RATE_MIN_TRIED 100
 
 /* Fill cfg with the defaults above (source NULL, fields NULL, recipe NULL)
@@ -243,12 +248,14 @@ enum {
     SL_MEM_DECODER = 3, /* decoder-internal memory (reserved from headers) */
     SL_MEM_OTHER = 4,   /* error records, bookkeeping */
     SL_MEM_PINNED = 5,  /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
-    SL_MEM_CACHE = 6    /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
+    SL_MEM_CACHE = 6,   /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
+    SL_MEM_GPU_HOST = 7 /* host memory the GPU engine's libraries hold (CUDA driver, nvJPEG, NVRTC), measured
+                           at create as the process's resident growth (docs/gpu.md) (0.2) */
 };
 #define SL_MEM_CAPACITY 16 /* (0.2) */
 /* "index", "batches", ...; "unknown" for a number this library does not count. */
 SL_API const char *sl_mem_category_name(int category);
-/* Categories this library counts (7 in 0.2): mem_count of its stats. (0.2) */
+/* Categories this library counts (8 in 0.2): mem_count of its stats. (0.2) */
 SL_API int sl_mem_category_count(void);
 
 /* ---- loader ------------------------------------------------------------ */

@@ -45,7 +45,7 @@ _PRESETS = {"train": _sluice.PRESET_TRAIN, "val": _sluice.PRESET_VAL}
 _ON_ERROR = {"skip": _sluice.ON_ERROR_SKIP, "raise": _sluice.ON_ERROR_RAISE}
 _CACHE_SHARE = {"none": _sluice.CACHE_PRIVATE, "node": _sluice.CACHE_NODE}
 _CACHE_WHAT = {"encoded": _sluice.CACHE_ENCODED, "decoded": _sluice.CACHE_DECODED}
-_DECODE = {"cpu": 0, "auto": 1, "gpu": 2}  # SL_DECODE_*
+_DECODE = {"cpu": 0, "auto": 1, "gpu": 2, "prefer-gpu": 3}  # SL_DECODE_*
 
 
 # ---- argument checks -------------------------------------------------------
@@ -386,12 +386,17 @@ class Loader:
       cache_what   "encoded" (file bytes) or "decoded" (a field's output where it
                    depends on the file alone: val images and clips, arrays without a random
                    crop or points; file bytes otherwise)
-      decode       "cpu" (the CPU workers); "gpu": JPEGs decoded by the GPU engine
-                   (nvJPEG) beside the workers, the image field delivered in device
-                   memory (field.device "cuda:N": take it with DLPack,
-                   torch.from_dlpack; it is not a host buffer); "auto": "gpu" where
-                   it can run, else "cpu" (stats()["decode_reason"] says why).
-                   sluice.torch.Loader defaults to "auto" (docs/gpu.md)
+      decode       "cpu" (the CPU workers); "gpu": every JPEG the GPU engine (nvJPEG)
+                   can take decoded by it, beside the workers, the image field
+                   delivered in device memory (field.device "cuda:N": take it with
+                   DLPack, torch.from_dlpack; it is not a host buffer); which engine
+                   decodes a sample is a rule of the sample, so the bytes repeat for
+                   any worker count and timing; raises where it cannot run.
+                   "prefer-gpu": "gpu" where it can run and the budget holds it, else
+                   "cpu" (stats()["decode_reason"] says why). "auto": the GPU beside
+                   the CPU workers split by their measured rates (not
+                   bit-reproducible: the split follows timing), else "cpu".
+                   sluice.torch.Loader defaults to "prefer-gpu" (docs/gpu.md)
       gpu_device, gpu_budget, gpu_max_pixels, gpu_staging   the CUDA device (0), its
                    memory for the engine and the device batches ("512M"), larger
                    images go to the CPU (4.2 Mpx), pinned staging in the budget

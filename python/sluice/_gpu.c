@@ -5,11 +5,13 @@
  *
  *   available()                    -> (bool, reason)
  *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0, hint_w=0, hint_h=0,
- *          max_pixels=0)
+ *          max_pixels=0)           flags: NO_HARDWARE, NO_HYBRID, NO_ROI, LOW_PRIORITY
  *   Engine.submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch)
  *       plans every sample with the CPU path's code (probe, limits, plan),
  *       issues the ones the GPU can take; returns [(status, reason)]:
  *       0 the GPU writes it (valid after wait()), 1 the CPU must decode it.
+ *       What found no room in the device pool (SL_GPU_AGAIN) is decoded
+ *       again within submit, after the call before it is done.
  *   Engine.wait()                  the batch in flight is done (GIL released)
  *   Engine.stats() -> dict,  Engine.close()
  *   split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes
@@ -41,6 +43,9 @@ typedef struct {
     int *status;
     char (*reasons)[SL_GPU_REASON];
     uint32_t *which;    /* item k is sample which[k] of the submit */
+    int *final;         /* by sample of the submit: its status */
+    char (*final_reasons)[SL_GPU_REASON];
+    uint8_t *planned;   /* by sample: went to the engine */
 } EngineObject;
 
 static void release_views(EngineObject *self) {
@@ -64,8 +69,12 @@ static void engine_close_impl(EngineObject *self) {
     PyMem_Free(self->status);
     PyMem_Free(self->reasons);
     PyMem_Free(self->which);
+    PyMem_Free(self->final);
+    PyMem_Free(self->final_reasons);
+    PyMem_Free(self->planned);
     self->views = NULL, self->data = NULL, self->len = NULL, self->items = NULL;
     self->status = NULL, self->reasons = NULL, self->which = NULL;
+    self->final = NULL, self->final_reasons = NULL, self->planned = NULL;
     if (self->host_ok) {
         sl__budget_fini(&self->host);
         self->host_ok = 0;
@@ -89,7 +98,7 @@ static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->host_ok = 1;
-    sl__gpu_config cfg = {device, gpu_budget, pinned, max_batch, hint_w, hint_h, flags, max_pixels};
+    sl__gpu_config cfg = {device, gpu_budget, pinned, max_batch, hint_w, hint_h, flags, max_pixels, 0};
     char err[300] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -109,7 +118,11 @@ static int engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     self->status = PyMem_Calloc(max_batch, sizeof *self->status);
     self->reasons = PyMem_Calloc(max_batch, sizeof *self->reasons);
     self->which = PyMem_Calloc(max_batch, sizeof *self->which);
-    if (!self->views || !self->data || !self->len || !self->items || !self->status || !self->reasons || !self->which) {
+    self->final = PyMem_Calloc(max_batch, sizeof *self->final);
+    self->final_reasons = PyMem_Calloc(max_batch, sizeof *self->final_reasons);
+    self->planned = PyMem_Calloc(max_batch, sizeof *self->planned);
+    if (!self->views || !self->data || !self->len || !self->items || !self->status || !self->reasons || !self->which ||
+        !self->final || !self->final_reasons || !self->planned) {
         engine_close_impl(self);
         PyErr_NoMemory();
         return -1;
@@ -189,29 +202,51 @@ static PyObject *engine_submit(EngineObject *self, PyObject *args) {
         int rc = plan_one(v->buf, (size_t)v->len, preset, size, seed, epoch, index, (uint32_t)pos, &self->items[m],
                           why, sizeof why);
         PyList_SET_ITEM(out, i, Py_BuildValue("(is)", rc ? SL_GPU_CPU : SL_GPU_DONE, why));
+        self->planned[i] = rc == 0;
         if (!rc) {
             self->data[m] = v->buf, self->len[m] = (size_t)v->len, self->which[m] = (uint32_t)i;
             m++;
         }
     }
-    int rc;
+    /* the call; what found no room is submitted again once it is done (which, as the engine
+     * promises, moves on: the first of such a call gets room or the CPU) */
+    int rc = 0;
+    uint32_t left = m;
+    char err[200] = "";
     Py_BEGIN_ALLOW_THREADS
-    rc = sl__gpu_decode_batch(self->e, m, self->data, self->len, self->items, dst, stride, self->status,
-                              self->reasons);
+    while (left && !rc) {
+        rc = sl__gpu_decode_batch(self->e, left, self->data, self->len, self->items, dst, stride, self->status,
+                                  self->reasons);
+        uint32_t again = 0;
+        for (uint32_t k = 0; k < left && !rc; k++) {
+            if (self->status[k] == SL_GPU_AGAIN) {
+                self->data[again] = self->data[k], self->len[again] = self->len[k];
+                self->items[again] = self->items[k], self->which[again] = self->which[k];
+                again++;
+            } else {
+                self->final[self->which[k]] = self->status[k];
+                memcpy(self->final_reasons[self->which[k]], self->reasons[k], SL_GPU_REASON);
+            }
+        }
+        if (!rc && again) rc = sl__gpu_wait(self->e, err, sizeof err);
+        left = again;
+    }
     Py_END_ALLOW_THREADS
     if (rc) {
+        sl__gpu_wait(self->e, NULL, 0);
         release_views(self);
         Py_DECREF(out);
-        PyErr_Format(PyExc_RuntimeError, "GPU decode: %s", sl_strerror(rc));
+        PyErr_Format(PyExc_RuntimeError, "GPU decode: %s %s", sl_strerror(rc), err);
         return NULL;
     }
-    for (uint32_t k = 0; k < m; k++) {
-        PyObject *t = Py_BuildValue("(is)", self->status[k], self->reasons[k]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!self->planned[i]) continue;
+        PyObject *t = Py_BuildValue("(is)", self->final[i], self->final_reasons[i]);
         if (!t) {
             Py_DECREF(out);
             return NULL;
         }
-        PyList_SetItem(out, self->which[k], t);
+        PyList_SetItem(out, i, t);
     }
     return out;
 }
@@ -236,12 +271,18 @@ static PyObject *engine_stats(EngineObject *self, PyObject *unused) {
     sl__gpu_stats s;
     sl__gpu_engine_stats(self->e, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsdsdsIsIsssssK}", "device_pool_bytes", s.device_pool_bytes, "device_used",
-        s.device_used, "device_peak", s.device_peak, "pinned_pool_bytes", s.pinned_pool_bytes, "pinned_used",
-        s.pinned_used, "pinned_peak", s.pinned_peak, "pool_refusals", s.pool_refusals, "samples_hw", s.samples_hw,
-        "samples_hybrid", s.samples_hybrid, "samples_cpu", s.samples_cpu, "batches", s.batches, "busy_s", s.busy_s,
-        "rate", s.rate, "hw_engines", s.hw_engines, "hw_cores", s.hw_cores, "device_name", s.device_name, "backends",
-        s.backends, "host_pinned_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_PINNED]));
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsdsdsdsIsIssssssKsLsLsLsLsL}", "device_pool_bytes",
+        s.device_pool_bytes, "device_used", s.device_used, "device_peak", s.device_peak, "pinned_pool_bytes",
+        s.pinned_pool_bytes, "pinned_used", s.pinned_used, "pinned_peak", s.pinned_peak, "staging_used",
+        s.staging_used, "staging_peak", s.staging_peak, "pool_refusals", s.pool_refusals, "samples_hw", s.samples_hw,
+        "samples_hybrid", s.samples_hybrid, "samples_cpu", s.samples_cpu, "samples_again", s.samples_again,
+        "batches", s.batches, "hw_calls", s.hw_calls, "hw_failed_calls", s.hw_failed_calls, "busy_s", s.busy_s,
+        "rate", s.rate, "gpu_hybrid_s", s.gpu_hybrid_s, "gpu_hw_s", s.gpu_hw_s, "gpu_resize_s", s.gpu_resize_s,
+        "hw_engines", s.hw_engines, "hw_cores", s.hw_cores, "device_name", s.device_name, "backends", s.backends,
+        "kernels", s.kernels, "host_pinned_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_PINNED]),
+        "host_rss_context", (long long)s.host_rss_context, "host_rss_kernels", (long long)s.host_rss_kernels,
+        "host_rss_pinned", (long long)s.host_rss_pinned, "host_rss_nvjpeg", (long long)s.host_rss_nvjpeg,
+        "host_rss_warmup", (long long)s.host_rss_warmup);
 }
 
 static PyObject *engine_close(EngineObject *self, PyObject *unused) {
@@ -306,6 +347,7 @@ PyMODINIT_FUNC PyInit__gpu(void) {
     Py_INCREF(&EngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0 ||
         PyModule_AddIntConstant(m, "DONE", SL_GPU_DONE) < 0 || PyModule_AddIntConstant(m, "CPU", SL_GPU_CPU) < 0 ||
+        PyModule_AddIntConstant(m, "LOW_PRIORITY", SL_GPU_LOW_PRIORITY) < 0 ||
         PyModule_AddIntConstant(m, "NO_HARDWARE", SL_GPU_NO_HARDWARE) < 0 ||
         PyModule_AddIntConstant(m, "NO_HYBRID", SL_GPU_NO_HYBRID) < 0 ||
         PyModule_AddIntConstant(m, "NO_ROI", SL_GPU_NO_ROI) < 0) {

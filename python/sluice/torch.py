@@ -21,10 +21,11 @@ How a batch travels (CUDA):
     memory to the side stream while your kernels still use it.
   * The slot goes back to the pool once its copy has finished (event query,
     or synchronize when every slot would otherwise be held).
-  * GPU decode (decode="auto" where the engine runs, or "gpu"): the library's
-    scheduler decodes JPEGs with nvJPEG beside its CPU workers straight into
-    the slot's device memory; the image arrives as a CUDA tensor through DLPack
-    (no copy) and is converted and normalized on the side stream as above.
+  * GPU decode (decode="prefer-gpu", the default, where the engine runs; "gpu";
+    "auto"): the library's scheduler decodes JPEGs with nvJPEG beside its CPU
+    workers straight into the slot's device memory; the image arrives as a CUDA
+    tensor through DLPack (no copy) and is converted and normalized on the side
+    stream as above.
 Without CUDA the same loader yields CPU tensors, and warns once; the default
 dtype is then float32, what a model on the CPU takes.
 """
@@ -75,7 +76,7 @@ def _cuda_ok(err):
     return int(getattr(err, "value", err)) == 0
 
 
-_DECODE = ("auto", "cpu", "gpu")
+_DECODE = ("prefer-gpu", "gpu", "cpu", "auto")
 
 
 def gpu_decode_available():
@@ -90,9 +91,9 @@ def gpu_decode_available():
 
 def _resolve_decode(decode, dev):
     """What the loader is asked for: (decode, reason), reason set where this layer
-    chose the CPU itself. "auto" lets the library take the GPU when its engine can
-    run here (the library says why not in stats()["decode_reason"]); "gpu" insists
-    and raises, saying why, where it cannot."""
+    chose the CPU itself. "prefer-gpu" and "auto" let the library take the GPU when
+    its engine can run here (the library says why not in stats()["decode_reason"]);
+    "gpu" insists and raises, saying why, where it cannot."""
     if decode not in _DECODE:
         raise ValueError(f"decode must be one of {list(_DECODE)}, got {decode!r}")
     if decode == "cpu":
@@ -127,14 +128,19 @@ class Loader:
                      pageable memory). True with device="cpu" is refused.
       transform      None, or a function run on each device batch after the dtype
                      conversion and normalization, before it is yielded (see below)
-      decode         "auto" (default): decode on the GPU (nvJPEG) beside the CPU
-                     workers where the GPU engine can run, else on the CPU;
-                     "cpu": CPU workers only; "gpu": insist on the GPU engine
-                     (raises, saying why, where it cannot run; every JPEG the
-                     GPU takes goes to it, so the bytes repeat exactly). Without
-                     CUDA "auto" is the CPU path, with one line of notice (the
-                     CUDA warning above). ``stats()["decode"]`` says which
-                     engine decodes and ``["decode_reason"]`` why;
+      decode         "prefer-gpu" (default): every JPEG the GPU engine (nvJPEG)
+                     takes is decoded by it, beside the CPU workers, where the
+                     engine can run and the budget holds it, else the CPU path;
+                     which engine decodes a sample is a rule of the sample, so
+                     the same seed gives the same bytes for any worker count,
+                     run and load. "gpu": the same, but raises (saying why)
+                     where the engine cannot run. "cpu": CPU workers only.
+                     "auto": the GPU and the CPU workers split the samples by
+                     their measured rates (fast where both are busy, but not
+                     bit-reproducible: the split follows timing). Without CUDA
+                     "prefer-gpu" and "auto" are the CPU path, with one line of
+                     notice (the CUDA warning above). ``stats()["decode"]`` says
+                     which engine decodes and ``["decode_reason"]`` why;
                      ``gpu_samples``/``cpu_samples`` how many each decoded.
                      gpu_budget=, gpu_staging=, gpu_max_pixels= go to the
                      library (docs/gpu.md).
@@ -164,7 +170,7 @@ class Loader:
     """
 
     def __init__(self, source, *, device="cuda", dtype=None, mean=IMAGENET_MEAN,
-                 std=IMAGENET_STD, channels_last=False, transform=None, decode="auto", video_layout="TCHW",
+                 std=IMAGENET_STD, channels_last=False, transform=None, decode="prefer-gpu", video_layout="TCHW",
                  pin_memory=None, **kwargs):
         self._base = None
         if transform is not None and not callable(transform):

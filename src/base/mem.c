@@ -443,6 +443,31 @@ void *sl__calloc(sl__budget *b, size_t count, size_t size, int cat) {
     return p;
 }
 
+int sl__alloc_parts(sl__budget *b, const sl__part *parts, size_t n, int cat, void **block) {
+    uint64_t off = 0, len;
+    *block = NULL;
+    for (size_t i = 0; i < n; i++) { /* each array starts 16-aligned; its end rounded so the next does */
+        if (sl__mul(parts[i].count, parts[i].size, &len) || len > UINT64_MAX - 15 ||
+            sl__add(off, (len + 15) & ~(uint64_t)15, &off))
+            return SL_EOVERFLOW;
+    }
+    size_t size = off ? (size_t)off : 1, cost = off > SIZE_MAX ? SIZE_MAX : sl__alloc_cost(size);
+    if (cost == SIZE_MAX) return SL_EOVERFLOW;
+    if (injected_failure()) return SL_ENOMEM;
+    if (sl__budget_try(b, cost, cat)) return SL_EBUDGET;
+    uint8_t *p = alloc_counted(b, size, cost, cat);
+    if (!p) return SL_ENOMEM;
+    memset(p, 0, size);
+    off = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *at = p + off;
+        memcpy(parts[i].at, &at, sizeof at);
+        off += ((uint64_t)parts[i].count * parts[i].size + 15) & ~(uint64_t)15;
+    }
+    *block = p;
+    return 0;
+}
+
 void sl__free(sl__budget *b, void *p) {
     if (!p) return;
     hdr *h = (hdr *)((char *)p - SL_HDR);

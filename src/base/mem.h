@@ -49,7 +49,7 @@
 
 /* The memory categories this library counts (SL_MEM_* of sluice.h): the
  * mem_count its stats report, within their SL_MEM_CAPACITY entries. */
-#define SL_MEM__COUNT (SL_MEM_CACHE + 1)
+#define SL_MEM__COUNT (SL_MEM_GPU_HOST + 1)
 _Static_assert(SL_MEM__COUNT <= SL_MEM_CAPACITY, "a memory category past the stats' capacity");
 
 /* A thread waiting for budget: a node on its own stack, in the root's queue. */
@@ -175,6 +175,19 @@ size_t sl__alloc_counted(const void *p);
 /* Bytes sl__alloc(n) counts. */
 size_t sl__alloc_cost(size_t n);
 char *sl__strdup(sl__budget *b, const char *s, int cat);
+/* One array of a table set (sl__alloc_parts): count elements of size
+ * bytes; at is the address of the pointer to set (e.g. &e->work). */
+typedef struct sl__part {
+    void *at;
+    size_t count, size;
+} sl__part;
+/* Several arrays as one zeroed allocation counted in b under cat, each
+ * 16-byte aligned: *parts[i].at points at array i and *block at the whole,
+ * which owns them all (sl__free(b, *block) releases every array at once).
+ * 0, or with nothing held and no array pointer set: SL_EOVERFLOW (a size
+ * overflows), SL_EBUDGET (the budget cannot hold it), SL_ENOMEM (the
+ * system refused). */
+int sl__alloc_parts(sl__budget *b, const sl__part *parts, size_t n, int cat, void **block);
 /* The system's page size. */
 size_t sl__page_size(void);
 /* Page-rounded size of a mapping of n bytes. */

@@ -5,22 +5,31 @@
  *   window   the rectangle the resize taps reach, from the plan's axes
  *   route    hardware engines if nvJPEG says they take it (with the window
  *            as region of interest, else the whole image), else the GPU
- *            hybrid backend, else the CPU
+ *            hybrid backend, else the CPU: a rule of the sample
  *   block    one pool block for its decoded region, the horizontal pass's
- *            planes and both coefficient tables; none free: the CPU
- * then the hybrid samples one by one, the hardware samples in one batched
- * call (a failed call sends its samples through the hybrid backend one by
- * one, so one bad file costs only itself), and the resize kernels for every
+ *            planes and both coefficient tables. Over the per-sample cap:
+ *            the CPU (a rule of the sample). No room now: this sample and
+ *            every later one are SL_GPU_AGAIN (the caller resubmits them
+ *            after the call, when its blocks are free; the first sample of
+ *            a call always has the pool to itself but for nvJPEG's buffers)
+ * then the hybrid samples one by one, the hardware samples in batched
+ * calls (one; a failed call is bisected on the hardware backend,
+ * sl__gpu_bisect, so a bad file costs only itself and the others stay on
+ * the backend their rule gave them), and the resize kernels for every
  * sample the GPU decoded, all on the engine's stream.
  *
- * Ownership: a sample's block is held from routing until sl__gpu_wait (or
- * until the sample is handed to the CPU); work[i].block says which.
+ * Ownership: a sample's block is held from routing until sl__gpu_wait,
+ * whatever became of the sample (a failed call may still write it);
+ * work[i].block says which.
  */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "gpu/engine_impl.h"
+#include "gpu/split.h"
 #include "ops/resize.h"
 
 #define ALIGN 256u
@@ -51,8 +60,14 @@ void sl__gpu_work_release(sl__gpu_engine *e, sl__gpu_work *w) {
     w->block = 0;
 }
 
-static void say(char (*reasons)[SL_GPU_REASON], uint32_t i, const char *fmt, const char *arg) {
-    if (reasons) snprintf(reasons[i], SL_GPU_REASON, fmt, arg);
+/* reasons[i] = the formatted reason, when there are reasons. */
+static void say(char (*reasons)[SL_GPU_REASON], uint32_t i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char (*reasons)[SL_GPU_REASON], uint32_t i, const char *fmt, ...) {
+    if (!reasons) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reasons[i], SL_GPU_REASON, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- window and layout ------------------------------------------------------ */
@@ -108,23 +123,42 @@ static void desc_place(sl__gpu_work *w, uint64_t dst) {
     d->dst = dst;
 }
 
-/* Window, block and descriptor of sample i whose decoded region (dx..) is
- * set: 0, or 1 with a reason (the sample goes to the CPU). */
+enum { TAKE_OK = 0, TAKE_CPU = 1, TAKE_AGAIN = 2 };
+
+/* Block and descriptor of sample i whose decoded region (dx..) is set:
+ * TAKE_OK; TAKE_CPU with a reason (over the per-sample cap; or the pool
+ * is full with nothing of this call in it: nvJPEG's own buffers fill it);
+ * TAKE_AGAIN (the call's other samples hold the room it needs). */
 static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it, uint64_t dst,
                       char (*reasons)[SL_GPU_REASON], uint32_t i) {
     uint64_t size;
+    char b1[16], b2[16];
     if (layout(w, it, &size)) {
-        say(reasons, i, "for the CPU: %s", "sizes overflow");
-        return 1;
+        say(reasons, i, "for the CPU: sizes overflow");
+        return TAKE_CPU;
+    }
+    if (size > e->sample_cap) {
+        say(reasons, i, "for the CPU: needs %s of device memory, over the %s a sample may have (a quarter of the pool)",
+            sl__fmt_bytes(size, b1, sizeof b1), sl__fmt_bytes(e->sample_cap, b2, sizeof b2));
+        return TAKE_CPU;
+    }
+    if (e->held) { /* beside the call's other samples: leave nvJPEG room to grow its buffers during the call */
+        sl__pool_stats ps;
+        sl__pool_stats_get(&e->dpool, &ps);
+        if (ps.used + size + e->sample_cap / 2 > e->dpool.size) return TAKE_AGAIN;
     }
     w->block = sl__pool_alloc(&e->dpool, size);
+    if (!w->block && e->held) return TAKE_AGAIN;
     if (!w->block) {
-        char b[16];
-        say(reasons, i, "for the CPU: device pool full (%s needed)", sl__fmt_bytes(size, b, sizeof b));
-        return 1;
+        sl__pool_stats ps;
+        sl__pool_stats_get(&e->dpool, &ps);
+        say(reasons, i, "for the CPU: device pool full (%s needed; nvJPEG's buffers hold %s of it)",
+            sl__fmt_bytes(size, b1, sizeof b1), sl__fmt_bytes(ps.used, b2, sizeof b2));
+        return TAKE_CPU;
     }
+    e->held++;
     desc_place(w, dst);
-    return 0;
+    return TAKE_OK;
 }
 
 /* ---- routing ------------------------------------------------------------------ */
@@ -149,7 +183,8 @@ static int route_hw(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t l
     return 0;
 }
 
-/* Route sample i and take its block. 0: GPU; 1: CPU (reason said). */
+/* Route sample i and take its block: TAKE_OK (GPU), TAKE_CPU (reason
+ * said), TAKE_AGAIN. */
 static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len, const sl__gpu_item *it,
                  uint64_t dst, uint64_t stride, char (*reasons)[SL_GPU_REASON]) {
     sl__gpu_work *w = &e->work[i];
@@ -157,34 +192,32 @@ static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len,
     sl__gpu_desc *d = &w->desc;
     uint64_t out;
     if (sl__mul((uint64_t)it->ax.n * it->ay.n, 3, &out) || out > stride || !data || !len) {
-        say(reasons, i, "for the CPU: %s", "item larger than the batch stride");
-        return 1;
+        say(reasons, i, "for the CPU: item larger than the batch stride");
+        return TAKE_CPU;
     }
     if (tap_range(&it->ax, it->full_w, &d->reg_x, &d->reg_w) || tap_range(&it->ay, it->full_h, &d->reg_y, &d->reg_h)) {
-        say(reasons, i, "for the CPU: %s", "item outside its image");
-        return 1;
+        say(reasons, i, "for the CPU: item outside its image");
+        return TAKE_CPU;
     }
     d->full_w = it->full_w, d->full_h = it->full_h, d->flip = it->flip != 0;
     uint64_t cap = e->cfg.max_pixels ? e->cfg.max_pixels : SL_GPU_MAX_PIXELS;
     if ((uint64_t)it->full_w * it->full_h > cap) {
-        say(reasons, i, "for the CPU: %s", "image over the GPU engine's max_pixels");
-        return 1;
+        say(reasons, i, "for the CPU: image over the GPU engine's max_pixels");
+        return TAKE_CPU;
     }
-    if (e->hw && route_hw(e, i, data, len, w)) w->route = ROUTE_HW;
+    if (e->hw && !e->force_hybrid && route_hw(e, i, data, len, w)) w->route = ROUTE_HW;
     else if (e->hyb) {
         w->route = ROUTE_HYBRID; /* support is asked when it is decoded */
         int roi = !(e->cfg.flags & SL_GPU_NO_ROI);
         w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;
         w->dw = roi ? d->reg_w : d->full_w, w->dh = roi ? d->reg_h : d->full_h;
     } else {
-        say(reasons, i, "for the CPU: %s", "the hardware JPEG decoder refuses this file");
-        return 1;
+        say(reasons, i, "for the CPU: the hardware JPEG decoder refuses this file");
+        return TAKE_CPU;
     }
-    if (take_block(e, w, it, dst + (uint64_t)it->pos * stride, reasons, i)) {
-        w->route = ROUTE_CPU;
-        return 1;
-    }
-    return 0;
+    int rc = take_block(e, w, it, dst + (uint64_t)it->pos * stride, reasons, i);
+    if (rc != TAKE_OK) w->route = ROUTE_CPU;
+    return rc;
 }
 
 /* ---- decoding ----------------------------------------------------------------- */
@@ -198,20 +231,34 @@ static sl_nvjImage out_image(const sl__gpu_work *w) {
 }
 
 /* One image through the GPU hybrid backend, finished before the next
- * (one pinned buffer). 0, or a reason (the sample goes to the CPU). */
-static const char *decode_hybrid(sl__gpu_engine *e, const uint8_t *data, size_t len, const sl__gpu_work *w) {
+ * (one pinned buffer): SL_GPU_DONE; SL_GPU_CPU with *why (the sample goes
+ * to the CPU); SL_GPU_AGAIN (nvJPEG's allocator found no room in the
+ * pools: a resource, not the sample, so it is decoded in a later call). */
+static int decode_hybrid(sl__gpu_engine *e, const uint8_t *data, size_t len, const sl__gpu_work *w, const char **why) {
     const sl__cuda_api *cu = e->cu;
     int sup = 1;
-    if (cu->nvjpegJpegStreamParse(e->gh, data, len, 0, 0, e->hyb_stream)) return "nvJPEG cannot parse it";
+    sl_nvjStatus s;
+    if (cu->nvjpegJpegStreamParse(e->gh, data, len, 0, 0, e->hyb_stream)) {
+        *why = "nvJPEG cannot parse it";
+        return SL_GPU_CPU;
+    }
     if (cu->nvjpegDecodeParamsSetROI(e->hyb_params, (int)w->dx, (int)w->dy, (int)w->dw, (int)w->dh) ||
-        cu->nvjpegDecoderJpegSupported(e->hyb, e->hyb_stream, e->hyb_params, &sup) || sup != 0)
-        return "no GPU decoder takes this JPEG";
+        cu->nvjpegDecoderJpegSupported(e->hyb, e->hyb_stream, e->hyb_params, &sup) || sup != 0) {
+        *why = "no GPU decoder takes this JPEG";
+        return SL_GPU_CPU;
+    }
     sl_nvjImage im = out_image(w);
-    if (cu->nvjpegDecodeJpegHost(e->gh, e->hyb, e->hyb_state, e->hyb_params, e->hyb_stream) ||
-        cu->nvjpegDecodeJpegTransferToDevice(e->gh, e->hyb, e->hyb_state, e->hyb_stream, e->stream) ||
-        cu->nvjpegDecodeJpegDevice(e->gh, e->hyb, e->hyb_state, &im, e->stream))
-        return "the GPU hybrid decoder failed on it";
-    return cu->cuStreamSynchronize(e->stream) ? "CUDA error in the hybrid decode" : NULL;
+    if ((s = cu->nvjpegDecodeJpegHost(e->gh, e->hyb, e->hyb_state, e->hyb_params, e->hyb_stream)) ||
+        (s = cu->nvjpegDecodeJpegTransferToDevice(e->gh, e->hyb, e->hyb_state, e->hyb_stream, e->stream)) ||
+        (s = cu->nvjpegDecodeJpegDevice(e->gh, e->hyb, e->hyb_state, &im, e->stream))) {
+        *why = "the GPU hybrid decoder fails on it";
+        return s == SL_NVJ_STATUS_ALLOCATOR_FAILURE ? SL_GPU_AGAIN : SL_GPU_CPU;
+    }
+    if (cu->cuStreamSynchronize(e->stream)) {
+        *why = "CUDA error in the hybrid decode";
+        return SL_GPU_CPU;
+    }
+    return SL_GPU_DONE;
 }
 
 static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len, int *status,
@@ -219,43 +266,64 @@ static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data
     for (uint32_t i = 0; i < n; i++) {
         sl__gpu_work *w = &e->work[i];
         if (w->route != ROUTE_HYBRID) continue;
-        const char *why = e->hyb ? decode_hybrid(e, data[i], len[i], w) : "hardware batch decode failed";
-        if (why) {
-            say(reasons, i, "for the CPU: %s", why);
-            w->route = ROUTE_CPU;
-            sl__gpu_work_release(e, w);
-        } else {
-            status[i] = SL_GPU_DONE;
-        }
+        const char *why = NULL;
+        status[i] = decode_hybrid(e, data[i], len[i], w, &why);
+        if (status[i] == SL_GPU_CPU) say(reasons, i, "for the CPU: %s", why);
+        if (status[i] == SL_GPU_AGAIN) say(reasons, i, "nvJPEG's pools full now: in the next call");
+        if (status[i] != SL_GPU_DONE) w->route = ROUTE_CPU; /* its block stays held until sl__gpu_wait */
     }
 }
 
-/* The hardware samples in one call. On failure they are rerouted through
- * the hybrid backend (returns 1: run_hybrid again). */
-static int run_hw(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len, int *status) {
-    const sl__cuda_api *cu = e->cu;
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        sl__gpu_work *w = &e->work[i];
-        if (w->route != ROUTE_HW) continue;
-        e->hw_idx[m] = i;
-        e->hw_data[m] = data[i];
-        e->hw_len[m] = len[i];
-        e->hw_out[m] = out_image(w);
-        e->hw_batch_params[m] = e->hw_params[i];
-        m++;
-    }
-    if (!m) return 0;
-    sl_nvjStatus s = cu->nvjpegDecodeBatchedInitialize(e->hw, e->hw_state, (int)m, 1, SL_NVJ_OUTPUT_RGBI);
-    if (!s)
-        s = cu->nvjpegDecodeBatchedEx(e->hw, e->hw_state, e->hw_data, e->hw_len, e->hw_out, e->hw_batch_params,
-                                      e->stream);
+/* One batched hardware call over the samples idx[0, m) of the batch. */
+typedef struct hw_call {
+    sl__gpu_engine *e;
+    const uint8_t *const *data;
+    const size_t *len;
+} hw_call;
+
+static int hw_run(void *ctx, const uint32_t *idx, uint32_t m) {
+    hw_call *c = ctx;
+    sl__gpu_engine *e = c->e;
     for (uint32_t j = 0; j < m; j++) {
-        sl__gpu_work *w = &e->work[e->hw_idx[j]];
-        if (s) w->route = ROUTE_HYBRID;
-        else status[e->hw_idx[j]] = SL_GPU_DONE;
+        uint32_t i = idx[j];
+        e->hw_data[j] = c->data[i];
+        e->hw_len[j] = c->len[i];
+        e->hw_out[j] = out_image(&e->work[i]);
+        e->hw_batch_params[j] = e->hw_params[i];
     }
-    return s != 0;
+    sl_nvjStatus s = e->cu->nvjpegDecodeBatchedInitialize(e->hw, e->hw_state, (int)m, 1, SL_NVJ_OUTPUT_RGBI);
+    if (!s)
+        s = e->cu->nvjpegDecodeBatchedEx(e->hw, e->hw_state, e->hw_data, e->hw_len, e->hw_out, e->hw_batch_params,
+                                         e->stream);
+    e->hw_calls++;
+    e->hw_failed_calls += s != 0;
+    if (s == SL_NVJ_STATUS_ALLOCATOR_FAILURE) return SL_BISECT_LATER; /* the pools, not the samples */
+    return s ? SL_BISECT_FAILED : SL_BISECT_OK;
+}
+
+/* The hardware samples in batched calls: one, bisected where it fails
+ * (sl__gpu_bisect). A sample that fails alone goes to the CPU, whose
+ * decoder reports it; one whose call found nvJPEG's pools full is decoded
+ * in a later call (SL_GPU_AGAIN); every other one by the hardware. */
+static void run_hw(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len, int *status,
+                   char (*reasons)[SL_GPU_REASON]) {
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (e->work[i].route == ROUTE_HW) e->hw_idx[m++] = i;
+    if (!m) return;
+    hw_call c = {e, data, len};
+    sl__gpu_bisect(e->hw_idx, m, hw_run, &c, e->hw_bad);
+    for (uint32_t j = 0; j < m; j++) {
+        uint32_t i = e->hw_idx[j];
+        if (e->hw_bad[j] == SL_BISECT_OK) {
+            status[i] = SL_GPU_DONE;
+            continue;
+        }
+        status[i] = e->hw_bad[j] == SL_BISECT_LATER ? SL_GPU_AGAIN : SL_GPU_CPU;
+        if (status[i] == SL_GPU_AGAIN) say(reasons, i, "nvJPEG's pools full now: in the next call");
+        else say(reasons, i, "for the CPU: the hardware JPEG decoder fails on it");
+        e->work[i].route = ROUTE_CPU; /* its block stays held until sl__gpu_wait */
+    }
 }
 
 /* Stage the descriptors of the samples the GPU decoded and launch the
@@ -279,7 +347,7 @@ static int launch(sl__gpu_engine *e, uint32_t n, const int *status, uint32_t *m,
 static void poison(sl__gpu_engine *e, uint32_t n, int *status, char (*reasons)[SL_GPU_REASON]) {
     e->poisoned = 1;
     for (uint32_t i = 0; i < n; i++) {
-        if (status[i] == SL_GPU_DONE) say(reasons, i, "for the CPU: %s", "CUDA error, GPU engine stopped");
+        if (status[i] != SL_GPU_CPU) say(reasons, i, "for the CPU: CUDA error, GPU engine stopped");
         status[i] = SL_GPU_CPU;
     }
 }
@@ -289,27 +357,50 @@ static int enter(sl__gpu_engine *e) {
     return e->cu->cuCtxSetCurrent(e->ctx) ? SL_EIO : 0;
 }
 
+/* Route every sample; from the first that must wait for room on, every
+ * later one waits too (the call's order is kept). */
+static void route_all(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len,
+                      const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
+                      char (*reasons)[SL_GPU_REASON]) {
+    int again = 0;
+    e->held = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        status[i] = SL_GPU_CPU;
+        if (reasons) reasons[i][0] = 0;
+        if (again) {
+            memset(&e->work[i], 0, sizeof e->work[i]);
+        } else if (route(e, i, data[i], len[i], &items[i], dst, stride, reasons) == TAKE_AGAIN) {
+            again = 1;
+        }
+        if (again) {
+            status[i] = SL_GPU_AGAIN;
+            say(reasons, i, "device pool full now: in the next call");
+        }
+    }
+}
+
 int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len,
                          const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
                          char (*reasons)[SL_GPU_REASON]) {
     if (!e || (n && (!data || !len || !items || !status)) || n > e->cfg.max_batch) return SL_EINVAL;
     int rc = enter(e);
     if (rc) return rc;
+    const sl__cuda_api *cu = e->cu;
     uint64_t t0 = sl__now_ns();
-    e->cu->cuEventRecord(e->ev0, e->stream);
     uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        status[i] = SL_GPU_CPU;
-        if (reasons) reasons[i][0] = 0;
-        route(e, i, data[i], len[i], &items[i], dst, stride, reasons);
-    }
+    e->hw_calls = e->hw_failed_calls = 0;
+    cu->cuEventRecord(e->ev0, e->stream);
+    route_all(e, n, data, len, items, dst, stride, status, reasons);
     run_hybrid(e, n, data, len, status, reasons);
-    if (run_hw(e, n, data, len, status)) run_hybrid(e, n, data, len, status, reasons);
-    if ((rc = launch(e, n, status, &m, NULL, 0)) == 0 && e->cu->cuEventRecord(e->ev1, e->stream)) rc = SL_EIO;
-    uint64_t hw = 0, hyb = 0;
+    cu->cuEventRecord(e->ev_hyb, e->stream);
+    run_hw(e, n, data, len, status, reasons);
+    cu->cuEventRecord(e->ev_hw, e->stream);
+    if ((rc = launch(e, n, status, &m, NULL, 0)) == 0 && cu->cuEventRecord(e->ev1, e->stream)) rc = SL_EIO;
+    uint64_t hw = 0, hyb = 0, again = 0;
     for (uint32_t i = 0; i < n; i++) {
         hw += status[i] == SL_GPU_DONE && e->work[i].route == ROUTE_HW;
         hyb += status[i] == SL_GPU_DONE && e->work[i].route == ROUTE_HYBRID;
+        again += status[i] == SL_GPU_AGAIN;
     }
     e->inflight = 1;
     e->inflight_gpu = m;
@@ -318,7 +409,10 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     pthread_mutex_lock(&e->stats_mu);
     e->st.samples_hw += hw;
     e->st.samples_hybrid += hyb;
-    e->st.samples_cpu += n - hw - hyb;
+    e->st.samples_cpu += n - hw - hyb - again;
+    e->st.samples_again += again;
+    e->st.hw_calls += e->hw_calls;
+    e->st.hw_failed_calls += e->hw_failed_calls;
     e->st.batches++;
     pthread_mutex_unlock(&e->stats_mu);
     if (rc) {
@@ -328,23 +422,37 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     return 0;
 }
 
+/* Milliseconds between two events of the batch in flight (0 when unknown). */
+static double elapsed_s(const sl__cuda_api *cu, sl_CUevent a, sl_CUevent b) {
+    float ms = 0;
+    return cu->cuEventElapsedTime(&ms, a, b) == 0 && ms > 0 ? ms * 1e-3 : 0;
+}
+
 int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
     if (!e || !e->inflight) return 0;
     const sl__cuda_api *cu = e->cu;
     cu->cuCtxSetCurrent(e->ctx);
     sl_CUresult r = cu->cuStreamSynchronize(e->stream);
-    float ms = 0;
-    if (!r && e->inflight_gpu) cu->cuEventElapsedTime(&ms, e->ev0, e->ev1);
+    double t_hyb = 0, t_hw = 0, t_resize = 0;
+    if (!r && e->inflight_gpu) {
+        t_hyb = elapsed_s(cu, e->ev0, e->ev_hyb);
+        t_hw = elapsed_s(cu, e->ev_hyb, e->ev_hw);
+        t_resize = elapsed_s(cu, e->ev_hw, e->ev1);
+    }
     for (uint32_t i = 0; i < e->cfg.max_batch; i++) sl__gpu_work_release(e, &e->work[i]);
     e->inflight = 0;
+    e->held = 0;
     if (r) {
         e->poisoned = 1;
         sl__msg(err, errlen, "GPU batch failed: %s", sl__cu_errname(cu, r));
         return SL_EIO;
     }
-    double busy = SL_MAX(e->issue_ns * 1e-9, ms * 1e-3);
+    double busy = SL_MAX(e->issue_ns * 1e-9, t_hyb + t_hw + t_resize);
     pthread_mutex_lock(&e->stats_mu);
     e->st.busy_s += busy;
+    e->st.gpu_hybrid_s += t_hyb;
+    e->st.gpu_hw_s += t_hw;
+    e->st.gpu_resize_s += t_resize;
     if (e->inflight_gpu && busy > 0) {
         double rate = e->inflight_gpu / busy;
         e->st.rate = e->st.rate > 0 ? 0.8 * e->st.rate + 0.2 * rate : rate;
@@ -396,4 +504,94 @@ int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb
     int wrc = sl__gpu_wait(e, rc ? NULL : err, errlen);
     if (rc == SL_EBUDGET) sl__msg(err, errlen, "device pool full");
     return rc ? rc : wrc;
+}
+
+/* ---- the first decode ------------------------------------------------------------ */
+
+/* A 32 x 32 baseline 4:2:0 JPEG (quality 50, standard tables): a gradient. */
+static const uint8_t tiny_jpeg[] = {
+    0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01, 0x01, 0x00, 0x00, 0x01,
+    0x00, 0x01, 0x00, 0x00, 0xff, 0xdb, 0x00, 0x43, 0x00, 0x10, 0x0b, 0x0c, 0x0e, 0x0c, 0x0a, 0x10,
+    0x0e, 0x0d, 0x0e, 0x12, 0x11, 0x10, 0x13, 0x18, 0x28, 0x1a, 0x18, 0x16, 0x16, 0x18, 0x31, 0x23,
+    0x25, 0x1d, 0x28, 0x3a, 0x33, 0x3d, 0x3c, 0x39, 0x33, 0x38, 0x37, 0x40, 0x48, 0x5c, 0x4e, 0x40,
+    0x44, 0x57, 0x45, 0x37, 0x38, 0x50, 0x6d, 0x51, 0x57, 0x5f, 0x62, 0x67, 0x68, 0x67, 0x3e, 0x4d,
+    0x71, 0x79, 0x70, 0x64, 0x78, 0x5c, 0x65, 0x67, 0x63, 0xff, 0xdb, 0x00, 0x43, 0x01, 0x11, 0x12,
+    0x12, 0x18, 0x15, 0x18, 0x2f, 0x1a, 0x1a, 0x2f, 0x63, 0x42, 0x38, 0x42, 0x63, 0x63, 0x63, 0x63,
+    0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63,
+    0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63,
+    0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0x63, 0xff, 0xc0,
+    0x00, 0x11, 0x08, 0x00, 0x20, 0x00, 0x20, 0x03, 0x01, 0x22, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11,
+    0x01, 0xff, 0xc4, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x05, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09,
+    0x0a, 0x0b, 0xff, 0xc4, 0x00, 0xb5, 0x10, 0x00, 0x02, 0x01, 0x03, 0x03, 0x02, 0x04, 0x03, 0x05,
+    0x05, 0x04, 0x04, 0x00, 0x00, 0x01, 0x7d, 0x01, 0x02, 0x03, 0x00, 0x04, 0x11, 0x05, 0x12, 0x21,
+    0x31, 0x41, 0x06, 0x13, 0x51, 0x61, 0x07, 0x22, 0x71, 0x14, 0x32, 0x81, 0x91, 0xa1, 0x08, 0x23,
+    0x42, 0xb1, 0xc1, 0x15, 0x52, 0xd1, 0xf0, 0x24, 0x33, 0x62, 0x72, 0x82, 0x09, 0x0a, 0x16, 0x17,
+    0x18, 0x19, 0x1a, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a,
+    0x43, 0x44, 0x45, 0x46, 0x47, 0x48, 0x49, 0x4a, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0x59, 0x5a,
+    0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69, 0x6a, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7a,
+    0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8a, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99,
+    0x9a, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7,
+    0xb8, 0xb9, 0xba, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7, 0xc8, 0xc9, 0xca, 0xd2, 0xd3, 0xd4, 0xd5,
+    0xd6, 0xd7, 0xd8, 0xd9, 0xda, 0xe1, 0xe2, 0xe3, 0xe4, 0xe5, 0xe6, 0xe7, 0xe8, 0xe9, 0xea, 0xf1,
+    0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xff, 0xc4, 0x00, 0x1f, 0x01, 0x00, 0x03,
+    0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+    0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0xff, 0xc4, 0x00, 0xb5, 0x11, 0x00,
+    0x02, 0x01, 0x02, 0x04, 0x04, 0x03, 0x04, 0x07, 0x05, 0x04, 0x04, 0x00, 0x01, 0x02, 0x77, 0x00,
+    0x01, 0x02, 0x03, 0x11, 0x04, 0x05, 0x21, 0x31, 0x06, 0x12, 0x41, 0x51, 0x07, 0x61, 0x71, 0x13,
+    0x22, 0x32, 0x81, 0x08, 0x14, 0x42, 0x91, 0xa1, 0xb1, 0xc1, 0x09, 0x23, 0x33, 0x52, 0xf0, 0x15,
+    0x62, 0x72, 0xd1, 0x0a, 0x16, 0x24, 0x34, 0xe1, 0x25, 0xf1, 0x17, 0x18, 0x19, 0x1a, 0x26, 0x27,
+    0x28, 0x29, 0x2a, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48, 0x49,
+    0x4a, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0x59, 0x5a, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69,
+    0x6a, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7a, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88,
+    0x89, 0x8a, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9a, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6,
+    0xa7, 0xa8, 0xa9, 0xaa, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xb8, 0xb9, 0xba, 0xc2, 0xc3, 0xc4,
+    0xc5, 0xc6, 0xc7, 0xc8, 0xc9, 0xca, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8, 0xd9, 0xda, 0xe2,
+    0xe3, 0xe4, 0xe5, 0xe6, 0xe7, 0xe8, 0xe9, 0xea, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9,
+    0xfa, 0xff, 0xda, 0x00, 0x0c, 0x03, 0x01, 0x00, 0x02, 0x11, 0x03, 0x11, 0x00, 0x3f, 0x00, 0xe3,
+    0x62, 0xb7, 0xf6, 0xab, 0x71, 0x5b, 0xfb, 0x55, 0xa8, 0xad, 0xfd, 0xaa, 0xdc, 0x56, 0xfe, 0xd4,
+    0x26, 0x14, 0x2b, 0x95, 0xa2, 0xb7, 0xf6, 0xab, 0x71, 0x5b, 0xfb, 0x55, 0x98, 0xad, 0xfd, 0xaa,
+    0xe4, 0x56, 0xfe, 0xd5, 0xaa, 0x67, 0xb9, 0x42, 0xb9, 0x46, 0x2b, 0x7f, 0x6a, 0xb9, 0x15, 0xbf,
+    0xb5, 0x59, 0x8a, 0xdf, 0xda, 0xad, 0xc5, 0x6f, 0xed, 0x5c, 0xa9, 0x9f, 0x0f, 0x42, 0xb9, 0x5a,
+    0x2b, 0x7f, 0x6a, 0xb7, 0x15, 0xbf, 0xb5, 0x5a, 0x8a, 0xdf, 0xda, 0xad, 0xc5, 0x6f, 0xed, 0x5a,
+    0xa6, 0x7b, 0x94, 0x2b, 0x9f, 0xff, 0xd9};
+
+int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen) {
+    sl_image_info info = {32, 32, 3, SL_FORMAT_JPEG, 0, 1, 8};
+    sl__recipe rcp;
+    sl__plan p;
+    sl__gpu_item it;
+    sl__plan_params pp = {&rcp, 0, 0, 0, NULL};
+    if (sl__recipe_make(SL_PRESET_VAL, 16, NULL, 0, 0, &rcp, NULL, 0) || sl__plan_sample(&info, &pp, &p, NULL, 0) ||
+        sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0)) {
+        sl__msg(err, errlen, "the first decode could not be planned");
+        return SL_EINVAL;
+    }
+    uint64_t stride = 3 * 16 * 16, dst = sl__pool_alloc(&e->dpool, stride);
+    if (!dst) {
+        sl__msg(err, errlen, "the device pool cannot hold the first decode");
+        return SL_EBUDGET;
+    }
+    sl__gpu_stats saved;
+    pthread_mutex_lock(&e->stats_mu);
+    saved = e->st;
+    pthread_mutex_unlock(&e->stats_mu);
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) { /* the route every sample takes; then the hybrid backend */
+        if (pass == 1 && !(e->hw && e->hyb)) break;
+        e->force_hybrid = pass;
+        const uint8_t *d = tiny_jpeg;
+        size_t len = sizeof tiny_jpeg;
+        int status;
+        if ((rc = sl__gpu_decode_batch(e, 1, &d, &len, &it, dst, stride, &status, NULL)))
+            sl__msg(err, errlen, "the first decode failed: %s", sl_strerror(rc));
+        else
+            rc = sl__gpu_wait(e, err, errlen);
+    }
+    e->force_hybrid = 0;
+    sl__pool_free(&e->dpool, dst);
+    pthread_mutex_lock(&e->stats_mu);
+    e->st = saved; /* the warm-up is no sample */
+    pthread_mutex_unlock(&e->stats_mu);
+    return rc ? SL_EIO : 0;
 }

@@ -10,9 +10,12 @@
 #include "base/util.h"
 
 static sl__cuda_api api;
-static const sl__cuda_api *api_ok; /* &api once everything loaded */
+static const sl__cuda_api *api_ok; /* &api once the driver and nvJPEG loaded */
 static char api_why[256];
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+static const sl__cuda_api *nvrtc_ok; /* &api once NVRTC is bound too */
+static char nvrtc_why[256];
+static pthread_once_t nvrtc_once = PTHREAD_ONCE_INIT;
 
 /* Library names, newest first. */
 static const char *const cuda_names[] = {"libcuda.so.1", "libcuda.so", NULL};
@@ -97,7 +100,9 @@ static const char *bind_driver(void *dl) {
     REQ(dl, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     REQ(dl, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     REQ(dl, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-    REQ(dl, cuStreamCreate, "cuStreamCreate");
+    REQ(dl, cuStreamCreateWithPriority, "cuStreamCreateWithPriority");
+    REQ(dl, cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
+    REQ(dl, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     REQ(dl, cuStreamDestroy, "cuStreamDestroy_v2");
     REQ(dl, cuStreamSynchronize, "cuStreamSynchronize");
     REQ(dl, cuEventCreate, "cuEventCreate");
@@ -166,17 +171,18 @@ static const char *bind_nvrtc(void *dl) {
     return missing;
 }
 
-/* One library: open, bind, or say why not (then it is closed again). */
-static int load_one(const char *what, const char *const *names, const char *(*binder)(void *), int slot) {
+/* One library: open, bind, or say why not in why (then it is closed again). */
+static int load_one(const char *what, const char *const *names, const char *(*binder)(void *), int slot, char *why,
+                    size_t wlen) {
     void *dl = open_lib(names, api.paths[slot], sizeof api.paths[slot]);
     if (!dl) {
-        snprintf(api_why, sizeof api_why, "%s not found (tried %s, %s; set SLUICE_CUDA_PATH to its folder)", what,
-                 names[0], names[1]);
+        snprintf(why, wlen, "%s not found (tried %s, %s; set SLUICE_CUDA_PATH to its folder)", what, names[0],
+                 names[1]);
         return -1;
     }
     const char *missing = binder(dl);
     if (missing) {
-        snprintf(api_why, sizeof api_why, "%s at %s lacks %s (too old)", what, api.paths[slot], missing);
+        snprintf(why, wlen, "%s at %s lacks %s (too old)", what, api.paths[slot], missing);
         dlclose(dl);
         return -1;
     }
@@ -184,9 +190,8 @@ static int load_one(const char *what, const char *const *names, const char *(*bi
 }
 
 static void load_all(void) {
-    if (load_one("the CUDA driver (libcuda)", cuda_names, bind_driver, 0) ||
-        load_one("nvJPEG (libnvjpeg)", nvjpeg_names, bind_nvjpeg, 1) ||
-        load_one("NVRTC (libnvrtc)", nvrtc_names, bind_nvrtc, 2))
+    if (load_one("the CUDA driver (libcuda)", cuda_names, bind_driver, 0, api_why, sizeof api_why) ||
+        load_one("nvJPEG (libnvjpeg)", nvjpeg_names, bind_nvjpeg, 1, api_why, sizeof api_why))
         return;
     sl_CUresult r = api.cuInit(0);
     if (r != 0) {
@@ -200,7 +205,6 @@ static void load_all(void) {
     }
     api.cuDriverGetVersion(&api.driver_version);
     for (int i = 0; i < 3; i++) api.nvjpegGetProperty(i, &api.nvjpeg_version[i]); /* MAJOR, MINOR, PATCH */
-    api.nvrtcVersion(&api.nvrtc_version[0], &api.nvrtc_version[1]);
     api_ok = &api;
 }
 
@@ -208,6 +212,20 @@ const sl__cuda_api *sl__cuda_api_get(char *why, size_t len) {
     pthread_once(&api_once, load_all);
     if (!api_ok) sl__msg(why, len, "%s", api_why);
     return api_ok;
+}
+
+static void load_nvrtc(void) {
+    if (!sl__cuda_api_get(nvrtc_why, sizeof nvrtc_why) ||
+        load_one("NVRTC (libnvrtc)", nvrtc_names, bind_nvrtc, 2, nvrtc_why, sizeof nvrtc_why))
+        return;
+    api.nvrtcVersion(&api.nvrtc_version[0], &api.nvrtc_version[1]);
+    nvrtc_ok = &api;
+}
+
+const sl__cuda_api *sl__cuda_nvrtc(char *why, size_t len) {
+    pthread_once(&nvrtc_once, load_nvrtc);
+    if (!nvrtc_ok) sl__msg(why, len, "%s", nvrtc_why);
+    return nvrtc_ok;
 }
 
 const char *sl__cu_errname(const sl__cuda_api *a, sl_CUresult r) {

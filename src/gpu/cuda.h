@@ -10,7 +10,10 @@
  *
  * Ownership: the libraries are loaded once per process (sl__cuda_api) and
  * stay loaded for its life; unloading a GPU driver while threads of it may
- * still run is unsafe. The table is read-only after loading.
+ * still run is unsafe. The driver and nvJPEG are loaded together; NVRTC
+ * only when the resize kernels must be compiled (sl__cuda_nvrtc: a
+ * process that finds them in the kernel cache never maps it, kernels.c).
+ * Each part of the table is read-only once its loading returned.
  */
 #ifndef SL_GPU_CUDA_H
 #define SL_GPU_CUDA_H
@@ -106,7 +109,9 @@ typedef struct sl__cuda_api {
     sl_CUresult (*cuMemcpyHtoDAsync)(sl_CUdeviceptr, const void *, size_t, sl_CUstream);
     sl_CUresult (*cuMemcpyDtoH)(void *, sl_CUdeviceptr, size_t);
     sl_CUresult (*cuMemcpyDtoDAsync)(sl_CUdeviceptr, sl_CUdeviceptr, size_t, sl_CUstream);
-    sl_CUresult (*cuStreamCreate)(sl_CUstream *, unsigned);
+    sl_CUresult (*cuStreamCreateWithPriority)(sl_CUstream *, unsigned, int);
+    sl_CUresult (*cuCtxGetStreamPriorityRange)(int *, int *);
+    sl_CUresult (*cuMemcpyDtoHAsync)(void *, sl_CUdeviceptr, size_t, sl_CUstream);
     sl_CUresult (*cuStreamDestroy)(sl_CUstream);
     sl_CUresult (*cuStreamSynchronize)(sl_CUstream);
     sl_CUresult (*cuEventCreate)(sl_CUevent *, unsigned);
@@ -157,7 +162,7 @@ typedef struct sl__cuda_api {
     sl_nvjStatus (*nvjpegDecodeJpegTransferToDevice)(sl_nvjHandle, sl_nvjDecoder, sl_nvjState, sl_nvjStream,
                                                      sl_CUstream);
     sl_nvjStatus (*nvjpegDecodeJpegDevice)(sl_nvjHandle, sl_nvjDecoder, sl_nvjState, sl_nvjImage *, sl_CUstream);
-    /* NVRTC */
+    /* NVRTC (sl__cuda_nvrtc) */
     sl_nvrtcResult (*nvrtcVersion)(int *, int *);
     sl_nvrtcResult (*nvrtcCreateProgram)(sl_nvrtcProgram *, const char *, const char *, int, const char *const *,
                                          const char *const *);
@@ -173,7 +178,7 @@ typedef struct sl__cuda_api {
 
     int driver_version;           /* e.g. 13000 */
     int nvjpeg_version[3];        /* major, minor, patch */
-    int nvrtc_version[2];
+    int nvrtc_version[2];         /* once sl__cuda_nvrtc loaded it */
     char paths[3][160];           /* where each library was found */
 } sl__cuda_api;
 
@@ -184,6 +189,10 @@ typedef struct sl__cuda_api {
  * separated) are searched first, then the loader's paths, then CUDA_HOME,
  * /usr/local/cuda. Never fails for a GPU-less machine in any other way. */
 const sl__cuda_api *sl__cuda_api_get(char *why, size_t len);
+/* The same table with NVRTC's entry points bound, loading NVRTC on first
+ * use (the same search); NULL with why when the driver or NVRTC cannot be
+ * loaded. Thread-safe. */
+const sl__cuda_api *sl__cuda_nvrtc(char *why, size_t len);
 
 /* The driver's description of a result, e.g. "out of memory" (never NULL). */
 const char *sl__cu_errname(const sl__cuda_api *api, sl_CUresult r);

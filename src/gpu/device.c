@@ -64,23 +64,32 @@ static int dev_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, size
     return 0;
 }
 
+enum { COPY_HTOD, COPY_DTOD, COPY_DTOH };
+
 /* Run one copy on the lane's stream and wait for it. */
-static int lane_copy(cuda_dev *d, uint32_t lane, uint64_t dst, const void *host_src, uint64_t dev_src, size_t n) {
+static int lane_copy(cuda_dev *d, uint32_t lane, int kind, uint64_t dev_dst, void *host_dst, uint64_t dev_src,
+                     const void *host_src, size_t n) {
     if (lane >= d->nlanes) return SL_EINVAL;
     const sl__cuda_api *cu = d->cu;
     sl_CUstream s = d->lanes[lane];
     sl_CUresult r = cu->cuCtxSetCurrent(d->e->ctx);
-    if (!r) r = host_src ? cu->cuMemcpyHtoDAsync(dst, host_src, n, s) : cu->cuMemcpyDtoDAsync(dst, dev_src, n, s);
+    if (!r) r = kind == COPY_HTOD   ? cu->cuMemcpyHtoDAsync(dev_dst, host_src, n, s)
+                : kind == COPY_DTOD ? cu->cuMemcpyDtoDAsync(dev_dst, dev_src, n, s)
+                                    : cu->cuMemcpyDtoHAsync(host_dst, dev_src, n, s);
     if (!r) r = cu->cuStreamSynchronize(s);
     return r ? SL_EIO : 0;
 }
 
 static int dev_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
-    return lane_copy(ctx, lane, dst, src, 0, n);
+    return lane_copy(ctx, lane, COPY_HTOD, dst, NULL, 0, src, n);
 }
 
 static int dev_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
-    return lane_copy(ctx, lane, dst, NULL, src, n);
+    return lane_copy(ctx, lane, COPY_DTOD, dst, NULL, src, NULL, n);
+}
+
+static int dev_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_t n) {
+    return lane_copy(ctx, lane, COPY_DTOH, 0, dst, src, NULL, n);
 }
 
 static void *dev_stage_alloc(void *ctx, size_t n) { return sl__gpu_stage_alloc(((cuda_dev *)ctx)->e, n); }
@@ -103,6 +112,8 @@ static void dev_close(void *ctx) {
     sl__free(d->host, d);
 }
 
+/* One stream per lane, at the lowest priority (copies of decoded images
+ * wait behind a model's kernels, as the engine's stream does). */
 static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
     if (!d->lanes) {
@@ -110,11 +121,13 @@ static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     d->nlanes = n;
+    int least = 0, greatest = 0;
+    if (d->cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
     for (uint32_t i = 0; i < n; i++) {
-        sl_CUresult r = d->cu->cuStreamCreate(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING);
+        sl_CUresult r = d->cu->cuStreamCreateWithPriority(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING, least);
         if (r) {
             d->lanes[i] = NULL;
-            sl__msg(err, errlen, "cuStreamCreate: %s", sl__cu_errname(d->cu, r));
+            sl__msg(err, errlen, "cuStreamCreateWithPriority: %s", sl__cu_errname(d->cu, r));
             return SL_EIO;
         }
     }
@@ -127,9 +140,8 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     if (override_open) return override_open(cfg, host, out, err, errlen);
     const sl__cuda_api *cu = sl__cuda_api_get(err, errlen);
     if (!cu) return SL_EUNSUPPORTED;
-    uint64_t pinned;
-    if (sl__add(sl__gpu_min_pinned(cfg->max_batch), cfg->staging_bytes, &pinned)) return SL_EOVERFLOW;
-    sl__gpu_config ec = {cfg->device, cfg->pool_bytes, pinned, cfg->max_batch, 0, 0, 0, cfg->max_pixels};
+    sl__gpu_config ec = {cfg->device,  cfg->pool_bytes,     sl__gpu_min_pinned(cfg->max_batch),
+                         cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, cfg->staging_bytes};
     cuda_dev *d = sl__calloc(host, 1, sizeof *d, SL_MEM_OTHER);
     if (!d) {
         sl__msg(err, errlen, "the host budget cannot hold the GPU device's state");
@@ -143,7 +155,7 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         dev_close(d);
         return rc;
     }
-    *out = (sl__gpu_dev){d,           SL_DEVICE_CUDA,  cfg->device,     dev_decode, dev_region, dev_upload,
-                         dev_move,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close};
+    *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    dev_decode, dev_region, dev_upload, dev_move,
+                         dev_download, dev_stage_alloc, dev_stage_free, dev_stats, dev_close};
     return 0;
 }

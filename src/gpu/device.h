@@ -14,9 +14,9 @@
  * counted in the host budget given to open.
  *
  * Threads: decode is called by one thread at a time (the loader's GPU
- * thread); upload and move by one thread per lane at a time (each worker
- * is a lane, the committer has its own); stage_alloc, stage_free and stats
- * from any thread.
+ * thread); upload, move and download by one thread per lane at a time
+ * (each worker is a lane, the committer has its own); stage_alloc,
+ * stage_free and stats from any thread.
  */
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
@@ -26,7 +26,7 @@
 typedef struct sl__gpu_dev_config {
     int device;             /* CUDA device ordinal */
     uint64_t pool_bytes;    /* the engine's device pool (sl__gpu_config.gpu_budget) */
-    uint64_t staging_bytes; /* pinned bytes for staging, on top of nvJPEG's minimum */
+    uint64_t staging_bytes; /* pinned bytes for staging, a pool of their own beside nvJPEG's */
     uint32_t max_batch;     /* samples per decode call */
     uint64_t max_pixels;    /* larger images go to the CPU (0: SL_GPU_MAX_PIXELS) */
     uint32_t lanes;         /* threads that may copy at once, lanes 0 .. lanes-1 */
@@ -36,8 +36,11 @@ typedef struct sl__gpu_dev {
     void *ctx;
     int device_type, device_id; /* where region memory lives (SL_DEVICE_*) */
     /* Decode a batch and wait for it (sl__gpu_decode_batch, sl__gpu_wait):
-     * on return every SL_GPU_DONE position is written. 0, or SL_EIO with
-     * err: every status is SL_GPU_CPU and the device is unusable. */
+     * on return every SL_GPU_DONE position is written; SL_GPU_CPU ones are
+     * the CPU's by a rule of the sample; SL_GPU_AGAIN ones found no room
+     * in the device pool in this call: decode them again (a call of such
+     * samples alone makes progress). 0, or SL_EIO with err: every status
+     * is SL_GPU_CPU and the device is unusable. */
     int (*decode)(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
                   uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
                   size_t errlen);
@@ -49,6 +52,8 @@ typedef struct sl__gpu_dev {
      * stream. 0 or SL_EIO. */
     int (*upload)(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n);
     int (*move)(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n);
+    /* n bytes device -> host, complete on return. 0 or SL_EIO. */
+    int (*download)(void *ctx, uint32_t lane, void *dst, uint64_t src, size_t n);
     /* A staging block of n bytes (pinned host memory), or NULL: no room now. */
     void *(*stage_alloc)(void *ctx, size_t n);
     void (*stage_free)(void *ctx, void *p);

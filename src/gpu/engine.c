@@ -3,16 +3,21 @@
  * See engine.h for the contract and engine_impl.h for who owns what.
  *
  * Create order (free undoes it backwards; every step is checked and a
- * failure frees what the steps before took):
- *   context -> stream, events -> kernels -> device pool -> pinned pool
- *   (host budget first) -> host tables -> descriptor buffers -> nvJPEG
- *   hardware handle/state/streams/params -> nvJPEG hybrid handle/decoder/
- *   state/buffers.
- * nvJPEG allocates only through the hooks below, from the two pools; so
- * its handles must be destroyed before the pools go.
+ * failure frees what the steps before took; sl__gpu_engine_free releases
+ * whatever exists, each thing in one place):
+ *   context -> stream, events -> kernels -> device pool -> pinned region
+ *   (host budget first) and its two pools -> host tables (one block) ->
+ *   descriptor buffers -> nvJPEG hardware handle/state/streams/params ->
+ *   nvJPEG hybrid handle/decoder/state/buffers -> the first decode.
+ * The process's resident memory is read between the steps
+ * (sl__gpu_stats.host_rss_*).
+ * nvJPEG allocates only through the hooks below, from the device pool and
+ * its pinned pool; so its handles must be destroyed before the pools go.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "gpu/engine_impl.h"
@@ -24,6 +29,23 @@
 
 int sl__gpu_available(char *why, size_t len) {
     return sl__cuda_api_get(why, len) != NULL;
+}
+
+uint64_t sl__gpu_rss_now(void) {
+    FILE *f = fopen("/proc/self/statm", "re");
+    unsigned long long size = 0, resident = 0;
+    int ok = f && fscanf(f, "%llu %llu", &size, &resident) == 2;
+    if (f) fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return ok && page > 0 ? resident * (uint64_t)page : 0;
+}
+
+/* RSS growth since *mark, and the mark moved to now. */
+static int64_t rss_step(uint64_t *mark) {
+    uint64_t now = sl__gpu_rss_now();
+    int64_t d = (int64_t)(now - *mark);
+    *mark = now;
+    return d;
 }
 
 static uint64_t desc_bytes(uint32_t max_batch) {
@@ -90,26 +112,37 @@ static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     if ((r = cu->cuCtxSetCurrent(e->ctx))) return cu_fail(e, r, SL_EIO, "cuCtxSetCurrent", err, errlen);
     cu->cuDeviceGetName(e->st.device_name, sizeof e->st.device_name, e->dev);
-    if ((r = cu->cuStreamCreate(&e->stream, SL_CU_STREAM_NON_BLOCKING))) {
+    int least = 0, greatest = 0; /* numerically: least is the lowest priority (0), greatest e.g. -5 */
+    if (!(e->cfg.flags & SL_GPU_LOW_PRIORITY) || cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
+    if ((r = cu->cuStreamCreateWithPriority(&e->stream, SL_CU_STREAM_NON_BLOCKING, least))) {
         e->stream = NULL;
-        return cu_fail(e, r, SL_EIO, "cuStreamCreate", err, errlen);
+        return cu_fail(e, r, SL_EIO, "cuStreamCreateWithPriority", err, errlen);
     }
-    if ((r = cu->cuEventCreate(&e->ev0, SL_CU_EVENT_DEFAULT)) || (r = cu->cuEventCreate(&e->ev1, SL_CU_EVENT_DEFAULT)))
-        return cu_fail(e, r, SL_EIO, "cuEventCreate", err, errlen);
-    return sl__gpu_kernels_load(cu, e->dev, &e->k, err, errlen);
+    sl_CUevent *ev[4] = {&e->ev0, &e->ev_hyb, &e->ev_hw, &e->ev1};
+    for (int i = 0; i < 4; i++)
+        if ((r = cu->cuEventCreate(ev[i], SL_CU_EVENT_DEFAULT))) {
+            *ev[i] = NULL;
+            return cu_fail(e, r, SL_EIO, "cuEventCreate", err, errlen);
+        }
+    return 0;
 }
+
+/* A quarter of the device pool, less the descriptors: room for nvJPEG's
+ * buffers and for samples to share a call. */
+static uint64_t sample_cap(uint64_t pool, uint32_t max_batch) { return (pool - desc_bytes(max_batch)) / 4; }
 
 static int open_pools(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     uint64_t dsize = e->cfg.gpu_budget & ~(uint64_t)(POOL_ALIGN - 1);
     uint64_t psize = e->cfg.pinned_bytes & ~(uint64_t)(POOL_ALIGN - 1);
+    uint64_t ssize = e->cfg.staging_bytes & ~(uint64_t)(POOL_ALIGN - 1);
     uint32_t max_blocks = e->cfg.max_batch * 4 + 4096; /* samples, nvJPEG's buffers, slack */
     sl_CUresult r = cu->cuMemAlloc(&e->dev_base, dsize);
     if (r) {
         e->dev_base = 0;
         return cu_fail(e, r, SL_ENOMEM, "taking the device pool", err, errlen);
     }
-    uint64_t pcost = sl__map_cost(psize);
+    uint64_t pcost = sl__map_cost(psize + ssize);
     if (sl__budget_try(e->host, pcost, SL_MEM_PINNED)) {
         char b[16];
         sl__msg(err, errlen, "the host budget cannot hold the %s pinned pool", sl__fmt_bytes(pcost, b, sizeof b));
@@ -117,39 +150,54 @@ static int open_pools(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     sl__budget_fix(e->host, pcost);
     e->pin_counted = pcost;
-    if ((r = cu->cuMemHostAlloc(&e->pin_base, psize, 0))) {
+    if ((r = cu->cuMemHostAlloc(&e->pin_base, psize + ssize, 0))) {
         e->pin_base = NULL;
         return cu_fail(e, r, SL_ENOMEM, "taking the pinned pool", err, errlen);
     }
+    uint64_t pin = (uint64_t)(uintptr_t)e->pin_base;
+    /* the staging pool's table: one extent per staged block and one per gap, enough for blocks
+     * of 16 KiB on average; past it a block waits for room as when the pool is full (with
+     * nothing staged the pool is one extent, so a block always fits then) */
+    uint32_t sblocks = (uint32_t)SL_MIN(ssize / 8192 + 64, (uint64_t)1 << 20);
     int rc = sl__pool_init(&e->dpool, e->host, e->dev_base, dsize, POOL_ALIGN, max_blocks);
-    if (rc) return rc;
-    e->dpool_ok = 1;
-    if ((rc = sl__pool_init(&e->ppool, e->host, (uint64_t)(uintptr_t)e->pin_base, psize, POOL_ALIGN, max_blocks)))
+    e->dpool_ok = rc == 0;
+    if (!rc) e->ppool_ok = (rc = sl__pool_init(&e->ppool, e->host, pin, psize, POOL_ALIGN, max_blocks)) == 0;
+    if (!rc && ssize) e->spool_ok = (rc = sl__pool_init(&e->spool, e->host, pin + psize, ssize, POOL_ALIGN, sblocks)) == 0;
+    if (rc) {
+        sl__msg(err, errlen, "the host budget cannot hold the pools' tables");
         return rc;
-    e->ppool_ok = 1;
+    }
     e->st.device_pool_bytes = dsize;
-    e->st.pinned_pool_bytes = psize;
+    e->st.pinned_pool_bytes = psize + ssize;
+    e->sample_cap = sample_cap(dsize, e->cfg.max_batch);
     return 0;
 }
 
-static int open_tables(sl__gpu_engine *e) {
+/* The host tables in one block (freed by sl__gpu_engine_free), then the
+ * descriptors' pinned and device buffers. */
+static int open_tables(sl__gpu_engine *e, char *err, size_t errlen) {
     uint32_t n = e->cfg.max_batch;
-    sl__budget *h = e->host;
-    e->work = sl__calloc(h, n, sizeof *e->work, SL_MEM_OTHER);
-    e->hw_streams = sl__calloc(h, n, sizeof *e->hw_streams, SL_MEM_OTHER);
-    e->hw_params = sl__calloc(h, n, sizeof *e->hw_params, SL_MEM_OTHER);
-    e->hw_data = sl__calloc(h, n, sizeof *e->hw_data, SL_MEM_OTHER);
-    e->hw_len = sl__calloc(h, n, sizeof *e->hw_len, SL_MEM_OTHER);
-    e->hw_out = sl__calloc(h, n, sizeof *e->hw_out, SL_MEM_OTHER);
-    e->hw_batch_params = sl__calloc(h, n, sizeof *e->hw_batch_params, SL_MEM_OTHER);
-    e->hw_idx = sl__calloc(h, n, sizeof *e->hw_idx, SL_MEM_OTHER);
-    if (!e->work || !e->hw_streams || !e->hw_params || !e->hw_data || !e->hw_len || !e->hw_out ||
-        !e->hw_batch_params || !e->hw_idx)
-        return SL_EBUDGET;
+    const sl__part parts[] = {{&e->work, n, sizeof *e->work},
+                              {&e->hw_streams, n, sizeof *e->hw_streams},
+                              {&e->hw_params, n, sizeof *e->hw_params},
+                              {&e->hw_data, n, sizeof *e->hw_data},
+                              {&e->hw_len, n, sizeof *e->hw_len},
+                              {&e->hw_out, n, sizeof *e->hw_out},
+                              {&e->hw_batch_params, n, sizeof *e->hw_batch_params},
+                              {&e->hw_idx, n, sizeof *e->hw_idx},
+                              {&e->hw_bad, n, sizeof *e->hw_bad}};
+    int rc = sl__alloc_parts(e->host, parts, sizeof parts / sizeof parts[0], SL_MEM_OTHER, &e->tables);
+    if (rc) {
+        sl__msg(err, errlen, "%s for the GPU engine's tables of %u samples",
+                rc == SL_EBUDGET ? "the host budget has no room" : "out of memory", n);
+        return rc;
+    }
     uint64_t db = desc_bytes(n);
     e->pin_desc = (sl__gpu_desc *)(uintptr_t)sl__pool_alloc(&e->ppool, db);
     e->dev_desc = sl__pool_alloc(&e->dpool, db);
-    return e->pin_desc && e->dev_desc ? 0 : SL_EBUDGET;
+    if (e->pin_desc && e->dev_desc) return 0;
+    sl__msg(err, errlen, "the pools cannot hold the descriptors of %u samples", n);
+    return SL_EBUDGET;
 }
 
 /* The hardware backend: absent on GPUs without JPEG engines (then 0,
@@ -245,11 +293,37 @@ static int check_config(const sl__gpu_config *c, char *err, size_t errlen) {
                 sl__fmt_bytes(sl__gpu_min_pinned(c->max_batch), b2, sizeof b2), c->max_batch);
         return SL_EBUDGET;
     }
+    if (c->staging_bytes > UINT64_MAX / 4 || c->pinned_bytes > UINT64_MAX / 4) {
+        sl__msg(err, errlen, "pinned_bytes + staging_bytes overflow");
+        return SL_EINVAL;
+    }
     if ((c->flags & SL_GPU_NO_HARDWARE) && (c->flags & SL_GPU_NO_HYBRID)) {
         sl__msg(err, errlen, "both nvJPEG backends switched off");
         return SL_EINVAL;
     }
     return 0;
+}
+
+/* The steps, each checked; the RSS each added goes to the stats. */
+static int open_all(sl__gpu_engine *e, char *err, size_t errlen) {
+    uint64_t mark = sl__gpu_rss_now();
+    int rc = open_context(e, err, errlen);
+    e->st.host_rss_context = rss_step(&mark);
+    if (!rc) rc = sl__gpu_kernels_load(e->cu, e->dev, e->host, &e->k, e->st.kernels, sizeof e->st.kernels, err, errlen);
+    e->st.host_rss_kernels = rss_step(&mark);
+    if (!rc) rc = open_pools(e, err, errlen);
+    e->st.host_rss_pinned = rss_step(&mark);
+    if (!rc) rc = open_tables(e, err, errlen);
+    if (!rc) rc = open_hardware(e, err, errlen);
+    if (!rc) rc = open_hybrid(e, err, errlen);
+    e->st.host_rss_nvjpeg = rss_step(&mark);
+    if (!rc && !e->hw && !e->hyb) {
+        sl__msg(err, errlen, "no nvJPEG backend could be created on %s", e->st.device_name);
+        rc = SL_EUNSUPPORTED;
+    }
+    if (!rc) rc = sl__gpu_warm_up(e, err, errlen);
+    e->st.host_rss_warmup = rss_step(&mark);
+    return rc;
 }
 
 int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engine **out, char *err,
@@ -261,7 +335,10 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
     const sl__cuda_api *cu = sl__cuda_api_get(err, errlen);
     if (!cu) return SL_EUNSUPPORTED;
     sl__gpu_engine *e = sl__calloc(host, 1, sizeof *e, SL_MEM_OTHER);
-    if (!e) return SL_EBUDGET;
+    if (!e) {
+        sl__msg(err, errlen, "the host budget cannot hold the GPU engine");
+        return SL_EBUDGET;
+    }
     e->cu = cu;
     e->host = host;
     e->cfg = *cfg;
@@ -271,16 +348,9 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
         sl__free(host, e);
         return SL_ESYS;
     }
-    if ((rc = open_context(e, err, errlen)) || (rc = open_pools(e, err, errlen)) || (rc = open_tables(e)) ||
-        (rc = open_hardware(e, err, errlen)) || (rc = open_hybrid(e, err, errlen))) {
-        if (rc == SL_EBUDGET && err && !*err) sl__msg(err, errlen, "the host budget cannot hold the engine's tables");
+    if ((rc = open_all(e, err, errlen))) {
         sl__gpu_engine_free(e);
         return rc;
-    }
-    if (!e->hw && !e->hyb) {
-        sl__msg(err, errlen, "no nvJPEG backend could be created on %s", e->st.device_name);
-        sl__gpu_engine_free(e);
-        return SL_EUNSUPPORTED;
     }
     snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s", e->hw ? "hardware" : "",
              e->hw && e->hyb ? "+" : "", e->hyb ? "hybrid" : "");
@@ -291,7 +361,7 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
 /* ---- free ------------------------------------------------------------------ */
 static void close_nvjpeg(sl__gpu_engine *e) {
     const sl__cuda_api *cu = e->cu;
-    for (uint32_t i = 0; e->hw_streams && i < e->cfg.max_batch; i++) {
+    for (uint32_t i = 0; e->tables && i < e->cfg.max_batch; i++) { /* the tables exist whole or not at all */
         if (e->hw_streams[i]) cu->nvjpegJpegStreamDestroy(e->hw_streams[i]);
         if (e->hw_params[i]) cu->nvjpegDecodeParamsDestroy(e->hw_params[i]);
     }
@@ -306,18 +376,6 @@ static void close_nvjpeg(sl__gpu_engine *e) {
     if (e->gh) cu->nvjpegDestroy(e->gh);
 }
 
-static void close_tables(sl__gpu_engine *e) {
-    sl__budget *h = e->host;
-    sl__free(h, e->work);
-    sl__free(h, e->hw_streams);
-    sl__free(h, e->hw_params);
-    sl__free(h, e->hw_data);
-    sl__free(h, e->hw_len);
-    sl__free(h, e->hw_out);
-    sl__free(h, e->hw_batch_params);
-    sl__free(h, e->hw_idx);
-}
-
 void sl__gpu_engine_free(sl__gpu_engine *e) {
     if (!e) return;
     const sl__cuda_api *cu = e->cu;
@@ -325,9 +383,10 @@ void sl__gpu_engine_free(sl__gpu_engine *e) {
     if (e->inflight) sl__gpu_wait(e, NULL, 0);
     if (e->stream) cu->cuStreamSynchronize(e->stream);
     close_nvjpeg(e);
-    close_tables(e);
+    sl__free(e->host, e->tables);
     if (e->dpool_ok) sl__pool_fini(&e->dpool);
     if (e->ppool_ok) sl__pool_fini(&e->ppool);
+    if (e->spool_ok) sl__pool_fini(&e->spool);
     if (e->dev_base) cu->cuMemFree(e->dev_base);
     if (e->pin_base) cu->cuMemFreeHost(e->pin_base);
     if (e->pin_counted) {
@@ -335,8 +394,9 @@ void sl__gpu_engine_free(sl__gpu_engine *e) {
         sl__budget_release(e->host, e->pin_counted, SL_MEM_PINNED);
     }
     sl__gpu_kernels_unload(cu, &e->k);
-    if (e->ev0) cu->cuEventDestroy(e->ev0);
-    if (e->ev1) cu->cuEventDestroy(e->ev1);
+    sl_CUevent ev[4] = {e->ev0, e->ev_hyb, e->ev_hw, e->ev1};
+    for (int i = 0; i < 4; i++)
+        if (ev[i]) cu->cuEventDestroy(ev[i]);
     if (e->stream) cu->cuStreamDestroy(e->stream);
     if (e->ctx) cu->cuDevicePrimaryCtxRelease(e->dev);
     pthread_mutex_destroy(&e->stats_mu);
@@ -348,20 +408,24 @@ void sl__gpu_engine_stats(const sl__gpu_engine *ce, sl__gpu_stats *out) {
     pthread_mutex_lock(&e->stats_mu);
     *out = e->st;
     pthread_mutex_unlock(&e->stats_mu);
-    sl__pool_stats d, p;
+    sl__pool_stats d, p, s;
+    memset(&s, 0, sizeof s);
     sl__pool_stats_get(&e->dpool, &d);
     sl__pool_stats_get(&e->ppool, &p);
+    if (e->spool_ok) sl__pool_stats_get(&e->spool, &s);
     out->device_used = d.used;
     out->device_peak = d.peak;
     out->pinned_used = p.used;
     out->pinned_peak = p.peak;
+    out->staging_used = s.used;
+    out->staging_peak = s.peak;
     out->pool_refusals = d.fails + p.fails;
 }
 
 void *sl__gpu_stage_alloc(sl__gpu_engine *e, size_t n) {
-    return n ? (void *)(uintptr_t)sl__pool_alloc(&e->ppool, n) : NULL;
+    return n && e->spool_ok ? (void *)(uintptr_t)sl__pool_alloc(&e->spool, n) : NULL;
 }
 
 void sl__gpu_stage_free(sl__gpu_engine *e, void *p) {
-    if (p) sl__pool_free(&e->ppool, (uint64_t)(uintptr_t)p);
+    if (p) sl__pool_free(&e->spool, (uint64_t)(uintptr_t)p);
 }

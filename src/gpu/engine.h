@@ -16,11 +16,29 @@
  * Memory. Device memory is one pool of cfg.gpu_budget bytes taken at
  * create and never grown; nvJPEG's own buffers come from it through its
  * allocator hooks (nvjpegCreateExV2), and so do the per-batch decode
- * outputs, intermediates and coefficient tables. Pinned staging is one
- * pool of cfg.pinned_bytes, counted in the host budget under SL_MEM_PINNED
- * (as fixed bytes) for the engine's life; nvJPEG's pinned buffers come
- * from it. A sample whose buffers do not fit the pool now goes to the CPU
- * ("device pool full"); nothing waits inside the engine.
+ * outputs, intermediates and coefficient tables. Pinned memory is one
+ * region counted in the host budget under SL_MEM_PINNED (as fixed bytes)
+ * for the engine's life, in two pools: nvJPEG's pinned buffers and the
+ * descriptors (cfg.pinned_bytes), and the caller's staging
+ * (cfg.staging_bytes, sl__gpu_stage_alloc), so staging can never starve
+ * nvJPEG nor nvJPEG the staging. The host memory the CUDA driver, nvJPEG
+ * and NVRTC take outside every hook is measured at create, step by step
+ * (sl__gpu_stats.host_rss_*; the caller counts it, pipeline/gpustage.c).
+ *
+ * Which backend decodes a sample is a rule of the sample, never of which
+ * samples share a call or of timing: the hardware engines where
+ * nvjpegDecodeBatchedSupportedEx takes it (with its region of interest,
+ * else whole); the hybrid backend only for what they do not take; the CPU
+ * for what neither takes, what fails alone on its backend (a batched call
+ * that fails is split in halves and retried on the same backend until the
+ * bad samples stand alone: sl__gpu_bisect), and a sample whose buffers
+ * exceed the per-sample cap (a quarter of the pool). A sample under the
+ * cap that does not fit the pool now is not decoded in this call
+ * (SL_GPU_AGAIN, as every sample after it; the call's first sample is
+ * always given room), nor is one whose nvJPEG call found its allocator's
+ * pool full: the caller submits them again once the call is done, when
+ * its blocks are free. A sample routed beside others leaves nvJPEG an
+ * eighth of the pool to grow its buffers in during the call.
  *
  * Threads. An engine is used by one thread at a time (the scheduler's GPU
  * feeder); engines on the same or other GPUs are independent. One batch
@@ -64,11 +82,13 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
 #define SL_GPU_NO_HARDWARE (1u << 0) /* skip the hardware backend */
 #define SL_GPU_NO_HYBRID (1u << 1)   /* skip the GPU hybrid backend */
 #define SL_GPU_NO_ROI (1u << 2)      /* decode whole images (no region of interest) */
+#define SL_GPU_LOW_PRIORITY (1u << 3) /* the engine's stream at the device's lowest priority, so a model's
+                                         kernels on streams of default priority run first */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */
     uint64_t gpu_budget;     /* device pool bytes, taken at create */
-    uint64_t pinned_bytes;   /* pinned pool bytes, counted in the host budget */
+    uint64_t pinned_bytes;   /* pinned pool for nvJPEG and the descriptors, counted in the host budget */
     uint32_t max_batch;      /* samples per sl__gpu_decode_batch, 1..65535 */
     uint32_t hint_w, hint_h; /* typical image size, for nvJPEG's preallocation (0: 512) */
     uint32_t flags;          /* SL_GPU_NO_* */
@@ -76,6 +96,7 @@ typedef struct sl__gpu_config {
                                 hardware backend keeps per-slot buffers outside the allocator
                                 hooks that grow to the largest image each slot has seen (about
                                 3.3 bytes a pixel, measured): this caps them; docs/gpu.md */
+    uint64_t staging_bytes;  /* pinned pool for sl__gpu_stage_alloc (0: none), counted with the other */
 } sl__gpu_config;
 #define SL_GPU_MAX_PIXELS ((uint64_t)1 << 22) /* 4.2 Mpx, e.g. 2048 x 2048 */
 
@@ -85,15 +106,18 @@ uint64_t sl__gpu_min_pinned(uint32_t max_batch);
 
 typedef struct sl__gpu_engine sl__gpu_engine;
 
-/* Create an engine on cfg->device: load the kernels (NVRTC, once per
- * process), take both pools, create nvJPEG's handles, states and streams.
- * host counts the pinned pool (SL_MEM_PINNED, fixed) and the engine's host
- * tables; it must outlive the engine. On success *out owns the engine
+/* Create an engine on cfg->device: load the kernels (the kernel cache, or
+ * NVRTC), take the pools, create nvJPEG's handles, states and streams, and
+ * decode one small built-in JPEG through each backend (so the driver's
+ * lazily loaded modules are in before the host memory is measured, and a
+ * broken device fails here, not in the first batch). host counts the
+ * pinned region (SL_MEM_PINNED, fixed) and the engine's host tables; it
+ * must outlive the engine. On success *out owns the engine
  * (sl__gpu_engine_free). Fails with SL_EUNSUPPORTED (no CUDA / nvJPEG /
  * NVRTC, no such device: err says which), SL_EINVAL, SL_EBUDGET (a pool
  * below its minimum, which err states, or the host budget cannot hold the
- * pinned pool), SL_ENOMEM (the device or the driver refused memory), SL_EIO.
- * Nothing is left allocated on failure. */
+ * pinned region or a table), SL_ENOMEM (the device, the driver or the
+ * system refused memory), SL_EIO. Nothing is left allocated on failure. */
 int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engine **out, char *err,
                        size_t errlen);
 /* Wait for the batch in flight, release every nvJPEG handle, state,
@@ -106,16 +130,20 @@ void sl__gpu_engine_free(sl__gpu_engine *e);
  * (len[i] bytes), crop/resize/flip as items[i] says, into dst +
  * items[i].pos * stride (a device address; out_h * out_w * 3 bytes, CHW).
  * status[i] is SL_GPU_DONE (the GPU writes it: valid once sl__gpu_wait
- * returns 0) or SL_GPU_CPU (the CPU must decode it; reasons[i] says why,
- * when reasons is not NULL). data[i] must stay valid until sl__gpu_wait
- * returns. Returns 0 (statuses set), SL_EINVAL (n > max_batch, NULL
- * arrays), SL_ESTATE (poisoned, or a batch still in flight), SL_EIO (CUDA
- * error: every status is SL_GPU_CPU, the engine is poisoned).
+ * returns 0), SL_GPU_CPU (the CPU must decode it: a rule of the sample,
+ * see above; reasons[i] says why, when reasons is not NULL) or
+ * SL_GPU_AGAIN (no room in the device pool now: submit it again after
+ * sl__gpu_wait; in a call of such samples alone the first one always gets
+ * room or goes to the CPU, so resubmitting makes progress). data[i] must
+ * stay valid until sl__gpu_wait returns. Returns 0 (statuses set),
+ * SL_EINVAL (n > max_batch, NULL arrays), SL_ESTATE (poisoned, or a batch
+ * still in flight), SL_EIO (CUDA error: every status is SL_GPU_CPU, the
+ * engine is poisoned).
  */
 int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len,
                          const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
                          char (*reasons)[SL_GPU_REASON]);
-enum { SL_GPU_DONE = 0, SL_GPU_CPU = 1 };
+enum { SL_GPU_DONE = 0, SL_GPU_CPU = 1, SL_GPU_AGAIN = 2 };
 
 /* Wait for the batch in flight (0 at once when none) and give its buffers
  * back to the pool. 0, or SL_EIO with the driver's reason (poisoned: the
@@ -129,11 +157,10 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen);
 int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb, const sl__gpu_item *items,
                         uint64_t dst, uint64_t stride, char *err, size_t errlen);
 
-/* A block of n bytes of the engine's pinned pool (page-locked host memory),
- * e.g. to stage encoded samples until they are decoded; NULL when the
- * pool has no room now. Any thread (the pool locks itself). The caller
- * keeps room for nvJPEG's own pinned buffers (the pool was sized with
- * sl__gpu_min_pinned on top of what it stages). */
+/* A block of n bytes of the engine's staging pool (page-locked host
+ * memory, cfg.staging_bytes), e.g. to stage encoded samples until they are
+ * decoded; NULL when it has no room now. With nothing staged any n up to
+ * half the pool fits. Any thread (the pool locks itself). */
 void *sl__gpu_stage_alloc(sl__gpu_engine *e, size_t n);
 /* Give a block back; NULL is ignored. Any thread. */
 void sl__gpu_stage_free(sl__gpu_engine *e, void *p);
@@ -141,19 +168,33 @@ void sl__gpu_stage_free(sl__gpu_engine *e, void *p);
 typedef struct sl__gpu_stats {
     uint64_t device_pool_bytes;  /* taken at create; constant */
     uint64_t device_used, device_peak; /* of the pool, now and high-water */
-    uint64_t pinned_pool_bytes;  /* constant, in the host budget */
-    uint64_t pinned_used, pinned_peak;
+    uint64_t pinned_pool_bytes;  /* constant, in the host budget: nvJPEG's and the staging pools */
+    uint64_t pinned_used, pinned_peak; /* nvJPEG's pool */
+    uint64_t staging_used, staging_peak;
     uint64_t pool_refusals;      /* allocations the pools refused (nvJPEG's included) */
     uint64_t samples_hw;         /* decoded by the hardware JPEG engines */
     uint64_t samples_hybrid;     /* decoded by the GPU hybrid backend */
     uint64_t samples_cpu;        /* handed back to the CPU */
+    uint64_t samples_again;      /* not decoded in their call for lack of pool room (submitted again) */
     uint64_t batches;
+    uint64_t hw_calls, hw_failed_calls; /* batched hardware calls; those that failed (then bisected) */
     double busy_s;               /* per batch: max(host issue time, GPU time), summed */
+    double gpu_hybrid_s, gpu_hw_s, gpu_resize_s; /* GPU time of each phase (stream events), summed */
     double rate;                 /* GPU samples / s over the last batches (moving average; 0 before any) */
     uint32_t hw_engines, hw_cores; /* nvJPEG's hardware decoder (0 where none) */
     char device_name[64];
     char backends[64];           /* e.g. "hardware+hybrid" */
+    /* The process's resident memory (VmRSS) that each step of create added,
+     * bytes (may be negative: NVRTC's heap handed back): the context and
+     * streams, the kernels (the cache, or NVRTC), the pinned region (counted
+     * in the host budget), nvJPEG's handles and buffers, the first decode. */
+    int64_t host_rss_context, host_rss_kernels, host_rss_pinned, host_rss_nvjpeg, host_rss_warmup;
+    char kernels[192];           /* where the kernels came from: "cached (PATH)", "compiled by NVRTC ..." */
 } sl__gpu_stats;
+
+/* The process's resident bytes now (VmRSS, from /proc/self/statm); 0 when
+ * unknown. */
+uint64_t sl__gpu_rss_now(void);
 
 void sl__gpu_engine_stats(const sl__gpu_engine *e, sl__gpu_stats *out);
 

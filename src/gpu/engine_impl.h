@@ -3,11 +3,14 @@
  * handles) and batch.c (one batch: route, decode, resize). Private.
  *
  * Ownership: everything here belongs to the engine and is released by
- * sl__gpu_engine_free. Per-batch pool blocks (held[]) belong to the batch
- * in flight and go back in sl__gpu_wait. stats_mu protects st (stats are
- * read from other threads); everything else is touched only by the one
- * thread using the engine (and nvJPEG's allocator hooks, which lock the
- * pools themselves).
+ * sl__gpu_engine_free. The host tables (work, hw_*) are one allocation,
+ * tables, freed in one place. Per-batch pool blocks (work[i].block) belong
+ * to the batch in flight from routing until sl__gpu_wait, whatever became
+ * of the sample (a block is never handed out again while a failed call's
+ * work may still write it). stats_mu protects st (stats are read from
+ * other threads); everything else is touched only by the one thread using
+ * the engine (and nvJPEG's allocator hooks, which lock the pools
+ * themselves).
  */
 #ifndef SL_GPU_ENGINE_IMPL_H
 #define SL_GPU_ENGINE_IMPL_H
@@ -39,25 +42,30 @@ struct sl__gpu_engine {
     sl_CUdevice dev;
     sl_CUcontext ctx;        /* the device's primary context, retained */
     sl_CUstream stream;
-    sl_CUevent ev0, ev1;     /* GPU time of the batch in flight */
+    sl_CUevent ev0, ev_hyb, ev_hw, ev1; /* the batch in flight: start, hybrid done, hardware done, end */
     sl__gpu_kernels k;
     sl_CUdeviceptr dev_base; /* the device pool's region */
-    void *pin_base;          /* the pinned pool's region */
+    void *pin_base;          /* the pinned region: nvJPEG's pool, then the staging pool */
     uint64_t pin_counted;    /* bytes counted in host (SL_MEM_PINNED, fixed) */
-    sl__pool dpool, ppool;
-    int dpool_ok, ppool_ok;
+    sl__pool dpool, ppool, spool;
+    int dpool_ok, ppool_ok, spool_ok;
+    uint64_t sample_cap;     /* a sample needing a larger block goes to the CPU (a rule of the sample) */
     sl_nvjDevAllocV2 dalloc;
     sl_nvjPinnedAllocV2 palloc;
+    /* host tables: one block (tables) of max_batch entries each */
+    void *tables;
+    sl__gpu_work *work;
     /* hardware backend (NULL where none) */
     sl_nvjHandle hw;
     sl_nvjState hw_state;
-    sl_nvjStream *hw_streams;   /* max_batch parsed headers */
-    sl_nvjParams *hw_params;    /* max_batch: ROI + output format */
-    const unsigned char **hw_data;
+    sl_nvjStream *hw_streams;   /* parsed headers, per sample of the batch */
+    sl_nvjParams *hw_params;    /* per sample: ROI + output format */
+    const unsigned char **hw_data; /* one batched call's arguments */
     size_t *hw_len;
     sl_nvjImage *hw_out;
-    sl_nvjParams *hw_batch_params; /* the params of the samples in this batch's call */
-    uint32_t *hw_idx;
+    sl_nvjParams *hw_batch_params;
+    uint32_t *hw_idx;           /* the batch's hardware samples, and whether each failed alone */
+    uint8_t *hw_bad;
     /* GPU hybrid backend (NULL where none) */
     sl_nvjHandle gh;
     sl_nvjDecoder hyb;
@@ -67,11 +75,13 @@ struct sl__gpu_engine {
     sl_nvjStream hyb_stream;
     sl_nvjParams hyb_params;
     /* per batch */
-    sl__gpu_work *work;         /* max_batch */
     sl__gpu_desc *pin_desc;     /* pinned staging of the descriptors (ppool) */
     sl_CUdeviceptr dev_desc;    /* device copy (dpool) */
     int inflight, poisoned;
+    int force_hybrid;           /* the warm-up's second decode: the hybrid backend */
+    uint32_t held;              /* blocks the batch being routed holds */
     uint32_t inflight_gpu;      /* samples the batch in flight writes */
+    uint32_t hw_calls, hw_failed_calls; /* of the batch in flight */
     uint64_t t_issue_ns, issue_ns;
     /* stats */
     pthread_mutex_t stats_mu;
@@ -80,5 +90,11 @@ struct sl__gpu_engine {
 
 /* Free sample i's pool block, if any. */
 void sl__gpu_work_release(sl__gpu_engine *e, sl__gpu_work *w);
+
+/* The first decode (batch.c): one small built-in JPEG through the route
+ * every sample takes, then through the hybrid backend where there is one
+ * too, into a scratch block of the pool; stats are left as before. 0, or
+ * SL_EIO with the driver's reason (the engine is unusable). */
+int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen);
 
 #endif

@@ -1,11 +1,18 @@
 /* The resize kernels, compiled at run time with NVRTC. See kernels.h. */
 #include "gpu/kernels.h"
 
-#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include "base/hash.h"
 #include "base/util.h"
 
 /* CUDA C++ source. Mirrors axis_build / hpass / the vertical pass and the
@@ -141,19 +148,138 @@ static const char kernel_src[] =
     "  o[0] = clip8(s0); o[oplane] = clip8(s1); o[2 * oplane] = clip8(s2);\n"
     "}\n";
 
-/* Compiled images, one per compute capability, for the process's life. */
-typedef struct compiled {
-    int cc;            /* major * 10 + minor */
-    int cubin;         /* 1: CUBIN for this exact arch, 0: PTX (driver JIT) */
-    char *image;
-    size_t size;
-} compiled;
-static compiled cache[8];
-static int ncache;
-static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+/* ---- the kernel cache ------------------------------------------------------
+ *
+ * A compiled image is kept on disk, one file per (kernel source, compute
+ * capability, driver version): a process that finds it never loads NVRTC,
+ * whose library and compile heap were the largest part of the engine's
+ * host memory. The key leaves NVRTC's version out on purpose: asking it
+ * means loading NVRTC, which is what the cache saves, and an image any
+ * NVRTC made computes the same bytes (the arithmetic is pinned by
+ * --fmad=false and checked against the CPU resampler); an image the driver
+ * cannot load (made by a newer NVRTC than the driver knows) is removed and
+ * compiled again. The file is a header line (magic, key, kind, size, hash
+ * of the image) and the image; anything else is not ours and is replaced.
+ * Written to a temporary name and renamed, so readers see whole files. */
+#define CACHE_MAGIC "sluice-kernels 1"
+#define IMAGE_MAX ((size_t)8 << 20) /* a larger file is not one of ours */
+#define HEADER_MAX 200
 
-/* Compile for cc (CUBIN where this NVRTC offers it, else PTX). */
-static int compile(const sl__cuda_api *cu, int cc, compiled *out, char *err, size_t errlen) {
+typedef struct image {
+    char *buf;    /* counted in the host budget; the image starts at buf + off */
+    size_t off, size;
+    int cubin;    /* 1: CUBIN for this exact arch, 0: PTX (driver JIT) */
+} image;
+
+static uint64_t source_hash(void) { return sl__hash64(kernel_src, sizeof kernel_src - 1, 0x736c756963656b72ull); }
+
+/* The cache's folder: $SLUICE_KERNEL_CACHE (empty: no cache), else
+ * $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice. 0, or -1: none. */
+static int cache_dir(char *out, size_t len) {
+    const char *env = getenv("SLUICE_KERNEL_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (env) n = snprintf(out, len, "%s", env);
+    else if (xdg && *xdg) n = snprintf(out, len, "%s/sluice", xdg);
+    else if (home && *home) n = snprintf(out, len, "%s/.cache/sluice", home);
+    else return -1;
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static void cache_path(const char *dir, int cc, int driver, char *out, size_t len) {
+    snprintf(out, len, "%s/resize-%016llx-sm%d-cuda%d.img", dir, (unsigned long long)source_hash(), cc, driver);
+}
+
+static void image_free(sl__budget *host, image *im) {
+    sl__free(host, im->buf);
+    memset(im, 0, sizeof *im);
+}
+
+/* Read the image cached for (cc, driver): 0 with *im (counted in host),
+ * or -1 (none, not ours, or the budget cannot hold it). */
+static int cache_read(const char *path, int cc, int driver, sl__budget *host, image *im) {
+    memset(im, 0, sizeof *im);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat sb;
+    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && sb.st_size > 0 &&
+             (uint64_t)sb.st_size <= IMAGE_MAX + HEADER_MAX;
+    size_t n = ok ? (size_t)sb.st_size : 0, got = 0;
+    char *buf = ok ? sl__alloc(host, n + 1, SL_MEM_OTHER) : NULL; /* + NUL: PTX is text */
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf || got != n) {
+        sl__free(host, buf);
+        return -1;
+    }
+    buf[n] = 0;
+    char *nl = memchr(buf, '\n', n < HEADER_MAX ? n : HEADER_MAX);
+    unsigned long long src = 0, sum = 0;
+    int hcc = 0, hdrv = 0;
+    char kind[8] = "";
+    size_t size = 0;
+    if (nl) *nl = 0;
+    ok = nl && sscanf(buf, CACHE_MAGIC " %llx sm%d cuda%d %7s %zu %llx", &src, &hcc, &hdrv, kind, &size, &sum) == 6 &&
+         src == source_hash() && hcc == cc && hdrv == driver && (!strcmp(kind, "cubin") || !strcmp(kind, "ptx")) &&
+         size == n - (size_t)(nl + 1 - buf) && size > 0 && sl__hash64(nl + 1, size, 0) == sum;
+    if (!ok) {
+        sl__free(host, buf);
+        return -1;
+    }
+    *im = (image){buf, (size_t)(nl + 1 - buf), size, kind[0] == 'c'};
+    return 0;
+}
+
+/* Keep im for the next process: 0, or -1 with why (the cache is best effort). */
+static int cache_write(const char *dir, const char *path, int cc, int driver, const image *im, char *why,
+                       size_t wlen) {
+    char tmp[600], head[HEADER_MAX];
+    if (mkdir(dir, 0700) && errno == ENOENT) { /* $HOME/.cache itself may be missing */
+        char parent[520];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = 0, mkdir(parent, 0700);
+        mkdir(dir, 0700);
+    }
+    snprintf(tmp, sizeof tmp, "%s/.resize-XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        sl__msg(why, wlen, "cannot write in %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int hn = snprintf(head, sizeof head, CACHE_MAGIC " %016llx sm%d cuda%d %s %zu %016llx\n",
+                      (unsigned long long)source_hash(), cc, driver, im->cubin ? "cubin" : "ptx", im->size,
+                      (unsigned long long)sl__hash64(im->buf + im->off, im->size, 0));
+    const char *parts[2] = {head, im->buf + im->off};
+    size_t lens[2] = {(size_t)hn, im->size};
+    int ok = hn > 0 && (size_t)hn < sizeof head;
+    for (int i = 0; i < 2 && ok; i++)
+        for (size_t done = 0; ok && done < lens[i];) {
+            ssize_t w = write(fd, parts[i] + done, lens[i] - done);
+            if (w <= 0) ok = 0;
+            else done += (size_t)w;
+        }
+    ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
+    if (!ok) {
+        sl__msg(why, wlen, "writing %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- NVRTC -------------------------------------------------------------------- */
+
+/* Compile for cc with NVRTC (CUBIN where this NVRTC offers it, else PTX)
+ * into *im, counted in host; NVRTC's own heap is handed back to the
+ * system afterwards (malloc_trim). 0, SL_EUNSUPPORTED (no NVRTC, or it
+ * failed: err has its log), SL_EBUDGET (the host budget). */
+static int compile(int cc, sl__budget *host, image *im, char *err, size_t errlen) {
+    const sl__cuda_api *cu = sl__cuda_nvrtc(err, errlen);
+    if (!cu) return SL_EUNSUPPORTED;
     sl_nvrtcProgram prog;
     sl_nvrtcResult r = cu->nvrtcCreateProgram(&prog, kernel_src, "sluice_resize.cu", 0, NULL, NULL);
     if (r) {
@@ -172,63 +298,82 @@ static int compile(const sl__cuda_api *cu, int cc, compiled *out, char *err, siz
         snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d", cc);
         r = cu->nvrtcCompileProgram(prog, 3, opts);
     }
+    int rc = 0;
     if (r) {
         size_t n = 0;
         char log[400] = "";
         if (cu->nvrtcGetProgramLogSize(prog, &n) == 0 && n > 0 && n < 65536) {
-            char *full = malloc(n);
+            char *full = sl__alloc(host, n, SL_MEM_OTHER);
             if (full && cu->nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
-            free(full);
+            sl__free(host, full);
         }
         sl__msg(err, errlen, "NVRTC could not compile the resize kernels for sm_%d: %s %s", cc,
                 cu->nvrtcGetErrorString(r), log);
-        cu->nvrtcDestroyProgram(&prog);
-        return SL_EUNSUPPORTED;
+        rc = SL_EUNSUPPORTED;
+    } else {
+        size_t n = 0;
+        r = cubin ? cu->nvrtcGetCUBINSize(prog, &n) : cu->nvrtcGetPTXSize(prog, &n);
+        char *buf = r == 0 && n && n <= IMAGE_MAX ? sl__alloc(host, n + 1, SL_MEM_OTHER) : NULL;
+        if (buf) r = cubin ? cu->nvrtcGetCUBIN(prog, buf) : cu->nvrtcGetPTX(prog, buf);
+        if (!buf || r) {
+            sl__free(host, buf);
+            sl__msg(err, errlen, "NVRTC: no compiled image (%zu bytes)", n);
+            rc = buf || r || !n || n > IMAGE_MAX ? SL_EUNSUPPORTED : SL_EBUDGET;
+        } else {
+            buf[n] = 0;
+            *im = (image){buf, 0, n, cubin};
+        }
     }
-    size_t n = 0;
-    r = cubin ? cu->nvrtcGetCUBINSize(prog, &n) : cu->nvrtcGetPTXSize(prog, &n);
-    char *img = r == 0 && n ? malloc(n) : NULL;
-    if (img) r = cubin ? cu->nvrtcGetCUBIN(prog, img) : cu->nvrtcGetPTX(prog, img);
     cu->nvrtcDestroyProgram(&prog);
-    if (!img || r) {
-        free(img);
-        sl__msg(err, errlen, "NVRTC: no compiled image (%zu bytes)", n);
-        return SL_ENOMEM;
-    }
-    *out = (compiled){cc, cubin, img, n};
-    return 0;
-}
-
-/* The cached image for cc, compiling it on first use. */
-static int image_for(const sl__cuda_api *cu, int cc, const compiled **out, char *err, size_t errlen) {
-    int rc = 0;
-    pthread_mutex_lock(&cache_mu);
-    int i = 0;
-    while (i < ncache && cache[i].cc != cc) i++;
-    if (i == ncache) {
-        if (ncache == (int)(sizeof cache / sizeof cache[0])) rc = SL_EUNSUPPORTED;
-        else if ((rc = compile(cu, cc, &cache[i], err, errlen)) == 0) ncache++;
-    }
-    if (!rc) *out = &cache[i];
-    pthread_mutex_unlock(&cache_mu);
+#ifdef __GLIBC__
+    malloc_trim(0); /* NVRTC's compile heap (tens of MB, freed now) back to the system */
+#endif
     return rc;
 }
 
-int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernels *k, char *err, size_t errlen) {
+/* k->mod for cc: the cached image, else one compiled now (then cached). */
+static int load_module(const sl__cuda_api *cu, int cc, sl__budget *host, sl__gpu_kernels *k, char *where,
+                       size_t wlen, char *err, size_t errlen) {
+    char dir[512], path[600] = "", why[200] = "no cache folder ($SLUICE_KERNEL_CACHE, $XDG_CACHE_HOME, $HOME)";
+    int have_dir = cache_dir(dir, sizeof dir) == 0 && dir[0];
+    if (have_dir) cache_path(dir, cc, cu->driver_version, path, sizeof path);
+    image im;
+    if (have_dir && cache_read(path, cc, cu->driver_version, host, &im) == 0) {
+        sl_CUresult r = cu->cuModuleLoadData(&k->mod, im.buf + im.off);
+        image_free(host, &im);
+        if (r == 0) {
+            sl__msg(where, wlen, "cached (%s)", path);
+            return 0;
+        }
+        k->mod = NULL;
+        unlink(path); /* made by an NVRTC newer than this driver: compile again */
+    }
+    int rc = compile(cc, host, &im, err, errlen);
+    if (rc) return rc;
+    if (have_dir && cache_write(dir, path, cc, cu->driver_version, &im, why, sizeof why) == 0)
+        sl__msg(where, wlen, "compiled by NVRTC %d.%d, cached (%s)", cu->nvrtc_version[0], cu->nvrtc_version[1], path);
+    else
+        sl__msg(where, wlen, "compiled by NVRTC %d.%d, not cached (%s)", cu->nvrtc_version[0], cu->nvrtc_version[1],
+                why);
+    sl_CUresult r = cu->cuModuleLoadData(&k->mod, im.buf + im.off);
+    if (r) {
+        sl__msg(err, errlen, "loading the resize kernels (%s, sm_%d): %s", im.cubin ? "CUBIN" : "PTX", cc,
+                sl__cu_errname(cu, r));
+        k->mod = NULL;
+    }
+    image_free(host, &im);
+    return r ? SL_EUNSUPPORTED : 0;
+}
+
+int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, sl__gpu_kernels *k,
+                         char *where, size_t wlen, char *err, size_t errlen) {
     memset(k, 0, sizeof *k);
     int major = 0, minor = 0;
     cu->cuDeviceGetAttribute(&major, SL_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     cu->cuDeviceGetAttribute(&minor, SL_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-    const compiled *img;
-    int rc = image_for(cu, major * 10 + minor, &img, err, errlen);
+    int rc = load_module(cu, major * 10 + minor, host, k, where, wlen, err, errlen);
     if (rc) return rc;
-    sl_CUresult r = cu->cuModuleLoadData(&k->mod, img->image);
-    if (r) {
-        sl__msg(err, errlen, "loading the resize kernels (%s, sm_%d%d): %s", img->cubin ? "CUBIN" : "PTX", major,
-                minor, sl__cu_errname(cu, r));
-        k->mod = NULL;
-        return SL_EUNSUPPORTED;
-    }
+    sl_CUresult r;
     if ((r = cu->cuModuleGetFunction(&k->coeffs, k->mod, "sl_coeffs")) ||
         (r = cu->cuModuleGetFunction(&k->hpass, k->mod, "sl_hpass")) ||
         (r = cu->cuModuleGetFunction(&k->vpass, k->mod, "sl_vpass")) ||

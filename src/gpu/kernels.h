@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "base/mem.h"
 #include "gpu/cuda.h"
 
 /* One axis, as sl__axis_spec plus the tap count per output (ksize). */
@@ -53,12 +54,16 @@ typedef struct sl__gpu_kernels {
     sl_CUfunction coeffs, hpass, vpass, vfirst_v, vfirst_h;
 } sl__gpu_kernels;
 
-/* Load the kernels into the current context (device dev). The source is
- * compiled once per process and compute capability (NVRTC, cached; the
- * image lives as long as the process, about 30 KB), then loaded as a
- * module per call. 0, or SL_EUNSUPPORTED with the compiler's log or the
- * driver's reason. */
-int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__gpu_kernels *k, char *err, size_t errlen);
+/* Load the kernels into the current context (device dev): the image kept
+ * in the kernel cache on disk for this compute capability and driver
+ * (kernels.c says where and why), else one compiled now with NVRTC (loaded
+ * then, only then) and kept there for the next process. Every buffer is
+ * counted in host and freed before the call returns. where says which
+ * ("cached (PATH)", "compiled by NVRTC 12.8, cached (PATH)", ...). 0, or
+ * SL_EUNSUPPORTED (no NVRTC, the compiler's log, the driver's reason),
+ * SL_EBUDGET (host cannot hold the image). */
+int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, sl__gpu_kernels *k,
+                         char *where, size_t wlen, char *err, size_t errlen);
 void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k);
 
 /* Enqueue the kernels for the n descriptors at descs (device memory) on

@@ -1,4 +1,4 @@
-/* The GPU/CPU split of a batch. See split.h for the policy. */
+/* The GPU/CPU split of a batch and the bisection of failed batched calls. See split.h. */
 #include "gpu/split.h"
 
 #include <math.h>
@@ -20,4 +20,26 @@ uint32_t sl__gpu_split(const sl__split_in *in, uint8_t *to_gpu) {
         got += to_gpu[i];
     }
     return got;
+}
+
+uint32_t sl__gpu_bisect(const uint32_t *idx, uint32_t n, sl__bisect_run run, void *ctx, uint8_t *bad) {
+    struct { uint32_t lo, n; } stack[64]; /* a range, then its halves: depth <= log2(n) + 1 <= 33 */
+    uint32_t top = 0, calls = 0;
+    for (uint32_t k = 0; k < n; k++) bad[k] = SL_BISECT_OK;
+    if (n) stack[top++].lo = 0, stack[0].n = n;
+    while (top) {
+        uint32_t lo = stack[top - 1].lo, m = stack[top - 1].n;
+        top--;
+        calls++;
+        int r = run(ctx, idx + lo, m);
+        if (r == SL_BISECT_OK) continue;
+        if (r == SL_BISECT_LATER || m == 1) {
+            for (uint32_t k = 0; k < m; k++) bad[lo + k] = r == SL_BISECT_LATER ? SL_BISECT_LATER : SL_BISECT_FAILED;
+            continue;
+        }
+        uint32_t half = m / 2; /* the second half below the first: the first runs first */
+        stack[top].lo = lo + half, stack[top++].n = m - half;
+        stack[top].lo = lo, stack[top++].n = half;
+    }
+    return calls;
 }

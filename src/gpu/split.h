@@ -1,6 +1,7 @@
 /*
- * Which positions of a batch the GPU engine decodes and which the CPU
- * workers decode: a pure function of measured rates and queue state, so
+ * Scheduling policies of the GPU engine, pure functions tested without a
+ * GPU. Which positions of a batch the GPU engine decodes and which the CPU
+ * workers decode (decode=auto): a pure function of measured rates and queue state, so
  * the scheduler's choice is testable and repeatable. Only the engine
  * changes with it: the batch's samples, their order and their crop boxes
  * and flips come from the sampler and the plan, whatever the split.
@@ -33,5 +34,24 @@ typedef struct sl__split_in {
 /* Fill to_gpu[0, n) with 1 (GPU) or 0 (CPU); returns how many went to the
  * GPU. Deterministic: the same input gives the same answer. */
 uint32_t sl__gpu_split(const sl__split_in *in, uint8_t *to_gpu);
+
+/*
+ * A batched call that fails as a whole when one of its samples is bad
+ * (nvjpegDecodeBatchedEx: one corrupt file fails the call), made so that a
+ * bad sample costs only itself and the good ones stay on the backend they
+ * were routed to, whichever samples shared their call: run(ctx, idx + lo,
+ * m) decodes the samples idx[lo, lo + m) in one call and returns
+ * SL_BISECT_OK, SL_BISECT_FAILED (a sample is bad: a call over more than
+ * one sample is split in halves, each run again, down to samples alone) or
+ * SL_BISECT_LATER (the call could not be made now, e.g. its allocator had
+ * no room: no sample is judged). On return bad[k] says what became of
+ * idx[k]: SL_BISECT_OK (decoded by a call that succeeded, the last one to
+ * write it), SL_BISECT_FAILED (its call alone failed), SL_BISECT_LATER.
+ * Calls are made in index order within each range; returns how many were
+ * made (1 when none failed; at most 2 b ceil(log2 n) + 1 for b bad samples).
+ */
+enum { SL_BISECT_OK = 0, SL_BISECT_FAILED = 1, SL_BISECT_LATER = 2 };
+typedef int (*sl__bisect_run)(void *ctx, const uint32_t *idx, uint32_t m);
+uint32_t sl__gpu_bisect(const uint32_t *idx, uint32_t n, sl__bisect_run run, void *ctx, uint8_t *bad);
 
 #endif

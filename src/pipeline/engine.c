@@ -602,8 +602,10 @@ static int commit_slot(sl__engine *e, sl_batch *s) {
     if (!s->failed && (n == 0 || (c->cfg.drop_last && n < B))) s->marker = 1;
     s->tail_after = T;
     s->pad_after = P;
-    if ((c->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed)
+    if ((c->cfg.flags & SL_FLAG_CHECKSUM) && !s->marker && !s->failed) {
+        sl__gstage_checksum(e->gs, s->id, s->base, s->hash, n); /* the device field's bytes too (GPU decode) */
         s->checksum = sl__hash64(s->hash, (size_t)n * 8, s->epoch * 1000003u + s->batch);
+    }
     pthread_mutex_lock(&e->mu);
     e->tail = T;
     sl__refill_close(s);

@@ -10,11 +10,17 @@
  * sample the GPU cannot take (sl__gpu_item_from_plan), or that the split
  * gives the CPU, is decoded by the worker as before.
  *
- * The split, per sample. sl__gpu_split over the one position in hand: the
+ * Which engine decodes a sample. decode=gpu and prefer-gpu: every sample
+ * the GPU can take goes to it, by rules of the sample only (its plan and
+ * format, max_pixels, a whole JPEG, at most half the staging; the engine's
+ * own rules, engine.h): a worker waits for staging room, the GPU thread
+ * resubmits what found no device room (SL_GPU_AGAIN), never hands it to
+ * the CPU for it, so the bytes do not depend on worker count, timing or
+ * load. decode=auto: sl__gpu_split over the one position in hand, the
  * GPU's queue (samples taken, not yet decoded) against the CPU's (its
  * workers, each with a sample in hand), at the measured rates, so that
- * both finish together. decode=gpu sends every sample the GPU can take to
- * it (a deterministic split): a worker then waits for staging room.
+ * both finish together: faster where both sides are busy, not
+ * reproducible.
  *
  * Completion. A position is done (its pending count drops) when its pixels
  * are on the device: the GPU thread after its call returned (the engine
@@ -34,6 +40,14 @@
  * Ownership of a staging block: the worker that took the sample, until it
  * is queued (sl__gstage_push) or the fill fails (freed); then the queue;
  * then the GPU thread's call, which frees it when the call has returned.
+ *
+ * Host memory. What the CUDA driver, nvJPEG and NVRTC take outside every
+ * hook is measured at open (the process's resident growth over the open,
+ * less what the budget counted meanwhile; at least HOST_FLOOR) and counted
+ * in the budget's fixed part under SL_MEM_GPU_HOST: sizing holds it
+ * (sl__gstage_host_pending), so a budget that cannot is refused naming the
+ * minimum, or with decode=auto/prefer-gpu the CPU path is sized instead,
+ * still counting what the attempt left resident (docs/gpu.md, "Memory").
  */
 #define _GNU_SOURCE
 #include "pipeline/gpustage.h"
@@ -43,6 +57,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hash.h"
 #include "base/util.h"
 #include "gpu/split.h"
 
@@ -50,6 +65,10 @@
 #define DEFAULT_STAGING ((uint64_t)64 << 20)
 #define MIN_STAGING ((uint64_t)1 << 20)
 #define GATHER_NS 1000000u /* a call waits at most this long for more samples */
+/* Counted at least, whatever the measurement says (a process where torch made the context): the
+ * driver's per-thread state of the workers that copy, nvJPEG's host buffers growing with the
+ * first large images after open. What plan counts, which opens nothing. */
+#define HOST_FLOOR ((uint64_t)16 << 20)
 
 typedef unsigned long long ull;
 
@@ -74,14 +93,18 @@ static const char *gpu_field(const sl__conf *c, uint32_t *fi) {
     return why;
 }
 
-/* decode=auto: the CPU path, saying why (0). decode=gpu: the failure. */
+static const char *mode_name(int decode) {
+    return decode == SL_DECODE_GPU ? "gpu" : decode == SL_DECODE_AUTO ? "auto" : "prefer-gpu";
+}
+
+/* decode=auto, prefer-gpu: the CPU path, saying why (0). decode=gpu: the failure. */
 static int fall_back(sl__gstage *g, int rc, const char *why, char *err, size_t errlen) {
     g->mode = SL_DECODE_CPU;
     if (g->conf->cfg.decode == SL_DECODE_GPU) {
         sl__msg(err, errlen, "decode=gpu: %s", why);
         return rc;
     }
-    sl__msg(g->reason, sizeof g->reason, "decode=auto, the CPU: %s", why);
+    sl__msg(g->reason, sizeof g->reason, "decode=%s, the CPU: %s", mode_name(g->conf->cfg.decode), why);
     return 0;
 }
 
@@ -142,36 +165,28 @@ static int open_sync(sl__gstage *g) {
     return SL_ESYS;
 }
 
-/* The queue, the handbacks and the call's arrays, from the host budget. */
+/* The queue, the handbacks and the call's arrays: one block of the host
+ * budget, freed in one place (free_tables). */
 static int open_tables(sl__gstage *g) {
-    sl__budget *b = g->conf->budget;
     uint32_t m = g->max_batch;
-    g->q = sl__calloc(b, g->qcap, sizeof *g->q, SL_MEM_OTHER);
-    g->back = sl__calloc(b, g->qcap, sizeof *g->back, SL_MEM_OTHER);
-    g->cur = sl__calloc(b, m, sizeof *g->cur, SL_MEM_OTHER);
-    g->data = sl__calloc(b, m, sizeof *g->data, SL_MEM_OTHER);
-    g->len = sl__calloc(b, m, sizeof *g->len, SL_MEM_OTHER);
-    g->items = sl__calloc(b, m, sizeof *g->items, SL_MEM_OTHER);
-    g->status = sl__calloc(b, m, sizeof *g->status, SL_MEM_OTHER);
-    g->reasons = sl__calloc(b, m, sizeof *g->reasons, SL_MEM_OTHER);
-    return g->q && g->back && g->cur && g->data && g->len && g->items && g->status && g->reasons ? 0 : SL_EBUDGET;
+    const sl__part parts[] = {{&g->q, g->qcap, sizeof *g->q},        {&g->back, g->qcap, sizeof *g->back},
+                              {&g->cur, m, sizeof *g->cur},          {&g->status, m, sizeof *g->status},
+                              {&g->which, m, sizeof *g->which},      {&g->data, m, sizeof *g->data},
+                              {&g->len, m, sizeof *g->len},          {&g->items, m, sizeof *g->items},
+                              {&g->cstatus, m, sizeof *g->cstatus}, {&g->reasons, m, sizeof *g->reasons}};
+    return sl__alloc_parts(g->conf->budget, parts, sizeof parts / sizeof parts[0], SL_MEM_OTHER, &g->tables);
 }
 
 static void free_tables(sl__gstage *g) {
-    sl__budget *b = g->conf->budget;
-    sl__free(b, g->q);
-    sl__free(b, g->back);
-    sl__free(b, g->cur);
-    sl__free(b, g->data);
-    sl__free(b, g->len);
-    sl__free(b, g->items);
-    sl__free(b, g->status);
-    sl__free(b, g->reasons);
+    sl__free(g->conf->budget, g->tables);
+    g->tables = NULL;
     g->q = g->back = g->cur = NULL;
-    g->data = NULL, g->len = NULL, g->items = NULL, g->status = NULL, g->reasons = NULL;
+    g->status = g->cstatus = NULL, g->which = NULL, g->data = NULL, g->len = NULL, g->items = NULL;
+    g->reasons = NULL;
 }
 
-/* plan_only: count the pinned pool the device would take, open nothing. */
+/* plan_only: count the pinned pool the device would take, open nothing;
+ * the engine's host memory is the floor (nothing measured). */
 static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
     uint64_t n = sl__map_cost(sl__gpu_min_pinned(g->max_batch) + g->staging_cap);
     if (sl__budget_try(g->conf->budget, n, SL_MEM_PINNED)) {
@@ -180,8 +195,18 @@ static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
         return fall_back(g, SL_EBUDGET, why, err, errlen);
     }
     g->planned_pinned = n;
+    g->opened = n;
+    g->host_pending = HOST_FLOOR;
     g->mode = SL_DECODE_GPU;
     return 0;
+}
+
+/* The host memory the open added outside the budget's count, at least
+ * HOST_FLOOR, page-rounded: pending until the slots step counts it. */
+static void measure_host(sl__gstage *g) {
+    uint64_t grown = sl__gpu_rss_now() - g->rss0, counted = atomic_load(&g->conf->budget->used) - g->used0;
+    uint64_t n = grown > counted && grown - counted < ((uint64_t)1 << 40) ? grown - counted : 0;
+    g->host_pending = sl__map_cost(SL_MAX(n, HOST_FLOOR));
 }
 
 static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen) {
@@ -196,18 +221,22 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
         memset(&g->dev, 0, sizeof g->dev);
         return fall_back(g, rc, why, err, errlen);
     }
-    if (open_tables(g)) {
+    if ((rc = open_tables(g))) {
         free_tables(g);
         g->dev.close(g->dev.ctx);
         memset(&g->dev, 0, sizeof g->dev);
-        return fall_back(g, SL_EBUDGET, "the budget cannot hold the GPU stage's queue", err, errlen);
+        return fall_back(g, rc, rc == SL_EBUDGET ? "the budget cannot hold the GPU stage's queue"
+                                                 : "out of memory for the GPU stage's queue", err, errlen);
     }
+    measure_host(g);
+    g->opened = atomic_load(&conf->budget->used) - g->used0;
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
-    char b1[16];
-    sl__msg(g->reason, sizeof g->reason, "decode=%s: the GPU engine on %s (%s of device memory), beside %u CPU workers",
-            g->gpu_only ? "gpu" : "auto", st.device_name[0] ? st.device_name : "the device",
-            sl__fmt_bytes(budget, b1, sizeof b1), conf->nworkers);
+    char b1[16], b2[16];
+    sl__msg(g->reason, sizeof g->reason, "decode=%s: the GPU engine on %s (%s of device memory, %s of host memory "
+            "its libraries hold), beside %u CPU workers", mode_name(c->decode),
+            st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
+            sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
     g->on = 1;
     g->mode = SL_DECODE_GPU;
     return 0;
@@ -219,7 +248,7 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
     g->conf = conf;
     g->cancel = cancel;
     g->mode = SL_DECODE_CPU;
-    g->gpu_only = c->decode == SL_DECODE_GPU;
+    g->gpu_only = c->decode == SL_DECODE_GPU || c->decode == SL_DECODE_PREFER_GPU;
     if (c->decode == SL_DECODE_CPU) {
         sl__msg(g->reason, sizeof g->reason, "decode=cpu");
         return 0;
@@ -230,6 +259,8 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
         sl__msg(why, sizeof why, "no image field the GPU engine decodes (%s)", none);
         return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     }
+    g->rss0 = plan_only ? 0 : sl__gpu_rss_now(); /* before the driver is loaded: it is part of the growth */
+    g->used0 = atomic_load(&conf->budget->used);
     if (!sl__gpu_dev_available(why, sizeof why)) return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     uint64_t budget;
     int rc = size_stage(g, &budget, why, sizeof why);
@@ -237,10 +268,61 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
     return plan_only ? plan_pinned(g, err, errlen) : open_device(g, budget, err, errlen);
 }
 
+uint64_t sl__gstage_host_pending(const sl__gstage *g) { return g->host_pending; }
+
+uint64_t sl__gstage_fixed(const sl__gstage *g) {
+    return (g->mode == SL_DECODE_GPU ? g->opened : 0) + g->host_pending + g->host_counted;
+}
+
+int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget) {
+    const sl__conf *conf = g->conf;
+    if (g->mode != SL_DECODE_GPU || conf->cfg.decode == SL_DECODE_GPU) return 0;
+    int planned = g->planned_pinned != 0;
+    sl__gstage_close(g, 0);
+    /* what the attempt left resident (the driver, once loaded, stays) */
+    g->host_pending = 0;
+    if (!planned) {
+        uint64_t grown = sl__gpu_rss_now() - g->rss0, counted = atomic_load(&conf->budget->used) - g->used0;
+        if (grown > counted && grown - counted < ((uint64_t)1 << 40)) g->host_pending = sl__map_cost(grown - counted);
+    }
+    char b1[16], b2[16];
+    sl__msg(g->reason, sizeof g->reason, "decode=%s, the CPU: budget %s cannot hold the GPU stage (with it the "
+            "minimum is %s)", mode_name(conf->cfg.decode), sl__fmt_bytes(sl__budget_limit(conf->budget), b1, sizeof b1),
+            sl__fmt_bytes(min_budget, b2, sizeof b2));
+    g->mode = SL_DECODE_CPU;
+    return 1;
+}
+
+/* The host memory measured at open (pending in the sizing), counted. */
+static int count_host(sl__gstage *g, char *err, size_t errlen) {
+    sl__budget *b = g->conf->budget;
+    uint64_t n = g->host_pending;
+    if (!n) return 0;
+    if (sl__budget_try(b, n, SL_MEM_GPU_HOST)) { /* sizing kept it: a shared budget moved meanwhile */
+        char b1[16];
+        sl__msg(err, errlen, "the budget cannot hold the %s of host memory the GPU engine's libraries hold",
+                sl__fmt_bytes(n, b1, sizeof b1));
+        return SL_EBUDGET;
+    }
+    sl__budget_fix(b, n);
+    g->host_counted = n;
+    g->host_pending = 0;
+    return 0;
+}
+
 int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen) {
-    if (!g->on) return 0;
     char why[300] = "";
-    int rc = SL_EINVAL;
+    int rc = count_host(g, why, sizeof why);
+    if (rc) {
+        if (!g->on || g->conf->cfg.decode == SL_DECODE_GPU) {
+            sl__msg(err, errlen, "%s", why);
+            return rc;
+        }
+        sl__gstage_close(g, 0); /* a shared budget moved since sizing: the CPU path */
+        return fall_back(g, rc, why, err, errlen);
+    }
+    if (!g->on) return 0;
+    rc = SL_EINVAL;
     uint64_t bytes = (uint64_t)nslots * g->slot_bytes;
     if (nslots > g->slots_max) sl__msg(why, sizeof why, "%u slots, over the %u sized for", nslots, g->slots_max);
     else rc = g->dev.region(g->dev.ctx, bytes, &g->region, why, sizeof why);
@@ -430,6 +512,18 @@ void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
         atomic_store(&g->failed, 1);
 }
 
+int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t *hash, uint32_t n) {
+    if (!g->on || !n) return 0;
+    const sl__layout *L = &g->conf->layout;
+    uint8_t *host = sl__layout_at(L, base, g->out, 0); /* the field's n positions, as on the device */
+    if (g->dev.download(g->dev.ctx, g->conf->nworkers, host, dev_addr(g, slot_id, 0), (size_t)n * g->sample_bytes)) {
+        atomic_store(&g->failed, 1);
+        return SL_EIO;
+    }
+    for (uint32_t j = 0; j < n; j++) hash[j] = sl__hash64(sl__layout_at(L, base, g->out, j), g->sample_bytes, hash[j]);
+    return 0;
+}
+
 uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int *device_type, int *device_id) {
     if (!g->on || k != g->out) return 0;
     *device_type = g->dev.device_type;
@@ -462,13 +556,26 @@ uint32_t sl__gstage_take(sl__gstage *g, uint64_t gen) {
 }
 
 int sl__gstage_run(sl__gstage *g, uint32_t n, char *why, size_t wlen) {
-    for (uint32_t i = 0; i < n; i++) {
-        g->data[i] = g->cur[i].data;
-        g->len[i] = g->cur[i].len;
-        g->items[i] = g->cur[i].item;
+    uint32_t m = n;
+    for (uint32_t i = 0; i < n; i++) g->which[i] = i;
+    int rc = 0;
+    while (m && !rc) {
+        for (uint32_t k = 0; k < m; k++) {
+            const sl__gitem *it = &g->cur[g->which[k]];
+            g->data[k] = it->data, g->len[k] = it->len, g->items[k] = it->item;
+        }
+        rc = g->dev.decode(g->dev.ctx, m, g->data, g->len, g->items, g->region, g->sample_bytes, g->cstatus,
+                           g->reasons, why, wlen);
+        uint32_t left = 0;
+        for (uint32_t k = 0; k < m; k++) {
+            int st = rc ? SL_GPU_CPU : g->cstatus[k];
+            if (st == SL_GPU_AGAIN) g->which[left++] = g->which[k];
+            else g->status[g->which[k]] = st;
+        }
+        if (left == m) /* no progress: cannot happen with the engine's rule; never loop on it */
+            for (uint32_t k = 0; k < m; k++) g->status[g->which[k]] = SL_GPU_CPU;
+        m = left == m ? 0 : left;
     }
-    int rc = g->dev.decode(g->dev.ctx, n, g->data, g->len, g->items, g->region, g->sample_bytes, g->status, g->reasons,
-                           why, wlen);
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
     atomic_store(&g->gpu_rate_mhz, (uint64_t)(st.rate * 1000.0));
@@ -531,6 +638,11 @@ void sl__gstage_close(sl__gstage *g, int in_child) {
     if (g->conf) free_tables(g);
     if (g->planned_pinned) sl__budget_release(g->conf->budget, g->planned_pinned, SL_MEM_PINNED);
     g->planned_pinned = 0;
+    if (g->host_counted) {
+        sl__budget_unfix(g->conf->budget, g->host_counted);
+        sl__budget_release(g->conf->budget, g->host_counted, SL_MEM_GPU_HOST);
+        g->host_counted = 0;
+    }
     if (g->sync_init) {
         pthread_cond_destroy(&g->scv);
         pthread_mutex_destroy(&g->smu);

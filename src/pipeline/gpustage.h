@@ -50,7 +50,7 @@ typedef struct sl__gstage {
     const sl__conf *conf;
     const _Atomic int *cancel; /* the loader is closing: stop waiting for staging */
     int mode;                /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
-    int gpu_only;            /* cfg.decode == SL_DECODE_GPU: every sample the GPU can take goes to it */
+    int gpu_only;            /* decode=gpu or prefer-gpu: every sample the GPU can take goes to it */
     char reason[160];        /* why this mode */
     int on;                  /* dev is open (mode == SL_DECODE_GPU) */
     sl__gpu_dev dev;
@@ -60,6 +60,11 @@ typedef struct sl__gstage {
     uint64_t pool_bytes;     /* the engine's device pool */
     uint32_t max_batch, slots_max;
     uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
+    /* the host memory the engine's libraries took (SL_MEM_GPU_HOST): measured at open as the
+     * process's resident growth from rss0 less what the budget counted meanwhile (from used0);
+     * sizing counts it as pending (sl__gstage_host_pending), the slots step counts it for real */
+    uint64_t rss0, used0, host_pending, host_counted;
+    uint64_t opened;         /* what the open counted in the budget (pinned region, tables) */
     /* staging: pinned bytes held by queued samples (smu) */
     uint64_t staging_cap, staged, staged_peak;
     pthread_mutex_t smu;
@@ -72,12 +77,17 @@ typedef struct sl__gstage {
     _Atomic int failed;      /* the device stopped: nothing more is offered */
     pthread_t thread;
     int thread_on;
-    /* the call in progress (GPU thread only) */
+    void *tables;            /* one block: q, back and the call's arrays */
+    /* the call in progress (GPU thread only): cur[0, n) taken from the queue, settled by
+     * status[]; each device call decodes the subset which[0, m) of them (data, len, items,
+     * cstatus, reasons by call position) */
     sl__gitem *cur;
+    int *status;
+    uint32_t *which;
     const uint8_t **data;
     size_t *len;
     sl__gpu_item *items;
-    int *status;
+    int *cstatus;
     char (*reasons)[SL_GPU_REASON];
     /* stats */
     _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
@@ -105,7 +115,21 @@ typedef struct sl__ghand {
  * says which), or the failure of decode=gpu with err. */
 int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int plan_only, char *err,
                     size_t errlen);
-/* After the slots are carved: the device memory of nslots batches. */
+/* Host memory the GPU stage's libraries hold that sizing must count (the
+ * slots step counts it in the budget): measured at open (create), an
+ * estimate for plan; 0 without the GPU stage. */
+uint64_t sl__gstage_host_pending(const sl__gstage *g);
+/* The GPU stage's part of the budget's fixed bytes, counted or pending
+ * (pinned region, tables, its libraries' host memory), for messages. */
+uint64_t sl__gstage_fixed(const sl__gstage *g);
+/* Sizing refused the budget with the GPU stage in it (min_budget: the
+ * minimum it named): with decode=auto or prefer-gpu close the stage and
+ * return 1, so the CPU path sizes again (what the attempt left resident is
+ * still counted); else 0. */
+int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget);
+/* After the slots are carved: the host memory measured at open counted
+ * (with auto or prefer-gpu, a budget that moved since sizing closes the
+ * stage: the CPU path), then the device memory of nslots batches. */
 int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
 /* Start the GPU thread running main(arg) (the engine's loop); join it
  * once the loop was told to stop. */
@@ -143,6 +167,11 @@ void sl__gstage_reset(sl__gstage *g);
 /* The committer moves position a of slot slot_id to b on the device too
  * (lane: the committer's). */
 void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b);
+/* SL_FLAG_CHECKSUM, the committer: fold the device bytes of the n delivered
+ * positions of slot slot_id into hash[0, n) (copied back through the
+ * field's place in the slot's host block base). 0, or SL_EIO (the device
+ * failed: the stage stops offering). */
+int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t *hash, uint32_t n);
 /* Device address of output k of slot slot_id (0 when k is a host output),
  * and where that memory lives. */
 uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int *device_type, int *device_id);

@@ -101,8 +101,8 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
         BAD("cache_share %d is neither private (0) nor node (1)", c->cache_share);
     if (c->cache_what != SL_CACHE_ENCODED && c->cache_what != SL_CACHE_DECODED)
         BAD("cache_what %d is neither encoded (0) nor decoded (1)", c->cache_what);
-    if (c->decode != SL_DECODE_CPU && c->decode != SL_DECODE_AUTO && c->decode != SL_DECODE_GPU)
-        BAD("decode %d is none of SL_DECODE_CPU, SL_DECODE_AUTO, SL_DECODE_GPU", c->decode);
+    if (c->decode < SL_DECODE_CPU || c->decode > SL_DECODE_PREFER_GPU)
+        BAD("decode %d is none of SL_DECODE_CPU, SL_DECODE_AUTO, SL_DECODE_GPU, SL_DECODE_PREFER_GPU", c->decode);
     if (c->gpu_device < 0) BAD("gpu_device %d is negative", c->gpu_device);
     if (c->worker_nice < 0 || c->worker_nice > 19) BAD("worker_nice %d out of range 0..19", c->worker_nice);
     if ((c->order_begin || c->order_end) && c->order_begin >= c->order_end)
@@ -235,7 +235,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl_config *cfg = &c->cfg;
     uint64_t pitch = slot_pitch(ld);
     uint64_t per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK;
-    uint64_t workers_b = per_worker * c->nworkers, used = atomic_load(&c->budget->used);
+    uint64_t workers_b = per_worker * c->nworkers;
+    uint64_t used = atomic_load(&c->budget->used) + sl__gstage_host_pending(&ld->gs); /* counted by step_slots */
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = pitch + sizeof(sl_batch);
     uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
@@ -267,17 +268,20 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     if (fixed_min + cache + c->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
-        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32];
+        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32];
+        uint64_t gpu = sl__gstage_fixed(&ld->gs); /* inside used */
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
-                "(batch %u x %s a sample) + %u workers x %s scratch + %s index%s%s, with a quarter of the budget "
-                "kept for one sample's decode; raise the budget to at least %s or lower the batch size, sample "
-                "size or workers%s",
+                "(batch %u x %s a sample) + %u workers x %s scratch + %s index%s%s%s%s%s, with a quarter of the "
+                "budget kept for one sample's decode; raise the budget to at least %s or lower the batch size, "
+                "sample size or workers%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(pitch, b3, sizeof b3), c->B, sl__fmt_bytes(c->layout.sample_bytes, b5, sizeof b5),
-                c->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used, b6, sizeof b6),
+                c->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used - gpu, b6, sizeof b6),
+                gpu ? " + " : "", gpu ? sl__fmt_bytes(gpu, b8, sizeof b8) : "",
+                gpu ? " for GPU decode (pinned staging, the host memory of the GPU engine's libraries)" : "",
                 cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "",
                 sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
         return SL_EBUDGET;
@@ -411,7 +415,8 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (!rc) rc = step_tables(ld, err, errlen);
     /* GPU decode: the engine and its pinned staging, before sizing */
     if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 0, err, errlen);
-    if (!rc) rc = step_size(ld, &plan, err, errlen);
+    if (!rc && (rc = step_size(ld, &plan, err, errlen)) == SL_EBUDGET && sl__gstage_give_up(&ld->gs, plan.min_budget))
+        rc = step_size(ld, &plan, err, errlen); /* decode=auto, prefer-gpu: the CPU path */
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
     if (!rc) rc = sl__lcache_create(&ld->cache, &ld->conf, err, errlen); /* the sample cache: sizing kept its room */
     if (!rc) rc = step_workers(ld, err, errlen);
@@ -439,6 +444,7 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
     if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 1, err, errlen);
     if (!rc) {
         rc = step_size(ld, &plan, err, errlen);
+        if (rc == SL_EBUDGET && sl__gstage_give_up(&ld->gs, plan.min_budget)) rc = step_size(ld, &plan, err, errlen);
         if (rc == SL_EBUDGET) rc = 0; /* plan.min_budget says what is needed */
     }
     if (ld) free_all(ld);

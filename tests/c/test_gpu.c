@@ -78,6 +78,52 @@ TEST(split_is_deterministic) {
     }
 }
 
+/* ---- bisecting a failed batched call ------------------------------------ */
+
+typedef struct fake_call {
+    const uint8_t *is_bad; /* by sample */
+    uint32_t calls, room;  /* room: a call over more samples cannot be made now (0: any) */
+    uint8_t decoded[300];  /* by sample: decoded by a call that succeeded */
+} fake_call;
+
+static int fake_run(void *ctx, const uint32_t *idx, uint32_t m) {
+    fake_call *f = ctx;
+    f->calls++;
+    if (f->room && m > f->room) return SL_BISECT_LATER;
+    for (uint32_t k = 0; k < m; k++)
+        if (f->is_bad[idx[k]]) return SL_BISECT_FAILED;
+    for (uint32_t k = 0; k < m; k++) f->decoded[idx[k]] = 1;
+    return SL_BISECT_OK;
+}
+
+TEST(bisect_isolates_the_bad_samples) {
+    uint8_t is_bad[300] = {0}, bad[256];
+    uint32_t idx[256];
+    for (uint32_t k = 0; k < 256; k++) idx[k] = 299 - k; /* any sample numbers, any order */
+    fake_call f = {is_bad, 0, 0, {0}};
+    CHECK_EQ(sl__gpu_bisect(idx, 256, fake_run, &f, bad), 1); /* none bad: one call */
+    for (uint32_t k = 0; k < 256; k++) CHECK(f.decoded[idx[k]] && !bad[k]);
+    const uint32_t bads[3] = {299, 200, 44}; /* positions 0, 99, 255 */
+    for (int i = 0; i < 3; i++) is_bad[bads[i]] = 1;
+    f = (fake_call){is_bad, 0, 0, {0}};
+    uint32_t calls = sl__gpu_bisect(idx, 256, fake_run, &f, bad);
+    printf("3 bad of 256: %u calls\n", calls);
+    CHECK_LE(calls, 2 * 3 * 8 + 1);
+    for (uint32_t k = 0; k < 256; k++) {
+        CHECK_EQ(bad[k], is_bad[idx[k]]);
+        CHECK_EQ(f.decoded[idx[k]], !is_bad[idx[k]]); /* every good one by a call that succeeded */
+    }
+    f = (fake_call){is_bad, 0, 16, {0}}; /* a call that cannot be made now judges no sample */
+    CHECK_EQ(sl__gpu_bisect(idx, 256, fake_run, &f, bad), 1);
+    for (uint32_t k = 0; k < 256; k++) CHECK_EQ(bad[k], SL_BISECT_LATER);
+    memset(is_bad, 1, sizeof is_bad); /* all bad: each alone */
+    f = (fake_call){is_bad, 0, 0, {0}};
+    calls = sl__gpu_bisect(idx, 5, fake_run, &f, bad);
+    CHECK_EQ(calls, 9); /* 5 leaves + 4 inner ranges */
+    for (uint32_t k = 0; k < 5; k++) CHECK_EQ(bad[k], SL_BISECT_FAILED);
+    CHECK_EQ(sl__gpu_bisect(idx, 0, fake_run, &f, bad), 0);
+}
+
 /* ---- items from the CPU path's plan -------------------------------------- */
 
 /* The classic preset's recipe at 224 (flags: SL_FLAG_*). */
@@ -161,7 +207,7 @@ TEST(item_refuses_what_the_cpu_must_take) {
 /* ---- the engine without a GPU ------------------------------------------------ */
 
 static sl__gpu_config config(uint32_t max_batch) {
-    sl__gpu_config c = {0, 256ull << 20, 64ull << 20, max_batch, 0, 0, 0, 0};
+    sl__gpu_config c = {0, 256ull << 20, 64ull << 20, max_batch, 0, 0, 0, 0, 0};
     return c;
 }
 
@@ -395,7 +441,7 @@ TEST(gpu_hands_back_what_it_cannot_take) {
     CHECK_EQ(status[1], SL_GPU_CPU);
     CHECK_STR_CONTAINS(reasons[1], "for the CPU");
     CHECK_EQ(status[2], SL_GPU_CPU);
-    CHECK_STR_CONTAINS(reasons[2], "device pool full");
+    CHECK_STR_CONTAINS(reasons[2], "a sample may have"); /* over the per-sample cap: a rule of the sample */
     sl__gpu_stats st;
     sl__gpu_engine_stats(r.e, &st);
     CHECK_EQ(st.samples_cpu, 2);
@@ -525,4 +571,177 @@ TEST(gpu_engines_release_everything) {
     }
     free(jp);
     rig_close(&r);
+}
+
+/* Item 6 of issue 17: create failing at every host allocation in turn
+ * (the tables are one block now) returns a clean code and leaves nothing
+ * counted. */
+TEST(gpu_engine_create_fails_cleanly_at_every_host_allocation) {
+    NEED_GPU();
+    sl__budget host;
+    CHECK_OK(sl__budget_init(&host, 1ull << 30));
+    int ok = 0, failed = 0;
+    for (long n = 0; n < 200 && !ok; n++) {
+        sl__gpu_engine *e = NULL;
+        sl__gpu_config c = config(64);
+        char err[300] = "";
+        sl__mem_fail_after(n);
+        int rc = sl__gpu_engine_new(&c, &host, &e, err, sizeof err);
+        sl__mem_fail_after(-1);
+        if (rc == 0) {
+            ok = 1;
+            sl__gpu_engine_free(e);
+        } else {
+            if (rc != SL_ENOMEM && rc != SL_EBUDGET) SL_FAIL("allocation %ld: %s (%s)", n, sl_strerror(rc), err);
+            CHECK(e == NULL);
+            failed++;
+        }
+        CHECK_EQ(atomic_load(&host.used), 0);
+    }
+    printf("%d allocations failed in turn, then create succeeded\n", failed);
+    CHECK(ok && failed >= 4);
+}
+
+/* n fixture JPEGs, image i of (w0 + dw i) x (h0 + dh i), each planned
+ * with preset for position i: bytes in jp (the caller frees them), their
+ * data, len and items. */
+static void planned_jpegs(int n, uint32_t w0, uint32_t dw, uint32_t h0, uint32_t dh, int preset, unsigned char **jp,
+                          const uint8_t **data, size_t *len, sl__gpu_item *items) {
+    for (int i = 0; i < n; i++) {
+        unsigned long l;
+        jp[i] = fx_jpeg_bytes(w0 + dw * (uint32_t)i, h0 + dh * (uint32_t)i, (uint64_t)i, 0, 90, &l);
+        data[i] = jp[i], len[i] = l;
+        sl_image_info info;
+        CHECK_OK(sl_image_probe(data[i], len[i], &info));
+        sl__plan p;
+        CHECK_OK(plan(&info, preset, (uint64_t)i, 0, &p));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, (uint32_t)i, &items[i], NULL, 0));
+    }
+}
+
+/* The same file's bytes whatever shares its call: a batch of good JPEGs
+ * with a corrupt one among them (it fails the batched hardware call, which
+ * is bisected) gives each good image the bytes it gets alone. */
+TEST(gpu_a_corrupt_jpeg_costs_only_itself) {
+    NEED_GPU();
+    gpu_rig r;
+    rig_open(&r, 16, 256ull << 20);
+    enum { N = 12 };
+    unsigned char *jp[N];
+    const uint8_t *data[N];
+    size_t len[N];
+    sl__gpu_item items[N];
+    planned_jpegs(N, 300, 17, 200, 11, SL_PRESET_TRAIN, jp, data, len, items);
+    /* sample 5: the scan names a Huffman table no DHT defines (probes fine, fails to decode) */
+    size_t sos = 2;
+    while (sos + 8 < len[5] && !(jp[5][sos] == 0xFF && jp[5][sos + 1] == 0xDA)) sos++;
+    CHECK(sos + 8 < len[5]);
+    jp[5][sos + 6] = 0x33;
+    uint8_t *alone = malloc((size_t)N * r.stride), *mixed = malloc((size_t)N * r.stride);
+    int status[N];
+    char reasons[N][SL_GPU_REASON];
+    for (int i = 0; i < N; i++) { /* each alone */
+        CHECK_OK(sl__gpu_decode_batch(r.e, 1, data + i, len + i, items + i, r.dst, r.stride, status + i, reasons + i));
+        CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+        CHECK_OK(r.cu->cuMemcpyDtoH(alone + (size_t)i * r.stride, r.dst + (uint64_t)i * r.stride, r.stride));
+        CHECK_EQ(status[i], i == 5 ? SL_GPU_CPU : SL_GPU_DONE);
+    }
+    sl__gpu_stats before, after;
+    sl__gpu_engine_stats(r.e, &before);
+    CHECK_OK(sl__gpu_decode_batch(r.e, N, data, len, items, r.dst, r.stride, status, reasons)); /* together */
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    CHECK_OK(r.cu->cuMemcpyDtoH(mixed, r.dst, (size_t)N * r.stride));
+    sl__gpu_engine_stats(r.e, &after);
+    printf("corrupt sample: '%s'; %s: hardware calls %llu, failed %llu\n", reasons[5], after.backends,
+           (unsigned long long)(after.hw_calls - before.hw_calls),
+           (unsigned long long)(after.hw_failed_calls - before.hw_failed_calls));
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(status[i], i == 5 ? SL_GPU_CPU : SL_GPU_DONE);
+        if (i != 5 && memcmp(alone + (size_t)i * r.stride, mixed + (size_t)i * r.stride, r.stride))
+            SL_FAIL("image %d: its bytes in the batch with the corrupt file differ from its bytes alone", i);
+    }
+    CHECK_EQ(after.samples_hw + after.samples_hybrid - before.samples_hw - before.samples_hybrid, N - 1);
+    for (int i = 0; i < N; i++) free(jp[i]);
+    free(alone);
+    free(mixed);
+    rig_close(&r);
+}
+
+/* A pool too small for the whole batch at once: the tail is SL_GPU_AGAIN,
+ * never the CPU, and resubmitted it gets the same bytes as with room. */
+TEST(gpu_again_when_the_pool_is_full_now) {
+    NEED_GPU();
+    enum { N = 16 };
+    unsigned char *jp[N];
+    const uint8_t *data[N];
+    size_t len[N];
+    sl__gpu_item items[N];
+    planned_jpegs(N, 1400, 0, 1050, 0, SL_PRESET_VAL, jp, data, len, items); /* about 4.4 MB decoded whole */
+    uint8_t *want = malloc((size_t)N * 3 * 224 * 224), *got = malloc((size_t)N * 3 * 224 * 224);
+    int status[N];
+    char reasons[N][SL_GPU_REASON];
+    gpu_rig r;
+    rig_open(&r, N, 512ull << 20); /* room for all */
+    CHECK_OK(sl__gpu_decode_batch(r.e, N, data, len, items, r.dst, r.stride, status, reasons));
+    CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+    for (int i = 0; i < N; i++) CHECK_EQ(status[i], SL_GPU_DONE);
+    CHECK_OK(r.cu->cuMemcpyDtoH(want, r.dst, (size_t)N * r.stride));
+    rig_close(&r);
+    rig_open(&r, N, 64ull << 20); /* room for a few at a time */
+    uint32_t order[N], m = N, rounds = 0;
+    for (uint32_t i = 0; i < N; i++) order[i] = i;
+    while (m) {
+        const uint8_t *d[N];
+        size_t l[N];
+        sl__gpu_item it[N];
+        for (uint32_t k = 0; k < m; k++) d[k] = data[order[k]], l[k] = len[order[k]], it[k] = items[order[k]];
+        CHECK_OK(sl__gpu_decode_batch(r.e, m, d, l, it, r.dst, r.stride, status, reasons));
+        CHECK_OK(sl__gpu_wait(r.e, NULL, 0));
+        uint32_t left = 0;
+        for (uint32_t k = 0; k < m; k++) {
+            if (status[k] == SL_GPU_CPU) SL_FAIL("image %u went to the CPU: %s", order[k], reasons[k]);
+            if (status[k] == SL_GPU_AGAIN) order[left++] = order[k];
+        }
+        CHECK(left < m);
+        m = left;
+        rounds++;
+    }
+    CHECK_OK(r.cu->cuMemcpyDtoH(got, r.dst, (size_t)N * r.stride));
+    sl__gpu_stats st;
+    sl__gpu_engine_stats(r.e, &st);
+    printf("%u calls for %d images in a 64 MiB pool (%llu again)\n", rounds, N, (unsigned long long)st.samples_again);
+    CHECK(rounds > 1);
+    CHECK(memcmp(want, got, (size_t)N * r.stride) == 0);
+    for (int i = 0; i < N; i++) free(jp[i]);
+    free(want);
+    free(got);
+    rig_close(&r);
+}
+
+/* The host memory each step of create added, and where the kernels came
+ * from: the second engine finds them in the kernel cache. */
+TEST(gpu_engine_reports_its_host_memory_and_kernels) {
+    NEED_GPU();
+    sl__budget host;
+    CHECK_OK(sl__budget_init(&host, 1ull << 30));
+    for (int round = 0; round < 2; round++) {
+        sl__gpu_engine *e;
+        sl__gpu_config c = config(64);
+        char err[300] = "";
+        int rc = sl__gpu_engine_new(&c, &host, &e, err, sizeof err);
+        if (rc) SL_FAIL("engine: %s", err);
+        sl__gpu_stats st;
+        sl__gpu_engine_stats(e, &st);
+        printf("engine %d: host RSS by step: context %lld, kernels %lld, pinned %lld, nvJPEG %lld, first decode %lld; "
+               "kernels %s\n", round, (long long)st.host_rss_context, (long long)st.host_rss_kernels,
+               (long long)st.host_rss_pinned, (long long)st.host_rss_nvjpeg, (long long)st.host_rss_warmup,
+               st.kernels);
+        CHECK(st.kernels[0] != 0);
+        CHECK_EQ(st.samples_hw + st.samples_hybrid + st.samples_cpu + st.batches, 0); /* the warm-up is no sample */
+        const char *dir = getenv("SLUICE_KERNEL_CACHE");
+        if (round == 1 && !(dir && !*dir) && strstr(st.kernels, "not cached") == NULL)
+            CHECK_STR_CONTAINS(st.kernels, "cached (");
+        sl__gpu_engine_free(e);
+    }
+    CHECK_EQ(atomic_load(&host.used), 0);
 }

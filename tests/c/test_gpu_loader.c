@@ -19,22 +19,35 @@
 
 #include "gpu/cuda.h"
 #include "gpu/device.h"
+#include "gpu/split.h"
 #include "ops/ops.h"
 #include "ops/resize.h"
 
 /* ---- the host device ----------------------------------------------------------- */
 
+/* What a test asks of the host device (set before the loader is created). */
+typedef struct host_opts {
+    uint32_t refuse_width; /* the "engine" hands back images this wide (0: none) */
+    uint32_t room;         /* samples a call has room for; the rest are SL_GPU_AGAIN (0: all) */
+    uint32_t taint_width;  /* images this wide get one byte changed (0: none) */
+    int mark;              /* every image gets its first byte changed: any sample the CPU decodes in
+                              its place shows in the bytes */
+    uint64_t ballast;      /* bytes open touches, as a driver's host memory would grow the RSS */
+} host_opts;
+
 typedef struct host_dev {
+    host_opts o;
     uint8_t *region;
     uint64_t region_bytes;
-    pthread_mutex_t mu;   /* live, samples, staged_now */
+    uint8_t *ballast;
+    pthread_mutex_t mu;   /* live, samples, refused, calls */
     long live;            /* allocations not freed yet (region, staging blocks) */
-    uint64_t samples, refused;
-    uint32_t refuse_width; /* the "engine" hands back images this wide (0: none) */
+    uint64_t samples, refused, again;
+    uint64_t calls, failed_calls; /* "hardware" batched calls, those that failed (then bisected) */
 } host_dev;
 
 static host_dev *the_host; /* the open one, for the checks */
-static uint32_t refuse_width;
+static host_opts host_cfg;
 
 static void count(host_dev *h, long d) {
     pthread_mutex_lock(&h->mu);
@@ -69,21 +82,73 @@ static int host_one(const uint8_t *data, size_t len, const sl__gpu_item *it, uin
     return rc != 0;
 }
 
+/* A "hardware" batched call as nvJPEG's: every sample of idx decoded, the
+ * call failing as a whole when one of them fails. */
+typedef struct host_call {
+    host_dev *h;
+    const uint8_t *const *data;
+    const size_t *len;
+    const sl__gpu_item *items;
+    uint64_t dst, stride;
+} host_call;
+
+static int host_batched(void *ctx, const uint32_t *idx, uint32_t m) {
+    host_call *c = ctx;
+    int failed = 0;
+    for (uint32_t k = 0; k < m; k++) {
+        const sl__gpu_item *it = &c->items[idx[k]];
+        uint8_t *out = (uint8_t *)(uintptr_t)(c->dst + (uint64_t)it->pos * c->stride);
+        failed |= host_one(c->data[idx[k]], c->len[idx[k]], it, out);
+        if (c->h->o.mark || (c->h->o.taint_width && it->full_w == c->h->o.taint_width)) out[0] ^= 1;
+    }
+    pthread_mutex_lock(&c->h->mu);
+    c->h->calls++;
+    c->h->failed_calls += failed;
+    pthread_mutex_unlock(&c->h->mu);
+    return failed ? SL_BISECT_FAILED : SL_BISECT_OK;
+}
+
+/* As the engine: refusals by a rule of the sample, room for o.room samples
+ * (the rest again), the others in one batched call, bisected where it
+ * fails (sl__gpu_bisect, the engine's own policy). */
 static int host_decode(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
                        uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
                        size_t errlen) {
     host_dev *h = ctx;
     (void)err, (void)errlen;
+    uint32_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0, taken = 0;
+    uint8_t *bad = calloc(n ? n : 1, 1);
+    CHECK(idx != NULL && bad != NULL);
+    uint64_t refused = 0, again = 0, done = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int refuse = h->refuse_width && items[i].full_w == h->refuse_width;
-        uint8_t *out = (uint8_t *)(uintptr_t)(dst + (uint64_t)items[i].pos * stride);
-        status[i] = !refuse && host_one(data[i], len[i], &items[i], out) == 0 ? SL_GPU_DONE : SL_GPU_CPU;
-        if (status[i] == SL_GPU_CPU) snprintf(reasons[i], SL_GPU_REASON, "for the CPU: the host device refuses it");
-        pthread_mutex_lock(&h->mu);
-        h->samples += status[i] == SL_GPU_DONE;
-        h->refused += status[i] != SL_GPU_DONE;
-        pthread_mutex_unlock(&h->mu);
+        reasons[i][0] = 0;
+        if (h->o.refuse_width && items[i].full_w == h->o.refuse_width) {
+            status[i] = SL_GPU_CPU;
+            snprintf(reasons[i], SL_GPU_REASON, "for the CPU: the host device refuses it");
+            refused++;
+        } else if (h->o.room && taken >= h->o.room) {
+            status[i] = SL_GPU_AGAIN;
+            again++;
+        } else {
+            idx[m++] = i;
+            taken++;
+        }
     }
+    host_call c = {h, data, len, items, dst, stride};
+    sl__gpu_bisect(idx, m, host_batched, &c, bad);
+    for (uint32_t k = 0; k < m; k++) {
+        status[idx[k]] = bad[k] == SL_BISECT_OK ? SL_GPU_DONE : SL_GPU_CPU;
+        if (bad[k]) snprintf(reasons[idx[k]], SL_GPU_REASON, "for the CPU: the host decoder fails on it");
+        refused += bad[k];
+        done += !bad[k];
+    }
+    free(idx);
+    free(bad);
+    pthread_mutex_lock(&h->mu);
+    h->samples += done;
+    h->refused += refused;
+    h->again += again;
+    pthread_mutex_unlock(&h->mu);
     return 0;
 }
 
@@ -111,6 +176,12 @@ static int host_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_
     return 0;
 }
 
+static int host_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_t n) {
+    (void)ctx, (void)lane;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+
 static void *host_stage_alloc(void *ctx, size_t n) {
     void *p = malloc(n);
     if (p) count(ctx, 1);
@@ -129,6 +200,9 @@ static void host_stats(void *ctx, sl__gpu_stats *out) {
     pthread_mutex_lock(&h->mu);
     out->samples_hw = h->samples;
     out->samples_cpu = h->refused;
+    out->samples_again = h->again;
+    out->hw_calls = h->calls;
+    out->hw_failed_calls = h->failed_calls;
     pthread_mutex_unlock(&h->mu);
     out->rate = 20000; /* a GPU's, so that decode=auto gives it a share */
     snprintf(out->device_name, sizeof out->device_name, "host device (test)");
@@ -142,6 +216,7 @@ static void host_close(void *ctx) {
     }
     CHECK_EQ(h->live, 0); /* every staging block came back */
     pthread_mutex_destroy(&h->mu);
+    free(h->ballast);
     free(h);
     the_host = NULL;
 }
@@ -152,10 +227,14 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     host_dev *h = calloc(1, sizeof *h);
     CHECK(h != NULL);
     pthread_mutex_init(&h->mu, NULL);
-    h->refuse_width = refuse_width;
+    h->o = host_cfg;
+    if (h->o.ballast) { /* resident now, as a driver's and nvJPEG's host memory */
+        CHECK((h->ballast = malloc(h->o.ballast)) != NULL);
+        memset(h->ballast, 1, h->o.ballast);
+    }
     the_host = h;
-    *out = (sl__gpu_dev){h,         SL_DEVICE_CPU,    0,               host_decode, host_region, host_upload,
-                         host_move, host_stage_alloc, host_stage_free, host_stats,  host_close};
+    *out = (sl__gpu_dev){h,         SL_DEVICE_CPU, 0,           host_decode, host_region, host_upload,
+                         host_move, host_download, host_stage_alloc, host_stage_free, host_stats,  host_close};
     return 0;
 }
 
@@ -166,6 +245,13 @@ static int use_device(void) {
     printf("no CUDA GPU (%s): the host device stands in\n", why);
     sl__gpu_dev_override(host_open);
     return 0;
+}
+
+/* The host device, also where a GPU is (cases that steer the device's
+ * behaviour: batched failures, pool room, taints, its host memory). */
+static void use_host(host_opts o) {
+    host_cfg = o;
+    sl__gpu_dev_override(host_open);
 }
 
 /* ---- reading batches -------------------------------------------------------- */
@@ -449,7 +535,7 @@ TEST(gpu_loader_auto_splits_between_the_engines) {
 TEST(gpu_loader_handbacks_and_resume) {
     int real = use_device();
     fx_dataset *d = fx_new(64, 4, 100, 300);
-    if (!real) refuse_width = d->w[3]; /* the host device hands some back */
+    if (!real) host_cfg.refuse_width = d->w[3]; /* the host device hands some back */
     sl_config c = base_config(d, SL_DECODE_GPU, 3);
     /* an uninterrupted run of two epochs */
     sl_loader *ld = fx_open(&c);
@@ -491,22 +577,202 @@ TEST(gpu_loader_handbacks_and_resume) {
     free(d);
 }
 
-TEST(gpu_loader_checksums_leave_the_device_field_out) {
-    use_device();
-    fx_dataset *d = fx_new(40, 0, 64, 200);
-    uint64_t sums[2] = {0, 0};
-    for (int k = 0; k < 2; k++) {
-        sl_config c = base_config(d, k ? SL_DECODE_GPU : SL_DECODE_CPU, 2);
-        c.flags = SL_FLAG_CHECKSUM;
-        sl_loader *ld = fx_open(&c);
-        sl_batch *bt;
+/* Checksums of every batch of `epochs` epochs. */
+static void checksums(sl_config c, int epochs, uint64_t *out, int cap, int *n) {
+    c.flags |= SL_FLAG_CHECKSUM;
+    sl_loader *ld = fx_open(&c);
+    sl_batch *bt;
+    *n = 0;
+    for (int e = 0; e < epochs; e++) {
+        CHECK_OK(sl_loader_set_epoch(ld, (uint64_t)e));
         while (sl_loader_next(ld, &bt) == 0) {
-            sums[k] = sums[k] * 31 + sl_batch_checksum(bt);
+            CHECK(*n < cap);
+            out[(*n)++] = sl_batch_checksum(bt);
             sl_loader_release(ld, bt);
         }
-        sl_loader_destroy(ld);
     }
-    CHECK(sums[0] != sums[1]); /* the CPU's covers the pixels, the GPU's the labels only */
+    sl_loader_destroy(ld);
+}
+
+TEST(gpu_loader_checksums_cover_the_device_field) {
+    fx_dataset *d = fx_new(40, 0, 64, 300);
+    uint64_t a[16], b[16], t[16];
+    int na, nb, nt;
+    use_host((host_opts){0});
+    checksums(base_config(d, SL_DECODE_GPU, 1), 2, a, 16, &na);
+    checksums(base_config(d, SL_DECODE_GPU, 4), 2, b, 16, &nb);
+    CHECK_EQ(na, 10);
+    CHECK_EQ(nb, na);
+    for (int i = 0; i < na; i++) CHECK_EQ(a[i], b[i]); /* the same bytes for any worker count */
+    use_host((host_opts){.taint_width = d->w[5]}); /* one image's device bytes differ by one bit */
+    checksums(base_config(d, SL_DECODE_GPU, 4), 2, t, 16, &nt);
+    CHECK_EQ(nt, na);
+    int differ = 0;
+    for (int i = 0; i < na; i++) differ += a[i] != t[i];
+    CHECK_EQ(differ, 2); /* the tainted image's batch, in each epoch */
+    free(d);
+}
+
+/* ---- reproducible: which engine decodes a sample is a rule of the sample ---------- */
+
+/* Images of many sizes, a JPEG that probes fine and fails to decode, and
+ * garbage files. (The cases below run the host device with mark set: a
+ * sample the CPU decoded for any other reason than its own would change
+ * the bytes.) */
+static fx_dataset *mixed_dataset(void) {
+    fx_dataset *d = fx_new(72, 4, 200, 900);
+    char bad[400];
+    snprintf(bad, sizeof bad, "%s/c01/zz_bad_table.jpg", d->root);
+    write_bad_table_jpeg(bad);
+    return d;
+}
+
+TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
+    fx_dataset *d = mixed_dataset();
+    double worst, mean;
+    /* prefer-gpu, the default where the engine runs: 1 worker, every call with room for all */
+    use_host((host_opts){.mark = 1});
+    sl_config ref = base_config(d, SL_DECODE_PREFER_GPU, 1);
+    uint64_t a[40], b[40];
+    int na, nb;
+    checksums(ref, 2, a, 40, &na);
+    /* 8 workers, calls with room for 3 samples (the rest again), staging for a few samples:
+     * workers wait for staging, the GPU thread resubmits; nothing moves to the CPU */
+    use_host((host_opts){.room = 3, .mark = 1});
+    sl_config busy = base_config(d, SL_DECODE_PREFER_GPU, 8);
+    busy.gpu_staging = 2 << 20;
+    checksums(busy, 2, b, 40, &nb);
+    CHECK_EQ(na, nb);
+    for (int i = 0; i < na; i++) CHECK_EQ(a[i], b[i]);
+    sl_loader *ld = fx_open(&busy);
+    seen x = {0};
+    while (next(ld, &x) == 0) {
+    }
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    printf("prefer-gpu: gpu %llu cpu %llu handed back %llu, again %llu, calls %llu (%llu failed); %s\n",
+           (unsigned long long)st.gpu_samples, (unsigned long long)st.cpu_samples,
+           (unsigned long long)st.gpu_handed_back, (unsigned long long)the_host->again,
+           (unsigned long long)the_host->calls, (unsigned long long)the_host->failed_calls, st.decode_reason);
+    CHECK_EQ(st.decode, SL_DECODE_GPU);
+    CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu: ");
+    CHECK(the_host->again > 0);
+    free(x.px);
+    sl_loader_destroy(ld);
+    /* and the same pixels as decode=gpu, the batches and records of the CPU path */
+    use_host((host_opts){.mark = 1});
+    compare_runs(base_config(d, SL_DECODE_GPU, 4), ref, 2, &worst, &mean);
+    CHECK(worst == 0);
+    free(d);
+}
+
+TEST(gpu_loader_a_corrupt_jpeg_costs_only_itself) {
+    fx_dataset *d = mixed_dataset();
+    /* calls of one sample each: only the corrupt file's call fails */
+    use_host((host_opts){.room = 1, .mark = 1});
+    sl_config one = base_config(d, SL_DECODE_GPU, 4);
+    uint64_t a[40], b[40];
+    int na, nb;
+    checksums(one, 2, a, 40, &na);
+    /* whole calls: the one holding the corrupt file fails and is bisected, its good samples
+     * stay on the "hardware" */
+    use_host((host_opts){.mark = 1});
+    sl_config all = base_config(d, SL_DECODE_GPU, 1); /* calls of up to 32 samples */
+    checksums(all, 2, b, 40, &nb);
+    CHECK_EQ(na, nb);
+    for (int i = 0; i < na; i++) CHECK_EQ(a[i], b[i]);
+    sl_loader *ld = fx_open(&all);
+    seen x = {0};
+    uint64_t delivered = 0;
+    while (next(ld, &x) == 0) delivered += x.n;
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    printf("calls %llu, failed %llu; handed back %llu; errors %llu\n", (unsigned long long)the_host->calls,
+           (unsigned long long)the_host->failed_calls, (unsigned long long)st.gpu_handed_back,
+           (unsigned long long)st.errors);
+    CHECK(the_host->failed_calls >= 1); /* a call held the corrupt file, and its halves down to it */
+    CHECK(st.gpu_handed_back >= 1);
+    CHECK_EQ(delivered, d->good); /* the corrupt file and the garbage: error records */
+    sl_error_record er[8];
+    size_t ne = sl_loader_errors(ld, 0, er, 8);
+    int found = 0;
+    for (size_t i = 0; i < ne; i++) {
+        char path[SL_PATH_MAX];
+        found += strstr(sl_loader_sample_path(ld, er[i].index, path, sizeof path), "zz_bad_table") != NULL;
+    }
+    CHECK_EQ(found, 1);
+    free(x.px);
+    sl_loader_destroy(ld);
+    free(d);
+}
+
+/* ---- the GPU stage's host memory ---------------------------------------------------- */
+
+TEST(gpu_loader_counts_the_engines_host_memory) {
+    fx_dataset *d = fx_new(24, 0, 64, 200);
+    use_host((host_opts){.ballast = 48u << 20}); /* open adds 48 MiB of resident memory */
+    sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    sl_loader *ld = fx_open(&c);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    printf("gpu_host %llu, fixed %llu; %s\n", (unsigned long long)st.mem[SL_MEM_GPU_HOST],
+           (unsigned long long)st.fixed_bytes, st.decode_reason);
+    CHECK_EQ(st.mem_count, SL_MEM_GPU_HOST + 1);
+    CHECK(st.mem[SL_MEM_GPU_HOST] >= (40u << 20)); /* the ballast, less what the budget counted meanwhile */
+    CHECK(st.mem[SL_MEM_GPU_HOST] <= (80u << 20));
+    CHECK(st.fixed_bytes >= st.mem[SL_MEM_GPU_HOST] + st.mem[SL_MEM_PINNED]);
+    uint64_t used = st.accounted_bytes;
+    sl_loader_destroy(ld);
+    (void)used;
+    /* a budget that holds the CPU pipeline but not the GPU stage beside it */
+    c.budget = 64u << 20;
+    char err[600] = "";
+    ld = NULL;
+    CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
+    printf("decode=gpu at 64 MiB: %s\n", err);
+    CHECK_STR_CONTAINS(err, "raise the budget to at least");
+    CHECK_STR_CONTAINS(err, "GPU");
+    c.decode = SL_DECODE_PREFER_GPU; /* the CPU path, saying why */
+    ld = fx_open(&c);
+    CHECK_OK(sl_loader_stats(ld, &st));
+    printf("prefer-gpu at 64 MiB: %s; gpu_host %llu\n", st.decode_reason, (unsigned long long)st.mem[SL_MEM_GPU_HOST]);
+    CHECK_EQ(st.decode, SL_DECODE_CPU);
+    CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu, the CPU: budget 64.0 MiB cannot hold the GPU stage (with it the minimum is ");
+    CHECK_EQ(st.mem[SL_MEM_PINNED], 0);
+    seen x = {0};
+    CHECK_OK(next(ld, &x));
+    free(x.px);
+    sl_loader_destroy(ld);
+    free(d);
+}
+
+TEST(gpu_loader_create_fails_cleanly_at_every_allocation) {
+    fx_dataset *d = fx_new(12, 0, 64, 200);
+    use_host((host_opts){0});
+    sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    c.budget = 1ull << 30;
+    int ok = 0, failed = 0;
+    for (long n = 0; n < 10000 && !ok; n++) {
+        sl__mem_fail_after(n);
+        sl_loader *ld = NULL;
+        char err[512] = "";
+        int rc = sl_loader_create(&c, &ld, err, sizeof err);
+        sl__mem_fail_after(-1);
+        CHECK(the_host == NULL || rc == 0); /* a failed create closed the device (host_close checks it) */
+        if (rc == 0) {
+            ok = 1;
+            sl_stats st;
+            CHECK_OK(sl_loader_stats(ld, &st));
+            CHECK_EQ(st.decode, SL_DECODE_GPU);
+            sl_loader_destroy(ld);
+            break;
+        }
+        if (rc != SL_ENOMEM) SL_FAIL("allocation %ld failed: %s (%s), expected %s", n, sl_strerror(rc), err, sl_strerror(SL_ENOMEM));
+        CHECK(err[0] != 0);
+        failed++;
+    }
+    CHECK(ok);
+    CHECK(failed > 3);
     free(d);
 }
 

@@ -78,10 +78,30 @@ def test_plain_loader_decode_option(dataset):
 def test_plain_loader_without_a_gpu(dataset):
     with pytest.raises(sluice.DecodeError, match="decode=gpu: "):
         sluice.Loader(dataset, batch_size=8, decode="gpu")
-    with sluice.Loader(dataset, batch_size=8, decode="auto") as ld:
-        s = ld.stats()
-        assert s["decode"] == "cpu" and s["decode_reason"].startswith("decode=auto, the CPU: ")
-        assert next(iter(ld))["image"].device == "cpu"
+    for mode in ("auto", "prefer-gpu"):
+        with sluice.Loader(dataset, batch_size=8, decode=mode) as ld:
+            s = ld.stats()
+            assert s["decode"] == "cpu" and s["decode_reason"].startswith(f"decode={mode}, the CPU: ")
+            assert next(iter(ld))["image"].device == "cpu"
+
+
+def test_torch_default_decode_is_the_reproducible_one():
+    """The default: every sample the GPU takes on the GPU (a rule of the sample),
+    not "auto" (split by timing)."""
+    import inspect
+
+    assert inspect.signature(st.Loader).parameters["decode"].default == "prefer-gpu"
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA is present")
+def test_torch_default_without_cuda_is_the_cpu_path(dataset):
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with st.Loader(dataset, batch_size=8, device="cuda") as ld:
+            s = ld.stats()
+            assert s["decode"] == "cpu"
+            images, _ = next(iter(ld))
+            assert images.shape == (8, 3, 224, 224)
 
 
 def test_split_policy_from_python():
@@ -309,3 +329,45 @@ def test_torch_loader_gpu_memory_flat_over_epochs(dataset):
         s = ld.stats()
     print(f"device free memory seen from epoch 2 on: {sorted(seen)}; pool peak {s['gpu_pool_peak']}")
     assert len(seen) == 1
+
+
+# ---- reproducible by default (GPU host) ---------------------------------------------------
+def _device_hashes(ld, batches):
+    """A hash of each batch's device bytes (uint8 images and labels), in order."""
+    import hashlib
+
+    out = []
+    for k, (x, y) in enumerate(ld):
+        if k == batches:
+            break
+        out.append(hashlib.sha256(x.cpu().numpy().tobytes() + y.cpu().numpy().tobytes()).hexdigest()[:16])
+    return out
+
+
+@need_gpu
+def test_default_decode_same_bytes_for_any_worker_count(bad_dataset):
+    """The default decode (prefer-gpu) with a truncated JPEG and a text file among
+    the images: the device bytes of every batch repeat at 1, 4 and 1 workers, and
+    the library's checksums (which cover the device bytes) agree."""
+    kw = dict(batch_size=8, seed=11, device="cuda", dtype=torch.uint8)
+    runs, sums = [], []
+    for workers in (1, 4, 1):
+        with st.Loader(bad_dataset, workers=workers, **kw) as ld:
+            assert ld.stats()["decode"] == "gpu", ld.stats()["decode_reason"]
+            runs.append(_device_hashes(ld, 100))
+        with sluice.Loader(bad_dataset, batch_size=8, seed=11, workers=workers, decode="prefer-gpu",
+                           checksum=True) as pl:
+            sums.append([b.checksum for b in pl])
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 8
+    assert sums[0] == sums[1] == sums[2] and all(sums[0])
+
+
+@need_gpu
+def test_checksum_covers_the_device_bytes(dataset):
+    """decode="gpu" and decode="cpu" give different pixels (nvJPEG is not
+    libjpeg-turbo), so their checksums differ where the device bytes count."""
+    sums = {}
+    for mode in ("gpu", "cpu"):
+        with sluice.Loader(dataset, batch_size=8, seed=2, workers=2, decode=mode, checksum=True) as ld:
+            sums[mode] = [b.checksum for b in ld]
+    assert sums["gpu"] != sums["cpu"]
