@@ -13,9 +13,11 @@
  * the GPU. Cases that need the real device's memory say SKIP elsewhere.
  */
 #include "fixture.h" /* first: it defines _GNU_SOURCE */
+#include "bigimg.h"   /* BX_RSS_MEANINGFUL */
 
 #include <math.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "gpu/cuda.h"
 #include "gpu/device.h"
@@ -53,6 +55,20 @@ static void count(host_dev *h, long d) {
     pthread_mutex_lock(&h->mu);
     h->live += d;
     pthread_mutex_unlock(&h->mu);
+}
+
+/* The open host device's counters (its GPU thread may be decoding). */
+typedef struct host_counts {
+    uint64_t calls, failed_calls, again;
+} host_counts;
+
+static host_counts host_read(void) {
+    host_dev *h = the_host;
+    CHECK(h != NULL);
+    pthread_mutex_lock(&h->mu);
+    host_counts c = {h->calls, h->failed_calls, h->again};
+    pthread_mutex_unlock(&h->mu);
+    return c;
 }
 
 /* Whole image, then the CPU resampler over the item, as the GPU kernels do. */
@@ -216,7 +232,7 @@ static void host_close(void *ctx) {
     }
     CHECK_EQ(h->live, 0); /* every staging block came back */
     pthread_mutex_destroy(&h->mu);
-    free(h->ballast);
+    if (h->ballast) munmap(h->ballast, h->o.ballast);
     free(h);
     the_host = NULL;
 }
@@ -228,8 +244,10 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     CHECK(h != NULL);
     pthread_mutex_init(&h->mu, NULL);
     h->o = host_cfg;
-    if (h->o.ballast) { /* resident now, as a driver's and nvJPEG's host memory */
-        CHECK((h->ballast = malloc(h->o.ballast)) != NULL);
+    if (h->o.ballast) { /* resident now, as a driver's and nvJPEG's host memory (a mapping: gone at close
+                           under ASan too, whose allocator keeps freed blocks) */
+        h->ballast = mmap(NULL, h->o.ballast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(h->ballast != MAP_FAILED);
         memset(h->ballast, 1, h->o.ballast);
     }
     the_host = h;
@@ -650,13 +668,14 @@ TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
     }
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
+    host_counts hc = host_read();
     printf("prefer-gpu: gpu %llu cpu %llu handed back %llu, again %llu, calls %llu (%llu failed); %s\n",
            (unsigned long long)st.gpu_samples, (unsigned long long)st.cpu_samples,
-           (unsigned long long)st.gpu_handed_back, (unsigned long long)the_host->again,
-           (unsigned long long)the_host->calls, (unsigned long long)the_host->failed_calls, st.decode_reason);
+           (unsigned long long)st.gpu_handed_back, (unsigned long long)hc.again, (unsigned long long)hc.calls,
+           (unsigned long long)hc.failed_calls, st.decode_reason);
     CHECK_EQ(st.decode, SL_DECODE_GPU);
     CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu: ");
-    CHECK(the_host->again > 0);
+    CHECK(hc.again > 0);
     free(x.px);
     sl_loader_destroy(ld);
     /* and the same pixels as decode=gpu, the batches and records of the CPU path */
@@ -687,10 +706,11 @@ TEST(gpu_loader_a_corrupt_jpeg_costs_only_itself) {
     while (next(ld, &x) == 0) delivered += x.n;
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
-    printf("calls %llu, failed %llu; handed back %llu; errors %llu\n", (unsigned long long)the_host->calls,
-           (unsigned long long)the_host->failed_calls, (unsigned long long)st.gpu_handed_back,
+    host_counts hc = host_read();
+    printf("calls %llu, failed %llu; handed back %llu; errors %llu\n", (unsigned long long)hc.calls,
+           (unsigned long long)hc.failed_calls, (unsigned long long)st.gpu_handed_back,
            (unsigned long long)st.errors);
-    CHECK(the_host->failed_calls >= 1); /* a call held the corrupt file, and its halves down to it */
+    CHECK(hc.failed_calls >= 1); /* a call held the corrupt file, and its halves down to it */
     CHECK(st.gpu_handed_back >= 1);
     CHECK_EQ(delivered, d->good); /* the corrupt file and the garbage: error records */
     sl_error_record er[8];
@@ -712,6 +732,7 @@ TEST(gpu_loader_counts_the_engines_host_memory) {
     fx_dataset *d = fx_new(24, 0, 64, 200);
     use_host((host_opts){.ballast = 48u << 20}); /* open adds 48 MiB of resident memory */
     sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    c.budget = 1ull << 30; /* room for a sanitizer's shadow of it too */
     sl_loader *ld = fx_open(&c);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
@@ -719,11 +740,14 @@ TEST(gpu_loader_counts_the_engines_host_memory) {
            (unsigned long long)st.fixed_bytes, st.decode_reason);
     CHECK_EQ(st.mem_count, SL_MEM_GPU_HOST + 1);
     CHECK(st.mem[SL_MEM_GPU_HOST] >= (40u << 20)); /* the ballast, less what the budget counted meanwhile */
-    CHECK(st.mem[SL_MEM_GPU_HOST] <= (80u << 20));
     CHECK(st.fixed_bytes >= st.mem[SL_MEM_GPU_HOST] + st.mem[SL_MEM_PINNED]);
-    uint64_t used = st.accounted_bytes;
     sl_loader_destroy(ld);
-    (void)used;
+    if (!BX_RSS_MEANINGFUL) { /* the sanitizer's shadow of what the open touched is measured too */
+        printf("the bounds and refusals: in plain builds only (sanitizer shadow memory)\n");
+        free(d);
+        return;
+    }
+    CHECK(st.mem[SL_MEM_GPU_HOST] <= (80u << 20));
     /* a budget that holds the CPU pipeline but not the GPU stage beside it */
     c.budget = 64u << 20;
     char err[600] = "";

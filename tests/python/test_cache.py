@@ -76,8 +76,11 @@ RANK_SCRIPT = textwrap.dedent("""
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     fields = {"image": {"kind": "image", "size": 32}, "label": {"kind": "label"}}
+    # the CPU path on any machine (the case is the node cache, not the decode): on a GPU host the
+    # default decode would open the GPU engine in each rank, whose staging and host memory the
+    # 64M budget is not sized for
     ld = sluice.torch.Loader(sys.argv[1], device="cpu", dtype=torch.uint8, batch_size=8, budget="64M",
-                             fields=fields, cache=sys.argv[2], cache_share="node", workers=2)
+                             fields=fields, cache=sys.argv[2], cache_share="node", workers=2, decode="cpu")
     shards, procs = [], 0
     for epoch in range(3):
         ld.set_epoch(epoch)

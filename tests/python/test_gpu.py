@@ -371,3 +371,54 @@ def test_checksum_covers_the_device_bytes(dataset):
         with sluice.Loader(dataset, batch_size=8, seed=2, workers=2, decode=mode, checksum=True) as ld:
             sums[mode] = [b.checksum for b in ld]
     assert sums["gpu"] != sums["cpu"]
+
+
+# ---- the resident bound on the GPU path (GPU host) -----------------------------------------
+def _status(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key + ":"))
+
+
+@need_gpu
+@pytest.mark.parametrize("decode", ["gpu", "auto"])
+def test_gpu_path_rss_within_budget_after_torch_made_the_context(tmp_path, decode):
+    """Issue 17 item 5: in a process where torch made the CUDA context, what the
+    loader adds to the RSS (nvJPEG, the kernels, the pinned region, the pipeline)
+    stays within budget + 48 MiB: the engine's host memory is measured at create
+    and counted in the budget (memory["gpu_host"]), or the budget is refused
+    naming the minimum."""
+    import gc
+
+    from conftest import make_dataset
+
+    make_dataset(str(tmp_path), per_class=64)
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    gc.collect()
+    budget = 256 << 20
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM back to VmRSS
+    except OSError:
+        pytest.skip("cannot reset VmHWM here")
+    before = _status("VmRSS")
+    try:
+        ld = st.Loader(str(tmp_path), device="cuda", batch_size=64, size=224, budget=budget, workers=4,
+                       dtype=torch.uint8, decode=decode)
+    except sluice.BudgetError as e:
+        assert "raise the budget to at least" in str(e)
+        return
+    with ld:
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            for _ in ld:
+                pass
+        torch.cuda.synchronize()
+        s = ld.stats()
+    growth = _status("VmHWM") - before
+    print(f"decode={decode}: RSS +{growth >> 20} MiB for a {budget >> 20} MiB budget; gpu_host "
+          f"{s['memory']['gpu_host'] >> 20} MiB, pinned {s['memory']['pinned'] >> 20} MiB; {s['decode_reason']}")
+    assert s["peak_accounted_bytes"] <= budget
+    if s["decode"] == "gpu":
+        assert s["memory"]["gpu_host"] >= 16 << 20
+    assert growth <= budget + (48 << 20), f"RSS grew {growth >> 20} MiB for a {budget >> 20} MiB budget"

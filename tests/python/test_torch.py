@@ -19,6 +19,9 @@ STD = torch.tensor(st.IMAGENET_STD).view(1, 3, 1, 1)
 
 
 def kw(**k):
+    # the CPU decode: these cases compare with the plain loader's CPU pixels (the GPU decode's own
+    # cases are in test_gpu.py)
+    k.setdefault("decode", "cpu")
     k.setdefault("batch_size", BS)
     k.setdefault("size", 32)
     k.setdefault("budget", "64M")
@@ -228,7 +231,7 @@ def test_cuda_budget_respected_with_pinned_memory(tmp_path):
     budget = 96 << 20
     before = _rss()
     with st.Loader(str(tmp_path), device="cuda", batch_size=64, size=224, budget=budget,
-                   workers=2, dtype=torch.float16) as ld:
+                   workers=2, dtype=torch.float16, decode="cpu") as ld:  # the pinned CPU path
         for _ in range(2):
             for img, lab in ld:
                 pass

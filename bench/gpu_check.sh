@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Issue 17's checks on a GPU host (items 4, 5, 7), in one run; each step under its
+# own time limit, logs and results.jsonl under OUT, a summary at the end.
+#
+#   bench/gpu_check.sh build        the dependency bundle (DEPS, default .devcarry) and the build
+#                                   (bench/gpu_host.sh build)
+#   bench/gpu_check.sh data         an ImageNet-like set of IMAGES (3000) images, and a copy with a
+#                                   JPEG that fails to decode and a truncated one added
+#   bench/gpu_check.sh determinism  the default decode's device bytes, CHECK_BATCHES (30) batches of
+#                                   CHECK_BATCH (128): `sluice bench --decode prefer-gpu` checksums
+#                                   (device bytes included) and sluice.torch.Loader's device hashes
+#                                   at 16, 4 and 16 workers, on the set and on its corrupt copy
+#   bench/gpu_check.sh rss          RSS growth against the budget: `sluice bench --decode gpu|auto`
+#                                   at 256M and 512M, the same through sluice.torch.Loader in a
+#                                   process where torch made the CUDA context, and what each step
+#                                   of the engine's create adds (kernel cache cold, then warm)
+#   bench/gpu_check.sh suite_c      make test's C suite (ctest -j NWORK): OUT/suite_c.txt, the log beside
+#   bench/gpu_check.sh suite_python make test's Python suite (pytest): OUT/suite_python.txt, the log
+#   bench/gpu_check.sh suites       both
+#   bench/gpu_check.sh summary      the table of OUT/results.jsonl (bench/gpu_check_summary.py)
+#   bench/gpu_check.sh all          CHECK_STEPS (build data determinism rss suite_c suite_python), then
+#                                   the summary; a step is skipped once CHECK_DEADLINE (540) s have
+#                                   passed. One 10-minute call does not hold them all on one GPU
+#                                   (bench/README.md: the calls to make)
+# Environment: OUT (/tmp/sluice-check), WORK (.data), DEPS, NWORK ($(nproc)), STEP_TIMEOUT (240 s a
+# step; a suite: SUITE_TIMEOUT + 30), RUN_TIMEOUT (90 s a process), SUITE_TIMEOUT (300 s a suite).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/sluice-check}
+WORK=${WORK:-.data}
+export OUT WORK
+NWORK=${NWORK:-$(nproc)}
+PY=${PYTHON:-python3}
+DEPS_SITE=${DEPS_SITE:-/tmp/sluice-deps-site}
+export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+SET=$WORK/check${IMAGES:-3000}
+BAD=$SET-corrupt
+B=${CHECK_BATCH:-128}
+N=${CHECK_BATCHES:-30}
+RT=${RUN_TIMEOUT:-90}
+mkdir -p "$OUT" "$WORK"
+log() { echo "== $*" >&2; }
+keep() { # name: each JSON line of stdin as a result (appended to results.jsonl); other lines to stderr
+  local line
+  while IFS= read -r line; do
+    case $line in
+      "{"*) echo "{\"run\": \"$1\", \"result\": $line}" | tee -a "$OUT/results.jsonl";;
+      *) echo "$line" >&2;;
+    esac
+  done
+}
+run() { # name, command...: one process under RUN_TIMEOUT; its JSON lines kept, the rest in OUT/name.log
+  local name=$1; shift
+  timeout "$RT" "$@" 2>"$OUT/$name.log" | keep "$name"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] && return
+  $PY - "$name" "$rc" "$OUT/$name.log" <<'EOF' | tee -a "$OUT/results.jsonl"
+import json, sys
+name, rc, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lines = [l.strip() for l in open(log, errors="replace") if l.strip()]
+print(json.dumps({"run": name, "result": {"failed": rc, "log": log, "last_line": lines[-1][-400:] if lines else ""}}))
+EOF
+}
+
+case "${1:-}" in
+build)
+  OUT=$OUT bench/gpu_host.sh build
+  ;;
+data)
+  [ -f "$SET/manifest.csv" ] || IMAGES=${IMAGES:-3000} DATA=$SET bench/gpu_host.sh data || exit 1
+  [ -d "$BAD" ] || $PY bench/gpu_check.py corrupt "$SET" "$BAD" | keep corrupt_set
+  ;;
+determinism)
+  for set in "$SET" "$BAD"; do
+    tag=$([ "$set" = "$BAD" ] && echo corrupt || echo clean)
+    for w in 16 4 16; do
+      run "bench_prefer_gpu_${tag}_w$w" build/sluice bench "$set" --decode prefer-gpu --workers "$w" --batch "$B" \
+        --batches "$N" --json
+      run "torch_default_${tag}_w$w" $PY bench/gpu_check.py hash "$set" --workers "$w" --batch "$B" --batches "$N"
+    done
+  done
+  ;;
+rss)
+  for d in gpu auto; do
+    for budget in 256M 512M; do
+      run "bench_rss_${d}_$budget" build/sluice bench "$SET" --decode "$d" --budget "$budget" --workers "$NWORK" \
+        --batch "$B" --batches "$N" --json
+      run "python_rss_${d}_$budget" $PY bench/gpu_check.py rss "$SET" --decode "$d" --budget "$budget" \
+        --workers "$NWORK" --batch "$B" --batches "$N"
+    done
+  done
+  cold=$(mktemp -d)
+  run engine_parts_cold_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
+  run engine_parts_warm_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
+  rm -rf "$cold"
+  ;;
+suite_c|suites)
+  # make test's C suite (its set-up and sanitizer builds are CI's); a GPU makes the GPU cases
+  # run instead of skipping
+  (cd build && timeout "${SUITE_TIMEOUT:-300}" ctest -j "$NWORK" --timeout 240 --output-on-failure) \
+    >"$OUT/suite_c.log" 2>&1
+  echo "rc $?" >>"$OUT/suite_c.log"
+  { grep -E "tests passed|tests failed|^\s+[0-9]+ - " "$OUT/suite_c.log"; tail -1 "$OUT/suite_c.log"; } |
+    tee "$OUT/suite_c.txt"
+  [ "$1" = suites ] && "$0" suite_python
+  ;;
+suite_python)
+  SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout "${SUITE_TIMEOUT:-300}" $PY -m pytest -q \
+    -p no:cacheprovider -rfE tests/python >"$OUT/suite_python.log" 2>&1
+  echo "rc $?" >>"$OUT/suite_python.log"
+  { grep -E "^(FAILED|ERROR) " "$OUT/suite_python.log"; tail -2 "$OUT/suite_python.log"; } | tee "$OUT/suite_python.txt"
+  ;;
+summary)
+  $PY bench/gpu_check_summary.py "$OUT" | tee "$OUT/summary.txt"
+  ;;
+all|"")
+  log "host: $(nproc) CPUs, $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
+  start=$(date +%s)
+  for s in ${CHECK_STEPS:-build data determinism rss suite_c suite_python}; do
+    if [ $(($(date +%s) - start)) -gt "${CHECK_DEADLINE:-540}" ]; then
+      echo "{\"step\": \"$s\", \"skipped\": \"past CHECK_DEADLINE=${CHECK_DEADLINE:-540} s\"}" | keep step
+      continue
+    fi
+    log "step $s"
+    t0=$(date +%s.%N)
+    lim=${STEP_TIMEOUT:-240}
+    case $s in suite_*) lim=$((${SUITE_TIMEOUT:-300} + 30));; suites) lim=$((2 * ${SUITE_TIMEOUT:-300} + 30));; esac
+    timeout "$lim" "$0" "$s"
+    rc=$?
+    echo "{\"step\": \"$s\", \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"), \"rc\": $rc}" | keep step
+    [ "$s" = build ] && [ $rc != 0 ] && { log "build failed: nothing else runs"; break; }
+  done
+  "$0" summary
+  ;;
+*)
+  sed -n "2,/^set -uo/{/^set/!p}" "$0"; exit 2 ;;
+esac

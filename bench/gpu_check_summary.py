@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The summary of a bench/gpu_check.sh run: the default decode's determinism
+(equal or not, per set), the RSS table (mode x budget x bench/Python against
+budget + 48 MiB), what each step of the engine's create added, and the
+suites' summary lines.
+
+    bench/gpu_check_summary.py OUT
+"""
+import json
+import os
+import sys
+
+MIB = 1 << 20
+
+
+def load(out):
+    rows = {}
+    try:
+        with open(os.path.join(out, "results.jsonl")) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if "run" in r and "result" in r:
+                    rows.setdefault(r["run"], []).append(r["result"])
+    except OSError:
+        pass
+    return rows
+
+
+def last(rows, name):
+    return rows.get(name, [None])[-1]
+
+
+def determinism(rows):
+    print("Determinism: the default decode (prefer-gpu), device bytes of the first batches")
+    ok_all = True
+    for tag in ("clean", "corrupt"):
+        for kind, key in (("bench_prefer_gpu", "checksum"), ("torch_default", "device_hash")):
+            first16 = rows.get(f"{kind}_{tag}_w16", [])  # the run at 16 workers, before and after the one at 4
+            seq = [first16[0] if first16 else None, last(rows, f"{kind}_{tag}_w4"),
+                   first16[1] if len(first16) > 1 else None]
+            vals = [r.get(key) if isinstance(r, dict) else None for r in seq]
+            equal = None not in vals and len(set(vals)) == 1
+            ok_all &= equal
+            r0 = next((r for r in seq if isinstance(r, dict) and key in r), {})
+            share = r0.get("gpu_share", "")
+            if kind == "bench_prefer_gpu" and r0:
+                tot = r0.get("gpu_samples", 0) + r0.get("cpu_samples", 0)
+                share = round(r0.get("gpu_samples", 0) / tot, 3) if tot else ""
+            print(f"  {tag:8s} {kind:17s} workers 16, 4, 16: {'EQUAL' if equal else 'DIFFER'}  {vals}  "
+                  f"decode {r0.get('decode', '?')}, GPU share {share}, errors {r0.get('errors', '?')}")
+    print(f"  => {'PASS' if ok_all else 'FAIL'}\n")
+    return ok_all
+
+
+def rss_table(rows):
+    print("RSS growth against the budget (limit: budget + 48 MiB)")
+    print(f"  {'mode':5s} {'budget':>7s} {'how':7s} {'growth MiB':>10s} {'limit MiB':>9s} {'accounted MiB':>13s} "
+          f"{'gpu_host MiB':>12s}  verdict")
+    ok_all = True
+    for mode in ("gpu", "auto"):
+        for budget in ("256M", "512M"):
+            for how, name in (("bench", f"bench_rss_{mode}_{budget}"), ("python", f"python_rss_{mode}_{budget}")):
+                r = last(rows, name)
+                lim = int(budget[:-1]) + 48
+                why = (r or {}).get("last_line", "")
+                if isinstance(r, dict) and "failed" in r and "budget" in why and "minimum" in why:
+                    r = {"refused": why}  # sluice bench said why on stderr
+                if not isinstance(r, dict) or "failed" in r:
+                    print(f"  {mode:5s} {budget:>7s} {how:7s} {'-':>10s} {lim:>9d}  not run or failed "
+                          f"({(r or {}).get('log', '')}: {why[:100]})")
+                    ok_all = False
+                    continue
+                if "refused" in r or (how == "bench" and r.get("samples", 1) == 0):
+                    print(f"  {mode:5s} {budget:>7s} {how:7s} {'refused':>10s} {lim:>9d}  {r.get('refused', '')[:90]}")
+                    continue
+                g = r.get("rss_growth_bytes", 0) / MIB
+                acc = r.get("peak_accounted_bytes", 0) / MIB
+                gh = (r.get("mem_peak_bytes") or r.get("memory_peak") or r.get("memory") or {}).get("gpu_host", 0) / MIB
+                ok = g <= lim
+                ok_all &= ok
+                print(f"  {mode:5s} {budget:>7s} {how:7s} {g:10.1f} {lim:>9d} {acc:13.1f} {gh:12.1f}  "
+                      f"{'ok' if ok else 'OVER'}  ({r.get('decode_used', r.get('decode', '?'))})")
+    print(f"  => {'PASS' if ok_all else 'FAIL'}\n")
+    for name in ("engine_parts_cold_cache", "engine_parts_warm_cache"):
+        r = last(rows, name)
+        if isinstance(r, dict) and "host_rss_total" in r:
+            parts = ", ".join(f"{k[9:]} {r[k] / MIB:.1f}" for k in ("host_rss_context", "host_rss_kernels",
+                                                                     "host_rss_pinned", "host_rss_nvjpeg",
+                                                                     "host_rss_first_decode"))
+            print(f"  engine create, {name[14:]}: RSS +{r['host_rss_total'] / MIB:.1f} MiB ({parts} MiB; pinned pool "
+                  f"{r['pinned_pool_bytes'] / MIB:.0f} MiB); kernels {r['kernels']}")
+    print()
+    return ok_all
+
+
+def suites(out):
+    print("Suites")
+    for name in ("suite_c", "suite_python"):
+        try:
+            with open(os.path.join(out, name + ".txt")) as f:
+                text = f.read().strip()
+        except OSError:
+            text = "not run"
+        for line in text.splitlines()[-12:]:
+            print(f"  {name}: {line}")
+    print()
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/sluice-check"
+    rows = load(out)
+    det = determinism(rows)
+    mem = rss_table(rows)
+    suites(out)
+    print("Steps: " + ", ".join(f"{s.get('step')} {s.get('seconds', s.get('skipped'))} s rc {s.get('rc', '-')}"
+                                for s in rows.get("step", [])))
+    print(f"determinism {'PASS' if det else 'FAIL'}, memory {'PASS' if mem else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
