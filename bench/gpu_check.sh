@@ -14,6 +14,10 @@
 #                                   at 256M and 512M, the same through sluice.torch.Loader in a
 #                                   process where torch made the CUDA context, and what each step
 #                                   of the engine's create adds (kernel cache cold, then warm)
+#   bench/gpu_check.sh share        issue 20 item 2: ResNet-18 (bf16, channels_last, batch 256) fed by
+#                                   the default decode with 1 and 2 engines at SHARE_WORKERS (16 8)
+#                                   workers, beside its synthetic ceiling: images/s and where the GPU's
+#                                   time went (hardware, hybrid, resize, copies; bench/gpu_decode.py train)
 #   bench/gpu_check.sh suite_c      make test's C suite (ctest -j NWORK): OUT/suite_c.txt, the log beside
 #   bench/gpu_check.sh suite_python make test's Python suite (pytest): OUT/suite_python.txt, the log
 #   bench/gpu_check.sh suites       both
@@ -94,6 +98,15 @@ rss)
   run engine_parts_cold_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
   run engine_parts_warm_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
   rm -rf "$cold"
+  ;;
+share)
+  T="$PY bench/gpu_decode.py $SET train --arch resnet18 --batch 256 --steps ${SHARE_STEPS:-30} --warmup ${SHARE_WARMUP:-8}"
+  run share_synthetic $T --loaders synthetic
+  for e in 1 2; do
+    for w in ${SHARE_WORKERS:-16 8}; do
+      run "share_default_e${e}_w$w" $T --loaders sluice-default --gpu-engines "$e" --workers "$w"
+    done
+  done
   ;;
 suite_c|suites)
   # make test's C suite (its set-up and sanitizer builds are CI's); a GPU makes the GPU cases

@@ -96,6 +96,26 @@ def rss_table(rows):
     return ok_all
 
 
+def share(rows):
+    """Issue 20 item 2: the model fed by the default decode, and where the GPU's time went."""
+    syn = last(rows, "share_synthetic")
+    names = sorted(k for k in rows if k.startswith("share_default_"))
+    if not names:
+        return
+    ceiling = syn.get("images_per_s") if isinstance(syn, dict) else None
+    print(f"ResNet-18 fed by the default decode (synthetic ceiling {ceiling} images/s)")
+    for n in names:
+        r = last(rows, n)
+        if not isinstance(r, dict) or "images_per_s" not in r:
+            print(f"  {n}: not run or failed")
+            continue
+        frac = f"{100 * r['images_per_s'] / ceiling:.0f} %" if ceiling else "?"
+        print(f"  {n}: {r['images_per_s']} images/s ({frac}); GPU share {r.get('gpu_share')}; GPU time "
+              f"hw {r.get('gpu_hw_s')} s, hybrid {r.get('gpu_hybrid_s')} s, resize {r.get('gpu_resize_s')} s, "
+              f"copies {r.get('gpu_copy_s')} s; consumer waited {r.get('consumer_wait_fraction')}")
+    print()
+
+
 def suites(out):
     print("Suites")
     for name in ("suite_c", "suite_python"):
@@ -114,6 +134,7 @@ def main():
     rows = load(out)
     det = determinism(rows)
     mem = rss_table(rows)
+    share(rows)
     suites(out)
     print("Steps: " + ", ".join(f"{s.get('step')} {s.get('seconds', s.get('skipped'))} s rc {s.get('rc', '-')}"
                                 for s in rows.get("step", [])))

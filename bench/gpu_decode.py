@@ -25,6 +25,8 @@ Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
               GPU engine beside its CPU workers (split by measured rates); batches
               arrive in device memory through DLPack
   sluice-gpuonly  the same with decode="gpu": every JPEG the GPU takes goes to it
+  sluice-default  sluice.torch.Loader's default (decode="prefer-gpu": as "gpu" where the
+              engine runs); --gpu-engines N: the sluice GPU loaders' engines (1)
   tvio        DataLoader, --workers processes, torchvision.io.decode_image +
               v2.RandomResizedCrop + flip, pin_memory
   tvcuda      DataLoader reading bytes (--workers, pin_memory), then per batch
@@ -257,8 +259,9 @@ def sluice_batches(a, root, files, labels, decode="cpu"):
     beside the CPU workers (no Python per sample)."""
     import sluice.torch as st
 
+    extra = {} if decode == "cpu" else {"gpu_budget": f"{a.gpu_budget}M", "gpu_engines": a.gpu_engines}
     ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
-                   seed=SEED, drop_last=True, decode=decode, gpu_budget=f"{a.gpu_budget}M")
+                   seed=SEED, drop_last=True, decode=decode, **extra)
     a._ld = ld
     epoch = 0
     while True:
@@ -273,6 +276,10 @@ def sluice_gpu_batches(a, root, files, labels):
 
 def sluice_gpuonly_batches(a, root, files, labels):
     yield from sluice_batches(a, root, files, labels, decode="gpu")
+
+
+def sluice_default_batches(a, root, files, labels):
+    yield from sluice_batches(a, root, files, labels, decode="prefer-gpu")
 
 
 def tvio_batches(a, root, files, labels):
@@ -336,7 +343,8 @@ def tvcuda_batches(a, root, files, labels):
 
 
 LOADERS = {"synthetic": synthetic_batches, "sluice": sluice_batches, "sluice-gpu": sluice_gpu_batches,
-           "sluice-gpuonly": sluice_gpuonly_batches, "tvio": tvio_batches, "tvcuda": tvcuda_batches}
+           "sluice-gpuonly": sluice_gpuonly_batches, "sluice-default": sluice_default_batches,
+           "tvio": tvio_batches, "tvcuda": tvcuda_batches}
 
 
 def sluice_report(a):
@@ -353,7 +361,12 @@ def sluice_report(a):
             "device_pool_peak_bytes": s["gpu_pool_peak"], "device_batch_bytes": s["gpu_batch_bytes"],
             "pinned_bytes": s["gpu_pinned_bytes"], "staging_peak_bytes": s["gpu_staging_peak"],
             "host_peak_accounted_bytes": s["peak_accounted_bytes"], "consumer_wait_fraction":
-            round(s["consumer_wait_fraction"], 3)}
+            round(s["consumer_wait_fraction"], 3), "gpu_host_bytes": s["memory"].get("gpu_host", 0),
+            # where the GPU's time went (with a model running: the train run), seconds over the run
+            "gpu_engines": s.get("gpu_engines", 0), "gpu_hw_s": round(s.get("gpu_hw_s", 0), 3),
+            "gpu_hybrid_s": round(s.get("gpu_hybrid_s", 0), 3), "gpu_resize_s": round(s.get("gpu_resize_s", 0), 3),
+            "gpu_copy_s": round(s.get("gpu_copy_s", 0), 3), "gpu_hw_calls": s.get("gpu_hw_calls", 0),
+            "gpu_hw_failed_calls": s.get("gpu_hw_failed_calls", 0)}
 
 
 def bench_loader(a, name, root, files, labels):
@@ -423,6 +436,7 @@ def main():
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device memory per engine (the loaders: gpu_budget)")
     p.add_argument("--pinned", type=int, default=96, help="MiB of pinned pool per engine")
+    p.add_argument("--gpu-engines", type=int, default=1, help="the sluice GPU loaders' decode engines (gpu_engines)")
     a = p.parse_args()
     ok, why = _gpu.available()
     if not ok:

@@ -5,7 +5,8 @@
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
  *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
- *   [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget SIZE] [--gpu-device N] [--worker-nice N]
+ *   [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget SIZE] [--gpu-device N] [--gpu-engines N]
+ *   [--worker-nice N]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -44,6 +45,7 @@ static void usage(FILE *f) {
             "                    [--fields FILE.json] [--json]\n"
             "                    [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]\n"
             "                    [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget 512M] [--gpu-device N]\n"
+            "                    [--gpu-engines 1]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
@@ -65,7 +67,7 @@ static const char *const flags[] = {
     "--preset", "--batch", "--budget", "--workers", "--worker-nice", "--prefetch", "--epochs", "--batches",
     "--seed", "--rank", "--world-size", "--no-shuffle", "--drop-last", "--on-error", "--max-error-rate",
     "--max-pixels", "--max-bytes", "--exif", "--fields", "--json", "--cache", "--cache-share", "--cache-what",
-    "--decode", "--gpu-budget", "--gpu-device", "--help", NULL};
+    "--decode", "--gpu-budget", "--gpu-device", "--gpu-engines", "--help", NULL};
 
 typedef struct bench_opts {
     sl_config cfg;
@@ -102,7 +104,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
         {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024},
-        {"--worker-nice", 0, 19}};
+        {"--worker-nice", 0, 19}, {"--gpu-engines", 1, 4}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         if (strcmp(a, nums[i].name)) continue;
         if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
@@ -119,7 +121,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         else if (i == 6) cfg->world_size = (uint32_t)v;
         else if (i == 7) cfg->max_pixels = v;
         else if (i == 8) cfg->gpu_device = (int)v;
-        else cfg->worker_nice = (int)v;
+        else if (i == 9) cfg->worker_nice = (int)v;
+        else cfg->gpu_engines = (uint32_t)v;
         return 0;
     }
     if (!strcmp(a, "--preset")) {
@@ -367,6 +370,10 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                ", \"gpu_rate\": %.1f, \"cpu_rate\": %.1f",
             st->gpu_samples, st->cpu_samples, st->gpu_handed_back, st->gpu_pool_bytes, st->gpu_pool_peak,
             st->gpu_batch_bytes, st->gpu_pinned_bytes, st->gpu_staging_peak, st->gpu_rate, st->cpu_rate);
+    fprintf(f, ", \"gpu_engines\": %u, \"gpu_hw_s\": %.3f, \"gpu_hybrid_s\": %.3f, \"gpu_resize_s\": %.3f"
+               ", \"gpu_copy_s\": %.3f, \"gpu_hw_calls\": %" PRIu64 ", \"gpu_hw_failed_calls\": %" PRIu64,
+            st->gpu_engines, st->gpu_hw_s, st->gpu_hybrid_s, st->gpu_resize_s, st->gpu_copy_s, st->gpu_hw_calls,
+            st->gpu_hw_failed_calls);
     fprintf(f, ", \"version\": ");
     sl_cli_json_str(f, sl_version());
     fprintf(f, "}\n");

@@ -215,6 +215,11 @@ typedef struct sl_config {
      * would be. A bad sample is refilled from the range's own end. 0, 0:
      * the whole order. A Ray Data read task's lease (docs/engine.md). */
     uint64_t order_begin, order_end;
+    /* GPU decode engines (0.2): each its own nvJPEG state, stream and GPU thread, with an equal share
+     * of gpu_budget's pool, so one's host work overlaps another's GPU work (two reached 20.8k
+     * images/s against one's 15-17k on an H200, docs/gpu.md). 1..4; 0: 1. Which engine decodes a
+     * sample does not change its bytes. */
+    uint32_t gpu_engines;
 } sl_config;
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
@@ -464,6 +469,13 @@ typedef struct sl_stats {
     uint32_t mem_count;
     uint64_t mem[SL_MEM_CAPACITY];      /* accounted now, by category (SL_MEM_*) */
     uint64_t mem_peak[SL_MEM_CAPACITY]; /* peak, by category */
+    /* GPU decode: where the GPU's time went (0.2), seconds summed over the engines' calls: their
+     * hardware decode, hybrid decode and resize phases (GPU time between stream events), and the
+     * copies the workers and the committer made (CPU-decoded images up, compaction, checksums
+     * back: wall time of each copy on its stream) */
+    double gpu_hw_s, gpu_hybrid_s, gpu_resize_s, gpu_copy_s;
+    uint64_t gpu_hw_calls, gpu_hw_failed_calls; /* batched hardware calls; those that failed (bisected) */
+    uint32_t gpu_engines;                        /* engines decoding */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

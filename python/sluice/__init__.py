@@ -397,10 +397,11 @@ class Loader:
                    the CPU workers split by their measured rates (not
                    bit-reproducible: the split follows timing), else "cpu".
                    sluice.torch.Loader defaults to "prefer-gpu" (docs/gpu.md)
-      gpu_device, gpu_budget, gpu_max_pixels, gpu_staging   the CUDA device (0), its
-                   memory for the engine and the device batches ("512M"), larger
-                   images go to the CPU (4.2 Mpx), pinned staging in the budget
-                   ("64M", at most an eighth of it)
+      gpu_device, gpu_budget, gpu_max_pixels, gpu_staging, gpu_engines   the CUDA
+                   device (0), its memory for the engines and the device batches
+                   ("512M"), larger images go to the CPU (4.2 Mpx), pinned staging in
+                   the budget ("64M", at most an eighth of it), decode engines (1..4,
+                   each its own nvJPEG state and stream; 1)
 
     PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
     ``persistent_workers`` (no effect), ``prefetch_factor=None``,
@@ -434,7 +435,7 @@ class Loader:
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
-                 gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, worker_nice=None,
+                 gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, gpu_engines=None, worker_nice=None,
                  order_range=None, local_rank=None, local_world_size=None, **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
@@ -522,6 +523,8 @@ class Loader:
                     raise type(e)(f"{name}: {e}") from None
         if gpu_max_pixels is not None:
             kw["gpu_max_pixels"] = _int("gpu_max_pixels", gpu_max_pixels, 1)
+        if gpu_engines is not None:
+            kw["gpu_engines"] = _int("gpu_engines", gpu_engines, 1, 4)
         if worker_nice is not None:
             kw["worker_nice"] = _int("worker_nice", worker_nice, 0, 19)
         if order_range is not None:

@@ -320,7 +320,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              /* GPU decode (issue 13) */
                              "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", "worker_nice",
                              /* an order range (issue 22) */
-                             "order_begin", "order_end", NULL};
+                             "order_begin", "order_end", "gpu_engines", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     sl_image_recipe r; /* what cfg.recipe points at; sl_loader_create copies it */
@@ -329,7 +329,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&O&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
@@ -338,7 +338,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
             &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
             &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
-            &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end))
+            &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end, conv_u32, &cfg.gpu_engines))
         return -1;
     if (recipe_from_dict(recipe, &r) < 0) {
         Py_DECREF(source);
@@ -642,7 +642,11 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_U64(d, "gpu_pinned_bytes", st.gpu_pinned_bytes) < 0 ||
         PUT_U64(d, "gpu_staging_peak", st.gpu_staging_peak) < 0 || PUT_F(d, "gpu_rate", st.gpu_rate) < 0 ||
         PUT_F(d, "cpu_rate", st.cpu_rate) < 0 ||
-        dict_put(d, "gpu_device_name", PyUnicode_FromString(st.gpu_device_name)) < 0)
+        dict_put(d, "gpu_device_name", PyUnicode_FromString(st.gpu_device_name)) < 0 ||
+        PUT_U64(d, "gpu_engines", st.gpu_engines) < 0 || PUT_F(d, "gpu_hw_s", st.gpu_hw_s) < 0 ||
+        PUT_F(d, "gpu_hybrid_s", st.gpu_hybrid_s) < 0 || PUT_F(d, "gpu_resize_s", st.gpu_resize_s) < 0 ||
+        PUT_F(d, "gpu_copy_s", st.gpu_copy_s) < 0 || PUT_U64(d, "gpu_hw_calls", st.gpu_hw_calls) < 0 ||
+        PUT_U64(d, "gpu_hw_failed_calls", st.gpu_hw_failed_calls) < 0)
         goto fail;
     /* elastic batch slots (mem2: issue 8 item 3) */
     if (PUT_U64(d, "slots_retired", st.slots_retired) < 0 || PUT_U64(d, "slots_min", st.slots_min) < 0 ||

@@ -1,8 +1,9 @@
 /*
- * The CUDA device behind the loader's GPU stage (device.h): the engine,
+ * The CUDA device behind the loader's GPU stage (device.h): the engines,
  * one stream per copy lane, the batch slots' region. Every call makes the
- * engine's context (the device's primary context) current on the calling
- * thread first: worker threads never had it.
+ * engines' context (the device's primary context) current on the calling
+ * thread first: worker threads never had it. Engine 0 holds the staging
+ * pool; every engine reads staged samples from it (host memory).
  */
 #include "gpu/device.h"
 
@@ -14,7 +15,9 @@
 typedef struct cuda_dev {
     const sl__cuda_api *cu;
     sl__budget *host;
-    sl__gpu_engine *e;
+    sl__gpu_engine *e;  /* engine 0: the context, the staging */
+    sl__gpu_engine *engines[SL_GPU_MAX_ENGINES];
+    uint32_t nengines;
     sl_CUstream *lanes; /* nlanes streams, counted in host */
     uint32_t nlanes;
     sl_CUdeviceptr region;
@@ -32,17 +35,19 @@ int sl__gpu_dev_available(char *why, size_t len) {
     return sl__gpu_available(why, len);
 }
 
-static int dev_decode(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
-                      uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
-                      size_t errlen) {
+static int dev_decode(void *ctx, uint32_t engine, uint32_t n, const uint8_t *const *data, const size_t *len,
+                      const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
+                      char (*reasons)[SL_GPU_REASON], char *err, size_t errlen) {
     cuda_dev *d = ctx;
-    int rc = sl__gpu_decode_batch(d->e, n, data, len, items, dst, stride, status, reasons);
+    if (engine >= d->nengines) return SL_EINVAL;
+    sl__gpu_engine *e = d->engines[engine];
+    int rc = sl__gpu_decode_batch(e, n, data, len, items, dst, stride, status, reasons);
     if (rc) {
         sl__msg(err, errlen, "GPU decode of %u samples: %s", n, sl_strerror(rc));
         for (uint32_t i = 0; i < n; i++) status[i] = SL_GPU_CPU;
         return SL_EIO;
     }
-    if ((rc = sl__gpu_wait(d->e, err, errlen))) {
+    if ((rc = sl__gpu_wait(e, err, errlen))) {
         for (uint32_t i = 0; i < n; i++) status[i] = SL_GPU_CPU; /* not written */
         return SL_EIO;
     }
@@ -94,7 +99,25 @@ static int dev_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_
 
 static void *dev_stage_alloc(void *ctx, size_t n) { return sl__gpu_stage_alloc(((cuda_dev *)ctx)->e, n); }
 static void dev_stage_free(void *ctx, void *p) { sl__gpu_stage_free(((cuda_dev *)ctx)->e, p); }
-static void dev_stats(void *ctx, sl__gpu_stats *out) { sl__gpu_engine_stats(((cuda_dev *)ctx)->e, out); }
+/* Engine 0's stats with every other engine's counts and times added. */
+static void dev_stats(void *ctx, sl__gpu_stats *out) {
+    cuda_dev *d = ctx;
+    sl__gpu_engine_stats(d->engines[0], out);
+    for (uint32_t k = 1; k < d->nengines; k++) {
+        sl__gpu_stats o;
+        sl__gpu_engine_stats(d->engines[k], &o);
+        out->device_pool_bytes += o.device_pool_bytes, out->device_used += o.device_used;
+        out->device_peak += o.device_peak, out->pinned_pool_bytes += o.pinned_pool_bytes;
+        out->pinned_used += o.pinned_used, out->pinned_peak += o.pinned_peak, out->pool_refusals += o.pool_refusals;
+        out->samples_hw += o.samples_hw, out->samples_hybrid += o.samples_hybrid, out->samples_cpu += o.samples_cpu;
+        out->samples_again += o.samples_again, out->batches += o.batches, out->hw_calls += o.hw_calls;
+        out->hw_failed_calls += o.hw_failed_calls, out->busy_s += o.busy_s, out->rate += o.rate;
+        out->gpu_hybrid_s += o.gpu_hybrid_s, out->gpu_hw_s += o.gpu_hw_s, out->gpu_resize_s += o.gpu_resize_s;
+        out->host_rss_context += o.host_rss_context, out->host_rss_kernels += o.host_rss_kernels;
+        out->host_rss_pinned += o.host_rss_pinned, out->host_rss_nvjpeg += o.host_rss_nvjpeg;
+        out->host_rss_warmup += o.host_rss_warmup;
+    }
+}
 
 static void dev_close(void *ctx) {
     cuda_dev *d = ctx;
@@ -108,7 +131,7 @@ static void dev_close(void *ctx) {
     }
     if (d->region) cu->cuMemFree(d->region);
     sl__free(d->host, d->lanes);
-    sl__gpu_engine_free(d->e); /* last: it releases the context */
+    for (uint32_t k = d->nengines; k-- > 0;) sl__gpu_engine_free(d->engines[k]); /* engine 0 last: the context */
     sl__free(d->host, d);
 }
 
@@ -135,13 +158,12 @@ static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
 }
 
 int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err, size_t errlen) {
-    if (!cfg || !host || !out || cfg->lanes == 0) return SL_EINVAL;
+    if (!cfg || !host || !out || cfg->lanes == 0 || cfg->engines < 1 || cfg->engines > SL_GPU_MAX_ENGINES)
+        return SL_EINVAL;
     memset(out, 0, sizeof *out);
     if (override_open) return override_open(cfg, host, out, err, errlen);
     const sl__cuda_api *cu = sl__cuda_api_get(err, errlen);
     if (!cu) return SL_EUNSUPPORTED;
-    sl__gpu_config ec = {cfg->device,  cfg->pool_bytes,     sl__gpu_min_pinned(cfg->max_batch),
-                         cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, cfg->staging_bytes};
     cuda_dev *d = sl__calloc(host, 1, sizeof *d, SL_MEM_OTHER);
     if (!d) {
         sl__msg(err, errlen, "the host budget cannot hold the GPU device's state");
@@ -149,13 +171,19 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     d->cu = cu;
     d->host = host;
-    int rc = sl__gpu_engine_new(&ec, host, &d->e, err, errlen);
-    if (!rc) rc = open_lanes(d, cfg->lanes, err, errlen); /* the engine left its context current */
+    int rc = 0;
+    for (uint32_t k = 0; k < cfg->engines && !rc; k++) { /* the pool shared equally; the staging on engine 0 */
+        sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
+                             cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
+        if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
+    }
+    d->e = d->engines[0];
+    if (!rc) rc = open_lanes(d, cfg->lanes, err, errlen); /* the engines left their context current */
     if (rc) {
         dev_close(d);
         return rc;
     }
-    *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    dev_decode, dev_region, dev_upload, dev_move,
-                         dev_download, dev_stage_alloc, dev_stage_free, dev_stats, dev_close};
+    *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    d->nengines, dev_decode, dev_region, dev_upload,
+                         dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close};
     return 0;
 }

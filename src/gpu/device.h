@@ -8,42 +8,47 @@
  * device a test installs (sl__gpu_dev_override), which lets CPU-only CI
  * run the scheduler with a real decoder behind it.
  *
- * Ownership: the device owns its engine, its streams, the region and the
+ * Ownership: the device owns its engines, its streams, the region and the
  * staging pool; close releases all of them (waiting for work in flight).
- * Host memory (the engine's pinned pool and tables, the stream table) is
+ * Host memory (the engines' pinned pools and tables, the stream table) is
  * counted in the host budget given to open.
  *
- * Threads: decode is called by one thread at a time (the loader's GPU
- * thread); upload, move and download by one thread per lane at a time
- * (each worker is a lane, the committer has its own); stage_alloc,
- * stage_free and stats from any thread.
+ * Threads: decode is called by one thread per engine at a time (the
+ * loader's GPU threads, one for each); upload, move and download by one
+ * thread per lane at a time (each worker is a lane, the committer has its
+ * own); stage_alloc, stage_free and stats from any thread.
  */
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
 
 #include "gpu/engine.h"
 
+#define SL_GPU_MAX_ENGINES 4
+
 typedef struct sl__gpu_dev_config {
     int device;             /* CUDA device ordinal */
-    uint64_t pool_bytes;    /* the engine's device pool (sl__gpu_config.gpu_budget) */
+    uint64_t pool_bytes;    /* the engines' device pools, shared equally (sl__gpu_config.gpu_budget) */
     uint64_t staging_bytes; /* pinned bytes for staging, a pool of their own beside nvJPEG's */
     uint32_t max_batch;     /* samples per decode call */
     uint64_t max_pixels;    /* larger images go to the CPU (0: SL_GPU_MAX_PIXELS) */
     uint32_t lanes;         /* threads that may copy at once, lanes 0 .. lanes-1 */
+    uint32_t engines;       /* decode engines, 1..SL_GPU_MAX_ENGINES: each its own nvJPEG state and stream,
+                               so one's host work overlaps another's GPU work */
 } sl__gpu_dev_config;
 
 typedef struct sl__gpu_dev {
     void *ctx;
     int device_type, device_id; /* where region memory lives (SL_DEVICE_*) */
-    /* Decode a batch and wait for it (sl__gpu_decode_batch, sl__gpu_wait):
+    uint32_t engines;           /* decode's engine index runs 0 .. engines-1 */
+    /* Decode a batch on engine `engine` and wait for it (sl__gpu_decode_batch, sl__gpu_wait):
      * on return every SL_GPU_DONE position is written; SL_GPU_CPU ones are
      * the CPU's by a rule of the sample; SL_GPU_AGAIN ones found no room
      * in the device pool in this call: decode them again (a call of such
      * samples alone makes progress). 0, or SL_EIO with err: every status
      * is SL_GPU_CPU and the device is unusable. */
-    int (*decode)(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
-                  uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
-                  size_t errlen);
+    int (*decode)(void *ctx, uint32_t engine, uint32_t n, const uint8_t *const *data, const size_t *len,
+                  const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
+                  char (*reasons)[SL_GPU_REASON], char *err, size_t errlen);
     /* The batch slots' device memory, bytes > 0, taken once; *base its
      * address. 0, or SL_ENOMEM with err. close frees it. */
     int (*region)(void *ctx, uint64_t bytes, uint64_t *base, char *err, size_t errlen);
@@ -57,7 +62,7 @@ typedef struct sl__gpu_dev {
     /* A staging block of n bytes (pinned host memory), or NULL: no room now. */
     void *(*stage_alloc)(void *ctx, size_t n);
     void (*stage_free)(void *ctx, void *p);
-    void (*stats)(void *ctx, sl__gpu_stats *out);
+    void (*stats)(void *ctx, sl__gpu_stats *out); /* the engines' summed (rates: the sum) */
     /* Release everything; the table is unusable afterwards. */
     void (*close)(void *ctx);
 } sl__gpu_dev;

@@ -728,11 +728,13 @@ void sl__engine_run(void *ctx, sl__worker *w) {
 
 static void gpu_done(void *ctx, sl_batch *s) { position_done(ctx, s); }
 
-/* The GPU thread (gpustage.c starts it): gather a call from the queue,
- * waiting up to a millisecond for a quarter of a full one; run it outside
- * mu, counted in active so a reset waits for it; settle its positions. */
+/* A GPU thread (gpustage.c starts one per engine, arg its call): gather a
+ * call from the queue, waiting up to a millisecond for a quarter of a full
+ * one; run it outside mu, counted in active so a reset waits for it;
+ * settle its positions. */
 void *sl__engine_gpu_main(void *arg) {
-    sl__engine *e = arg;
+    sl__gcall *c = arg;
+    sl__engine *e = c->owner;
     sl__gstage *g = e->gs;
     char why[200];
     pthread_mutex_lock(&e->mu);
@@ -745,7 +747,7 @@ void *sl__engine_gpu_main(void *arg) {
             if (dl.tv_nsec >= 1000000000) dl.tv_sec++, dl.tv_nsec -= 1000000000;
             wait_until(e, &e->cv_gpu, &dl);
         }
-        uint32_t n = sl__gstage_take(g, e->gen);
+        uint32_t n = sl__gstage_take(g, c, e->gen);
         if (!n) {
             wait_on(e, &e->cv_gpu);
             continue;
@@ -753,9 +755,9 @@ void *sl__engine_gpu_main(void *arg) {
         e->active++;
         unlock(e);
         why[0] = 0;
-        int rc = sl__gstage_run(g, n, why, sizeof why);
+        int rc = sl__gstage_run(g, c, n, why, sizeof why);
         pthread_mutex_lock(&e->mu);
-        sl__gstage_settle(g, n, rc, why, e->gen, gpu_done, e);
+        sl__gstage_settle(g, c, n, rc, why, e->gen, gpu_done, e);
         e->active--;
         pthread_cond_broadcast(&e->cv_work); /* handbacks to claim, batches to commit */
         pthread_cond_broadcast(&e->cv_quiet);

@@ -134,13 +134,14 @@ uint64_t sl__engine_elastic_bytes(const sl__engine *e);
 void sl__engine_open(sl__engine *e);
 /* A worker thread's loop (sl__workers_start runs it with the engine). */
 void sl__engine_run(void *e, sl__worker *w);
-/* The GPU thread's loop (sl__gstage_start runs it with the engine). */
-void *sl__engine_gpu_main(void *e);
+/* A GPU thread's loop (sl__gstage_start runs it with its call, whose
+ * owner is the engine). */
+void *sl__engine_gpu_main(void *call);
 /* Return once n workers run (the create's handshake). */
 void sl__engine_wait_started(sl__engine *e, uint32_t n);
 /* Stop: no more claims, every waiter wakes, decoders give up. */
 void sl__engine_stop(sl__engine *e);
-/* After the stop: wake the GPU thread and join it. */
+/* After the stop: wake the GPU threads and join them. */
 void sl__engine_stop_gpu(sl__engine *e);
 /* The slots' budget consumer: registered at the end of create (on),
  * removed first thing in destroy (off, which waits for a notification in

@@ -140,6 +140,17 @@ static int size_stage(sl__gstage *g, uint64_t *budget, char *why, size_t wlen) {
                 sizeof b3), sl__fmt_bytes(need, b4, sizeof b4));
         return SL_EBUDGET;
     }
+    g->engines = c->gpu_engines ? c->gpu_engines : 1;
+    if (g->engines > SL_GPU_MAX_ENGINES) {
+        sl__msg(why, wlen, "gpu_engines %u: at most %u", g->engines, SL_GPU_MAX_ENGINES);
+        return SL_EINVAL;
+    }
+    if ((*budget - batches) / g->engines < sl__gpu_min_device(g->max_batch)) {
+        sl__msg(why, wlen, "gpu_budget %s cannot hold %u device batch slots of %s and %u engines' minimum of %s each",
+                sl__fmt_bytes(*budget, b1, sizeof b1), g->slots_max, sl__fmt_bytes(g->slot_bytes, b2, sizeof b2),
+                g->engines, sl__fmt_bytes(sl__gpu_min_device(g->max_batch), b3, sizeof b3));
+        return SL_EBUDGET;
+    }
     g->pool_bytes = *budget - batches;
     g->staging_cap = c->gpu_staging ? c->gpu_staging : SL_MIN(DEFAULT_STAGING, c->budget / 8);
     if (g->staging_cap < MIN_STAGING) {
@@ -165,24 +176,33 @@ static int open_sync(sl__gstage *g) {
     return SL_ESYS;
 }
 
-/* The queue, the handbacks and the call's arrays: one block of the host
+/* The queue, the handbacks and every call's arrays: one block of the host
  * budget, freed in one place (free_tables). */
 static int open_tables(sl__gstage *g) {
-    uint32_t m = g->max_batch;
-    const sl__part parts[] = {{&g->q, g->qcap, sizeof *g->q},        {&g->back, g->qcap, sizeof *g->back},
-                              {&g->cur, m, sizeof *g->cur},          {&g->status, m, sizeof *g->status},
-                              {&g->which, m, sizeof *g->which},      {&g->data, m, sizeof *g->data},
-                              {&g->len, m, sizeof *g->len},          {&g->items, m, sizeof *g->items},
-                              {&g->cstatus, m, sizeof *g->cstatus}, {&g->reasons, m, sizeof *g->reasons}};
-    return sl__alloc_parts(g->conf->budget, parts, sizeof parts / sizeof parts[0], SL_MEM_OTHER, &g->tables);
+    uint32_t m = g->max_batch, E = g->engines;
+    sl__part parts[2 + 8 * SL_GPU_MAX_ENGINES] = {{&g->q, g->qcap, sizeof *g->q}, {&g->back, g->qcap, sizeof *g->back}};
+    size_t np = 2;
+    for (uint32_t k = 0; k < E; k++) {
+        sl__gcall *c = &g->calls[k];
+        const sl__part call[8] = {{&c->cur, m, sizeof *c->cur},      {&c->status, m, sizeof *c->status},
+                                  {&c->which, m, sizeof *c->which},  {&c->data, m, sizeof *c->data},
+                                  {&c->len, m, sizeof *c->len},      {&c->items, m, sizeof *c->items},
+                                  {&c->cstatus, m, sizeof *c->cstatus}, {&c->reasons, m, sizeof *c->reasons}};
+        memcpy(parts + np, call, sizeof call);
+        np += 8;
+    }
+    return sl__alloc_parts(g->conf->budget, parts, np, SL_MEM_OTHER, &g->tables);
 }
 
 static void free_tables(sl__gstage *g) {
     sl__free(g->conf->budget, g->tables);
     g->tables = NULL;
-    g->q = g->back = g->cur = NULL;
-    g->status = g->cstatus = NULL, g->which = NULL, g->data = NULL, g->len = NULL, g->items = NULL;
-    g->reasons = NULL;
+    g->q = g->back = NULL;
+    for (uint32_t k = 0; k < SL_GPU_MAX_ENGINES; k++) {
+        sl__gcall *c = &g->calls[k];
+        c->cur = NULL, c->status = c->cstatus = NULL, c->which = NULL, c->data = NULL, c->len = NULL;
+        c->items = NULL, c->reasons = NULL;
+    }
 }
 
 /* plan_only: count the pinned pool the device would take, open nothing;
@@ -214,13 +234,14 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     const sl_config *c = &conf->cfg;
     char why[300] = "";
     if (open_sync(g)) return fall_back(g, SL_ESYS, "could not make the GPU stage's locks", err, errlen);
-    sl__gpu_dev_config dc = {c->gpu_device, g->pool_bytes, g->staging_cap, g->max_batch, c->gpu_max_pixels,
-                             conf->nworkers + 1};
+    sl__gpu_dev_config dc = {c->gpu_device,      g->pool_bytes,     g->staging_cap, g->max_batch,
+                             c->gpu_max_pixels, conf->nworkers + 1, g->engines};
     int rc = sl__gpu_dev_open(&dc, conf->budget, &g->dev, why, sizeof why);
     if (rc) {
         memset(&g->dev, 0, sizeof g->dev);
         return fall_back(g, rc, why, err, errlen);
     }
+    g->engines = SL_MIN(g->engines, g->dev.engines); /* one GPU thread per engine the device opened */
     if ((rc = open_tables(g))) {
         free_tables(g);
         g->dev.close(g->dev.ctx);
@@ -233,8 +254,8 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
     char b1[16], b2[16];
-    sl__msg(g->reason, sizeof g->reason, "decode=%s: the GPU engine on %s (%s of device memory, %s of host memory "
-            "its libraries hold), beside %u CPU workers", mode_name(c->decode),
+    sl__msg(g->reason, sizeof g->reason, "decode=%s: %u GPU engine%s on %s (%s of device memory, %s of host memory "
+            "their libraries hold), beside %u CPU workers", mode_name(c->decode), g->engines, g->engines > 1 ? "s" : "",
             st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
             sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
     g->on = 1;
@@ -461,8 +482,11 @@ int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *r
     if (*rc) return 0;
     const sl__layout *L = &g->conf->layout;
     uint32_t j = h->pos;
-    if (g->dev.upload(g->dev.ctx, h->lane, dev_addr(g, h->slot_id, j), sl__layout_at(L, base, g->out, j),
-                      g->sample_bytes)) {
+    uint64_t c0 = sl__now_ns();
+    int up = g->dev.upload(g->dev.ctx, h->lane, dev_addr(g, h->slot_id, j), sl__layout_at(L, base, g->out, j),
+                           g->sample_bytes);
+    atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
+    if (up) {
         sl__msg(reason, SL_REASON_MAX, "copying the decoded image to the GPU failed");
         *rc = SL_EIO;
         return 0;
@@ -508,15 +532,20 @@ void sl__gstage_reset(sl__gstage *g) {
 
 void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
     if (!g->on) return;
+    uint64_t c0 = sl__now_ns();
     if (g->dev.move(g->dev.ctx, g->conf->nworkers, dev_addr(g, slot_id, b), dev_addr(g, slot_id, a), g->sample_bytes))
         atomic_store(&g->failed, 1);
+    atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
 }
 
 int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t *hash, uint32_t n) {
     if (!g->on || !n) return 0;
     const sl__layout *L = &g->conf->layout;
     uint8_t *host = sl__layout_at(L, base, g->out, 0); /* the field's n positions, as on the device */
-    if (g->dev.download(g->dev.ctx, g->conf->nworkers, host, dev_addr(g, slot_id, 0), (size_t)n * g->sample_bytes)) {
+    uint64_t c0 = sl__now_ns();
+    int down = g->dev.download(g->dev.ctx, g->conf->nworkers, host, dev_addr(g, slot_id, 0), (size_t)n * g->sample_bytes);
+    atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
+    if (down) {
         atomic_store(&g->failed, 1);
         return SL_EIO;
     }
@@ -531,7 +560,7 @@ uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int 
     return dev_addr(g, slot_id, 0);
 }
 
-/* ---- the GPU thread's steps (engine.c runs the loop) ------------------------------ */
+/* ---- the GPU threads' steps (engine.c runs the loop) ----------------------------- */
 
 uint64_t sl__gstage_gather_ns(const sl__gstage *g) {
     if (!g->qlen || g->qlen >= g->max_batch / 4) return 0;
@@ -539,7 +568,7 @@ uint64_t sl__gstage_gather_ns(const sl__gstage *g) {
     return age >= GATHER_NS ? 0 : GATHER_NS - age;
 }
 
-uint32_t sl__gstage_take(sl__gstage *g, uint64_t gen) {
+uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen) {
     uint32_t n = 0;
     while (g->qlen && n < g->max_batch) {
         sl__gitem *it = &g->q[g->qhead];
@@ -550,30 +579,30 @@ uint32_t sl__gstage_take(sl__gstage *g, uint64_t gen) {
             atomic_fetch_sub(&g->queued, 1);
             continue;
         }
-        g->cur[n++] = *it;
+        c->cur[n++] = *it;
     }
     return n;
 }
 
-int sl__gstage_run(sl__gstage *g, uint32_t n, char *why, size_t wlen) {
+int sl__gstage_run(sl__gstage *g, sl__gcall *c, uint32_t n, char *why, size_t wlen) {
     uint32_t m = n;
-    for (uint32_t i = 0; i < n; i++) g->which[i] = i;
+    for (uint32_t i = 0; i < n; i++) c->which[i] = i;
     int rc = 0;
     while (m && !rc) {
         for (uint32_t k = 0; k < m; k++) {
-            const sl__gitem *it = &g->cur[g->which[k]];
-            g->data[k] = it->data, g->len[k] = it->len, g->items[k] = it->item;
+            const sl__gitem *it = &c->cur[c->which[k]];
+            c->data[k] = it->data, c->len[k] = it->len, c->items[k] = it->item;
         }
-        rc = g->dev.decode(g->dev.ctx, m, g->data, g->len, g->items, g->region, g->sample_bytes, g->cstatus,
-                           g->reasons, why, wlen);
+        rc = g->dev.decode(g->dev.ctx, c->engine, m, c->data, c->len, c->items, g->region, g->sample_bytes,
+                           c->cstatus, c->reasons, why, wlen);
         uint32_t left = 0;
         for (uint32_t k = 0; k < m; k++) {
-            int st = rc ? SL_GPU_CPU : g->cstatus[k];
-            if (st == SL_GPU_AGAIN) g->which[left++] = g->which[k];
-            else g->status[g->which[k]] = st;
+            int st = rc ? SL_GPU_CPU : c->cstatus[k];
+            if (st == SL_GPU_AGAIN) c->which[left++] = c->which[k];
+            else c->status[c->which[k]] = st;
         }
         if (left == m) /* no progress: cannot happen with the engine's rule; never loop on it */
-            for (uint32_t k = 0; k < m; k++) g->status[g->which[k]] = SL_GPU_CPU;
+            for (uint32_t k = 0; k < m; k++) c->status[c->which[k]] = SL_GPU_CPU;
         m = left == m ? 0 : left;
     }
     sl__gpu_stats st;
@@ -582,13 +611,13 @@ int sl__gstage_run(sl__gstage *g, uint32_t n, char *why, size_t wlen) {
     return rc;
 }
 
-void sl__gstage_settle(sl__gstage *g, uint32_t n, int rc, const char *why, uint64_t gen,
+void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const char *why, uint64_t gen,
                        void (*done)(void *ctx, sl_batch *s), void *ctx) {
     for (uint32_t i = 0; i < n; i++) {
-        sl__gitem *it = &g->cur[i];
+        sl__gitem *it = &c->cur[i];
         stage_release(g, it);
         if (it->gen != gen) continue; /* a reset waits for this call, then frees the slot */
-        if (g->status[i] == SL_GPU_DONE) {
+        if (c->status[i] == SL_GPU_DONE) {
             atomic_fetch_add(&g->gpu_samples, 1);
             done(ctx, it->slot);
         } else {
@@ -611,20 +640,28 @@ int sl__gstage_start(sl__gstage *g, void *(*main)(void *), void *arg, char *err,
     static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
     for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    int rc = pthread_create(&g->thread, NULL, main, arg);
+    int rc = 0;
+    for (uint32_t k = 0; k < g->engines && !rc; k++) {
+        sl__gcall *c = &g->calls[k];
+        c->owner = arg;
+        c->engine = k;
+        if (!(rc = pthread_create(&c->thread, NULL, main, c))) c->thread_on = 1;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
-        sl__msg(err, errlen, "could not start the GPU thread");
-        return SL_ESYS;
+        sl__msg(err, errlen, "could not start the GPU threads");
+        return SL_ESYS; /* the caller joins the ones that started (sl__gstage_join) */
     }
-    g->thread_on = 1;
     return 0;
 }
 
 void sl__gstage_join(sl__gstage *g) {
-    if (!g->thread_on) return;
-    pthread_join(g->thread, NULL);
-    g->thread_on = 0;
+    for (uint32_t k = 0; k < SL_GPU_MAX_ENGINES; k++) {
+        sl__gcall *c = &g->calls[k];
+        if (!c->thread_on) continue;
+        pthread_join(c->thread, NULL);
+        c->thread_on = 0;
+    }
 }
 
 void sl__gstage_close(sl__gstage *g, int in_child) {
@@ -671,6 +708,10 @@ void sl__gstage_stats(sl__gstage *g, sl_stats *o) {
     o->gpu_staging_peak = g->staged_peak;
     pthread_mutex_unlock(&g->smu);
     o->gpu_rate = (double)atomic_load(&g->gpu_rate_mhz) / 1000.0;
+    o->gpu_hw_s = st.gpu_hw_s, o->gpu_hybrid_s = st.gpu_hybrid_s, o->gpu_resize_s = st.gpu_resize_s;
+    o->gpu_copy_s = (double)atomic_load(&g->copy_ns) * 1e-9;
+    o->gpu_hw_calls = st.hw_calls, o->gpu_hw_failed_calls = st.hw_failed_calls;
+    o->gpu_engines = g->engines;
     uint64_t ns = atomic_load(&g->cpu_ns);
     o->cpu_rate = ns ? (double)g->conf->nworkers * 1e9 / (double)ns : 0;
     snprintf(o->gpu_device_name, sizeof o->gpu_device_name, "%s", st.device_name);

@@ -3,15 +3,16 @@
  * the rules). The image field `field` is delivered from device memory:
  * slot k's batch at region + k * slot_bytes. A worker that plans a sample
  * the GPU can take (and the split gives it) stages its bytes and queues
- * it instead of decoding; the GPU thread decodes the queue in calls of up
- * to max_batch samples straight into the slots' device memory; what the
+ * it instead of decoding; the GPU threads (one per engine, gpu_engines)
+ * take calls of up to max_batch samples from the one queue and decode them
+ * straight into the slots' device memory; what the
  * engine hands back is claimed by workers first (handbacks). CPU-decoded
  * positions are uploaded by the worker that decoded them, so a position is
  * complete on the device when its pending count drops; compaction moves
  * device positions too (sl__gstage_move).
  *
  * The stage knows slots only by id and as opaque pointers it hands back;
- * the engine runs the GPU thread's loop (take, run, settle) and holds the
+ * the engine runs each GPU thread's loop (take, run, settle) and holds the
  * lock the queue lives under.
  *
  * Ownership. gpustage.c writes every field of sl__gstage and sl__ghand.
@@ -19,7 +20,7 @@
  * run. The queue and the handbacks (q, back, qhead, qlen, bhead, blen) and
  * reason after create are under the engine's lock; staged and staged_peak
  * under smu (taken alone or after the engine's lock); the counters are
- * atomics; cur .. reasons belong to the GPU thread. A worker's hand is
+ * atomics; a call (sl__gcall) belongs to its GPU thread. A worker's hand is
  * written by that worker's calls (and by offer(), called inside them).
  */
 #ifndef SL_PIPELINE_GPUSTAGE_H
@@ -45,6 +46,27 @@ typedef struct sl__gitem {
     uint64_t t_ns;           /* when it was queued */
     sl__gpu_item item;       /* item.pos = slot id * B + pos */
 } sl__gitem;
+
+/* One GPU thread of the stage and the call it makes: it decodes on its own
+ * engine; cur[0, n) are the samples it took from the queue, settled by
+ * status[]; each device call decodes the subset which[0, m) of them (data,
+ * len, items, cstatus, reasons by call position). Written by its thread
+ * only (owner and engine by sl__gstage_start, before it runs; thread_on by
+ * start and join). */
+typedef struct sl__gcall {
+    void *owner;             /* the loop's argument (the engine) */
+    uint32_t engine;
+    pthread_t thread;
+    int thread_on;
+    sl__gitem *cur;
+    int *status;
+    uint32_t *which;
+    const uint8_t **data;
+    size_t *len;
+    sl__gpu_item *items;
+    int *cstatus;
+    char (*reasons)[SL_GPU_REASON];
+} sl__gcall;
 
 typedef struct sl__gstage {
     const sl__conf *conf;
@@ -75,24 +97,14 @@ typedef struct sl__gstage {
     uint32_t qcap, qhead, qlen, bhead, blen;
     _Atomic uint32_t queued; /* qlen + samples in the GPU's call */
     _Atomic int failed;      /* the device stopped: nothing more is offered */
-    pthread_t thread;
-    int thread_on;
-    void *tables;            /* one block: q, back and the call's arrays */
-    /* the call in progress (GPU thread only): cur[0, n) taken from the queue, settled by
-     * status[]; each device call decodes the subset which[0, m) of them (data, len, items,
-     * cstatus, reasons by call position) */
-    sl__gitem *cur;
-    int *status;
-    uint32_t *which;
-    const uint8_t **data;
-    size_t *len;
-    sl__gpu_item *items;
-    int *cstatus;
-    char (*reasons)[SL_GPU_REASON];
+    uint32_t engines;        /* GPU threads, one per engine of the device */
+    sl__gcall calls[SL_GPU_MAX_ENGINES];
+    void *tables;            /* one block: q, back and every call's arrays */
     /* stats */
     _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
     _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
     _Atomic uint64_t cpu_ns;       /* ns a worker spends on one CPU image sample (moving average) */
+    _Atomic uint64_t copy_ns;      /* ns spent in the device copies (uploads, moves, checksums back) */
 } sl__gstage;
 
 /* A worker's side of the stage: the sample in hand, offered through defer. */
@@ -131,8 +143,9 @@ int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget);
  * (with auto or prefer-gpu, a budget that moved since sizing closes the
  * stage: the CPU path), then the device memory of nslots batches. */
 int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
-/* Start the GPU thread running main(arg) (the engine's loop); join it
- * once the loop was told to stop. */
+/* Start one GPU thread per engine running main(call), each call's owner
+ * set to arg (the engine's loop); join them once the loop was told to
+ * stop (also the ones that started when start failed). */
 int sl__gstage_start(sl__gstage *g, void *(*main)(void *), void *arg, char *err, size_t errlen);
 void sl__gstage_join(sl__gstage *g);
 /* Release the device and the tables (threads stopped). in_child: after
@@ -176,19 +189,19 @@ int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t
  * and where that memory lives. */
 uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int *device_type, int *device_id);
 
-/* The GPU thread's steps, under the engine's lock but run: */
+/* A GPU thread's steps on its call c, under the engine's lock but run: */
 /* ns to wait for more samples before a call (0: call now): up to a
  * millisecond after the oldest was queued, for a quarter of a full call. */
 uint64_t sl__gstage_gather_ns(const sl__gstage *g);
 /* The next call from the queue: up to max_batch samples of generation gen
  * (stale ones dropped). Returns how many. */
-uint32_t sl__gstage_take(sl__gstage *g, uint64_t gen);
-/* Outside the lock: decode them. 0, or SL_EIO with why (the device
- * stopped). */
-int sl__gstage_run(sl__gstage *g, uint32_t n, char *why, size_t wlen);
+uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen);
+/* Outside the lock: decode them on c's engine, again for what found no
+ * room (SL_GPU_AGAIN). 0, or SL_EIO with why (the device stopped). */
+int sl__gstage_run(sl__gstage *g, sl__gcall *c, uint32_t n, char *why, size_t wlen);
 /* Lock held again: each position of generation gen done (done(ctx, slot)
  * for each one written) or handed back; rc/why from the call. */
-void sl__gstage_settle(sl__gstage *g, uint32_t n, int rc, const char *why, uint64_t gen,
+void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const char *why, uint64_t gen,
                        void (*done)(void *ctx, sl_batch *s), void *ctx);
 
 /* The stats: mode and reason (under the engine's lock), then the rest. */

@@ -86,7 +86,15 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_state, span_begin)                                                                                          \
     A(sl_state, span_end)                                                                                            \
     A(sl_state, gone_count)                                                                                          \
-    A(sl_state, gone)
+    A(sl_state, gone)                                                                                                \
+    A(sl_config, gpu_engines)                                                                                        \
+    A(sl_stats, gpu_hw_s)                                                                                            \
+    A(sl_stats, gpu_hybrid_s)                                                                                        \
+    A(sl_stats, gpu_resize_s)                                                                                        \
+    A(sl_stats, gpu_copy_s)                                                                                          \
+    A(sl_stats, gpu_hw_calls)                                                                                        \
+    A(sl_stats, gpu_hw_failed_calls)                                                                                 \
+    A(sl_stats, gpu_engines)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");

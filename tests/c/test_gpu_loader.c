@@ -39,6 +39,7 @@ typedef struct host_opts {
 
 typedef struct host_dev {
     host_opts o;
+    uint32_t engines;     /* decode threads that may call at once */
     uint8_t *region;
     uint64_t region_bytes;
     uint8_t *ballast;
@@ -127,11 +128,12 @@ static int host_batched(void *ctx, const uint32_t *idx, uint32_t m) {
 /* As the engine: refusals by a rule of the sample, room for o.room samples
  * (the rest again), the others in one batched call, bisected where it
  * fails (sl__gpu_bisect, the engine's own policy). */
-static int host_decode(void *ctx, uint32_t n, const uint8_t *const *data, const size_t *len, const sl__gpu_item *items,
-                       uint64_t dst, uint64_t stride, int *status, char (*reasons)[SL_GPU_REASON], char *err,
-                       size_t errlen) {
+static int host_decode(void *ctx, uint32_t engine, uint32_t n, const uint8_t *const *data, const size_t *len,
+                       const sl__gpu_item *items, uint64_t dst, uint64_t stride, int *status,
+                       char (*reasons)[SL_GPU_REASON], char *err, size_t errlen) {
     host_dev *h = ctx;
     (void)err, (void)errlen;
+    CHECK(engine < h->engines);
     uint32_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0, taken = 0;
     uint8_t *bad = calloc(n ? n : 1, 1);
     CHECK(idx != NULL && bad != NULL);
@@ -240,10 +242,12 @@ static void host_close(void *ctx) {
 static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err, size_t errlen) {
     (void)host, (void)err, (void)errlen;
     CHECK(cfg->lanes >= 2 && cfg->max_batch >= 1 && cfg->staging_bytes > 0);
+    CHECK(cfg->engines >= 1 && cfg->engines <= SL_GPU_MAX_ENGINES);
     host_dev *h = calloc(1, sizeof *h);
     CHECK(h != NULL);
     pthread_mutex_init(&h->mu, NULL);
     h->o = host_cfg;
+    h->engines = cfg->engines;
     if (h->o.ballast) { /* resident now, as a driver's and nvJPEG's host memory (a mapping: gone at close
                            under ASan too, whose allocator keeps freed blocks) */
         h->ballast = mmap(NULL, h->o.ballast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -251,8 +255,9 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         memset(h->ballast, 1, h->o.ballast);
     }
     the_host = h;
-    *out = (sl__gpu_dev){h,         SL_DEVICE_CPU, 0,           host_decode, host_region, host_upload,
-                         host_move, host_download, host_stage_alloc, host_stage_free, host_stats,  host_close};
+    *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,           cfg->engines,     host_decode,
+                         host_region, host_upload,   host_move,   host_download,    host_stage_alloc,
+                         host_stage_free, host_stats, host_close};
     return 0;
 }
 
@@ -654,11 +659,12 @@ TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
     uint64_t a[40], b[40];
     int na, nb;
     checksums(ref, 2, a, 40, &na);
-    /* 8 workers, calls with room for 3 samples (the rest again), staging for a few samples:
-     * workers wait for staging, the GPU thread resubmits; nothing moves to the CPU */
+    /* 8 workers, calls with room for 3 samples (the rest again), staging for a few samples, two
+     * engines: workers wait for staging, the GPU threads resubmit; nothing moves to the CPU */
     use_host((host_opts){.room = 3, .mark = 1});
     sl_config busy = base_config(d, SL_DECODE_PREFER_GPU, 8);
     busy.gpu_staging = 2 << 20;
+    busy.gpu_engines = 2; /* two GPU threads taking calls from one queue */
     checksums(busy, 2, b, 40, &nb);
     CHECK_EQ(na, nb);
     for (int i = 0; i < na; i++) CHECK_EQ(a[i], b[i]);
@@ -674,7 +680,8 @@ TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
            (unsigned long long)st.gpu_handed_back, (unsigned long long)hc.again, (unsigned long long)hc.calls,
            (unsigned long long)hc.failed_calls, st.decode_reason);
     CHECK_EQ(st.decode, SL_DECODE_GPU);
-    CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu: ");
+    CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu: 2 GPU engines on ");
+    CHECK_EQ(st.gpu_engines, 2);
     CHECK(hc.again > 0);
     free(x.px);
     sl_loader_destroy(ld);
