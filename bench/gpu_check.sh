@@ -16,8 +16,9 @@
 #                                   of the engine's create adds (kernel cache cold, then warm)
 #   bench/gpu_check.sh share        issue 20 item 2: ResNet-18 (bf16, channels_last, batch 256) fed by
 #                                   the default decode with 1 and 2 engines at SHARE_WORKERS (16 8)
-#                                   workers, beside its synthetic ceiling: images/s and where the GPU's
-#                                   time went (hardware, hybrid, resize, copies; bench/gpu_decode.py train)
+#                                   workers, and once with the model's stream at the greatest priority,
+#                                   beside its synthetic ceiling: images/s and where the GPU's time went
+#                                   (hardware, hybrid, resize, copies; bench/gpu_decode.py train)
 #   bench/gpu_check.sh suite_c      make test's C suite (ctest -j NWORK): OUT/suite_c.txt, the log beside
 #   bench/gpu_check.sh suite_python make test's Python suite (pytest): OUT/suite_python.txt, the log
 #   bench/gpu_check.sh suites       both
@@ -107,6 +108,8 @@ share)
       run "share_default_e${e}_w$w" $T --loaders sluice-default --gpu-engines "$e" --workers "$w"
     done
   done
+  # the model on a stream of the greatest priority: the GPU runs its kernels before the engine's
+  run share_default_e1_w16_model_high $T --loaders sluice-default --gpu-engines 1 --workers 16 --model-priority high
   ;;
 suite_c|suites)
   # make test's C suite (its set-up and sanitizer builds are CI's); a GPU makes the GPU cases

@@ -135,8 +135,8 @@ static void dev_close(void *ctx) {
     sl__free(d->host, d);
 }
 
-/* One stream per lane, at the lowest priority (copies of decoded images
- * wait behind a model's kernels, as the engine's stream does). */
+/* One stream per lane, at the least priority, as the engine's stream:
+ * a model's stream of greater priority goes first. */
 static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
     if (!d->lanes) {

@@ -112,7 +112,7 @@ static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     if ((r = cu->cuCtxSetCurrent(e->ctx))) return cu_fail(e, r, SL_EIO, "cuCtxSetCurrent", err, errlen);
     cu->cuDeviceGetName(e->st.device_name, sizeof e->st.device_name, e->dev);
-    int least = 0, greatest = 0; /* numerically: least is the lowest priority (0), greatest e.g. -5 */
+    int least = 0, greatest = 0; /* least: 0, the default streams' too; greatest: e.g. -5 */
     if (!(e->cfg.flags & SL_GPU_LOW_PRIORITY) || cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
     if ((r = cu->cuStreamCreateWithPriority(&e->stream, SL_CU_STREAM_NON_BLOCKING, least))) {
         e->stream = NULL;

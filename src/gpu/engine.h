@@ -82,8 +82,8 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
 #define SL_GPU_NO_HARDWARE (1u << 0) /* skip the hardware backend */
 #define SL_GPU_NO_HYBRID (1u << 1)   /* skip the GPU hybrid backend */
 #define SL_GPU_NO_ROI (1u << 2)      /* decode whole images (no region of interest) */
-#define SL_GPU_LOW_PRIORITY (1u << 3) /* the engine's stream at the device's lowest priority, so a model's
-                                         kernels on streams of default priority run first */
+#define SL_GPU_LOW_PRIORITY (1u << 3) /* the engine's stream at the device's least priority (that of default
+                                         streams too): work on a stream of greater priority runs first */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */
