@@ -208,7 +208,8 @@ static void free_tables(sl__gstage *g) {
 /* plan_only: count the pinned pool the device would take, open nothing;
  * the engine's host memory is the floor (nothing measured). */
 static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
-    uint64_t n = sl__map_cost(sl__gpu_min_pinned(g->max_batch) + g->staging_cap);
+    uint64_t n = sl__map_cost(sl__gpu_min_pinned(g->max_batch) + g->staging_cap) + /* engine 0's, the others' */
+                 (uint64_t)(g->engines - 1) * sl__map_cost(sl__gpu_min_pinned(g->max_batch));
     if (sl__budget_try(g->conf->budget, n, SL_MEM_PINNED)) {
         char b[16], why[80];
         sl__msg(why, sizeof why, "the budget cannot hold %s of pinned staging", sl__fmt_bytes(n, b, sizeof b));
@@ -585,10 +586,11 @@ uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen) {
 }
 
 int sl__gstage_run(sl__gstage *g, sl__gcall *c, uint32_t n, char *why, size_t wlen) {
-    uint32_t m = n;
+    uint32_t pending = n, alone = 0;
     for (uint32_t i = 0; i < n; i++) c->which[i] = i;
     int rc = 0;
-    while (m && !rc) {
+    while (pending && !rc) {
+        uint32_t m = alone ? 1 : pending;
         for (uint32_t k = 0; k < m; k++) {
             const sl__gitem *it = &c->cur[c->which[k]];
             c->data[k] = it->data, c->len[k] = it->len, c->items[k] = it->item;
@@ -596,15 +598,19 @@ int sl__gstage_run(sl__gstage *g, sl__gcall *c, uint32_t n, char *why, size_t wl
         rc = g->dev.decode(g->dev.ctx, c->engine, m, c->data, c->len, c->items, g->region, g->sample_bytes,
                            c->cstatus, c->reasons, why, wlen);
         uint32_t left = 0;
-        for (uint32_t k = 0; k < m; k++) {
-            int st = rc ? SL_GPU_CPU : c->cstatus[k];
+        for (uint32_t k = 0; k < pending; k++) { /* the waiting ones, in order, to the front */
+            int st = k >= m ? SL_GPU_AGAIN : rc ? SL_GPU_CPU : c->cstatus[k];
             if (st == SL_GPU_AGAIN) c->which[left++] = c->which[k];
             else c->status[c->which[k]] = st;
         }
-        if (left == m) /* no progress: cannot happen with the engine's rule; never loop on it */
-            for (uint32_t k = 0; k < m; k++) c->status[c->which[k]] = SL_GPU_CPU;
-        m = left == m ? 0 : left;
+        if (left == pending && alone) { /* not even alone: the CPU, whatever the engine says */
+            c->status[c->which[0]] = SL_GPU_CPU;
+            memmove(c->which, c->which + 1, (size_t)--left * sizeof *c->which);
+        }
+        alone = left == pending;
+        pending = left;
     }
+    for (uint32_t k = 0; k < pending; k++) c->status[c->which[k]] = SL_GPU_CPU; /* the device stopped */
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
     atomic_store(&g->gpu_rate_mhz, (uint64_t)(st.rate * 1000.0));

@@ -197,7 +197,10 @@ uint64_t sl__gstage_gather_ns(const sl__gstage *g);
  * (stale ones dropped). Returns how many. */
 uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen);
 /* Outside the lock: decode them on c's engine, again for what found no
- * room (SL_GPU_AGAIN). 0, or SL_EIO with why (the device stopped). */
+ * room (SL_GPU_AGAIN): a round that decodes nothing is followed by the
+ * first waiting sample alone, and one that does not fit even alone goes to
+ * the CPU, so every round moves on. 0, or SL_EIO with why (the device
+ * stopped). */
 int sl__gstage_run(sl__gstage *g, sl__gcall *c, uint32_t n, char *why, size_t wlen);
 /* Lock held again: each position of generation gen done (done(ctx, slot)
  * for each one written) or handed back; rc/why from the call. */

@@ -573,33 +573,34 @@ TEST(gpu_engines_release_everything) {
     rig_close(&r);
 }
 
-/* Item 6 of issue 17: create failing at every host allocation in turn
+/* Item 6 of issue 17: create failing at each host allocation in turn
  * (the tables are one block now) returns a clean code and leaves nothing
- * counted. */
+ * counted, or recovers (a kernel cache read that fails compiles instead). */
 TEST(gpu_engine_create_fails_cleanly_at_every_host_allocation) {
     NEED_GPU();
     sl__budget host;
     CHECK_OK(sl__budget_init(&host, 1ull << 30));
     int ok = 0, failed = 0;
-    for (long n = 0; n < 200 && !ok; n++) {
+    for (long n = 0; n < 24; n++) { /* past every allocation create makes: the last ones succeed */
         sl__gpu_engine *e = NULL;
-        sl__gpu_config c = config(64);
+        sl__gpu_config c = config(8);
         char err[300] = "";
         sl__mem_fail_after(n);
         int rc = sl__gpu_engine_new(&c, &host, &e, err, sizeof err);
         sl__mem_fail_after(-1);
         if (rc == 0) {
-            ok = 1;
+            ok++;
             sl__gpu_engine_free(e);
         } else {
             if (rc != SL_ENOMEM && rc != SL_EBUDGET) SL_FAIL("allocation %ld: %s (%s)", n, sl_strerror(rc), err);
             CHECK(e == NULL);
+            CHECK(err[0] != 0);
             failed++;
         }
         CHECK_EQ(atomic_load(&host.used), 0);
     }
-    printf("%d allocations failed in turn, then create succeeded\n", failed);
-    CHECK(ok && failed >= 4);
+    printf("create failed cleanly %d times and succeeded %d times\n", failed, ok);
+    CHECK(ok >= 1 && failed >= 4);
 }
 
 /* n fixture JPEGs, image i of (w0 + dw i) x (h0 + dh i), each planned
