@@ -4,10 +4,10 @@
 #
 #   bench/gpu_check.sh build        the dependency bundle (DEPS, default .devcarry) and the build
 #                                   (bench/gpu_host.sh build)
-#   bench/gpu_check.sh data         an ImageNet-like set of IMAGES (3000) images, and a copy with a
+#   bench/gpu_check.sh data         an ImageNet-like set of IMAGES (2000) images, and a copy with a
 #                                   JPEG that fails to decode and a truncated one added
 #   bench/gpu_check.sh determinism  the default decode's device bytes, CHECK_BATCHES (30) batches of
-#                                   CHECK_BATCH (128): `sluice bench --decode prefer-gpu` checksums
+#                                   CHECK_BATCH (64): `sluice bench --decode prefer-gpu` checksums
 #                                   (device bytes included) and sluice.torch.Loader's device hashes
 #                                   at 16, 4 and 16 workers, on the set and on its corrupt copy
 #   bench/gpu_check.sh rss          RSS growth against the budget: `sluice bench --decode gpu|auto`
@@ -24,11 +24,12 @@
 #   bench/gpu_check.sh suites       both
 #   bench/gpu_check.sh summary      the table of OUT/results.jsonl (bench/gpu_check_summary.py)
 #   bench/gpu_check.sh all          CHECK_STEPS (build data determinism rss suite_c suite_python), then
-#                                   the summary; a step is skipped once CHECK_DEADLINE (540) s have
-#                                   passed. One 10-minute call does not hold them all on one GPU
-#                                   (bench/README.md: the calls to make)
+#                                   the summary, all inside CHECK_END (560) s of the start: one
+#                                   10-minute call on a 16-core host (bench/README.md)
 # Environment: OUT (/tmp/sluice-check), WORK (.data), DEPS, NWORK ($(nproc)), STEP_TIMEOUT (240 s a
 # step; a suite: SUITE_TIMEOUT + 30), RUN_TIMEOUT (90 s a process), SUITE_TIMEOUT (300 s a suite).
+# Every limit is cut to what is left before CHECK_STOP_AT (epoch seconds; `all` sets it from
+# CHECK_END), so a step that runs out leaves nothing running behind it and the summary still prints.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/sluice-check}
@@ -39,13 +40,22 @@ PY=${PYTHON:-python3}
 DEPS_SITE=${DEPS_SITE:-/tmp/sluice-deps-site}
 export PYTHONPATH=$PWD/python:$DEPS_SITE:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-SET=$WORK/check${IMAGES:-3000}
+SET=$WORK/check${IMAGES:-2000}
 BAD=$SET-corrupt
-B=${CHECK_BATCH:-128}
+B=${CHECK_BATCH:-64}
 N=${CHECK_BATCHES:-30}
 RT=${RUN_TIMEOUT:-90}
 mkdir -p "$OUT" "$WORK"
 log() { echo "== $*" >&2; }
+cap() { # seconds: at most that, and no later than CHECK_STOP_AT (at least 1)
+  local t=$1
+  if [ -n "${CHECK_STOP_AT:-}" ]; then
+    local left=$((CHECK_STOP_AT - $(date +%s)))
+    [ "$left" -lt "$t" ] && t=$left
+  fi
+  [ "$t" -lt 1 ] && t=1
+  echo "$t"
+}
 keep() { # name: each JSON line of stdin as a result (appended to results.jsonl); other lines to stderr
   local line
   while IFS= read -r line; do
@@ -57,7 +67,7 @@ keep() { # name: each JSON line of stdin as a result (appended to results.jsonl)
 }
 run() { # name, command...: one process under RUN_TIMEOUT; its JSON lines kept, the rest in OUT/name.log
   local name=$1; shift
-  timeout "$RT" "$@" 2>"$OUT/$name.log" | keep "$name"
+  timeout -k 5 "$(cap "$RT")" "$@" 2>"$OUT/$name.log" | keep "$name"
   local rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] && return
   $PY - "$name" "$rc" "$OUT/$name.log" <<'EOF' | tee -a "$OUT/results.jsonl"
@@ -73,7 +83,7 @@ build)
   OUT=$OUT bench/gpu_host.sh build
   ;;
 data)
-  [ -f "$SET/manifest.csv" ] || IMAGES=${IMAGES:-3000} DATA=$SET bench/gpu_host.sh data || exit 1
+  [ -f "$SET/manifest.csv" ] || IMAGES=${IMAGES:-2000} DATA=$SET bench/gpu_host.sh data || exit 1
   [ -d "$BAD" ] || $PY bench/gpu_check.py corrupt "$SET" "$BAD" | keep corrupt_set
   ;;
 determinism)
@@ -114,7 +124,7 @@ share)
 suite_c|suites)
   # make test's C suite (its set-up and sanitizer builds are CI's); a GPU makes the GPU cases
   # run instead of skipping
-  (cd build && timeout "${SUITE_TIMEOUT:-300}" ctest -j "$NWORK" --timeout 240 --output-on-failure) \
+  (cd build && timeout -k 5 "$(cap "${SUITE_TIMEOUT:-300}")" ctest -j "$NWORK" --timeout 240 --output-on-failure) \
     >"$OUT/suite_c.log" 2>&1
   echo "rc $?" >>"$OUT/suite_c.log"
   { grep -E "tests passed|tests failed|^\s+[0-9]+ - " "$OUT/suite_c.log"; tail -1 "$OUT/suite_c.log"; } |
@@ -122,7 +132,7 @@ suite_c|suites)
   [ "$1" = suites ] && "$0" suite_python
   ;;
 suite_python)
-  SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout "${SUITE_TIMEOUT:-300}" $PY -m pytest -q \
+  SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout -k 5 "$(cap "${SUITE_TIMEOUT:-300}")" $PY -m pytest -q \
     -p no:cacheprovider -rfE tests/python >"$OUT/suite_python.log" 2>&1
   echo "rc $?" >>"$OUT/suite_python.log"
   { grep -E "^(FAILED|ERROR) " "$OUT/suite_python.log"; tail -2 "$OUT/suite_python.log"; } | tee "$OUT/suite_python.txt"
@@ -133,16 +143,18 @@ summary)
 all|"")
   log "host: $(nproc) CPUs, $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
   start=$(date +%s)
+  export CHECK_STOP_AT=$((start + ${CHECK_END:-560}))
   for s in ${CHECK_STEPS:-build data determinism rss suite_c suite_python}; do
-    if [ $(($(date +%s) - start)) -gt "${CHECK_DEADLINE:-540}" ]; then
-      echo "{\"step\": \"$s\", \"skipped\": \"past CHECK_DEADLINE=${CHECK_DEADLINE:-540} s\"}" | keep step
+    left=$((CHECK_STOP_AT - $(date +%s)))
+    if [ "$left" -lt 15 ]; then
+      echo "{\"step\": \"$s\", \"skipped\": \"${left} s left of CHECK_END=${CHECK_END:-560} s\"}" | keep step
       continue
     fi
     log "step $s"
     t0=$(date +%s.%N)
     lim=${STEP_TIMEOUT:-240}
     case $s in suite_*) lim=$((${SUITE_TIMEOUT:-300} + 30));; suites) lim=$((2 * ${SUITE_TIMEOUT:-300} + 30));; esac
-    timeout "$lim" "$0" "$s"
+    timeout -k 5 "$(cap "$lim")" "$0" "$s"
     rc=$?
     echo "{\"step\": \"$s\", \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}"), \"rc\": $rc}" | keep step
     [ "$s" = build ] && [ $rc != 0 ] && { log "build failed: nothing else runs"; break; }

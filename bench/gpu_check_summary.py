@@ -136,7 +136,8 @@ def main():
     mem = rss_table(rows)
     share(rows)
     suites(out)
-    print("Steps: " + ", ".join(f"{s.get('step')} {s.get('seconds', s.get('skipped'))} s rc {s.get('rc', '-')}"
+    print("Steps: " + ", ".join(f"{s.get('step')} skipped ({s['skipped']})" if "skipped" in s else
+                                f"{s.get('step')} {s.get('seconds')} s rc {s.get('rc', '-')}"
                                 for s in rows.get("step", [])))
     print(f"determinism {'PASS' if det else 'FAIL'}, memory {'PASS' if mem else 'FAIL'}")
 
