@@ -32,6 +32,13 @@
 #                               first batch, object store peak, tree PSS (RAY_MODEL RAY_STEPS
 #                               RAY_WORKERS RAY_BUDGET RAY_FLAGS); installs Ray from the parts of
 #                               tools/host_ray_wheels.sh (.devcarry/ray) when the host lacks it
+#   bench/gpu_host.sh peers     issue 20: bench/gpu_peers.py, every loader side by side in one table
+#                               per mode (PEERS_MODES, default "loaders": loader-only img/s,
+#                               tree PSS and device memory; ResNet fed by each loader beside the
+#                               synthetic ceiling; "ddp": torchrun on PEERS_NPROC GPUs), rounds
+#                               alternating; DALI and nvImageCodec from the parts of
+#                               tools/host_gpu_peers.sh stashed in PEERS_PARTS (/tmp/gpupeers-parts);
+#                               sizes and rows: the PEERS_* variables of gpu_peers.py
 #   bench/gpu_host.sh rss       issue 8: rss_bench.py, RSS growth vs budget, large and ImageNet-like
 #   bench/gpu_host.sh shards    issue 10: tar shards (sluice pack) vs the same SHARDS_IMAGES images
 #                               of DATA as a folder, sluice bench on each, twice
@@ -336,6 +343,21 @@ ray)
   $PY bench/ray_bench.py "$DATA/train" --model "${RAY_MODEL:-resnet18}" --steps "${RAY_STEPS:-100}" \
     --warmup "${RAY_WARMUP:-10}" --batch 256 --workers "${RAY_WORKERS:-4}" --budget "${RAY_BUDGET:-1G}" \
     ${RAY_FLAGS:-} | keep ray
+  ;;
+peers)
+  # issue 20, item 4: sluice's modes, the static sweep and the tuner beside DataLoader (torchvision.io,
+  # decode_jpeg cuda), nvImageCodec and DALI, one process a row (bench/gpu_peers.py)
+  parts=${PEERS_PARTS:-/tmp/gpupeers-parts} site=${PEERS_SITE:-/tmp/gpupeers-site}
+  if [ -f "$parts/MANIFEST" ]; then
+    tools/host_gpu_peers.sh install --parts "$parts" --site "$site" --python "$PY" ||
+      log "DALI and nvImageCodec not installed: their rows say why"
+  else
+    log "no $parts/MANIFEST (tools/host_gpu_peers.sh stash): the DALI and nvImageCodec rows are skipped"
+  fi
+  for m in ${PEERS_MODES:-loaders}; do
+    PYTHONPATH=$site:$PYTHONPATH $PY bench/gpu_peers.py "$DATA" table --mode "$m" --work "$WORK/peers" \
+      --jsonl "$OUT/peers_$m.jsonl" 2> >(quiet) | tee "$OUT/peers_$m.txt" | keep "peers_$m"
+  done
   ;;
 rss)
   $PY bench/rss_bench.py --sluice build/sluice --workers "${RSS_WORKERS:-1,4,8,16,32}" --budget "${RSS_BUDGET:-256M}" \
