@@ -61,6 +61,9 @@ import threading
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ray_bench import tree, tree_pss_mb  # noqa: E402  (a process tree's pids, their PSS; no Ray needed)
+
 SEED = 0
 HERE = os.path.abspath(__file__)
 MEAN = (0.485, 0.456, 0.406)
@@ -160,34 +163,9 @@ def read_list(info):
 
 
 # ---- measuring --------------------------------------------------------------------------------
-def tree(root):
-    """root and its descendants' pids."""
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                kids.setdefault(ppid, []).append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += kids.get(pid, [])
-    return out
-
-
-def tree_pss_mb(root):
-    total = 0
-    for pid in tree(root):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-        except OSError:
-            pass
-    return total / 1024
+def tree_pss(root):
+    """PSS of root's process tree, MiB."""
+    return tree_pss_mb(tree(root))
 
 
 class Sampler(threading.Thread):
@@ -196,7 +174,7 @@ class Sampler(threading.Thread):
     def __init__(self, device):
         super().__init__(daemon=True)
         self.device, self.stop = device, threading.Event()
-        self.pss_base = tree_pss_mb(os.getpid())
+        self.pss_base = tree_pss(os.getpid())
         self.dev_base = self.dev_used()
         self.pss, self.dev = self.pss_base, self.dev_base
 
@@ -209,12 +187,12 @@ class Sampler(threading.Thread):
 
     def rebase(self):
         """The base taken again (training: after the model and its optimizer, before the loader)."""
-        self.pss_base = tree_pss_mb(os.getpid())
+        self.pss_base = tree_pss(os.getpid())
         self.dev_base = self.dev_used()
         self.pss, self.dev = self.pss_base, self.dev_base
 
     def sample(self):
-        self.pss = max(self.pss, tree_pss_mb(os.getpid()))
+        self.pss = max(self.pss, tree_pss(os.getpid()))
         self.dev = max(self.dev, self.dev_used())
 
     def run(self):
