@@ -1,0 +1,125 @@
+"""bench/gpu_peers.py and tools/wheel_lzma.py, where they can run without a GPU: the JPEG header
+walk that makes the list every peer reads, the list as sluice's manifest, one row of the harness
+in its own process (a measured row, a refused one), and a wheel's members dropped with their
+RECORD lines."""
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import gpu_peers  # noqa: E402
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def _jpeg(mode, **kw):
+    b = io.BytesIO()
+    Image.new(mode, (40, 30), {"RGB": (200, 10, 10), "L": 90, "CMYK": (0, 50, 50, 0)}[mode]).save(b, "JPEG", **kw)
+    return b.getvalue()
+
+
+def _write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_jpeg_components(tmp_path):
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, "PNG")
+    cases = {"rgb.jpg": (_jpeg("RGB"), 3), "grey.jpg": (_jpeg("L"), 1), "cmyk.jpg": (_jpeg("CMYK"), 4),
+             "progressive.jpg": (_jpeg("RGB", progressive=True), 3),
+             # the frame header past the first 64 KiB read: APP2 segments of an ICC profile first
+             "icc.jpg": (_jpeg("RGB", icc_profile=bytes(200_000)), 3),
+             "png.JPEG": (png.getvalue(), None), "cut.jpg": (b"\xff\xd8\xff\xe0\x00\x10JFIF", None),
+             "empty.jpg": (b"", None), "bad_marker.jpg": (b"\xff\xd8\x00\x00\x00\x00", None)}
+    for name, (data, want) in cases.items():
+        _write(str(tmp_path / name), data)
+        assert gpu_peers.jpeg_components(str(tmp_path / name)) == want, name
+
+
+def _folder(root):
+    files = {"a/rgb1.JPEG": _jpeg("RGB"), "a/grey.JPEG": _jpeg("L"), "a/cmyk.JPEG": _jpeg("CMYK"),
+             'b/with,comma "q".JPEG': _jpeg("RGB"), "b/rgb2.JPEG": _jpeg("RGB")}
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(png, "PNG")
+    files["b/png.JPEG"] = png.getvalue()
+    for rel, data in files.items():
+        _write(os.path.join(root, "train", rel), data)
+
+
+def test_list_is_sluices_manifest_and_dalis_file_list(tmp_path):
+    _folder(str(tmp_path / "set"))
+    info = gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "clean")
+    assert info["set_images"] == 6 and info["images"] == 4 and info["classes"] == 2
+    assert info["left_out"] == {"JPEG with 4 components": 1, "not a JPEG": 1}
+    paths, labels = gpu_peers.read_list(info)
+    assert sorted(os.path.basename(p) for p in paths) == ["grey.JPEG", "rgb1.JPEG", "rgb2.JPEG",
+                                                           'with,comma "q".JPEG']
+    assert all(os.path.isfile(p) for p in paths)
+    assert labels == [0, 0, 1, 1]
+    sluice = pytest.importorskip("sluice")
+    with sluice.Loader(info["csv"], batch_size=4, size=16, shuffle=False, workers=1, budget="64M") as ld:
+        batch = next(iter(ld))
+        assert sorted(int(x) for x in np.asarray(batch["label"])) == labels
+        assert ld.errors() == []
+    again = gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "clean")
+    assert again == info
+    everything = gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "all")
+    assert everything["images"] == 6 and everything["left_out"] == {}
+
+
+def _row(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_peers.py"), str(tmp_path / "set"), "row",
+                        "--work", str(tmp_path / "work"), "--device", "cpu", "--batch", "2", "--size", "32",
+                        "--warmup", "1", "--batches", "2", "--steps", "2"] + list(args),
+                       capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_row_in_its_own_process(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sluice")
+    _folder(str(tmp_path / "set"))
+    gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "clean")
+    r = _row(tmp_path, "--mode", "loaders", "--row", "sluice:decode=cpu:workers=1")
+    assert r["images"] == 4 and r["images_per_s"] > 0 and r["decode"] == "cpu" and r["workers"] == 1
+    assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
+    r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1")
+    assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1
+    r = _row(tmp_path, "--mode", "loaders", "--row", "nosuch")  # an error is the row's, not the table's
+    assert "no row named 'nosuch'" in r["error"] and "Traceback" in r["error"]
+    r = _row(tmp_path, "--mode", "loaders", "--row", "synthetic")
+    assert r["skipped"] == "the synthetic ceiling is a training row"
+
+
+def test_wheel_members_dropped_with_their_record_lines(tmp_path):
+    src, dst = str(tmp_path / "w-1.0-py3-none-any.whl"), str(tmp_path / "out.whl")
+    members = {"w/__init__.py": b"x = 1\n", "w/_impl.cpython-311-x86_64-linux-gnu.so": b"\0" * 100,
+               "w/_impl.cpython-312-x86_64-linux-gnu.so": b"\1" * 100, "w/include/w.h": b"int w;\n"}
+    record = "".join(f"{n},sha256=x,{len(d)}\n" for n, d in members.items()) + "w-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, d in members.items():
+            z.writestr(n, d)
+        z.writestr("w-1.0.dist-info/RECORD", record)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "wheel_lzma.py"), "--stored",
+                    "--drop", "*.cpython-311-*", "--drop", "w/include/*", src, dst], check=True)
+    with zipfile.ZipFile(dst) as z:
+        names = z.namelist()
+        assert names == ["w/__init__.py", "w/_impl.cpython-312-x86_64-linux-gnu.so", "w-1.0.dist-info/RECORD"]
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
+        assert z.read("w/_impl.cpython-312-x86_64-linux-gnu.so") == members["w/_impl.cpython-312-x86_64-linux-gnu.so"]
+        assert [l.split(",")[0] for l in z.read("w-1.0.dist-info/RECORD").decode().splitlines()] == names
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "wheel_lzma.py"), src, dst], check=True)
+    with zipfile.ZipFile(dst) as z:  # no --drop: every member, LZMA
+        assert len(z.namelist()) == 5 and all(i.compress_type == zipfile.ZIP_LZMA for i in z.infolist())
+        assert z.read("w-1.0.dist-info/RECORD").decode() == record
