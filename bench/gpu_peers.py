@@ -806,12 +806,26 @@ def summary(results, a):
             lines.append(f"   decode={d}: tuner (workers=auto) {('%.0f' % am) if am else 'n/a'} img/s beside the "
                          f"sweep's best static {row} {m:.0f} img/s" +
                          (f" ({am / m * 100:.0f} %)" if am else ""))
+        sl = [(rate(arch, row), row) for (ar, row) in groups if ar == arch and row.startswith("sluice")]
+        sl = [x for x in sl if x[0]]
+        if sl:  # the issue's targets, for the best sluice row and the default
+            for m, row in [max(sl)] + [(rate(arch, "sluice"), "sluice")] * (rate(arch, "sluice") is not None):
+                parts = []
+                if tv:
+                    parts.append(f"{m / tv:.2f}x the torchvision.io DataLoader" + (" (issue: >= 4x)" if arch == "-" else ""))
+                if dali:
+                    parts.append(f"{m / dali:.2f}x DALI" + (" (issue: >= 1.2x)" if arch == "-" else " (issue: ahead)"))
+                if synth:
+                    parts.append(f"{m / synth * 100:.1f} % of synthetic (issue: >= 95 % ResNet-18 on one GPU, "
+                                 ">= 98 % ResNet-50, >= 90 % DDP)")
+                lines.append(f"   {row} {m:.0f} img/s: " + ("; ".join(parts) or "no peer measured"))
         tvp = med([x["loader_pss_mb"] for x in groups.get((arch, f"tvio:workers={a.peer_workers}"), [])
                    if "loader_pss_mb" in x and "images_per_s" in x])
         sp = med([x["loader_pss_mb"] for x in groups.get((arch, "sluice"), []) if "loader_pss_mb" in x and
                   "images_per_s" in x])
         if tvp and sp:
-            lines.append(f"   loader PSS: sluice default {sp:.0f} MB = {sp / tvp:.3f} of the DataLoader's {tvp:.0f} MB")
+            lines.append(f"   loader PSS: sluice default {sp:.0f} MB = {sp / tvp:.3f} of the DataLoader's {tvp:.0f} MB"
+                         " (issue: <= 1/8)")
     return "\n".join(lines)
 
 
