@@ -19,7 +19,8 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
                          else: the library's defaults (workers, budget, decode="auto")
   sluice:decode=D:workers=W   the static sweep (D cpu|gpu|auto, W a number or "auto": the tuner,
                          where the library has it; "n/a" with the library's refusal where not),
-                         budget --budget, gpu_budget --gpu-budget
+                         budget --budget, gpu_budget --gpu-budget; any other key=value goes to
+                         the Loader as it is (a number as an int), e.g. :gpu_engines=2
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
                          + flip, pin_memory
   tvcuda:workers=W       DataLoader reading bytes (W processes, pin_memory), then per batch
@@ -243,6 +244,9 @@ def sluice_batches(a, info, opts, dev):
         kw["budget"] = opts.get("budget", a.budget)
         if kw["decode"] != "cpu" and dev.type == "cuda":
             kw["gpu_budget"] = opts.get("gpu_budget", a.gpu_budget)
+        for k, v in opts.items():  # any other Loader argument, e.g. gpu_engines=2, prefetch=4
+            if k not in ("workers", "decode", "budget", "gpu_budget"):
+                kw[k] = int(v) if v.isdigit() else v
     try:
         ld = st.Loader(info["csv"], batch_size=a.batch, size=a.size, device=str(dev), dtype=torch.bfloat16,
                        channels_last=True, seed=SEED, drop_last=True, **kw)
