@@ -17,16 +17,30 @@
  *   split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes
  *
  * The blobs (any buffer objects) are held from submit() until wait().
+ *
+ * Video clips on the GPU (src/gpu/video.c), for its tests and benchmark:
+ *   video_available()              -> (bool, reason)
+ *   VideoEngine(device=0, pool_bytes=256M, sessions=4, session_cap=256M, keep=True)
+ *   VideoEngine.clip(path, dst, frames=16, stride=2, size=112, preset="train", seed=0, epoch=0,
+ *                    index=0, wait=True) -> (status, reason)
+ *       probes and plans the clip with the CPU path's code and decodes it on the GPU into
+ *       device memory at dst (GIL released); status 0 done, 1 for the CPU (reason says why)
+ *   VideoEngine.stats() -> dict, VideoEngine.close()
+ *   video_reference(path, frames=16, ...) -> bytes   the same clip by the GPU path's
+ *       arithmetic on the CPU (ops/yuv.c): what the GPU writes, byte for byte
+ *   video_device_bound(path) -> int  NVDEC's device bytes for the stream at most
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mem.h"
 #include "base/util.h"
 #include "gpu/engine.h"
 #include "gpu/split.h"
+#include "gpu/video.h"
 #include "ops/ops.h"
 
 typedef struct {
@@ -332,8 +346,224 @@ static PyObject *gpu_split(PyObject *m, PyObject *args) {
     return out;
 }
 
+/* ---- video clips ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    sl__budget host;
+    int host_ok;
+    sl__gpu_video *v;
+} VideoEngineObject;
+
+static void video_close_impl(VideoEngineObject *self) {
+    if (self->v) {
+        sl__gpu_video *v = self->v;
+        self->v = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        sl__gpu_video_free(v);
+        Py_END_ALLOW_THREADS
+    }
+    if (self->host_ok) {
+        sl__budget_fini(&self->host);
+        self->host_ok = 0;
+    }
+}
+
+static int video_init(VideoEngineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"device", "pool_bytes", "sessions", "session_cap", "keep", NULL};
+    int device = 0, keep = 1;
+    unsigned long long pool = 256ull << 20, cap = 256ull << 20;
+    unsigned sessions = 4;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iKIKp", kwlist, &device, &pool, &sessions, &cap, &keep)) return -1;
+    video_close_impl(self);
+    if (sl__budget_init(&self->host, 1ull << 30)) { /* tables and kept decoders */
+        PyErr_SetString(PyExc_OSError, "sluice._gpu: budget init failed");
+        return -1;
+    }
+    self->host_ok = 1;
+    sl__gpu_video_config cfg = {device, pool, sessions, cap, keep};
+    char err[300] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl__gpu_video_new(&cfg, &self->host, &self->v, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        PyErr_Format(rc == SL_EUNSUPPORTED ? PyExc_RuntimeError : PyExc_ValueError, "GPU video engine: %s (%s)", err,
+                     sl_strerror(rc));
+        video_close_impl(self);
+        return -1;
+    }
+    return 0;
+}
+
+static void video_dealloc(VideoEngineObject *self) {
+    video_close_impl(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The clip options of the single-clip calls from Python's arguments. */
+static int clip_opts(sl_video_opts *o, unsigned frames, unsigned stride, unsigned size, const char *preset,
+                     unsigned long long seed, unsigned long long epoch, unsigned long long index) {
+    sl_video_opts_init(o);
+    o->frames = frames, o->stride = stride, o->size = size;
+    o->seed = seed, o->epoch = epoch, o->index = index;
+    if (!strcmp(preset, "train")) o->preset = SL_PRESET_TRAIN;
+    else if (!strcmp(preset, "val")) o->preset = SL_PRESET_VAL;
+    else {
+        PyErr_Format(PyExc_ValueError, "preset %s: train or val", preset);
+        return -1;
+    }
+    return 0;
+}
+
+#define CLIP_KW "path", "frames", "stride", "size", "preset", "seed", "epoch", "index"
+
+static PyObject *video_clip(VideoEngineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "dst", "frames", "stride", "size", "preset", "seed", "epoch", "index", "wait", NULL};
+    const char *path, *preset = "train";
+    unsigned long long dst, seed = 0, epoch = 0, index = 0;
+    unsigned frames = 16, stride = 2, size = 112;
+    int wait = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sK|IIIsKKKp", kwlist, &path, &dst, &frames, &stride, &size, &preset,
+                                     &seed, &epoch, &index, &wait))
+        return NULL;
+    if (!self->v) {
+        PyErr_SetString(PyExc_ValueError, "the GPU video engine is closed");
+        return NULL;
+    }
+    sl_video_opts o;
+    if (clip_opts(&o, frames, stride, size, preset, seed, epoch, index)) return NULL;
+    char why[300] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    sl__sample_file f;
+    sl__video_info vi;
+    sl__clip_plan *p = PyMem_RawMalloc(sizeof *p);
+    rc = p ? sl__clip_file(path, &o, &f, &vi, p, why, sizeof why) : SL_ENOMEM;
+    if (rc == 0) {
+        sl__quota q = {p->quota + (1ull << 20), 0, 0, 0}; /* + the GPU path's clip state */
+        rc = sl__gpu_video_clip(self->v, &f, &vi, p, &q, NULL, wait, dst, why, sizeof why);
+        close(f.fd);
+    }
+    PyMem_RawFree(p);
+    Py_END_ALLOW_THREADS
+    if (rc && rc != SL_EUNSUPPORTED && rc != SL_EIO) {
+        PyErr_Format(PyExc_ValueError, "%s: %s (%s)", path, why, sl_strerror(rc));
+        return NULL;
+    }
+    return Py_BuildValue("(is)", rc ? SL_GPU_CPU : SL_GPU_DONE, why);
+}
+
+static PyObject *video_stats(VideoEngineObject *self, PyObject *unused) {
+    if (!self->v) {
+        PyErr_SetString(PyExc_ValueError, "the GPU video engine is closed");
+        return NULL;
+    }
+    sl__gpu_video_stats s;
+    sl__gpu_video_stats_get(self->v, &s);
+    return Py_BuildValue("{sKsKsKsKsIsKsKsKsKsKsKsKsssK}", "pool_bytes", s.pool_bytes, "pool_used", s.pool_used,
+                         "pool_peak", s.pool_peak, "session_cap", s.session_cap, "sessions", s.sessions, "clips",
+                         s.clips, "frames", s.frames, "to_cpu", s.to_cpu, "decoders", s.decoders, "reused", s.reused,
+                         "waits", s.waits, "surface_bytes", s.surface_bytes, "device_name", s.device_name,
+                         "host_decoder_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_DECODER]));
+}
+
+static PyObject *video_close(VideoEngineObject *self, PyObject *unused) {
+    video_close_impl(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef video_methods[] = {
+    {"clip", (PyCFunction)(void (*)(void))video_clip, METH_VARARGS | METH_KEYWORDS,
+     "clip(path, dst, frames=16, stride=2, size=112, preset='train', seed=0, epoch=0, index=0, wait=True) "
+     "-> (status, reason)"},
+    {"stats", (PyCFunction)video_stats, METH_NOARGS, "Pool, sessions, decoders created and kept, clips."},
+    {"close", (PyCFunction)video_close, METH_NOARGS, "Release every session, decoder and the pool."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject VideoEngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sluice._gpu.VideoEngine",
+    .tp_basicsize = sizeof(VideoEngineObject),
+    .tp_dealloc = (destructor)video_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Video clips on the GPU (NVDEC + conversion and resize kernels) on one device.",
+    .tp_methods = video_methods,
+    .tp_init = (initproc)video_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *video_available(PyObject *m, PyObject *unused) {
+    char why[256] = "";
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = sl__gpu_video_available(why, sizeof why);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
+}
+
+static PyObject *video_reference(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {CLIP_KW, NULL};
+    const char *path, *preset = "train";
+    unsigned long long seed = 0, epoch = 0, index = 0;
+    unsigned frames = 16, stride = 2, size = 112;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IIIsKKK", kwlist, &path, &frames, &stride, &size, &preset, &seed,
+                                     &epoch, &index))
+        return NULL;
+    sl_video_opts o;
+    if (clip_opts(&o, frames, stride, size, preset, seed, epoch, index)) return NULL;
+    char why[300] = "";
+    sl__sample_file f;
+    sl__video_info vi;
+    sl__clip_plan *p = PyMem_RawMalloc(sizeof *p);
+    int rc = p ? sl__clip_file(path, &o, &f, &vi, p, why, sizeof why) : SL_ENOMEM;
+    PyObject *out = NULL;
+    if (rc == 0) {
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)p->out_bytes);
+        sl__quota q = {p->quota, 0, 0, 0};
+        sl__clip_ref ref;
+        rc = out ? sl__clip_ref_init(&ref, &vi, p, &q, (uint8_t *)PyBytes_AS_STRING(out), why, sizeof why) : SL_ENOMEM;
+        if (rc == 0) {
+            q.cap += ref.mem;
+            Py_BEGIN_ALLOW_THREADS
+            rc = sl__video_decode_into(&f, &vi, p, &q, NULL, NULL, &ref.sink, why, sizeof why);
+            Py_END_ALLOW_THREADS
+        }
+        close(f.fd);
+    }
+    PyMem_RawFree(p);
+    if (rc) {
+        Py_XDECREF(out);
+        PyErr_Format(PyExc_ValueError, "%s: %s (%s)", path, why, sl_strerror(rc));
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *video_device_bound(PyObject *m, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    sl_video_opts o;
+    sl_video_opts_init(&o);
+    char why[300] = "";
+    sl__sample_file f;
+    sl__video_info vi;
+    sl__clip_plan *p = PyMem_RawMalloc(sizeof *p);
+    int rc = p ? sl__clip_file(path, &o, &f, &vi, p, why, sizeof why) : SL_ENOMEM;
+    PyMem_RawFree(p);
+    if (rc) {
+        PyErr_Format(PyExc_ValueError, "%s: %s (%s)", path, why, sl_strerror(rc));
+        return NULL;
+    }
+    close(f.fd);
+    return PyLong_FromUnsignedLongLong(sl__video_hw_device_bound(&vi));
+}
+
 static PyMethodDef module_methods[] = {
     {"available", gpu_available, METH_NOARGS, "available() -> (bool, reason)"},
+    {"video_available", video_available, METH_NOARGS, "video_available() -> (bool, reason)"},
+    {"video_reference", (PyCFunction)(void (*)(void))video_reference, METH_VARARGS | METH_KEYWORDS,
+     "video_reference(path, frames=16, stride=2, size=112, preset='train', seed=0, epoch=0, index=0) -> bytes"},
+    {"video_device_bound", video_device_bound, METH_VARARGS, "video_device_bound(path) -> int"},
     {"split", gpu_split, METH_VARARGS, "split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes"},
     {NULL, NULL, 0, NULL}};
 
@@ -341,11 +571,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "sluice._gpu", "The G
                                     module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__gpu(void) {
-    if (PyType_Ready(&EngineType) < 0) return NULL;
+    if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&VideoEngineType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&EngineType);
+    Py_INCREF(&VideoEngineType);
     if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0 ||
+        PyModule_AddObject(m, "VideoEngine", (PyObject *)&VideoEngineType) < 0 ||
         PyModule_AddIntConstant(m, "DONE", SL_GPU_DONE) < 0 || PyModule_AddIntConstant(m, "CPU", SL_GPU_CPU) < 0 ||
         PyModule_AddIntConstant(m, "LOW_PRIORITY", SL_GPU_LOW_PRIORITY) < 0 ||
         PyModule_AddIntConstant(m, "NO_HARDWARE", SL_GPU_NO_HARDWARE) < 0 ||

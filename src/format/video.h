@@ -131,6 +131,97 @@ int sl__video_plan_mem(const sl__video_info *info, sl__clip_plan *p, char *reaso
 int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
                      sl__quota *q, const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen);
 
+/* ---- another converter than swscale, another decoder than software ------
+ *
+ * sl__video_decode_into runs the same passes (seek planning, the frames no
+ * target shows skipped, display-time matching) and hands each needed frame
+ * to a sink instead of converting it with swscale: the GPU's kernels
+ * (src/gpu/video.c), or the CPU reference of those kernels (ops/yuv.c).
+ * The frames come from the software decoder (frame buffers from the
+ * quota, as sl__video_decode) or, given an NVDEC session (video_hw.c),
+ * from the GPU's decoder in device memory. */
+
+/* A decoded frame as a sink sees it. */
+enum {
+    SL__FRAME_YUV420P = 0, /* 8-bit 4:2:0, three planes (host memory: the software decoder) */
+    SL__FRAME_NV12 = 1,    /* 8-bit 4:2:0, Y then interleaved U,V (device memory: NVDEC) */
+};
+typedef struct sl__video_frame {
+    uint64_t plane[3];       /* host pointers or device addresses (NV12: two planes) */
+    int linesize[3];
+    uint32_t width, height;  /* as decoded: the stream's coded size, coded orientation */
+    int layout;              /* SL__FRAME_* */
+    int colorspace;          /* AVColorSpace of the frame (its YUV -> RGB matrix) */
+    int full_range;          /* JPEG range (else MPEG, 16..235) */
+} sl__video_frame;
+
+typedef struct sl__video_sink {
+    void *ctx;
+    /* Write fr to clip positions pos[0..n) (n >= 1; output frames of the
+     * clip). fr's memory is valid during the call only: whatever reads it
+     * must have finished when this returns. 0, or SL_E* with a reason. */
+    int (*frame)(void *ctx, const sl__video_frame *fr, const uint32_t *pos, uint32_t n, char *reason, size_t rlen);
+} sl__video_sink;
+
+/* An NVDEC session: FFmpeg's CUDA device on the caller's CUDA context and
+ * stream, and the decoder it keeps between clips (video_hw.c). */
+typedef struct sl__video_hw sl__video_hw;
+
+/* The same passes as sl__video_decode; each needed frame goes to sink.
+ * hw NULL: the software decoder, frame buffers from q. hw: the session's
+ * NVDEC decoder (q still takes what our side allocates). A stream the
+ * session cannot decode fails with SL_EUNSUPPORTED and a reason starting
+ * "for the CPU: " before any frame reached the sink. Every FFmpeg object
+ * of the clip is freed on return (the session may keep its decoder). */
+int sl__video_decode_into(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
+                          sl__quota *q, const _Atomic int *cancel, sl__video_hw *hw, const sl__video_sink *sink,
+                          char *reason, size_t rlen);
+
+/* Whether this FFmpeg can decode through NVDEC here, and if not why
+ * ("FFmpeg was built without NVDEC (...)", "NVDEC: libnvcuvid.so.1 not
+ * found"): the CUDA device type built in, the driver's video library
+ * loadable. The CUDA driver itself is the GPU layer's to check. */
+int sl__video_hw_available(char *why, size_t len);
+
+/* Whether NVDEC through this FFmpeg takes this stream (from its probe):
+ * a decoder with a CUDA hardware configuration, 8-bit 4:2:0, unrotated.
+ * 1, or 0 with why ("for the CPU: ..."). */
+int sl__video_hw_takes(const sl__video_info *info, char *why, size_t len);
+
+/* Device bytes NVDEC's own surfaces take for this stream at most: the
+ * driver allocates them (no allocator hook), sl__video_decode_into refuses
+ * a decoder that would need more than the session's cap. */
+uint64_t sl__video_hw_device_bound(const sl__video_info *info);
+
+/* Open a session on CUDA context cuda_ctx (a CUcontext, which the caller
+ * keeps alive and makes current as it likes) with every NVDEC copy on
+ * cuda_stream (a CUstream). device_cap: the device bytes one decoder's
+ * surfaces may take (sl__video_hw_device_bound of the largest stream to
+ * take; a stream needing more goes to the CPU). keep: keep the decoder
+ * between clips whose stream parameters are identical (no new NVDEC
+ * decoder for each clip). 0, or SL_EUNSUPPORTED / SL_ENOMEM with why. */
+int sl__video_hw_open(void *cuda_ctx, void *cuda_stream, uint64_t device_cap, int keep, sl__video_hw **out,
+                      char *why, size_t len);
+/* Free the session and its kept decoder (NVDEC's surfaces go back to the
+ * driver). NULL is ignored. */
+void sl__video_hw_close(sl__video_hw *h);
+/* Free the kept decoder now (the session stays usable). */
+void sl__video_hw_drop(sl__video_hw *h);
+/* Whether the session keeps a decoder now, and the host bytes a decoder
+ * kept for this stream holds (FFmpeg's codec context and tables: the
+ * estimate sl__video_plan_mem reserves for them). */
+int sl__video_hw_keeping(const sl__video_hw *h);
+uint64_t sl__video_hw_keep_bytes(const sl__video_info *info);
+
+typedef struct sl__video_hw_stats {
+    uint64_t clips;          /* decodes through the session */
+    uint64_t decoders;       /* NVDEC decoders created (a new codec context, or a new stream size) */
+    uint64_t reused;         /* clips that kept the previous clip's decoder */
+    uint64_t surfaces;       /* NVDEC surfaces of the current decoder (decode + output) */
+    uint64_t surface_bytes;  /* the device bytes they take (bound used against device_cap) */
+} sl__video_hw_stats;
+void sl__video_hw_stats_get(const sl__video_hw *h, sl__video_hw_stats *out);
+
 /* Tests: make the quota allocation after the next n of sl__video_decode
  * fail (n < 0: off). Process-wide; tests run each in its own process. */
 void sl__video_fail_after(long n);

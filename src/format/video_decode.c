@@ -39,10 +39,17 @@
  * the flip mirrors rows in place); rotation (display matrix) and val's
  * centre window go through one scaled-size buffer from the quota.
  *
+ * Other converters and decoders (sl__video_decode_into): a sink takes each
+ * needed frame instead of swscale (the GPU's kernels, or their CPU
+ * reference); an NVDEC session (video_hw.c) lends its codec context, whose
+ * frames live in device memory, in place of the software decoder. The
+ * passes are the same code either way.
+ *
  * Ownership: everything in vdec is released by vdec_fini on every path;
  * frame buffers come from the quota through get_buffer and go back when
  * the last AVBufferRef to them is dropped (by the decoder or by us), all
- * before vdec_fini returns.
+ * before vdec_fini returns. A session's codec context is lent for the clip
+ * and given back (kept or freed by the session) in vdec_fini.
  */
 #include "format/video.h"
 
@@ -59,6 +66,13 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
     return SL_EUNSUPPORTED;
 }
 
+int sl__video_decode_into(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
+                          sl__quota *q, const _Atomic int *cancel, sl__video_hw *hw, const sl__video_sink *sink,
+                          char *reason, size_t rlen) {
+    sl__msg(reason, rlen, "video support is not built in (sluice was built without FFmpeg's libraries)");
+    return SL_EUNSUPPORTED;
+}
+
 void sl__video_fail_after(long n) { (void)n; }
 
 uint64_t sl__video_skips_asked(void) { return 0; }
@@ -69,6 +83,7 @@ void sl__video_distrust_times(int on) { (void)on; }
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
@@ -84,7 +99,9 @@ typedef struct vdec {
     const sl__clip_plan *plan;
     sl__quota *q;
     const _Atomic int *cancel;
-    uint8_t *dst;
+    uint8_t *dst;                /* swscale's output (no sink) */
+    const sl__video_sink *sink;  /* else: where frames go */
+    sl__video_hw *hw;            /* NVDEC session lending cc (NULL: software decoder, ours) */
     char *reason;
     size_t rlen;
 
@@ -114,6 +131,7 @@ typedef struct vdec {
     uint32_t nsent;
     int skipped;   /* this pass asked the decoder to skip a frame */
     int skip_off;  /* no skipping: the stream's frame times are not its packets' */
+    int ok;        /* the clip decoded (a session keeps its decoder only then) */
 } vdec;
 
 /* ---- frame buffers from the quota ---------------------------------------- */
@@ -204,7 +222,8 @@ static void vdec_fini(vdec *d) {
     av_frame_free(&d->frame);
     av_frame_free(&d->prev);
     av_packet_free(&d->pkt);
-    avcodec_free_context(&d->cc); /* drops the decoder's references: its buffers go back to the quota */
+    if (d->hw) sl__video_hw_give_back(d->hw, &d->cc, d->ok);
+    else avcodec_free_context(&d->cc); /* drops the decoder's references: its buffers go back to the quota */
     sws_freeContext(d->sws);
     d->sws = NULL;
     sl__video_close(&d->in);
@@ -230,6 +249,7 @@ static int check_stream(vdec *d) {
  * get_buffer. */
 static int open_codec(vdec *d) {
     AVStream *st = d->in.fmt->streams[d->info->stream];
+    if (d->hw) return sl__video_hw_lend(d->hw, st, &d->cc, d->reason, d->rlen);
     const AVCodec *dec = avcodec_find_decoder(st->codecpar->codec_id);
     if (!dec || !(dec->capabilities & AV_CODEC_CAP_DR1))
         return fail(d, SL_EUNSUPPORTED, "no decoder for this stream that takes our frame buffers", 0);
@@ -383,8 +403,44 @@ static int convert(vdec *d, const AVFrame *f, uint8_t *out) {
     return 0;
 }
 
+/* The frame as a sink sees it: its planes, layout and colour. */
+static int sink_frame(vdec *d, const AVFrame *f, sl__video_frame *fr) {
+    memset(fr, 0, sizeof *fr);
+    if ((uint32_t)f->width != d->info->coded_width || (uint32_t)f->height != d->info->coded_height)
+        return fail(d, SL_ECORRUPT, "frame size differs from the stream header", 0);
+    int fmt = f->format;
+    if (fmt == AV_PIX_FMT_CUDA) {
+        const AVHWFramesContext *hf = f->hw_frames_ctx ? (const AVHWFramesContext *)f->hw_frames_ctx->data : NULL;
+        fmt = hf ? hf->sw_format : AV_PIX_FMT_NONE;
+        if (fmt != AV_PIX_FMT_NV12)
+            return fail(d, SL_EUNSUPPORTED, "for the CPU: NVDEC frames not in NV12 (8-bit 4:2:0)", 0);
+        fr->layout = SL__FRAME_NV12;
+    } else if (fmt == AV_PIX_FMT_YUV420P || fmt == AV_PIX_FMT_YUVJ420P) {
+        fr->layout = SL__FRAME_YUV420P;
+    } else {
+        char e[96];
+        snprintf(e, sizeof e, "for the CPU: frames in %s (only 8-bit 4:2:0 here)",
+                 av_get_pix_fmt_name(fmt) ? av_get_pix_fmt_name(fmt) : "an unknown format");
+        return fail(d, SL_EUNSUPPORTED, e, 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        fr->plane[i] = (uint64_t)(uintptr_t)f->data[i];
+        fr->linesize[i] = f->linesize[i];
+    }
+    fr->width = (uint32_t)f->width, fr->height = (uint32_t)f->height;
+    fr->colorspace = f->colorspace;
+    fr->full_range = f->color_range == AVCOL_RANGE_JPEG || yuvj(f->format);
+    return 0;
+}
+
 /* Write frame f to every clip position of group j. */
 static int emit(vdec *d, const AVFrame *f, uint32_t j) {
+    if (d->sink) {
+        sl__video_frame fr;
+        int rc = sink_frame(d, f, &fr);
+        return rc ? rc : d->sink->frame(d->sink->ctx, &fr, &d->order[d->first[j]], d->first[j + 1] - d->first[j],
+                                        d->reason, d->rlen);
+    }
     uint8_t *first = d->dst + (size_t)d->order[d->first[j]] * d->out_frame;
     int rc = convert(d, f, first);
     for (uint32_t i = d->first[j] + 1; rc == 0 && i < d->first[j + 1]; i++)
@@ -532,11 +588,15 @@ static int decode_clip(vdec *d) {
     }
 }
 
-int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan, sl__quota *q,
-                     const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen) {
+/* One clip: into dst through swscale, or into sink; decoded by hw or by
+ * the software decoder. */
+static int decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan, sl__quota *q,
+                  const _Atomic int *cancel, uint8_t *dst, sl__video_hw *hw, const sl__video_sink *sink, char *reason,
+                  size_t rlen) {
     vdec d;
     memset(&d, 0, sizeof d);
     d.info = info, d.plan = plan, d.q = q, d.cancel = cancel, d.dst = dst, d.reason = reason, d.rlen = rlen;
+    d.sink = sink, d.hw = hw;
     d.out_frame = (uint64_t)3 * plan->out_w * plan->out_h;
     if (plan->frames == 0 || plan->frames > SL_CLIP_MAX_FRAMES || info->rate_num <= 0 || info->tb_num <= 0) {
         sl__msg(reason, rlen, "bad clip plan or stream info");
@@ -558,7 +618,30 @@ int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const
     /* A decoder may conceal a frame it got no buffer for and go on: the
      * clip is then not the stream's, whatever the decoder returned. */
     if (rc == 0 && d.quota_failed) rc = fail(&d, SL_EBUDGET, "decoder frames over the clip's quota", 0);
+    d.ok = rc == 0;
     vdec_fini(&d);
+    return rc;
+}
+
+int sl__video_decode(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan, sl__quota *q,
+                     const _Atomic int *cancel, uint8_t *dst, char *reason, size_t rlen) {
+    return decode(f, info, plan, q, cancel, dst, NULL, NULL, reason, rlen);
+}
+
+int sl__video_decode_into(const sl__sample_file *f, const sl__video_info *info, const sl__clip_plan *plan,
+                          sl__quota *q, const _Atomic int *cancel, sl__video_hw *hw, const sl__video_sink *sink,
+                          char *reason, size_t rlen) {
+    if (!sink || !sink->frame) return SL_EINVAL;
+    int rc = decode(f, info, plan, q, cancel, NULL, hw, sink, reason, rlen);
+    /* NVDEC's failures, whatever they were, are the CPU path's to judge:
+     * it decodes the clip again, and a corrupt stream becomes its record */
+    if (hw && rc && rc != SL_ESTATE && !(reason && strncmp(reason, "for the CPU: ", 13) == 0)) {
+        char why[160];
+        const char *refusal = sl__video_hw_refusal(hw); /* get_format's, when the decode failed for it */
+        snprintf(why, sizeof why, "%s", refusal ? refusal : reason ? reason : "");
+        sl__msg(reason, rlen, "for the CPU: NVDEC: %s", why);
+        rc = SL_EUNSUPPORTED;
+    }
     return rc;
 }
 

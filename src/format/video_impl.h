@@ -58,4 +58,20 @@ uint64_t sl__video_lib_mem(const sl__video_info *info, const sl__clip_plan *p);
 /* Frame buffers the decoder may hold at once. */
 uint32_t sl__video_pool_frames(const sl__video_info *info);
 
+/* An NVDEC session's codec context for stream st, lent for one clip
+ * (video_hw.c): the one kept from the previous clip when the stream's
+ * parameters are identical (flushed), else a new one whose get_format
+ * takes NVDEC's CUDA frames (its surfaces bounded by the session's cap).
+ * 0, or SL_EUNSUPPORTED / SL_ENOMEM with a reason. */
+struct AVStream;
+struct AVCodecContext;
+int sl__video_hw_lend(sl__video_hw *h, const struct AVStream *st, struct AVCodecContext **cc, char *reason,
+                      size_t rlen);
+/* After the clip: *cc kept for the next clip (ok, and the session keeps
+ * decoders) or freed; *cc is NULL afterwards. */
+void sl__video_hw_give_back(sl__video_hw *h, struct AVCodecContext **cc, int ok);
+/* Why the session's get_format refused the current clip's stream (NULL:
+ * it did not). */
+const char *sl__video_hw_refusal(const sl__video_hw *h);
+
 #endif

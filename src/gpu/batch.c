@@ -87,9 +87,7 @@ static int tap_range(const sl__axis_spec *a, uint32_t full, uint32_t *r0, uint32
     return 0;
 }
 
-/* Offsets of a sample's buffers inside its block, in desc's fields (as
- * offsets; made addresses by desc_place), and the block's size. */
-static int layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
+int sl__gpu_layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
     sl__gpu_desc *d = &w->desc;
     uint64_t W = it->ax.n, H = it->ay.n, off = 0, part;
     uint64_t ksx = sl__axis_ksize(it->ax.in0, it->ax.in1, it->ax.total, SL_INTERP_BILINEAR);
@@ -112,9 +110,7 @@ static int layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
     return 0;
 }
 
-/* Offsets -> device addresses in block; src points at the tap window
- * inside the decoded region. */
-static void desc_place(sl__gpu_work *w, uint64_t dst) {
+void sl__gpu_desc_place(sl__gpu_work *w, uint64_t dst) {
     sl__gpu_desc *d = &w->desc;
     uint64_t b = w->block;
     d->pitch = (uint64_t)w->dw * 3;
@@ -133,7 +129,7 @@ static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it
                       char (*reasons)[SL_GPU_REASON], uint32_t i) {
     uint64_t size;
     char b1[16], b2[16];
-    if (layout(w, it, &size)) {
+    if (sl__gpu_layout(w, it, &size)) {
         say(reasons, i, "for the CPU: sizes overflow");
         return TAKE_CPU;
     }
@@ -157,7 +153,7 @@ static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it
         return TAKE_CPU;
     }
     e->held++;
-    desc_place(w, dst);
+    sl__gpu_desc_place(w, dst);
     return TAKE_OK;
 }
 

@@ -97,4 +97,13 @@ void sl__gpu_work_release(sl__gpu_engine *e, sl__gpu_work *w);
  * SL_EIO with the driver's reason (the engine is unusable). */
 int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen);
 
+/* A sample's buffers inside one pool block (batch.c): their offsets in
+ * w->desc's fields, made from w's decoded region (dx..) and regions
+ * (desc.reg_*) and the item's resize; *size the block's bytes. 0 or
+ * SL_EOVERFLOW. Then sl__gpu_desc_place makes the offsets addresses in
+ * w->block (src: the tap window inside the decoded region), output at
+ * dst. The GPU video path (video.c) lays its frames out the same way. */
+int sl__gpu_layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size);
+void sl__gpu_desc_place(sl__gpu_work *w, uint64_t dst);
+
 #endif

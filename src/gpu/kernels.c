@@ -171,7 +171,14 @@ typedef struct image {
     int cubin;    /* 1: CUBIN for this exact arch, 0: PTX (driver JIT) */
 } image;
 
-static uint64_t source_hash(void) { return sl__hash64(kernel_src, sizeof kernel_src - 1, 0x736c756963656b72ull); }
+/* A program: its CUDA C++ source (a static string) and its tag, which
+ * names its file in the cache ("resize": TAG-HASH-smCC-cudaDRIVER.img),
+ * its NVRTC name (sluice_TAG.cu) and its messages. */
+typedef struct program {
+    const char *src, *tag;
+} program;
+
+static uint64_t source_hash(const program *p) { return sl__hash64(p->src, strlen(p->src), 0x736c756963656b72ull); }
 
 /* The cache's folder: $SLUICE_KERNEL_CACHE (empty: no cache), else
  * $XDG_CACHE_HOME/sluice, else $HOME/.cache/sluice. 0, or -1: none. */
@@ -185,8 +192,8 @@ static int cache_dir(char *out, size_t len) {
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-static void cache_path(const char *dir, int cc, int driver, char *out, size_t len) {
-    snprintf(out, len, "%s/resize-%016llx-sm%d-cuda%d.img", dir, (unsigned long long)source_hash(), cc, driver);
+static void cache_path(const char *dir, const program *p, int cc, int driver, char *out, size_t len) {
+    snprintf(out, len, "%s/%s-%016llx-sm%d-cuda%d.img", dir, p->tag, (unsigned long long)source_hash(p), cc, driver);
 }
 
 static void image_free(sl__budget *host, image *im) {
@@ -196,7 +203,7 @@ static void image_free(sl__budget *host, image *im) {
 
 /* Read the image cached for (cc, driver): 0 with *im (counted in host),
  * or -1 (none, not ours, or the budget cannot hold it). */
-static int cache_read(const char *path, int cc, int driver, sl__budget *host, image *im) {
+static int cache_read(const char *path, const program *p, int cc, int driver, sl__budget *host, image *im) {
     memset(im, 0, sizeof *im);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -223,7 +230,7 @@ static int cache_read(const char *path, int cc, int driver, sl__budget *host, im
     size_t size = 0;
     if (nl) *nl = 0;
     ok = nl && sscanf(buf, CACHE_MAGIC " %llx sm%d cuda%d %7s %zu %llx", &src, &hcc, &hdrv, kind, &size, &sum) == 6 &&
-         src == source_hash() && hcc == cc && hdrv == driver && (!strcmp(kind, "cubin") || !strcmp(kind, "ptx")) &&
+         src == source_hash(p) && hcc == cc && hdrv == driver && (!strcmp(kind, "cubin") || !strcmp(kind, "ptx")) &&
          size == n - (size_t)(nl + 1 - buf) && size > 0 && sl__hash64(nl + 1, size, 0) == sum;
     if (!ok) {
         sl__free(host, buf);
@@ -234,7 +241,7 @@ static int cache_read(const char *path, int cc, int driver, sl__budget *host, im
 }
 
 /* Keep im for the next process: 0, or -1 with why (the cache is best effort). */
-static int cache_write(const char *dir, const char *path, int cc, int driver, const image *im, char *why,
+static int cache_write(const char *dir, const char *path, const program *p, int cc, int driver, const image *im, char *why,
                        size_t wlen) {
     char tmp[600], head[HEADER_MAX];
     if (mkdir(dir, 0700) && errno == ENOENT) { /* $HOME/.cache itself may be missing */
@@ -244,14 +251,14 @@ static int cache_write(const char *dir, const char *path, int cc, int driver, co
         if (slash && slash != parent) *slash = 0, mkdir(parent, 0700);
         mkdir(dir, 0700);
     }
-    snprintf(tmp, sizeof tmp, "%s/.resize-XXXXXX", dir);
+    snprintf(tmp, sizeof tmp, "%s/.%s-XXXXXX", dir, p->tag);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         sl__msg(why, wlen, "cannot write in %s: %s", dir, strerror(errno));
         return -1;
     }
     int hn = snprintf(head, sizeof head, CACHE_MAGIC " %016llx sm%d cuda%d %s %zu %016llx\n",
-                      (unsigned long long)source_hash(), cc, driver, im->cubin ? "cubin" : "ptx", im->size,
+                      (unsigned long long)source_hash(p), cc, driver, im->cubin ? "cubin" : "ptx", im->size,
                       (unsigned long long)sl__hash64(im->buf + im->off, im->size, 0));
     const char *parts[2] = {head, im->buf + im->off};
     size_t lens[2] = {(size_t)hn, im->size};
@@ -277,11 +284,13 @@ static int cache_write(const char *dir, const char *path, int cc, int driver, co
  * into *im, counted in host; NVRTC's own heap is handed back to the
  * system afterwards (malloc_trim). 0, SL_EUNSUPPORTED (no NVRTC, or it
  * failed: err has its log), SL_EBUDGET (the host budget). */
-static int compile(int cc, sl__budget *host, image *im, char *err, size_t errlen) {
+static int compile(const program *p, int cc, sl__budget *host, image *im, char *err, size_t errlen) {
     const sl__cuda_api *cu = sl__cuda_nvrtc(err, errlen);
     if (!cu) return SL_EUNSUPPORTED;
+    char name[48];
+    snprintf(name, sizeof name, "sluice_%s.cu", p->tag);
     sl_nvrtcProgram prog;
-    sl_nvrtcResult r = cu->nvrtcCreateProgram(&prog, kernel_src, "sluice_resize.cu", 0, NULL, NULL);
+    sl_nvrtcResult r = cu->nvrtcCreateProgram(&prog, p->src, name, 0, NULL, NULL);
     if (r) {
         sl__msg(err, errlen, "NVRTC: %s", cu->nvrtcGetErrorString(r));
         return SL_EUNSUPPORTED;
@@ -293,7 +302,7 @@ static int compile(int cc, sl__budget *host, image *im, char *err, size_t errlen
     r = cu->nvrtcCompileProgram(prog, 3, opts);
     if (r && cubin) { /* an NVRTC older than the GPU: PTX for the driver to finish */
         cu->nvrtcDestroyProgram(&prog);
-        cu->nvrtcCreateProgram(&prog, kernel_src, "sluice_resize.cu", 0, NULL, NULL);
+        cu->nvrtcCreateProgram(&prog, p->src, name, 0, NULL, NULL);
         cubin = 0;
         snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d", cc);
         r = cu->nvrtcCompileProgram(prog, 3, opts);
@@ -307,7 +316,7 @@ static int compile(int cc, sl__budget *host, image *im, char *err, size_t errlen
             if (full && cu->nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
             sl__free(host, full);
         }
-        sl__msg(err, errlen, "NVRTC could not compile the resize kernels for sm_%d: %s %s", cc,
+        sl__msg(err, errlen, "NVRTC could not compile the %s kernels for sm_%d: %s %s", p->tag, cc,
                 cu->nvrtcGetErrorString(r), log);
         rc = SL_EUNSUPPORTED;
     } else {
@@ -331,47 +340,54 @@ static int compile(int cc, sl__budget *host, image *im, char *err, size_t errlen
     return rc;
 }
 
-/* k->mod for cc: the cached image, else one compiled now (then cached). */
-static int load_module(const sl__cuda_api *cu, int cc, sl__budget *host, sl__gpu_kernels *k, char *where,
-                       size_t wlen, char *err, size_t errlen) {
+/* *mod: p for cc, the cached image, else one compiled now (then cached). */
+static int load_module(const sl__cuda_api *cu, const program *p, int cc, sl__budget *host, sl_CUmodule *mod,
+                       char *where, size_t wlen, char *err, size_t errlen) {
     char dir[512], path[600] = "", why[200] = "no cache folder ($SLUICE_KERNEL_CACHE, $XDG_CACHE_HOME, $HOME)";
     int have_dir = cache_dir(dir, sizeof dir) == 0 && dir[0];
-    if (have_dir) cache_path(dir, cc, cu->driver_version, path, sizeof path);
+    if (have_dir) cache_path(dir, p, cc, cu->driver_version, path, sizeof path);
     image im;
-    if (have_dir && cache_read(path, cc, cu->driver_version, host, &im) == 0) {
-        sl_CUresult r = cu->cuModuleLoadData(&k->mod, im.buf + im.off);
+    if (have_dir && cache_read(path, p, cc, cu->driver_version, host, &im) == 0) {
+        sl_CUresult r = cu->cuModuleLoadData(mod, im.buf + im.off);
         image_free(host, &im);
         if (r == 0) {
             sl__msg(where, wlen, "cached (%s)", path);
             return 0;
         }
-        k->mod = NULL;
+        *mod = NULL;
         unlink(path); /* made by an NVRTC newer than this driver: compile again */
     }
-    int rc = compile(cc, host, &im, err, errlen);
+    int rc = compile(p, cc, host, &im, err, errlen);
     if (rc) return rc;
-    if (have_dir && cache_write(dir, path, cc, cu->driver_version, &im, why, sizeof why) == 0)
+    if (have_dir && cache_write(dir, path, p, cc, cu->driver_version, &im, why, sizeof why) == 0)
         sl__msg(where, wlen, "compiled by NVRTC %d.%d, cached (%s)", cu->nvrtc_version[0], cu->nvrtc_version[1], path);
     else
         sl__msg(where, wlen, "compiled by NVRTC %d.%d, not cached (%s)", cu->nvrtc_version[0], cu->nvrtc_version[1],
                 why);
-    sl_CUresult r = cu->cuModuleLoadData(&k->mod, im.buf + im.off);
+    sl_CUresult r = cu->cuModuleLoadData(mod, im.buf + im.off);
     if (r) {
-        sl__msg(err, errlen, "loading the resize kernels (%s, sm_%d): %s", im.cubin ? "CUBIN" : "PTX", cc,
+        sl__msg(err, errlen, "loading the %s kernels (%s, sm_%d): %s", p->tag, im.cubin ? "CUBIN" : "PTX", cc,
                 sl__cu_errname(cu, r));
-        k->mod = NULL;
+        *mod = NULL;
     }
     image_free(host, &im);
     return r ? SL_EUNSUPPORTED : 0;
 }
 
-int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, sl__gpu_kernels *k,
-                         char *where, size_t wlen, char *err, size_t errlen) {
-    memset(k, 0, sizeof *k);
+int sl__gpu_module_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, const char *src, const char *tag,
+                        sl_CUmodule *mod, char *where, size_t wlen, char *err, size_t errlen) {
+    *mod = NULL;
     int major = 0, minor = 0;
     cu->cuDeviceGetAttribute(&major, SL_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     cu->cuDeviceGetAttribute(&minor, SL_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-    int rc = load_module(cu, major * 10 + minor, host, k, where, wlen, err, errlen);
+    const program p = {src, tag};
+    return load_module(cu, &p, major * 10 + minor, host, mod, where, wlen, err, errlen);
+}
+
+int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, sl__gpu_kernels *k,
+                         char *where, size_t wlen, char *err, size_t errlen) {
+    memset(k, 0, sizeof *k);
+    int rc = sl__gpu_module_load(cu, dev, host, kernel_src, "resize", &k->mod, where, wlen, err, errlen);
     if (rc) return rc;
     sl_CUresult r;
     if ((r = cu->cuModuleGetFunction(&k->coeffs, k->mod, "sl_coeffs")) ||

@@ -66,6 +66,14 @@ int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *ho
                          char *where, size_t wlen, char *err, size_t errlen);
 void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k);
 
+/* Load CUDA C++ program src into the current context as *mod, as the
+ * resize kernels are loaded (sl__gpu_kernels_load: the kernel cache, else
+ * NVRTC, buffers counted in host). tag names it ("resize": its cache file,
+ * sluice_TAG.cu, messages); where as there. 0, or SL_EUNSUPPORTED /
+ * SL_EBUDGET with err. */
+int sl__gpu_module_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *host, const char *src, const char *tag,
+                        sl_CUmodule *mod, char *where, size_t wlen, char *err, size_t errlen);
+
 /* Enqueue the kernels for the n descriptors at descs (device memory) on
  * stream; host holds the same n descriptors, from which the grids are
  * sized (only the passes some sample needs are launched). 0 or SL_EIO

@@ -205,6 +205,22 @@ static void report(const sl__clip_plan *p, sl_video_clip *clip, size_t clip_size
     sl__abi_out(clip, clip_size, &c, sizeof c);
 }
 
+int sl__clip_file(const char *path, const sl_video_opts *o, sl__sample_file *f, sl__video_info *vi,
+                  sl__clip_plan *p, char *err, size_t errlen) {
+    int rc = probe(path, o, f, vi, err, errlen);
+    if (rc) return rc;
+    sl__clip_spec spec = {o->frames, o->stride, o->fps, o->short_clip, {0}};
+    rc = sl__recipe_make(o->preset, o->size, NULL, 0, 0, &spec.recipe, err, errlen);
+    sl__rng r;
+    sl__rng_init(&r, o->seed ^ sl__rng_stream(o->crop_group), o->epoch, o->index);
+    if (rc == 0) rc = sl__video_plan(vi, &spec, &r, p, err, errlen);
+    if (rc) {
+        close(f->fd);
+        f->fd = -1;
+    }
+    return rc;
+}
+
 int sl_video_decode_sized(const char *path, const sl_video_opts *co, size_t o_size, void *out, size_t out_len,
                           sl_video_clip *clip, size_t clip_size, char *errbuf, size_t errlen) {
     if (!path || (clip && !clip_size)) return SL_EINVAL;
@@ -213,15 +229,13 @@ int sl_video_decode_sized(const char *path, const sl_video_opts *co, size_t o_si
     if (rc) return rc;
     sl__sample_file f;
     sl__video_info vi;
-    rc = probe(path, o, &f, &vi, errbuf, errlen);
-    if (rc) return rc;
-    sl__clip_spec spec = {o->frames, o->stride, o->fps, o->short_clip, {0}};
-    rc = sl__recipe_make(o->preset, o->size, NULL, 0, 0, &spec.recipe, errbuf, errlen);
-    sl__rng r;
-    sl__rng_init(&r, o->seed ^ sl__rng_stream(o->crop_group), o->epoch, o->index);
     sl__clip_plan *p = malloc(sizeof *p); /* ~4 KiB of frame indices: off the caller's stack */
-    if (!p) rc = SL_ENOMEM;
-    if (rc == 0) rc = sl__video_plan(&vi, &spec, &r, p, errbuf, errlen);
+    if (!p) return SL_ENOMEM;
+    rc = sl__clip_file(path, o, &f, &vi, p, errbuf, errlen);
+    if (rc) {
+        free(p);
+        return rc;
+    }
     if (rc == 0 && (!out || out_len < p->out_bytes)) {
         sl__msg(errbuf, errlen, "output buffer holds %zu bytes, %llu needed", out_len,
                 (unsigned long long)p->out_bytes);

@@ -160,4 +160,67 @@ typedef struct sl__clip_spec {
 int sl__video_plan(const sl__video_info *info, const sl__clip_spec *spec, sl__rng *rng,
                    sl__clip_plan *plan, char *reason, size_t rlen);
 
+/* The single-clip calls' steps on a file (clip.c): open path, probe it
+ * with o's limits, plan o's clip (its seed, epoch, index). 0 with f open
+ * (the caller closes f->fd), or the failure with nothing open. */
+int sl__clip_file(const char *path, const sl_video_opts *o, sl__sample_file *f, sl__video_info *vi,
+                  sl__clip_plan *p, char *err, size_t errlen);
+
+/* ---- video clips on the GPU path, its arithmetic on the CPU (yuv.c) --------
+ * The GPU decodes with NVDEC, resizes the box's luma and chroma planes
+ * with the image path's kernels and converts the result from YUV to RGB
+ * (src/gpu/video.c): the steps of the CPU path's swscale, in the image
+ * path's arithmetic. The same steps on the CPU, over the software
+ * decoder's frames, give the same bytes (the kernels mirror
+ * sl__yuv_pack_row and sl__yuv_rgb, the resize kernels the CPU
+ * resampler). docs/video.md bounds their difference from the CPU path's
+ * clip. */
+
+/* The clip's resize on the GPU path: the plan's box (its origin on the
+ * 4:2:0 chroma grid, as the CPU path's swscale reads it; coded pixels)
+ * and its chroma box (swscale's: ceil(w/2) x ceil(h/2) samples from
+ * (x/2, y/2)), each scaled to the plan's scaled size of which the output
+ * window is taken: axes of the image presets' arithmetic, taps inside
+ * the boxes. Rotated streams are not taken: SL_EUNSUPPORTED "for the
+ * CPU: ...". */
+typedef struct sl__clip_geom {
+    sl__axis_spec ax, ay;   /* luma */
+    sl__axis_spec bx, by;   /* chroma */
+    uint32_t x, y, w, h;    /* luma box */
+    uint32_t cx, cy, cw, ch; /* chroma box */
+} sl__clip_geom;
+int sl__clip_geometry(const sl__video_info *info, const sl__clip_plan *p, sl__clip_geom *g, char *reason,
+                      size_t rlen);
+
+/* YUV -> RGB coefficients, 16-bit fixed point: R = cy(Y-oy) + crv(V-128),
+ * G = cy(Y-oy) - cgu(U-128) - cgv(V-128), B = cy(Y-oy) + cbu(U-128). */
+typedef struct sl__yuv_coefs {
+    int32_t cy, oy, crv, cbu, cgu, cgv;
+} sl__yuv_coefs;
+void sl__yuv_coefs_of(int colorspace, int full_range, sl__yuv_coefs *c);
+
+/* n pixels of row y from column x0 of frame fr (host memory) as the
+ * resize takes them: luma (chroma 0) as (Y, Y, Y), chroma (row and
+ * columns in chroma samples) as (U, V, V). */
+void sl__yuv_pack_row(const sl__video_frame *fr, int chroma, uint32_t x0, uint32_t y, uint32_t n, uint8_t *px);
+/* n resized pixels (planes y, u, v) to RGB planes r, g, b. */
+void sl__yuv_rgb(const uint8_t *y, const uint8_t *u, const uint8_t *v, size_t n, const sl__yuv_coefs *c, uint8_t *r,
+                 uint8_t *g, uint8_t *b);
+
+/* A sink (sl__video_decode_into, software decoder) writing the clip the
+ * GPU path would write, into dst ([T][3][out_h][out_w]); its buffers from
+ * q, mem bytes beyond the decode's own plan.quota. */
+typedef struct sl__clip_ref {
+    sl__video_sink sink;
+    sl__clip_geom geom;
+    sl__quota *q;
+    uint8_t *dst;
+    uint64_t frame_bytes;
+    uint64_t mem;
+    int flip;
+} sl__clip_ref;
+int sl__clip_ref_init(sl__clip_ref *r, const sl__video_info *info, const sl__clip_plan *p, sl__quota *q,
+                      uint8_t *dst, char *reason, size_t rlen);
+uint64_t sl__clip_ref_mem(const sl__clip_geom *g, uint32_t out_w, uint32_t out_h);
+
 #endif
