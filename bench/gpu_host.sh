@@ -24,6 +24,14 @@
 #   bench/gpu_host.sh video     issue 11: UCF101-like sets (make_video_set.sh, through PyAV where
 #                               there is no ffmpeg CLI), video_peers.py: sluice vs DataLoader + PyAV,
 #                               torchvision.io, torchcodec, OpenCV (those present), one process each
+#   bench/gpu_host.sh videogpu  issue 23 in one call: what the driver offers for NVDEC (printed first:
+#                               ldconfig, /usr/local/nvidia/lib64, nvidia-smi), build, the GPU video
+#                               tests (ctest test_video_gpu, tests/python/test_video_gpu.py), 720p and
+#                               1080p sets (make_video_set.py), then at each size VIDEOGPU_REPS times:
+#                               sluice GPU, sluice CPU, torchcodec CPU and CUDA (the bundle's shared
+#                               FFmpeg on their LD_LIBRARY_PATH only), DataLoader + PyAV; bundle:
+#                               DEPS=.devcarry/video (tools/host_deps.sh --out .devcarry/video
+#                               --no-shared --torchcodec)
 #   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
 #                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
 #                               each
@@ -52,6 +60,10 @@
 #   VIDEO_SETS="320x240:200 1280x720:32" (size:clips) VIDEO_CASES="320x240:112 1280x720:224" (set:crop)
 #   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=8 VIDEO_WARMUP=NWORK
 #   VIDEO_BATCHES=2*NWORK (timed; the clip list is repeated until an epoch holds them) VIDEO_EPOCHS=2
+#   VIDEOGPU_SETS="1280x720:224:24:5-10 1920x1080:224:16:5-8" (size:crop:clips:seconds)
+#   VIDEOGPU_PEERS="sluice-gpu sluice torchcodec torchcodec-cuda pyav" VIDEOGPU_REPS=2 VIDEOGPU_WARMUP=8
+#   VIDEOGPU_BATCHES=16 VIDEOGPU_BUDGET=4G VIDEOGPU_GPU_BUDGET=3G VIDEOGPU_DEADLINE=450 (s from the
+#   step's start: later runs are skipped, the summary still prints) RUN_TIMEOUT=100 (each process)
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
 #   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
@@ -301,6 +313,63 @@ video)
         --table-dir "$WORK" 2> >(quiet) | keep "video_${size}_$crop"
     done
   done
+  ;;
+videogpu)
+  t_start=$(date +%s)
+  log "NVDEC on this host (the driver's video decode library must be there: containers need the 'video' capability)"
+  {
+    echo "ldconfig -p | grep -E 'nvcuvid|nvidia-encode|libcuda.so':"
+    ldconfig -p | grep -E 'nvcuvid|nvidia-encode|libcuda\.so' || echo "  (none)"
+    echo "ls /usr/local/nvidia/lib64:"; ls -la /usr/local/nvidia/lib64 2>&1 | head -30
+    for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64 /usr/local/cuda/compat; do
+      ls "$d"/libnvcuvid* "$d"/libcuda.so* 2>/dev/null
+    done
+    echo "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-} NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"
+    nvidia-smi 2>&1 | head -20
+    nvidia-smi -q -d ENCODER,SUPPORTED_CLOCKS 2>/dev/null | grep -iE "decoder|encoder" | head -5
+  } 2>&1 | tee "$OUT/nvdec_env.txt" >&2
+  [ -x build/sluice ] && ls python/sluice/_gpu*.so >/dev/null 2>&1 || "$0" build || exit 1
+  log "GPU video: $($PY -c 'import sluice._gpu as g; print(g.video_available(), g.available())' 2>&1)"
+  sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peers (never for sluice)
+  if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
+  T=${RUN_TIMEOUT:-100}
+  (cd build && timeout 120 ctest -R 'test_video_gpu' --output-on-failure) 2>&1 | tail -25 | tee "$OUT/videogpu_ctest.txt" >&2
+  SLUICE_BUILD=$PWD/build timeout 240 $PY -m pytest -q -p no:cacheprovider -rs tests/python/test_video_gpu.py 2>&1 |
+    tail -40 | tee "$OUT/videogpu_pytest.txt" >&2
+  for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do
+    IFS=: read -r size crop clips secs <<<"$set"
+    d=$WORK/videogpu-$size-$clips-$secs
+    if [ ! -f "$d/.done" ]; then
+      t0=$(date +%s.%N)
+      timeout 200 $PY bench/make_video_set.py "$d" --clips "$clips" --classes 4 --size "$size" --seconds "$secs" \
+        --jobs "$(nproc)" >&2 || { log "making $d failed"; continue; }
+      touch "$d/.done"
+      echo "{\"set\": \"$d\", \"clips\": $clips, \"mib\": $(du -sm "$d" | cut -f1), \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")}" |
+        keep videogpu_set
+    fi
+  done
+  for rep in $(seq "${VIDEOGPU_REPS:-2}"); do
+    for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do
+      IFS=: read -r size crop clips secs <<<"$set"
+      d=$WORK/videogpu-$size-$clips-$secs
+      [ -f "$d/.done" ] || continue
+      for peer in ${VIDEOGPU_PEERS:-sluice-gpu sluice torchcodec torchcodec-cuda pyav}; do
+        if [ $(($(date +%s) - t_start)) -gt "${VIDEOGPU_DEADLINE:-450}" ]; then
+          echo "{\"loader\": \"$peer\", \"skipped\": \"past VIDEOGPU_DEADLINE\"}" | keep "videogpu_${size}_r$rep"
+          continue
+        fi
+        ld=
+        case $peer in torchcodec*) ld=$(cd "$sl_ff/lib" 2>/dev/null && pwd);; esac
+        LD_LIBRARY_PATH=${ld:+$ld:}${LD_LIBRARY_PATH:-} timeout "$T" $PY bench/video_peers.py "$d" --peers "$peer" \
+          --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" --warmup "${VIDEOGPU_WARMUP:-8}" \
+          --batches "${VIDEOGPU_BATCHES:-16}" --epochs 1 --budget "${VIDEOGPU_BUDGET:-4G}" \
+          --gpu-budget "${VIDEOGPU_GPU_BUDGET:-3G}" --table-dir "$WORK" 2> >(quiet) | keep "videogpu_${size}_r$rep"
+        [ "${PIPESTATUS[0]}" = 124 ] && echo "{\"loader\": \"$peer\", \"skipped\": \"timeout $T s\"}" |
+          keep "videogpu_${size}_r$rep"
+      done
+    done
+  done
+  "$0" summary
   ;;
 fields)
   F=$WORK/fields

@@ -23,7 +23,10 @@ def rate_of(r):
 def memory_of(r):
     """The memory figure a result carries, as text (tree PSS for peers, RSS for sluice bench)."""
     if "peak_pss_mb_by_epoch" in r:
-        return "PSS " + " > ".join("%.0f" % x for x in r["peak_pss_mb_by_epoch"]) + " MiB"
+        dev = " device +%.0f MiB" % r["device_peak_mb"] if isinstance(r.get("device_peak_mb"), (int, float)) else ""
+        cpu = " cpu %.0f ms/clip util %.2f" % (r["cpu_ms_per_clip"], r.get("cpu_util") or 0) \
+            if isinstance(r.get("cpu_ms_per_clip"), (int, float)) else ""
+        return "PSS " + " > ".join("%.0f" % x for x in r["peak_pss_mb_by_epoch"]) + " MiB" + dev + cpu
     if isinstance(r.get("peak_tree_pss_mb"), (int, float)):
         return "PSS %.0f MiB" % r["peak_tree_pss_mb"]
     if "set" in r:  # a dataset made by the step
@@ -78,11 +81,41 @@ def ratios(rows):
         if mine and cat and "file_mb_per_s" in mine[0] and cat[0].get("file_mb_per_s"):
             out.append("%-24s sluice file bytes %.0f MB/s = %.2f of cat's %.0f" % (
                 case, mine[0]["file_mb_per_s"], mine[0]["file_mb_per_s"] / cat[0]["file_mb_per_s"], cat[0]["file_mb_per_s"]))
+    out += videogpu_ratios(rows)
     tars = [r for run, r in rows if run.startswith("shards_tar") and "samples_per_s" in r]
     folders = [r for run, r in rows if run.startswith("shards_folder") and "samples_per_s" in r]
     if tars and folders:
         t, f = max(x["samples_per_s"] for x in tars), max(x["samples_per_s"] for x in folders)
         out.append("%-24s tar shards %.0f vs folder %.0f samples/s: %.2f" % ("shards", t, f, t / f))
+    return out
+
+
+def videogpu_ratios(rows):
+    """Issue 23: at each size, the best of the repetitions of each pipeline; sluice GPU against
+    sluice CPU (>= 3x at 1080p) and every peer; sluice CPU against the best CPU peer (>= 2x at 720p)."""
+    best, out = {}, []
+    for run, r in rows:
+        if run.startswith("videogpu_") and "_r" in run and rate_of(r)[0]:
+            size = run[len("videogpu_"):].rsplit("_r", 1)[0]
+            key = (size, r.get("loader"))
+            if key not in best or rate_of(r)[0] > rate_of(best[key])[0]:
+                best[key] = r
+    for size in sorted({k[0] for k in best}):
+        at = {k[1]: v for k, v in best.items() if k[0] == size}
+        gpu, cpu = at.get("sluice-gpu"), at.get("sluice")
+        cpu_peers = {k: v for k, v in at.items() if not k.startswith("sluice") and "cuda" not in k}
+        peers = {k: v for k, v in at.items() if not k.startswith("sluice")}
+        if gpu and cpu:
+            out.append("%-24s sluice GPU %.1f vs sluice CPU %.1f clips/s: %.2fx" % (
+                "videogpu_" + size, gpu["clips_per_s"], cpu["clips_per_s"], gpu["clips_per_s"] / cpu["clips_per_s"]))
+        if gpu and peers:
+            name, b = max(peers.items(), key=lambda kv: kv[1]["clips_per_s"])
+            out.append("%-24s sluice GPU %.1f vs the best peer %s %.1f: %.2fx" % (
+                "videogpu_" + size, gpu["clips_per_s"], name, b["clips_per_s"], gpu["clips_per_s"] / b["clips_per_s"]))
+        if cpu and cpu_peers:
+            name, b = max(cpu_peers.items(), key=lambda kv: kv[1]["clips_per_s"])
+            out.append("%-24s sluice CPU %.1f vs the best CPU peer %s %.1f: %.2fx" % (
+                "videogpu_" + size, cpu["clips_per_s"], name, b["clips_per_s"], cpu["clips_per_s"] / b["clips_per_s"]))
     return out
 
 

@@ -4,14 +4,14 @@
 durations, sizes and sources as make_video_set.sh, through the FFmpeg that
 PyAV's wheel bundles (its lavfi sources and filters, libx264).
 
-Class folders cNN/ of H.264 .mp4 clips at 25 fps, 5-20 s, 320x240 or
-1280x720, moving textured content with grain (testsrc2, mandelbrot, life,
+Class folders cNN/ of H.264 .mp4 clips at 25 fps, 5-20 s (--seconds), 320x240,
+1280x720 or 1920x1080 (any WxH), moving textured content with grain (testsrc2, mandelbrot, life,
 cellauto; noise, a hue that turns), x264 veryfast crf 23, GOP 50, 3
 B-frames. Clip k's class, duration, size and source derive from k alone.
 The bytes differ from the CLI's (another FFmpeg build), the kind of content
 does not.
 
-    bench/make_video_set.py OUT [--clips 300] [--classes 10] [--size 320x240|1280x720|mixed] [--jobs N]
+    bench/make_video_set.py OUT [--clips 300] [--classes 10] [--size WxH|mixed] [--seconds 5-20] [--jobs N]
 """
 import argparse
 import multiprocessing as mp
@@ -20,9 +20,10 @@ import sys
 import time
 
 
-def clip_plan(k, classes, size):
+def clip_plan(k, classes, size, seconds=(5, 20)):
     """(class, seconds, WxH, filter chain) of clip k, as make_video_set.sh's one()."""
-    dur = 5 + (k * 7919) % 16
+    lo, hi = seconds
+    dur = lo + (k * 7919) % (hi - lo + 1)
     sz = size if size != "mixed" else ("1280x720" if k % 3 == 0 else "320x240")
     src = [f"testsrc2=size={sz}:rate=25",
            f"mandelbrot=size={sz}:rate=25",
@@ -53,8 +54,8 @@ def source_graph(chain):
 
 
 def make_clip(job):
-    out, k, classes, size = job
-    c, dur, sz, chain = clip_plan(k, classes, size)
+    out, k, classes, size, seconds = job
+    c, dur, sz, chain = clip_plan(k, classes, size, seconds)
     path = os.path.join(out, f"c{c:02d}", f"clip_{k:05d}.mp4")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         return path, os.path.getsize(path)
@@ -87,7 +88,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--clips", type=int, default=300)
     ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--size", default="320x240", choices=["320x240", "1280x720", "mixed"])
+    ap.add_argument("--size", default="320x240", help="WxH (320x240, 1280x720, 1920x1080) or mixed")
+    ap.add_argument("--seconds", default="5-20", help="clip durations MIN-MAX (s)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     a = ap.parse_args()
     try:
@@ -96,8 +98,13 @@ def main():
         sys.exit("make_video_set.py: needs PyAV (pip install av) or the ffmpeg CLI (make_video_set.sh)")
     t0 = time.time()
     # longest clips first, so that the last job to finish is a short one
-    jobs = sorted(((a.out, k, a.classes, a.size) for k in range(a.clips)),
-                  key=lambda j: -clip_plan(j[1], a.classes, a.size)[1])
+    seconds = tuple(int(x) for x in a.seconds.split("-"))
+    if a.size != "mixed":
+        w, h = (int(x) for x in a.size.split("x"))
+        if w < 16 or h < 16 or w % 2 or h % 2:
+            sys.exit("make_video_set.py: --size WxH, even, at least 16x16")
+    jobs = sorted(((a.out, k, a.classes, a.size, seconds) for k in range(a.clips)),
+                  key=lambda j: -clip_plan(j[1], a.classes, a.size, seconds)[1])
     total = 0
     with mp.Pool(a.jobs) as pool:
         for _, nbytes in pool.imap_unordered(make_clip, jobs):

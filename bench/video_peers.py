@@ -9,7 +9,12 @@ clips/s after a warm-up, and the peak PSS of the whole process tree
 (main process + workers, /proc/PID/smaps_rollup, sampled every 0.2 s), per
 epoch so that growth over epochs shows, and loader_pss_mb: the last peak
 less the tree's PSS before the pipeline (torch imported), what the
-pipeline itself holds. One JSON line per pipeline.
+pipeline itself holds. Over the timed batches, the tree's CPU time
+(/proc/PID/stat of every process of the tree): cpu_ms_per_clip, and
+cpu_util, the share of the machine's cores it kept busy (a loader below
+1.0 waits for something other than the CPU). GPU pipelines also report
+device_peak_mb: the GPU's used memory (nvidia-smi, sampled with the PSS)
+above what it was before the pipeline. One JSON line per pipeline.
 The warm-up and the timed batches lie inside one epoch: a set smaller than
 that is listed several times (--repeat; sluice then reads a .jsonl table
 of the same rows), since a DataLoader's 16 workers x prefetch 2 have 32
@@ -25,7 +30,11 @@ __getitem__ opens the file, decodes the clip, closes it; DataLoader with
   tvio        torchvision.io.read_video(start_pts, end_pts, pts_unit="sec") (torchvision < 0.26)
   torchcodec  torchcodec.decoders.VideoDecoder(path).get_frames_at(indices)
   opencv      cv2.VideoCapture + CAP_PROP_POS_FRAMES + read(), cvtColor, release
+  torchcodec-cuda  torchcodec's CUDA decoder (VideoDecoder(path, device="cuda")) in the main
+              process, as torchcodec's GPU examples run it (no DataLoader workers: CUDA does
+              not survive their fork), crop and flip on the GPU with the same transforms
   sluice      sluice.Loader(path, fields={"clip": {"kind": "video", ...}, "label": {...}})
+  sluice-gpu  the same with decode="gpu": NVDEC and the GPU's kernels, clips in device memory
   sluice-decode  sluice.decode_video (one clip: decode + crop + resize) in the same DataLoader:
               the decoder alone, without sluice's pipeline
 The crop and resize of the peers: torchvision.transforms.v2 on the [T, C, H, W]
@@ -49,8 +58,8 @@ import time
 VIDEO_EXT = (".mp4", ".avi", ".mkv", ".webm", ".mov")
 
 
-def tree_pss_bytes(root_pid):
-    """Sum of Pss over root_pid and its descendants (as /work/shared/bench/peer_torch.py)."""
+def tree_pids(root_pid):
+    """root_pid and its descendants."""
     children = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -61,10 +70,18 @@ def tree_pss_bytes(root_pid):
         except OSError:
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [root_pid]
+    out, todo = [], [root_pid]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo.extend(children.get(pid, []))
+    return out
+
+
+def tree_pss_bytes(root_pid):
+    """Sum of Pss over root_pid and its descendants (as /work/shared/bench/peer_torch.py)."""
+    total = 0
+    for pid in tree_pids(root_pid):
         try:
             with open("/proc/%d/smaps_rollup" % pid) as f:
                 for line in f:
@@ -76,14 +93,44 @@ def tree_pss_bytes(root_pid):
     return total
 
 
+def tree_cpu_s(root_pid):
+    """CPU seconds (user + system) the processes of the tree have used so far."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in tree_pids(root_pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
+def gpu_used_mb():
+    """The GPU's used memory (MiB) as nvidia-smi reports it (device 0), or None."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=5).stdout
+        return float(out.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
 class PeakSampler(threading.Thread):
-    def __init__(self, pid, period=0.2):
+    def __init__(self, pid, period=0.2, gpu=False):
         super().__init__(daemon=True)
         self.pid, self.period, self.peak, self.stop = pid, period, 0, False
+        self.gpu, self.gpu_base, self.gpu_peak = gpu, gpu_used_mb() if gpu else None, None
 
     def run(self):
         while not self.stop:
             self.peak = max(self.peak, tree_pss_bytes(self.pid))
+            if self.gpu:
+                g = gpu_used_mb()
+                if g is not None:
+                    self.gpu_peak = g if self.gpu_peak is None else max(self.gpu_peak, g)
             time.sleep(self.period)
 
 
@@ -203,6 +250,28 @@ class TorchcodecClips(ClipDataset):
         return [f.numpy() for f in dec.get_frames_at(indices=idx).data]
 
 
+def torchcodec_cuda_batches(items, a):
+    """torchcodec's CUDA decoder, clip after clip in this process, the crop and
+    flip on the GPU: batches [B, T, 3, S, S] uint8 on the device."""
+    import torch
+    from torchcodec.decoders import VideoDecoder
+
+    tf = make_transform(a.size)
+    order = list(range(len(items)))
+    random.shuffle(order)
+    for start in range(0, len(order) - a.batch + 1, a.batch):
+        clips, labels = [], []
+        for i in order[start:start + a.batch]:
+            path, label = items[i]
+            dec = VideoDecoder(path, device="cuda")
+            n = dec.metadata.num_frames
+            first = clip_start(n, (a.frames - 1) * a.stride + 1)
+            idx = [min(first + k * a.stride, n - 1) for k in range(a.frames)]
+            clips.append(tf(dec.get_frames_at(indices=idx).data))  # [T, C, H, W] on the GPU
+            labels.append(label)
+        yield torch.stack(clips), torch.tensor(labels)
+
+
 class OpenCVClips(ClipDataset):
     def decode(self, path):
         import cv2
@@ -260,7 +329,7 @@ def torch_loader(peer, items, a):
                                        persistent_workers=a.workers > 0, drop_last=True)
 
 
-def sluice_loader(a, items):
+def sluice_loader(a, items, decode="cpu"):
     """sluice.Loader over the class folders, or, when the clip list is
     repeated, over a .jsonl table of the same (path, label) rows."""
     import sluice
@@ -274,8 +343,9 @@ def sluice_loader(a, items):
         with open(source, "w") as f:
             for path, label in items:
                 f.write(json.dumps({"clip": os.path.abspath(path), "label": label}) + "\n")
+    gpu = {} if decode == "cpu" else {"decode": decode, "gpu_budget": a.gpu_budget}
     return sluice.Loader(source, batch_size=a.batch, budget=a.budget, workers=a.workers, fields=fields,
-                         drop_last=True)
+                         drop_last=True, **gpu)
 
 
 def batches(loader, sluice_api):
@@ -286,32 +356,42 @@ def batches(loader, sluice_api):
             yield b
 
 
-def run(name, loader, a, sluice_api=False):
-    sampler = PeakSampler(os.getpid())
+def run(name, loader, a, sluice_api=False, gpu=False, extra=None):
+    """Time the batches of `loader` (an iterable per epoch, or a function of
+    the epoch returning one); one JSON line."""
+    sampler = PeakSampler(os.getpid(), gpu=gpu)
     sampler.start()
-    per_epoch, rate = [], None
+    per_epoch, rate, cpu_ms, util = [], None, None, None
     for epoch in range(a.epochs):
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
+        it = loader(epoch) if callable(loader) else batches(loader, sluice_api)
         n, t0 = 0, None
-        for clip, label in batches(loader, sluice_api):
+        for clip, label in it:
             assert tuple(clip.shape[1:]) == (a.frames, 3, a.size, a.size), clip.shape
             n += 1
             if n == a.warmup:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), tree_cpu_s(os.getpid())
             if n >= a.warmup + a.batches:
                 break
         if t0 is not None and n > a.warmup:
-            r = (n - a.warmup) * a.batch / (time.perf_counter() - t0)
-            rate = r if rate is None else max(rate, r)
+            dt, dc = time.perf_counter() - t0, tree_cpu_s(os.getpid()) - c0
+            r = (n - a.warmup) * a.batch / dt
+            if rate is None or r > rate:
+                rate, cpu_ms, util = r, 1000 * dc / ((n - a.warmup) * a.batch), dc / (dt * os.cpu_count())
         per_epoch.append(round(sampler.peak / 2**20, 1))
     sampler.stop = True
     sampler.join()
-    print(json.dumps({"loader": name, "clips_per_s": round(rate or 0, 2), "peak_tree_pss_mb": per_epoch[-1],
-                      "peak_pss_mb_by_epoch": per_epoch, "base_pss_mb": round(a.base_pss / 2**20, 1),
-                      "loader_pss_mb": round(per_epoch[-1] - a.base_pss / 2**20, 1), "frames": a.frames, "stride": a.stride,
-                      "size": a.size, "workers": a.workers, "batch": a.batch, "clips": a.clips,
-                      "repeat": a.repeat}), flush=True)
+    out = {"loader": name, "clips_per_s": round(rate or 0, 2), "peak_tree_pss_mb": per_epoch[-1],
+           "peak_pss_mb_by_epoch": per_epoch, "base_pss_mb": round(a.base_pss / 2**20, 1),
+           "loader_pss_mb": round(per_epoch[-1] - a.base_pss / 2**20, 1),
+           "cpu_ms_per_clip": round(cpu_ms, 1) if cpu_ms else None, "cpu_util": round(util, 3) if util else None,
+           "frames": a.frames, "stride": a.stride, "size": a.size, "workers": a.workers, "batch": a.batch,
+           "clips": a.clips, "repeat": a.repeat}
+    if gpu and sampler.gpu_peak is not None and sampler.gpu_base is not None:
+        out["device_peak_mb"] = round(sampler.gpu_peak - sampler.gpu_base, 1)
+    out.update(extra or {})
+    print(json.dumps(out), flush=True)
 
 
 def skipped(name, why):
@@ -333,6 +413,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--budget", default="2G", help="sluice's memory budget")
+    ap.add_argument("--gpu-budget", default="2G", help="sluice-gpu's device memory (gpu_budget)")
     ap.add_argument("--repeat", type=int, default=0,
                     help="list each clip this many times (0: as often as an epoch of warm-up + batches needs)")
     ap.add_argument("--table-dir", default="/tmp", help="where the sluice table of a repeated list is written")
@@ -354,28 +435,46 @@ def main():
         a.repeat = max(1, -(-(a.warmup + a.batches) * a.batch // len(items)))
     a.clips, items = len(items), items * a.repeat
     for peer in a.peers.split(","):
-        if peer == "sluice":
+        if peer in ("sluice", "sluice-gpu"):
             try:
-                loader = sluice_loader(a, items)
+                loader = sluice_loader(a, items, "gpu" if peer == "sluice-gpu" else "cpu")
             except ImportError:
-                skipped("sluice", "not importable (PYTHONPATH=python after make)")
+                skipped(peer, "not importable (PYTHONPATH=python after make)")
                 continue
             except TypeError as e:  # the schema pipeline (issue 10) is not wired in this build yet
-                skipped("sluice", f"this build's Loader takes no video fields ({e})")
+                skipped(peer, f"this build's Loader takes no video fields ({e})")
                 continue
-            except ValueError as e:  # refused at create (a build without video, a budget too small)
-                skipped("sluice", str(e))
+            except (ValueError, RuntimeError) as e:  # refused at create (no video, no GPU, a budget too small)
+                skipped(peer, str(e))
                 continue
             with loader:
-                run("sluice", loader, a, sluice_api=True)
+                st = loader.stats() if hasattr(loader, "stats") else {}
+                run(peer, loader, a, sluice_api=True, gpu=peer == "sluice-gpu",
+                    extra={k: st[k] for k in ("decode", "decode_reason") if k in st})
+            continue
+        if peer == "torchcodec-cuda":
+            try:
+                import torch
+                from torchcodec.decoders import VideoDecoder  # noqa: F401
+
+                if not torch.cuda.is_available():
+                    raise RuntimeError("torch sees no CUDA device")
+                torch.zeros(1, device="cuda")
+            except Exception as e:  # a peer that cannot run here: its line says why
+                skipped("torchcodec-cuda", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+                continue
+            workers, a.workers = a.workers, 0  # the main process decodes
+            run("torchcodec-cuda", lambda epoch: torchcodec_cuda_batches(items, a), a, gpu=True)
+            a.workers = workers
             continue
         module, _ = PEERS.get(peer, (None, None))
         if module is None:
             sys.exit(f"video_peers.py: unknown peer {peer} (one of {', '.join(PEERS)}, sluice)")
         try:
             __import__(module)
-        except ImportError as e:
-            skipped(f"DataLoader+{peer}", f"{module} is not installed ({e})")
+        except Exception as e:  # ImportError, or torchcodec's RuntimeError when no FFmpeg loads
+            skipped(f"DataLoader+{peer}", f"{module} does not import ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:300] if str(e) else ''})")
             continue
         if peer == "tvio" and not hasattr(sys.modules[module], "read_video"):  # removed in torchvision 0.26
             import torchvision

@@ -6,7 +6,11 @@
 # uses it there.
 #
 #   tools/host_deps.sh [--out .devcarry] [--work /var/tmp/sluice-host-deps] [--jobs N]
-#                      [--no-wheels] [--no-shared]
+#                      [--no-wheels] [--no-shared] [--torchcodec]
+#
+# The GPU video run (issue 23: bench/gpu_host.sh videogpu) carries a bundle of its own, which
+# fits the 64 MiB carry with the video peers and without the photos:
+#   tools/host_deps.sh --out .devcarry/video --no-shared --torchcodec
 #
 # Writes into OUT (default .devcarry, ignored through .git/info/exclude):
 #   root.tar.xz          root/usr/: one prefix, relocatable (.pc files say prefix=${pcfiledir}/../../..):
@@ -16,10 +20,20 @@
 #                        pkgconf (the pkg-config that CMake runs, where the host has none);
 #                        a minimal static FFmpeg (libavformat, libavcodec, libswscale,
 #                        libavutil; PIC; the decoders, demuxers and parsers of sluice's
-#                        video allow-list) built from Debian 12's ffmpeg source package;
+#                        video allow-list and their NVDEC hwaccels, which load libcuda.so.1
+#                        and libnvcuvid.so.1 at run time) built from Debian 12's ffmpeg source
+#                        package against Debian 12's nv-codec-headers (libffmpeg-nvenc-dev,
+#                        used here only);
 #                        xz-compressed (12 MB -> 3 MB: the carry limit), unpacked by gpu_host.sh
 #   wheels/              the video peers' wheels for CPython 3.12 manylinux x86_64:
-#                        PyAV, recompressed (zip LZMA: same files and RECORD, ~9 MB less)
+#                        PyAV, recompressed (zip LZMA: same files and RECORD, ~9 MB less);
+#                        with --torchcodec torchcodec (TORCHCODEC, default 0.16.0: PyPI's
+#                        wheel, built for CUDA 13 and torch >= 2.11), recompressed the same way
+#   ffmpeg-shared.tar.xz with --torchcodec: ffmpeg-shared/lib/, the same minimal FFmpeg as shared
+#                        libraries under a prefix of their own (never mixed with the static
+#                        one), plus the three libraries torchcodec links (libavfilter with the
+#                        filters it uses, libavdevice without devices, libswresample);
+#                        gpu_host.sh puts it on LD_LIBRARY_PATH of the torchcodec peers only
 #   shared/              a copy of ../shared's bench scripts (peer_torch.py, decode_ceiling.py)
 #                        and photos (PHOTOS= of gpu_host.sh); never committed
 #   MANIFEST             versions and sizes
@@ -28,7 +42,7 @@
 # have too) and a deb-src entry (written to /etc/apt/sources.list.d/sluice-deb-src.sources).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=.devcarry work=/var/tmp/sluice-host-deps jobs=$(nproc) wheels=1 shared=1
+out=.devcarry work=/var/tmp/sluice-host-deps jobs=$(nproc) wheels=1 shared=1 torchcodec=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2;;
@@ -36,7 +50,8 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift 2;;
     --no-wheels) wheels=0; shift;;
     --no-shared) shared=0; shift;;
-    *) sed -n 2,26p "$0"; exit 2;;
+    --torchcodec) torchcodec=1; shift;;
+    *) sed -n 2,41p "$0"; exit 2;;
   esac
 done
 mkdir -p "$out"
@@ -66,41 +81,76 @@ fi
 FF_DECODERS=h264,hevc,vp8,vp9,mpeg4,mpeg2video,mpeg1video,mjpeg,h263   # SL_VIDEO_DEFAULT_CODECS
 FF_DEMUXERS=mov,matroska,avi                                          # SL__VIDEO_FORMATS
 FF_PARSERS=h264,hevc,vp8,vp9,mpeg4video,mpegvideo,mjpeg,h263
-if [ ! -f "$root/usr/lib/x86_64-linux-gnu/libavcodec.a" ]; then
+FF_HWACCELS=h264_nvdec,hevc_nvdec,vp8_nvdec,vp9_nvdec,mpeg1_nvdec,mpeg2_nvdec,mpeg4_nvdec,mjpeg_nvdec
+FF_COMMON="--disable-everything --disable-autodetect --enable-pthreads --enable-pic
+  --disable-programs --disable-doc --disable-network --disable-debug --disable-iconv --disable-postproc
+  --enable-ffnvcodec --enable-cuda --enable-nvdec --enable-hwaccel=$FF_HWACCELS
+  --enable-decoder=$FF_DECODERS --enable-demuxer=$FF_DEMUXERS --enable-parser=$FF_PARSERS --enable-protocol=file"
+FF_STATIC="$FF_COMMON --enable-static --disable-shared --disable-avdevice --disable-avfilter --disable-swresample"
+# the shared build for torchcodec (--torchcodec): it links libavfilter (its frames go through a
+# filter graph: these filters), libavdevice and libswresample, and hands NVDEC Annex B through
+# the bitstream filters
+FF_SHARED="$FF_COMMON --enable-shared --disable-static --enable-avfilter --enable-avdevice --enable-swresample
+  --enable-filter=buffer,buffersink,format,scale,crop,null,copy,transpose,hwdownload,hwupload
+  --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe_split,extract_extradata,null"
+
+ff_source() { # Debian 12's ffmpeg source, unpacked once; prints its folder
   command -v nasm >/dev/null || { log "installing nasm"; apt-get install -y -q nasm >/dev/null; }
-  src=/etc/apt/sources.list.d/sluice-deb-src.sources
+  local src=/etc/apt/sources.list.d/sluice-deb-src.sources
   if ! apt-cache showsrc ffmpeg >/dev/null 2>&1; then
     log "adding Debian 12 source packages ($src)"
-    cat >"$src" <<'EOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb-src
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+    printf '%s\n' "Types: deb-src" "URIs: http://deb.debian.org/debian" "Suites: bookworm bookworm-updates" \
+      "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb-src" \
+      "URIs: http://deb.debian.org/debian-security" "Suites: bookworm-security" "Components: main" \
+      "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$src"
     apt-get update -q -o Dir::Etc::sourcelist="$src" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >/dev/null
   fi
   (cd "$work" && ls ffmpeg_*.orig.tar.xz >/dev/null 2>&1 || apt-get source --download-only -q ffmpeg >/dev/null)
+  local tarball ver
   tarball=$(ls "$work"/ffmpeg_*.orig.tar.xz | tail -1)
   ver=$(basename "$tarball" .orig.tar.xz | sed 's/^ffmpeg_//')
   [ -d "$work/ffmpeg-$ver" ] || tar -xf "$tarball" -C "$work"
-  log "building FFmpeg $ver (static, minimal) with $jobs jobs"
-  (cd "$work/ffmpeg-$ver" && { [ -f libavcodec/libavcodec.a ] || {
-    ./configure --prefix=/usr --libdir=/usr/lib/x86_64-linux-gnu \
-      --disable-everything --disable-autodetect --enable-pthreads --enable-static --disable-shared --enable-pic \
-      --disable-programs --disable-doc --disable-avdevice --disable-avfilter --disable-swresample \
-      --disable-postproc --disable-network --disable-debug --disable-iconv \
-      --enable-decoder=$FF_DECODERS --enable-demuxer=$FF_DEMUXERS --enable-parser=$FF_PARSERS \
-      --enable-protocol=file >"$work/ffmpeg-configure.log" &&
-    nice -n 10 make -j"$jobs" >"$work/ffmpeg-make.log" 2>&1; }; } &&
-    make install DESTDIR="$root" >>"$work/ffmpeg-make.log" 2>&1) || { log "FFmpeg build failed: see $work/ffmpeg-*.log"; exit 1; }
+  echo "$work/ffmpeg-$ver"
+}
+
+nvcodec_pc() { # Debian 12's nv-codec-headers (libffmpeg-nvenc-dev), for the build only; prints its .pc folder
+  local d=$work/nvcodec pc
+  if [ ! -f "$d/.done" ]; then
+    mkdir -p "$d" && (cd "$d" && apt-get download libffmpeg-nvenc-dev >/dev/null) && dpkg -x "$d"/libffmpeg-nvenc-dev_*.deb "$d" ||
+      { log "cannot fetch libffmpeg-nvenc-dev (nv-codec-headers)"; exit 1; }
+    pc=$(find "$d" -name ffnvcodec.pc | head -1)
+    [ -n "$pc" ] || { log "no ffnvcodec.pc in libffmpeg-nvenc-dev"; exit 1; }
+    sed -i "s|^prefix=.*|prefix=$d/usr|" "$pc"
+    touch "$d/.done"
+  fi
+  dirname "$(find "$d" -name ffnvcodec.pc | head -1)"
+}
+
+ff_build() { # DIR DESTDIR FLAGS...: FFmpeg configured out of tree in DIR (again when the flags change), installed in DESTDIR
+  local dir=$1 dest=$2 srcdir pcdir flags
+  shift 2
+  flags="--prefix=/usr --libdir=/usr/lib/x86_64-linux-gnu $*"
+  srcdir=$(ff_source) && pcdir=$(nvcodec_pc) || exit 1
+  if [ "$(cat "$dir/.flags" 2>/dev/null)" != "$flags" ]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    log "configuring $(basename "$srcdir") in $dir"
+    (cd "$dir" && PKG_CONFIG_PATH=$pcdir "$srcdir/configure" $flags >configure.log 2>&1) ||
+      { tail -5 "$dir/configure.log"; log "FFmpeg configure failed: $dir/configure.log"; exit 1; }
+    grep -q "h264_nvdec" "$dir/configure.log" || { log "no NVDEC in $dir's configuration (configure.log)"; exit 1; }
+    echo "$flags" >"$dir/.flags"
+  fi
+  log "building FFmpeg in $dir with $jobs jobs"
+  (cd "$dir" && nice -n 10 make -j"$jobs" >make.log 2>&1 && make install DESTDIR="$dest" >>make.log 2>&1) ||
+    { tail -20 "$dir/make.log"; log "FFmpeg build failed: $dir/make.log"; exit 1; }
+}
+
+if [ "$(cat "$root/.ffmpeg-flags" 2>/dev/null)" != "$(echo $FF_STATIC)" ]; then # (re)build: flags changed
+  rm -rf "$root"/usr/include/lib{avformat,avcodec,avutil,swscale}
+  rm -f "$root"/usr/lib/x86_64-linux-gnu/lib{avformat,avcodec,avutil,swscale}.a
+  rm -f "$root"/usr/lib/x86_64-linux-gnu/pkgconfig/lib{avformat,avcodec,avutil,swscale}.pc
+  ff_build "$work/ffmpeg-static" "$root" $FF_STATIC
   rm -rf "$root/usr/share/ffmpeg"
+  echo $FF_STATIC >"$root/.ffmpeg-flags"
 fi
 
 # Relocatable .pc files: every path from the file's own place (pkg-config and
@@ -116,15 +166,37 @@ if [ ! -f "$out/root.tar.xz" ] || [ -n "$(find "$root" -newer "$out/root.tar.xz"
   tar -cJf "$out/root.tar.xz.tmp" -C "$work" root && mv "$out/root.tar.xz.tmp" "$out/root.tar.xz"
 fi
 
+
 # ---- the peers' wheels ---------------------------------------------------------------
 if [ "$wheels" = 1 ] && ! ls "$out"/wheels/av-*.whl >/dev/null 2>&1; then
   log "downloading PyAV for CPython 3.12 manylinux x86_64"
   mkdir -p "$work/wheels" "$out/wheels"
   pip download -q --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$work/wheels" av
-  for w in "$work"/wheels/av-*.whl; do # same members, LZMA instead of deflate (pip reads both)
-    python3 tools/wheel_lzma.py "$w" "$out/wheels/$(basename "$w")"
-  done
+  for w in "$work"/wheels/av-*.whl; do python3 tools/wheel_lzma.py "$w" "$out/wheels/$(basename "$w")"; done
+fi
+
+# ---- torchcodec, and the shared FFmpeg it loads -----------------------------------------
+TORCHCODEC=${TORCHCODEC:-0.16.0}
+if [ "$torchcodec" = 1 ]; then
+  shared_root=$work/ffmpeg-shared-root
+  if [ ! -f "$out/ffmpeg-shared.tar.xz" ] || [ "$(cat "$shared_root/.flags" 2>/dev/null)" != "$(echo $FF_SHARED)" ]; then
+    rm -rf "$shared_root" "$work/pack"
+    ff_build "$work/ffmpeg-shared" "$shared_root" $FF_SHARED
+    mkdir -p "$work/pack/ffmpeg-shared/lib"
+    cp -a "$shared_root"/usr/lib/x86_64-linux-gnu/lib*.so* "$work/pack/ffmpeg-shared/lib/"
+    log "packing the shared FFmpeg into $out/ffmpeg-shared.tar.xz"
+    tar -cJf "$out/ffmpeg-shared.tar.xz.tmp" -C "$work/pack" ffmpeg-shared &&
+      mv "$out/ffmpeg-shared.tar.xz.tmp" "$out/ffmpeg-shared.tar.xz"
+    echo $FF_SHARED >"$shared_root/.flags"
+  fi
+  if ! ls "$out"/wheels/torchcodec-"$TORCHCODEC"-*.whl >/dev/null 2>&1; then
+    log "downloading torchcodec $TORCHCODEC for CPython 3.12 manylinux x86_64"
+    mkdir -p "$work/wheels" "$out/wheels"
+    pip download -q --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 \
+      -d "$work/wheels" "torchcodec==$TORCHCODEC"
+    for w in "$work"/wheels/torchcodec-"$TORCHCODEC"-*.whl; do python3 tools/wheel_lzma.py "$w" "$out/wheels/$(basename "$w")"; done
+  fi
 fi
 
 # ---- the shared material (photos for the ImageNet-like set) --------------------------
@@ -139,9 +211,10 @@ fi
   echo "sluice host bundle, made $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   for d in "$work"/debs/*.deb; do dpkg-deb -f "$d" Package Version | paste -sd' '; done
   ls "$work"/ffmpeg_*.orig.tar.xz 2>/dev/null | sed 's|.*/|ffmpeg source: |'
-  echo "ffmpeg decoders: $FF_DECODERS; demuxers: $FF_DEMUXERS; parsers: $FF_PARSERS"
+  echo "ffmpeg decoders: $FF_DECODERS; demuxers: $FF_DEMUXERS; parsers: $FF_PARSERS; hwaccels: $FF_HWACCELS"
+  ls "$work"/nvcodec/*.deb 2>/dev/null | sed 's|.*/|nv-codec-headers, for the build only: |'
   ls "$out"/wheels 2>/dev/null | sed 's/^/wheel: /'
-  du -sh "$root" "$out/root.tar.xz" "$out/wheels" "$out/shared" 2>/dev/null
+  du -sh "$root" "$out/root.tar.xz" "$out/ffmpeg-shared.tar.xz" "$out/wheels" "$out/shared" 2>/dev/null
 } >"$out/MANIFEST"
 cat "$out/MANIFEST"
-echo "carry: $(du -sh "$out" | cut -f1) in $out (downloads and the FFmpeg build tree stay in $work)"
+echo "carry: $(du -sh "$out" | cut -f1) in $out (downloads and the FFmpeg build trees stay in $work)"
