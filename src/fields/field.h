@@ -82,6 +82,12 @@ struct sl__field {
 typedef struct sl__defer {
     int (*offer)(struct sl__defer *d, const sl__field *f, const uint8_t *data, size_t len, const sl_image_info *info,
                  const sl__plan *plan);
+    /* The video kind's planned clip (probed, planned, its plan.mem
+     * reserved, q its quota): 1 when it was decoded into the field's
+     * device memory (the kind writes nothing), 0: decode here, or
+     * SL_ESTATE (cancelled). May be NULL. */
+    int (*clip)(struct sl__defer *d, const sl__field *f, const sl__sample_file *sf, const sl__video_info *info,
+                const sl__clip_plan *plan, sl__quota *q);
 } sl__defer;
 
 /* One sample being loaded by one worker: what a kind's load may use. */
@@ -100,7 +106,7 @@ typedef struct sl__load {
     uint64_t now;               /* the sample's time in the global order (sampler.h) */
     uint32_t key;               /* this field's first key (the worker sets it per field) */
     sl__fileio *io;             /* the loader's counters (may be NULL) */
-    sl__defer *defer;           /* NULL, or offered each planned image (image kind) */
+    sl__defer *defer;           /* NULL, or offered each planned image and clip (image, video kinds) */
 } sl__load;
 
 struct sl__kind {

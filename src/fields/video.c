@@ -15,6 +15,10 @@
  * Memory: the plan bounds what the decode takes from the stream's
  * parameters (frame pool, FFmpeg's own); that is reserved in the budget
  * before decoding, and every FFmpeg object is freed on every path.
+ *
+ * GPU decode (decode="gpu"|"auto"): the planned clip is first offered to
+ * the load's defer hook; the loader's GPU stage decodes it on NVDEC into
+ * the field's device memory, or hands it back to be decoded here.
  */
 #include <string.h>
 
@@ -105,7 +109,14 @@ static int video_load(sl__load *L, const sl__field *f, uint8_t *dst, int64_t *le
     sl__quota q;
     if ((rc = sl__decoder_quota(L->dec, sl__scratch_dec_room(L->scratch), &q, reason, rlen))) goto out;
     if (q.cap > plan.quota) q.cap = plan.quota; /* the rest of plan.mem is FFmpeg's own mallocs */
-    rc = sl__video_decode(&sf, &info, &plan, &q, L->cancel, dst, reason, rlen);
+    /* the loader's GPU stage may decode it into the field's device memory */
+    int taken = L->defer && L->defer->clip ? L->defer->clip(L->defer, f, &sf, &info, &plan, &q) : 0;
+    if (taken < 0) {
+        sl__msg(reason, rlen, "video decode cancelled");
+        rc = taken;
+    } else if (!taken) {
+        rc = sl__video_decode(&sf, &info, &plan, &q, L->cancel, dst, reason, rlen);
+    }
 out:
     sl__sample_close(&sf);
     return rc;

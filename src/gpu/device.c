@@ -3,7 +3,9 @@
  * one stream per copy lane, the batch slots' region. Every call makes the
  * engines' context (the device's primary context) current on the calling
  * thread first: worker threads never had it. Engine 0 holds the staging
- * pool; every engine reads staged samples from it (host memory).
+ * pool; every engine reads staged samples from it (host memory). For a
+ * video field the video engine (NVDEC sessions) stands in for the
+ * engines, on the same context.
  */
 #include "gpu/device.h"
 
@@ -15,12 +17,14 @@
 typedef struct cuda_dev {
     const sl__cuda_api *cu;
     sl__budget *host;
-    sl__gpu_engine *e;  /* engine 0: the context, the staging */
+    sl_CUcontext ctx;   /* the engines' (the device's primary context) */
+    sl__gpu_engine *e;  /* engine 0: the staging */
     sl__gpu_engine *engines[SL_GPU_MAX_ENGINES];
     uint32_t nengines;
     sl_CUstream *lanes; /* nlanes streams, counted in host */
     uint32_t nlanes;
     sl_CUdeviceptr region;
+    sl__gpu_video *v;   /* or video: the NVDEC sessions */
 } cuda_dev;
 
 static sl__gpu_dev_open_fn override_open;
@@ -33,6 +37,14 @@ int sl__gpu_dev_available(char *why, size_t len) {
         return 1;
     }
     return sl__gpu_available(why, len);
+}
+
+int sl__gpu_dev_video_available(char *why, size_t len) {
+    if (override_open) {
+        sl__msg(why, len, "%s", "");
+        return 1;
+    }
+    return sl__gpu_video_available(why, len);
 }
 
 static int dev_decode(void *ctx, uint32_t engine, uint32_t n, const uint8_t *const *data, const size_t *len,
@@ -58,7 +70,7 @@ static int dev_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, size
     cuda_dev *d = ctx;
     sl_CUresult r;
     if (d->region || !bytes) return SL_EINVAL;
-    if ((r = d->cu->cuCtxSetCurrent(d->e->ctx)) || (r = d->cu->cuMemAlloc(&d->region, bytes))) {
+    if ((r = d->cu->cuCtxSetCurrent(d->ctx)) || (r = d->cu->cuMemAlloc(&d->region, bytes))) {
         char b[16];
         d->region = 0;
         sl__msg(err, errlen, "device memory for the batch slots (%s): %s", sl__fmt_bytes(bytes, b, sizeof b),
@@ -77,7 +89,7 @@ static int lane_copy(cuda_dev *d, uint32_t lane, int kind, uint64_t dev_dst, voi
     if (lane >= d->nlanes) return SL_EINVAL;
     const sl__cuda_api *cu = d->cu;
     sl_CUstream s = d->lanes[lane];
-    sl_CUresult r = cu->cuCtxSetCurrent(d->e->ctx);
+    sl_CUresult r = cu->cuCtxSetCurrent(d->ctx);
     if (!r) r = kind == COPY_HTOD   ? cu->cuMemcpyHtoDAsync(dev_dst, host_src, n, s)
                 : kind == COPY_DTOD ? cu->cuMemcpyDtoDAsync(dev_dst, dev_src, n, s)
                                     : cu->cuMemcpyDtoHAsync(host_dst, dev_src, n, s);
@@ -119,11 +131,33 @@ static void dev_stats(void *ctx, sl__gpu_stats *out) {
     }
 }
 
+static int dev_clip(void *ctx, uint32_t lane, const sl__sample_file *f, const sl__video_info *info,
+                    const sl__clip_plan *plan, sl__quota *q, const _Atomic int *cancel, int wait, uint64_t dst,
+                    char *reason, size_t rlen) {
+    (void)lane; /* the clip runs on its session's stream */
+    return sl__gpu_video_clip(((cuda_dev *)ctx)->v, f, info, plan, q, cancel, wait, dst, reason, rlen);
+}
+
+/* The video engine's counters in the image engine's terms. */
+static void video_stats(void *ctx, sl__gpu_stats *out) {
+    sl__gpu_video_stats vs;
+    sl__gpu_video_stats_get(((cuda_dev *)ctx)->v, &vs);
+    memset(out, 0, sizeof *out);
+    out->device_pool_bytes = vs.pool_bytes;
+    out->device_used = vs.pool_used;
+    out->device_peak = vs.pool_peak;
+    out->samples_hw = vs.clips;
+    out->samples_cpu = vs.to_cpu;
+    snprintf(out->device_name, sizeof out->device_name, "%s", vs.device_name);
+    snprintf(out->backends, sizeof out->backends, "NVDEC x%u", vs.sessions);
+    snprintf(out->kernels, sizeof out->kernels, "%s", vs.kernels);
+}
+
 static void dev_close(void *ctx) {
     cuda_dev *d = ctx;
     if (!d) return;
     const sl__cuda_api *cu = d->cu;
-    if (d->e) cu->cuCtxSetCurrent(d->e->ctx);
+    if (d->ctx) cu->cuCtxSetCurrent(d->ctx);
     for (uint32_t i = 0; d->lanes && i < d->nlanes; i++) {
         if (!d->lanes[i]) continue;
         cu->cuStreamSynchronize(d->lanes[i]);
@@ -132,6 +166,7 @@ static void dev_close(void *ctx) {
     if (d->region) cu->cuMemFree(d->region);
     sl__free(d->host, d->lanes);
     for (uint32_t k = d->nengines; k-- > 0;) sl__gpu_engine_free(d->engines[k]); /* engine 0 last: the context */
+    sl__gpu_video_free(d->v);                                                     /* or the video engine's */
     sl__free(d->host, d);
 }
 
@@ -158,7 +193,8 @@ static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
 }
 
 int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err, size_t errlen) {
-    if (!cfg || !host || !out || cfg->lanes == 0 || cfg->engines < 1 || cfg->engines > SL_GPU_MAX_ENGINES)
+    if (!cfg || !host || !out || cfg->lanes == 0 ||
+        (!cfg->video && (cfg->engines < 1 || cfg->engines > SL_GPU_MAX_ENGINES)))
         return SL_EINVAL;
     memset(out, 0, sizeof *out);
     if (override_open) return override_open(cfg, host, out, err, errlen);
@@ -172,18 +208,28 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     d->cu = cu;
     d->host = host;
     int rc = 0;
-    for (uint32_t k = 0; k < cfg->engines && !rc; k++) { /* the pool shared equally; the staging on engine 0 */
+    if (cfg->video) {
+        sl__gpu_video_config vc = {cfg->device, cfg->pool_bytes, cfg->sessions, cfg->session_cap, 1};
+        rc = sl__gpu_video_new(&vc, host, &d->v, err, errlen);
+        if (!rc && cu->cuCtxGetCurrent(&d->ctx)) rc = SL_EIO; /* the engine left its context current */
+    }
+    for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) { /* the pool shared equally; the staging on engine 0 */
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
                              cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
-    d->e = d->engines[0];
+    if ((d->e = d->engines[0])) d->ctx = d->e->ctx;
     if (!rc) rc = open_lanes(d, cfg->lanes, err, errlen); /* the engines left their context current */
     if (rc) {
         dev_close(d);
         return rc;
     }
+    if (cfg->video) {
+        *out = (sl__gpu_dev){d,        SL_DEVICE_CUDA, cfg->device, 0,    NULL,        dev_region, dev_upload,
+                             dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip};
+        return 0;
+    }
     *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    d->nengines, dev_decode, dev_region, dev_upload,
-                         dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close};
+                         dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close, NULL};
     return 0;
 }

@@ -8,6 +8,11 @@
  * device a test installs (sl__gpu_dev_override), which lets CPU-only CI
  * run the scheduler with a real decoder behind it.
  *
+ * A device opened for a video field (cfg.video) has the GPU video engine
+ * (gpu/video.c: NVDEC sessions) in place of the nvJPEG engines: no decode
+ * and no staging (NULL, engines 0), and clip instead, which a worker calls
+ * for one clip at a time.
+ *
  * Ownership: the device owns its engines, its streams, the region and the
  * staging pool; close releases all of them (waiting for work in flight).
  * Host memory (the engines' pinned pools and tables, the stream table) is
@@ -22,6 +27,7 @@
 #define SL_GPU_DEVICE_H
 
 #include "gpu/engine.h"
+#include "gpu/video.h"
 
 #define SL_GPU_MAX_ENGINES 4
 
@@ -34,6 +40,9 @@ typedef struct sl__gpu_dev_config {
     uint32_t lanes;         /* threads that may copy at once, lanes 0 .. lanes-1 */
     uint32_t engines;       /* decode engines, 1..SL_GPU_MAX_ENGINES: each its own nvJPEG state and stream,
                                so one's host work overlaps another's GPU work */
+    int video;              /* the GPU video engine instead: pool_bytes its pool, and */
+    uint32_t sessions;      /* its NVDEC sessions */
+    uint64_t session_cap;   /* device bytes of each session's NVDEC surfaces */
 } sl__gpu_dev_config;
 
 typedef struct sl__gpu_dev {
@@ -65,6 +74,11 @@ typedef struct sl__gpu_dev {
     void (*stats)(void *ctx, sl__gpu_stats *out); /* the engines' summed (rates: the sum) */
     /* Release everything; the table is unusable afterwards. */
     void (*close)(void *ctx);
+    /* Video: decode a clip into dst, complete on the device on return
+     * (sl__gpu_video_clip's contract; lane: the calling worker's). */
+    int (*clip)(void *ctx, uint32_t lane, const sl__sample_file *f, const sl__video_info *info,
+                const sl__clip_plan *plan, sl__quota *q, const _Atomic int *cancel, int wait, uint64_t dst,
+                char *reason, size_t rlen);
 } sl__gpu_dev;
 
 typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err,
@@ -73,6 +87,9 @@ typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *ho
 /* Whether a device can be opened in this process and if not why: the
  * override's answer when one is installed (1), else sl__gpu_available. */
 int sl__gpu_dev_available(char *why, size_t len);
+/* The same for a video field: the override's answer, else
+ * sl__gpu_video_available (CUDA, FFmpeg with NVDEC, libnvcuvid). */
+int sl__gpu_dev_video_available(char *why, size_t len);
 
 /* Open cfg->device: the engine (pools counted in host), one stream per
  * lane. On success *out is filled. Fails as sl__gpu_engine_new (err says

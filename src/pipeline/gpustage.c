@@ -48,6 +48,18 @@
  * (sl__gstage_host_pending), so a budget that cannot is refused naming the
  * minimum, or with decode=auto/prefer-gpu the CPU path is sized instead,
  * still counting what the attempt left resident (docs/gpu.md, "Memory").
+ *
+ * A video field (issue 23). The device is the GPU video engine (NVDEC
+ * sessions, gpu/video.c) and there is no queue: the worker that planned a
+ * clip decodes it on a session itself (offer_clip), straight into the
+ * position's device memory, and the position completes as any CPU sample
+ * does. decode=gpu and prefer-gpu wait for a session, so every clip NVDEC
+ * takes goes to it whatever the timing (the bytes do not depend on the
+ * worker count); decode=auto gives the CPU the clips that find every
+ * session busy. A clip the GPU cannot take ("for the CPU: ...": codec,
+ * profile, rotation, a stream NVDEC refuses or fails on) is decoded by the
+ * worker on the CPU and uploaded, so a corrupt stream becomes the CPU
+ * path's record.
  */
 #define _GNU_SOURCE
 #include "pipeline/gpustage.h"
@@ -69,15 +81,21 @@
  * driver's per-thread state of the workers that copy, nvJPEG's host buffers growing with the
  * first large images after open. What plan counts, which opens nothing. */
 #define HOST_FLOOR ((uint64_t)16 << 20)
+/* Video: each NVDEC session's device memory, its surfaces (a 1080p H.264
+ * stream's decoder needs 50 to 90 MiB) and its share of the pool (a 1080p
+ * val clip's boxes and passes) */
+#define VIDEO_SESSION_CAP ((uint64_t)160 << 20)
+#define VIDEO_SESSION_POOL ((uint64_t)16 << 20)
 
 typedef unsigned long long ull;
 
 /* ---- choosing the engine -------------------------------------------------- */
 
-/* The first image field the engine decodes: NULL with *fi set, else why
- * none is. */
-static const char *gpu_field(const sl__conf *c, uint32_t *fi) {
-    const char *why = "the schema has no image field";
+/* The first image field the engine decodes, else the first video field
+ * (*video set): NULL with *fi set, else why none is. */
+static const char *gpu_field(const sl__conf *c, uint32_t *fi, int *video) {
+    const char *why = "the schema has no image or video field";
+    *video = 0;
     for (uint32_t i = 0; i < c->schema.nfields; i++) {
         const sl__field *f = &c->schema.fields[i];
         if (f->kind->id != SL_KIND_IMAGE) continue;
@@ -89,6 +107,12 @@ static const char *gpu_field(const sl__conf *c, uint32_t *fi) {
             *fi = i;
             return NULL;
         }
+    }
+    for (uint32_t i = 0; i < c->schema.nfields; i++) {
+        if (c->schema.fields[i].kind->id != SL_KIND_VIDEO) continue;
+        *fi = i;
+        *video = 1;
+        return NULL;
     }
     return why;
 }
@@ -139,6 +163,20 @@ static int size_stage(sl__gstage *g, uint64_t *budget, char *why, size_t wlen) {
                 sl__fmt_bytes(g->slot_bytes, b2, sizeof b2), sl__fmt_bytes(sl__gpu_min_device(g->max_batch), b3,
                 sizeof b3), sl__fmt_bytes(need, b4, sizeof b4));
         return SL_EBUDGET;
+    }
+    if (g->video) { /* sessions: what the budget holds beside the slots, one a worker at most */
+        uint64_t per = VIDEO_SESSION_CAP + VIDEO_SESSION_POOL, room = *budget - need;
+        g->sessions = (uint32_t)SL_MIN((uint64_t)conf->nworkers, room / per);
+        if (g->sessions == 0) {
+            sl__msg(why, wlen, "gpu_budget %s cannot hold %u device batch slots of %s and one NVDEC session of %s: raise "
+                    "it to at least %s", sl__fmt_bytes(*budget, b1, sizeof b1), g->slots_max,
+                    sl__fmt_bytes(g->slot_bytes, b2, sizeof b2), sl__fmt_bytes(per, b3, sizeof b3),
+                    sl__fmt_bytes(need + per, b4, sizeof b4));
+            return SL_EBUDGET;
+        }
+        g->pool_bytes = (uint64_t)g->sessions * VIDEO_SESSION_POOL + sl__gpu_video_min_pool(g->sessions);
+        g->engines = 1; /* the device config's; the device opens NVDEC sessions, no decode engine */
+        return 0;
     }
     g->engines = c->gpu_engines ? c->gpu_engines : 1;
     if (g->engines > SL_GPU_MAX_ENGINES) {
@@ -208,6 +246,11 @@ static void free_tables(sl__gstage *g) {
 /* plan_only: count the pinned pool the device would take, open nothing;
  * the engine's host memory is the floor (nothing measured). */
 static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
+    if (g->video) { /* no staging */
+        g->host_pending = HOST_FLOOR;
+        g->mode = SL_DECODE_GPU;
+        return 0;
+    }
     uint64_t n = sl__map_cost(sl__gpu_min_pinned(g->max_batch) + g->staging_cap) + /* engine 0's, the others' */
                  (uint64_t)(g->engines - 1) * sl__map_cost(sl__gpu_min_pinned(g->max_batch));
     if (sl__budget_try(g->conf->budget, n, SL_MEM_PINNED)) {
@@ -235,15 +278,16 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     const sl_config *c = &conf->cfg;
     char why[300] = "";
     if (open_sync(g)) return fall_back(g, SL_ESYS, "could not make the GPU stage's locks", err, errlen);
-    sl__gpu_dev_config dc = {c->gpu_device,      g->pool_bytes,     g->staging_cap, g->max_batch,
-                             c->gpu_max_pixels, conf->nworkers + 1, g->engines};
+    sl__gpu_dev_config dc = {c->gpu_device,      g->pool_bytes,      g->staging_cap, g->max_batch,
+                             c->gpu_max_pixels, conf->nworkers + 1, g->engines,     g->video,
+                             g->sessions,       VIDEO_SESSION_CAP};
     int rc = sl__gpu_dev_open(&dc, conf->budget, &g->dev, why, sizeof why);
     if (rc) {
         memset(&g->dev, 0, sizeof g->dev);
         return fall_back(g, rc, why, err, errlen);
     }
-    g->engines = SL_MIN(g->engines, g->dev.engines); /* one GPU thread per engine the device opened */
-    if ((rc = open_tables(g))) {
+    g->engines = SL_MIN(g->engines, g->dev.engines); /* one GPU thread per engine the device opened (video: none) */
+    if (!g->video && (rc = open_tables(g))) {
         free_tables(g);
         g->dev.close(g->dev.ctx);
         memset(&g->dev, 0, sizeof g->dev);
@@ -255,10 +299,16 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
     char b1[16], b2[16];
-    sl__msg(g->reason, sizeof g->reason, "decode=%s: %u GPU engine%s on %s (%s of device memory, %s of host memory "
-            "their libraries hold), beside %u CPU workers", mode_name(c->decode), g->engines, g->engines > 1 ? "s" : "",
-            st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
-            sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
+    if (g->video)
+        sl__msg(g->reason, sizeof g->reason, "decode=%s: %u NVDEC sessions on %s (%s of device memory, %s of host "
+                "memory their libraries hold), for %u workers", mode_name(c->decode), g->sessions,
+                st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
+                sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
+    else
+        sl__msg(g->reason, sizeof g->reason, "decode=%s: %u GPU engine%s on %s (%s of device memory, %s of host "
+                "memory their libraries hold), beside %u CPU workers", mode_name(c->decode), g->engines,
+                g->engines > 1 ? "s" : "", st.device_name[0] ? st.device_name : "the device",
+                sl__fmt_bytes(budget, b1, sizeof b1), sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
     g->on = 1;
     g->mode = SL_DECODE_GPU;
     return 0;
@@ -276,14 +326,15 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
         return 0;
     }
     char why[300];
-    const char *none = gpu_field(conf, &g->field);
+    const char *none = gpu_field(conf, &g->field, &g->video);
     if (none) {
-        sl__msg(why, sizeof why, "no image field the GPU engine decodes (%s)", none);
+        sl__msg(why, sizeof why, "no image or video field the GPU decodes (%s)", none);
         return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     }
     g->rss0 = plan_only ? 0 : sl__gpu_rss_now(); /* before the driver is loaded: it is part of the growth */
     g->used0 = atomic_load(&conf->budget->used);
-    if (!sl__gpu_dev_available(why, sizeof why)) return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
+    if (!(g->video ? sl__gpu_dev_video_available(why, sizeof why) : sl__gpu_dev_available(why, sizeof why)))
+        return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     uint64_t budget;
     int rc = size_stage(g, &budget, why, sizeof why);
     if (rc) return fall_back(g, rc, why, err, errlen);
@@ -441,6 +492,35 @@ static int offer(sl__defer *d, const sl__field *f, const uint8_t *data, size_t l
     return 1;
 }
 
+static uint64_t dev_addr(const sl__gstage *g, uint32_t slot_id, uint32_t j) {
+    return g->region + (uint64_t)slot_id * g->slot_bytes + (uint64_t)j * g->sample_bytes;
+}
+
+/* A video field's clip, planned by the worker: decoded on an NVDEC
+ * session into its position's device memory (1), or back to the worker
+ * (0) with the engine's reason left in the stage's counters. */
+static int offer_clip(sl__defer *d, const sl__field *f, const sl__sample_file *sf, const sl__video_info *info,
+                      const sl__clip_plan *plan, sl__quota *q) {
+    sl__ghand *h = hand_of(d);
+    sl__gstage *g = h->g;
+    if (!g->video || h->cpu_only || f != &g->conf->schema.fields[g->field] || atomic_load(&g->failed)) return 0;
+    char why[200] = "";
+    int rc = g->dev.clip(g->dev.ctx, h->lane, sf, info, plan, q, g->cancel, g->gpu_only, dev_addr(g, h->slot_id, h->pos),
+                         why, sizeof why);
+    if (rc == 0) {
+        h->done = 1;
+        return 1;
+    }
+    if (rc == SL_ESTATE) return SL_ESTATE;
+    if (rc == SL_EIO && !atomic_exchange(&g->failed, 1)) { /* the CPU decodes from here */
+        pthread_mutex_lock(&g->smu);
+        sl__msg(g->reason, sizeof g->reason, "the GPU video engine stopped (the CPU decodes from here): %s", why);
+        pthread_mutex_unlock(&g->smu);
+    }
+    atomic_fetch_add(&g->handed_back, 1);
+    return 0;
+}
+
 /* The hand's taken sample does not go to the GPU after all. */
 static void untake(sl__ghand *h) {
     sl__gstage *g = h->g;
@@ -459,7 +539,9 @@ void sl__gstage_begin(sl__ghand *h, sl_batch *s, uint32_t slot_id, uint32_t j, u
                       int cpu_only) {
     if (!h->g->on) return;
     if (h->taken) untake(h); /* an earlier attempt at this sample (transient failure, retried) */
+    h->done = 0;
     h->defer.offer = offer;
+    h->defer.clip = offer_clip;
     h->slot = s;
     h->slot_id = slot_id;
     h->pos = j;
@@ -468,16 +550,17 @@ void sl__gstage_begin(sl__ghand *h, sl_batch *s, uint32_t slot_id, uint32_t j, u
     h->cpu_only = cpu_only;
 }
 
-static uint64_t dev_addr(const sl__gstage *g, uint32_t slot_id, uint32_t j) {
-    return g->region + (uint64_t)slot_id * g->slot_bytes + (uint64_t)j * g->sample_bytes;
-}
-
 int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *reason) {
     sl__gstage *g = h->g;
     if (!g->on) return 0;
     if (h->taken) {
         if (*rc == 0) return 1;
         untake(h);
+        return 0;
+    }
+    if (h->done) { /* the clip is on the device already */
+        h->done = 0;
+        if (*rc == 0) atomic_fetch_add(&g->gpu_samples, 1);
         return 0;
     }
     if (*rc) return 0;
@@ -635,12 +718,14 @@ void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const ch
     atomic_fetch_sub(&g->queued, n);
     if (rc && !atomic_load(&g->failed)) {
         atomic_store(&g->failed, 1);
+        pthread_mutex_lock(&g->smu);
         sl__msg(g->reason, sizeof g->reason, "the GPU engine stopped (the CPU decodes from here): %s", why);
+        pthread_mutex_unlock(&g->smu);
     }
 }
 
 int sl__gstage_start(sl__gstage *g, void *(*main)(void *), void *arg, char *err, size_t errlen) {
-    if (!g->on) return 0;
+    if (!g->on || g->video) return 0; /* video: the workers call the sessions themselves */
     sigset_t all, old; /* as the workers: signals go to the caller's threads */
     sigfillset(&all);
     static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
@@ -694,9 +779,11 @@ void sl__gstage_close(sl__gstage *g, int in_child) {
     g->on = 0;
 }
 
-void sl__gstage_mode(const sl__gstage *g, sl_stats *o) {
+void sl__gstage_mode(sl__gstage *g, sl_stats *o) {
     o->decode = g->mode;
+    if (g->sync_init) pthread_mutex_lock(&g->smu); /* a stopped engine writes the reason */
     snprintf(o->decode_reason, sizeof o->decode_reason, "%s", g->reason);
+    if (g->sync_init) pthread_mutex_unlock(&g->smu);
 }
 
 void sl__gstage_stats(sl__gstage *g, sl_stats *o) {

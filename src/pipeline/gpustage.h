@@ -17,11 +17,17 @@
  *
  * Ownership. gpustage.c writes every field of sl__gstage and sl__ghand.
  * What create sets (mode ... qcap, the tables) is fixed once the threads
- * run. The queue and the handbacks (q, back, qhead, qlen, bhead, blen) and
- * reason after create are under the engine's lock; staged and staged_peak
- * under smu (taken alone or after the engine's lock); the counters are
+ * run. The queue and the handbacks (q, back, qhead, qlen, bhead, blen) are
+ * under the engine's lock; staged, staged_peak and reason after create
+ * under smu (taken alone or after the engine's lock: a GPU thread and a
+ * video worker write the reason of a stopped engine); the counters are
  * atomics; a call (sl__gcall) belongs to its GPU thread. A worker's hand is
- * written by that worker's calls (and by offer(), called inside them).
+ * written by that worker's calls (and by offer() and offer_clip(), called
+ * inside them).
+ *
+ * A video field (video set): no queue, no staging and no GPU thread; the
+ * worker that planned a clip decodes it on one of the device's NVDEC
+ * sessions (dev.clip) into its position's device memory.
  */
 #ifndef SL_PIPELINE_GPUSTAGE_H
 #define SL_PIPELINE_GPUSTAGE_H
@@ -75,11 +81,14 @@ typedef struct sl__gstage {
     int gpu_only;            /* decode=gpu or prefer-gpu: every sample the GPU can take goes to it */
     char reason[160];        /* why this mode */
     int on;                  /* dev is open (mode == SL_DECODE_GPU) */
+    int video;               /* the field is a video field: clips decoded by the workers on the
+                                device's NVDEC sessions (dev.clip), no queue, no GPU thread */
     sl__gpu_dev dev;
     uint32_t field, out;     /* the schema field it decodes, and its output */
     uint64_t sample_bytes, slot_bytes; /* one sample's output; one slot's batch (B x sample) */
     uint64_t region, region_bytes;     /* device memory of the slots (0 until sl__gstage_slots) */
     uint64_t pool_bytes;     /* the engine's device pool */
+    uint32_t sessions;       /* video: NVDEC sessions */
     uint32_t max_batch, slots_max;
     uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
     /* the host memory the engine's libraries took (SL_MEM_GPU_HOST): measured at open as the
@@ -117,6 +126,7 @@ typedef struct sl__ghand {
     uint64_t sample, epoch;
     int cpu_only;            /* a handed-back sample: decode here */
     int taken;               /* the GPU took it: item holds its staging */
+    int done;                /* a video field: the GPU decoded the clip into the device slot */
     sl__gitem item;
 } sl__ghand;
 
@@ -208,7 +218,7 @@ void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const ch
                        void (*done)(void *ctx, sl_batch *s), void *ctx);
 
 /* The stats: mode and reason (under the engine's lock), then the rest. */
-void sl__gstage_mode(const sl__gstage *g, sl_stats *o);
+void sl__gstage_mode(sl__gstage *g, sl_stats *o);
 void sl__gstage_stats(sl__gstage *g, sl_stats *o);
 
 #endif

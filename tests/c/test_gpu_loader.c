@@ -257,7 +257,7 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     the_host = h;
     *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,           cfg->engines,     host_decode,
                          host_region, host_upload,   host_move,   host_download,    host_stage_alloc,
-                         host_stage_free, host_stats, host_close};
+                         host_stage_free, host_stats, host_close, NULL};
     return 0;
 }
 
