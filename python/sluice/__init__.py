@@ -389,7 +389,9 @@ class Loader:
       decode       "cpu" (the CPU workers); "gpu": every JPEG the GPU engine (nvJPEG)
                    can take decoded by it, beside the workers, the image field
                    delivered in device memory (field.device "cuda:N": take it with
-                   DLPack, torch.from_dlpack; it is not a host buffer); which engine
+                   DLPack, torch.from_dlpack; it is not a host buffer); a schema with
+                   a video field and no image field: its clips decoded by NVDEC into
+                   device memory (docs/video.md); which engine
                    decodes a sample is a rule of the sample, so the bytes repeat for
                    any worker count and timing; raises where it cannot run.
                    "prefer-gpu": "gpu" where it can run and the budget holds it, else
