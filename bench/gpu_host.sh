@@ -333,7 +333,8 @@ videogpu)
   sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peers (never for sluice)
   if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
   T=${RUN_TIMEOUT:-100}
-  (cd build && timeout 120 ctest -R 'test_video_gpu' --output-on-failure) 2>&1 | tail -25 | tee "$OUT/videogpu_ctest.txt" >&2
+  (cd build && timeout 120 ctest -R 'test_video_gpu|test_gpu_video_loader' --output-on-failure) 2>&1 | tail -25 |
+    tee "$OUT/videogpu_ctest.txt" >&2
   SLUICE_BUILD=$PWD/build timeout 240 $PY -m pytest -q -p no:cacheprovider -rs tests/python/test_video_gpu.py 2>&1 |
     tail -40 | tee "$OUT/videogpu_pytest.txt" >&2
   for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do
@@ -360,12 +361,18 @@ videogpu)
         fi
         ld=
         case $peer in torchcodec*) ld=$(cd "$sl_ff/lib" 2>/dev/null && pwd);; esac
+        log "videogpu $size r$rep: $peer"
         LD_LIBRARY_PATH=${ld:+$ld:}${LD_LIBRARY_PATH:-} timeout "$T" $PY bench/video_peers.py "$d" --peers "$peer" \
           --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" --warmup "${VIDEOGPU_WARMUP:-8}" \
           --batches "${VIDEOGPU_BATCHES:-16}" --epochs 1 --budget "${VIDEOGPU_BUDGET:-4G}" \
-          --gpu-budget "${VIDEOGPU_GPU_BUDGET:-3G}" --table-dir "$WORK" 2> >(quiet) | keep "videogpu_${size}_r$rep"
-        [ "${PIPESTATUS[0]}" = 124 ] && echo "{\"loader\": \"$peer\", \"skipped\": \"timeout $T s\"}" |
-          keep "videogpu_${size}_r$rep"
+          --gpu-budget "${VIDEOGPU_GPU_BUDGET:-3G}" --table-dir "$WORK" >"$OUT/peer.out" 2> >(quiet)
+        rc=$?
+        if grep -q "^{" "$OUT/peer.out"; then keep "videogpu_${size}_r$rep" <"$OUT/peer.out"
+        else # no result line: say how it ended, with its last words
+          echo "{\"loader\": \"$peer\", \"skipped\": \"no result (exit $rc$([ $rc = 124 ] && echo ": timeout $T s"))\"}" |
+            keep "videogpu_${size}_r$rep"
+          tail -5 "$OUT/peer.out" >&2
+        fi
       done
     done
   done

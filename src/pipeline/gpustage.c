@@ -299,11 +299,10 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     sl__gpu_stats st;
     g->dev.stats(g->dev.ctx, &st);
     char b1[16], b2[16];
-    if (g->video)
+    if (g->video) /* short: the clips handed to the CPU and why are said after it (sl__gstage_mode) */
         sl__msg(g->reason, sizeof g->reason, "decode=%s: %u NVDEC sessions on %s (%s of device memory, %s of host "
-                "memory their libraries hold), for %u workers", mode_name(c->decode), g->sessions,
-                st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
-                sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
+                "memory)", mode_name(c->decode), g->sessions, st.device_name[0] ? st.device_name : "the device",
+                sl__fmt_bytes(budget, b1, sizeof b1), sl__fmt_bytes(g->host_pending, b2, sizeof b2));
     else
         sl__msg(g->reason, sizeof g->reason, "decode=%s: %u GPU engine%s on %s (%s of device memory, %s of host "
                 "memory their libraries hold), beside %u CPU workers", mode_name(c->decode), g->engines,
@@ -512,11 +511,11 @@ static int offer_clip(sl__defer *d, const sl__field *f, const sl__sample_file *s
         return 1;
     }
     if (rc == SL_ESTATE) return SL_ESTATE;
-    if (rc == SL_EIO && !atomic_exchange(&g->failed, 1)) { /* the CPU decodes from here */
-        pthread_mutex_lock(&g->smu);
+    pthread_mutex_lock(&g->smu);
+    if (rc == SL_EIO && !atomic_exchange(&g->failed, 1)) /* the CPU decodes from here */
         sl__msg(g->reason, sizeof g->reason, "the GPU video engine stopped (the CPU decodes from here): %s", why);
-        pthread_mutex_unlock(&g->smu);
-    }
+    sl__msg(g->back_reason, sizeof g->back_reason, "%s", strncmp(why, "for the CPU: ", 13) ? why : why + 13);
+    pthread_mutex_unlock(&g->smu);
     atomic_fetch_add(&g->handed_back, 1);
     return 0;
 }
@@ -783,6 +782,11 @@ void sl__gstage_mode(sl__gstage *g, sl_stats *o) {
     o->decode = g->mode;
     if (g->sync_init) pthread_mutex_lock(&g->smu); /* a stopped engine writes the reason */
     snprintf(o->decode_reason, sizeof o->decode_reason, "%s", g->reason);
+    if (g->video && g->back_reason[0]) { /* what the CPU took, and why, as far as it fits */
+        size_t at = strlen(o->decode_reason);
+        snprintf(o->decode_reason + at, sizeof o->decode_reason - at, "; %llu clips for the CPU, the last: %s",
+                 (unsigned long long)atomic_load(&g->handed_back), g->back_reason);
+    }
     if (g->sync_init) pthread_mutex_unlock(&g->smu);
 }
 

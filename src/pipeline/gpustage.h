@@ -89,6 +89,7 @@ typedef struct sl__gstage {
     uint64_t region, region_bytes;     /* device memory of the slots (0 until sl__gstage_slots) */
     uint64_t pool_bytes;     /* the engine's device pool */
     uint32_t sessions;       /* video: NVDEC sessions */
+    char back_reason[120];   /* video: why the last clip handed to the CPU went there (smu) */
     uint32_t max_batch, slots_max;
     uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
     /* the host memory the engine's libraries took (SL_MEM_GPU_HOST): measured at open as the

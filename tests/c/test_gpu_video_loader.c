@@ -280,9 +280,11 @@ TEST(gpu_video_loader_hands_back_what_the_gpu_refuses) {
     }
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.decode, SL_DECODE_GPU);
-    CHECK_EQ(st.gpu_samples, N - N / 3);
-    CHECK_EQ(st.gpu_handed_back, N / 3);
+    /* the epoch's counts at least (workers may have started the next one) */
+    CHECK(st.gpu_samples >= N - N / 3);
+    CHECK(st.gpu_handed_back >= N / 3);
     CHECK_STR_CONTAINS(st.decode_reason, "NVDEC sessions");
+    CHECK_STR_CONTAINS(st.decode_reason, " clips for the CPU, the last: the host device refuses");
     sl_loader_destroy(ld);
     (void)gpu;
 }
