@@ -228,6 +228,30 @@ const sl__cuda_api *sl__cuda_nvrtc(char *why, size_t len) {
     return nvrtc_ok;
 }
 
+int sl__cu_primary(const sl__cuda_api *a, int device, sl_CUdevice *dev, sl_CUcontext *ctx, char *name, size_t nlen,
+                   char *err, size_t errlen) {
+    int n = 0;
+    *ctx = NULL;
+    a->cuDeviceGetCount(&n);
+    if (device < 0 || device >= n) {
+        sl__msg(err, errlen, "no CUDA device %d (this machine has %d)", device, n);
+        return SL_EUNSUPPORTED;
+    }
+    const char *what = "cuDeviceGet";
+    sl_CUresult r = a->cuDeviceGet(dev, device);
+    if (!r && (what = "retaining the device's context", r = a->cuDevicePrimaryCtxRetain(ctx, *dev))) *ctx = NULL;
+    if (!r && (what = "cuCtxSetCurrent", r = a->cuCtxSetCurrent(*ctx))) {
+        a->cuDevicePrimaryCtxRelease(*dev);
+        *ctx = NULL;
+    }
+    if (r) {
+        sl__msg(err, errlen, "%s: %s", what, sl__cu_errname(a, r));
+        return SL_EIO;
+    }
+    if (name && nlen) a->cuDeviceGetName(name, (int)nlen, *dev);
+    return 0;
+}
+
 const char *sl__cu_errname(const sl__cuda_api *a, sl_CUresult r) {
     const char *s = NULL;
     if (a && a->cuGetErrorString && a->cuGetErrorString(r, &s) == 0 && s) return s;

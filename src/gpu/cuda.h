@@ -194,6 +194,14 @@ const sl__cuda_api *sl__cuda_api_get(char *why, size_t len);
  * loaded. Thread-safe. */
 const sl__cuda_api *sl__cuda_nvrtc(char *why, size_t len);
 
+/* Device ordinal `device`'s primary context (the one PyTorch uses),
+ * retained and made current on the calling thread; its name into name
+ * (nlen bytes). 0, or SL_EUNSUPPORTED (no such device) / SL_EIO with err;
+ * on failure *ctx is NULL and nothing is retained. The caller releases it
+ * with cuDevicePrimaryCtxRelease(*dev). */
+int sl__cu_primary(const sl__cuda_api *api, int device, sl_CUdevice *dev, sl_CUcontext *ctx, char *name, size_t nlen,
+                   char *err, size_t errlen);
+
 /* The driver's description of a result, e.g. "out of memory" (never NULL). */
 const char *sl__cu_errname(const sl__cuda_api *api, sl_CUresult r);
 /* Name of an nvJPEG status (never NULL). */

@@ -98,20 +98,10 @@ static int nvj_fail(sl_nvjStatus s, const char *what, char *err, size_t errlen) 
 
 static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
-    int n = 0;
-    cu->cuDeviceGetCount(&n);
-    if (e->cfg.device < 0 || e->cfg.device >= n) {
-        sl__msg(err, errlen, "no CUDA device %d (this machine has %d)", e->cfg.device, n);
-        return SL_EUNSUPPORTED;
-    }
+    int rc = sl__cu_primary(cu, e->cfg.device, &e->dev, &e->ctx, e->st.device_name, sizeof e->st.device_name, err,
+                            errlen);
+    if (rc) return rc;
     sl_CUresult r;
-    if ((r = cu->cuDeviceGet(&e->dev, e->cfg.device))) return cu_fail(e, r, SL_EIO, "cuDeviceGet", err, errlen);
-    if ((r = cu->cuDevicePrimaryCtxRetain(&e->ctx, e->dev))) {
-        e->ctx = NULL;
-        return cu_fail(e, r, SL_EIO, "retaining the device's context", err, errlen);
-    }
-    if ((r = cu->cuCtxSetCurrent(e->ctx))) return cu_fail(e, r, SL_EIO, "cuCtxSetCurrent", err, errlen);
-    cu->cuDeviceGetName(e->st.device_name, sizeof e->st.device_name, e->dev);
     int least = 0, greatest = 0; /* least: 0, the default streams' too; greatest: e.g. -5 */
     if (!(e->cfg.flags & SL_GPU_LOW_PRIORITY) || cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
     if ((r = cu->cuStreamCreateWithPriority(&e->stream, SL_CU_STREAM_NON_BLOCKING, least))) {

@@ -149,22 +149,11 @@ static int cu_fail(sl__gpu_video *v, sl_CUresult r, int code, const char *what, 
 
 static int open_context(sl__gpu_video *v, char *err, size_t errlen) {
     const sl__cuda_api *cu = v->cu;
-    int n = 0;
-    cu->cuDeviceGetCount(&n);
-    if (v->cfg.device < 0 || v->cfg.device >= n) {
-        sl__msg(err, errlen, "no CUDA device %d (this machine has %d)", v->cfg.device, n);
-        return SL_EUNSUPPORTED;
-    }
     sl_CUresult r;
-    if ((r = cu->cuDeviceGet(&v->dev, v->cfg.device))) return cu_fail(v, r, SL_EIO, "cuDeviceGet", err, errlen);
-    if ((r = cu->cuDevicePrimaryCtxRetain(&v->ctx, v->dev))) {
-        v->ctx = NULL;
-        return cu_fail(v, r, SL_EIO, "retaining the device's context", err, errlen);
-    }
-    if ((r = cu->cuCtxSetCurrent(v->ctx))) return cu_fail(v, r, SL_EIO, "cuCtxSetCurrent", err, errlen);
-    cu->cuDeviceGetName(v->st.device_name, sizeof v->st.device_name, v->dev);
+    int rc = sl__cu_primary(cu, v->cfg.device, &v->dev, &v->ctx, v->st.device_name, sizeof v->st.device_name, err,
+                            errlen);
     char kw[192] = "", yw[192] = "";
-    int rc = sl__gpu_kernels_load(cu, v->dev, v->host, &v->k, kw, sizeof kw, err, errlen);
+    if (!rc) rc = sl__gpu_kernels_load(cu, v->dev, v->host, &v->k, kw, sizeof kw, err, errlen);
     if (!rc) rc = sl__gpu_module_load(cu, v->dev, v->host, yuv_src, "nv12", &v->ymod, yw, sizeof yw, err, errlen);
     snprintf(v->st.kernels, sizeof v->st.kernels, "resize: %.85s; nv12: %.85s", kw, yw);
     if (!rc && ((r = cu->cuModuleGetFunction(&v->pack, v->ymod, "sl_nv12_pack")) ||

@@ -22,6 +22,7 @@
 #include "gpu/cuda.h"
 #include "gpu/device.h"
 #include "gpu/split.h"
+#include "host_device.h"
 #include "ops/ops.h"
 #include "ops/resize.h"
 
@@ -182,24 +183,6 @@ static int host_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, siz
     return 0;
 }
 
-static int host_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
-    (void)ctx, (void)lane;
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return 0;
-}
-
-static int host_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
-    (void)ctx, (void)lane;
-    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-    return 0;
-}
-
-static int host_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_t n) {
-    (void)ctx, (void)lane;
-    memcpy(dst, (const void *)(uintptr_t)src, n);
-    return 0;
-}
-
 static void *host_stage_alloc(void *ctx, size_t n) {
     void *p = malloc(n);
     if (p) count(ctx, 1);
@@ -255,8 +238,8 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         memset(h->ballast, 1, h->o.ballast);
     }
     the_host = h;
-    *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,           cfg->engines,     host_decode,
-                         host_region, host_upload,   host_move,   host_download,    host_stage_alloc,
+    *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,         cfg->engines,    host_decode,
+                         host_region, hd_upload,     hd_move,   hd_download,     host_stage_alloc,
                          host_stage_free, host_stats, host_close, NULL};
     return 0;
 }
