@@ -214,7 +214,12 @@ int sl__lcache_load(sl__lcache *lc, sl__load *L, uint32_t i, uint8_t *dst, int64
     int hit = sl__cache_get(lc->cache, L->key, L->now, dst, (size_t)f->sample_bytes, &got);
     atomic_fetch_add_explicit(hit == 1 ? &lc->io.hits : &lc->io.misses, 1, memory_order_relaxed);
     if (hit == 1 && got == f->sample_bytes) return 0;
+    /* the cache keeps dst's host bytes: never left to the GPU stage, whose
+     * device decode writes none (gpustage.c uploads the CPU's) */
+    sl__defer *defer = L->defer;
+    L->defer = NULL;
     int rc = f->kind->load(L, f, dst, len, reason, SL_REASON_MAX);
+    L->defer = defer;
     if (rc == 0) sl__cache_insert(lc->cache, L->key, L->now, dst, (size_t)f->sample_bytes);
     return rc;
 }

@@ -308,3 +308,46 @@ TEST(gpu_video_loader_without_a_gpu_says_why) {
     CHECK_STR_CONTAINS(st.decode_reason, "decode=auto, the CPU: ");
     sl_loader_destroy(ld);
 }
+
+TEST(gpu_video_loader_decoded_cache_keeps_host_bytes) {
+    /* cache_what=decoded keeps a val clip's output from the slot's host
+     * bytes: such clips are decoded on the CPU (and uploaded), every epoch
+     * the same bytes as without the GPU, hits included */
+    if (!vx_ready()) return;
+    use_device();
+    const char *table = make_table(0);
+    static epoch_out cpu, gpu1, gpu2;
+    sl_config c = config(table, SL_DECODE_CPU, 2);
+    c.fields = "{\"clip\": {\"kind\": \"video\", \"frames\": 4, \"stride\": 2, \"size\": 32, \"preset\": \"val\"}, "
+               "\"label\": {\"kind\": \"label\"}}";
+    run_epoch(&c, &cpu);
+    c.decode = SL_DECODE_GPU;
+    c.cache = 64ull << 20;
+    c.cache_what = SL_CACHE_DECODED;
+    sl_loader *ld;
+    char err[300] = "";
+    int rc = sl_loader_create(&c, &ld, err, sizeof err);
+    if (rc) SL_FAIL("create: %s", err);
+    for (int e = 0; e < 2; e++) {
+        epoch_out *o = e ? &gpu2 : &gpu1;
+        sl_batch *b;
+        while ((rc = sl_loader_next(ld, &b)) == 0) {
+            sl_field clip;
+            CHECK_OK(sl_batch_find(b, "clip", &clip));
+            for (uint32_t i = 0; i < sl_batch_len(b); i++, o->n++)
+                memcpy(o->px[o->n], (const uint8_t *)clip.data + (size_t)i * FB, FB);
+            sl_loader_release(ld, b);
+        }
+        CHECK_EQ(rc, SL_EEND);
+    }
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK(st.cache_hits > 0);
+    sl_loader_destroy(ld);
+    CHECK_EQ(gpu1.n, N);
+    CHECK_EQ(gpu2.n, N);
+    for (uint32_t i = 0; i < N; i++) {
+        CHECK(memcmp(cpu.px[i], gpu1.px[i], FB) == 0);
+        CHECK(memcmp(cpu.px[i], gpu2.px[i], FB) == 0);
+    }
+}
