@@ -214,7 +214,7 @@ fi
   echo "ffmpeg decoders: $FF_DECODERS; demuxers: $FF_DEMUXERS; parsers: $FF_PARSERS; hwaccels: $FF_HWACCELS"
   ls "$work"/nvcodec/*.deb 2>/dev/null | sed 's|.*/|nv-codec-headers, for the build only: |'
   ls "$out"/wheels 2>/dev/null | sed 's/^/wheel: /'
-  du -sh "$root" "$out/root.tar.xz" "$out/ffmpeg-shared.tar.xz" "$out/wheels" "$out/shared" 2>/dev/null
+  du -sh "$root" "$out/root.tar.xz" "$out/ffmpeg-shared.tar.xz" "$out/wheels" "$out/shared" 2>/dev/null || true
 } >"$out/MANIFEST"
 cat "$out/MANIFEST"
 echo "carry: $(du -sh "$out" | cut -f1) in $out (downloads and the FFmpeg build trees stay in $work)"
