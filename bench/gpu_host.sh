@@ -30,8 +30,8 @@
 #                               1080p sets (make_video_set.py), then at each size VIDEOGPU_REPS times:
 #                               sluice GPU, sluice CPU, torchcodec CPU and CUDA (the bundle's shared
 #                               FFmpeg on their LD_LIBRARY_PATH only), DataLoader + PyAV; bundle:
-#                               DEPS=.devcarry/video (tools/host_deps.sh --out .devcarry/video
-#                               --no-shared --torchcodec)
+#                               tools/host_deps.sh --torchcodec (or DEPS=.devcarry/video from
+#                               tools/host_deps.sh --out .devcarry/video --no-shared --torchcodec)
 #   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
 #                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
 #                               each
@@ -376,6 +376,7 @@ videogpu)
       done
     done
   done
+  rm -f "$OUT/peer.out" # a call brings back 8 files at most
   "$0" summary
   ;;
 fields)

@@ -8,8 +8,9 @@
 #   tools/host_deps.sh [--out .devcarry] [--work /var/tmp/sluice-host-deps] [--jobs N]
 #                      [--no-wheels] [--no-shared] [--torchcodec]
 #
-# The GPU video run (issue 23: bench/gpu_host.sh videogpu) carries a bundle of its own, which
-# fits the 64 MiB carry with the video peers and without the photos:
+# With --torchcodec the bundle serves the GPU video run too (issue 23: bench/gpu_host.sh
+# videogpu): 52 MiB with the photos, inside the 64 MiB a call carries. A video bundle alone
+# (37 MB, DEPS=.devcarry/video; never carry it inside a whole .devcarry):
 #   tools/host_deps.sh --out .devcarry/video --no-shared --torchcodec
 #
 # Writes into OUT (default .devcarry, ignored through .git/info/exclude):
@@ -51,7 +52,7 @@ while [ $# -gt 0 ]; do
     --no-wheels) wheels=0; shift;;
     --no-shared) shared=0; shift;;
     --torchcodec) torchcodec=1; shift;;
-    *) sed -n 2,41p "$0"; exit 2;;
+    *) sed -n 2,43p "$0"; exit 2;;
   esac
 done
 mkdir -p "$out"
