@@ -220,16 +220,20 @@ TEST(gpu_video_loader_bytes_do_not_depend_on_workers) {
     if (!vx_ready()) return;
     use_device();
     const char *table = make_table(0);
-    static epoch_out one, four;
+    static epoch_out one, four, prefer;
     sl_config c = config(table, SL_DECODE_GPU, 1);
     run_epoch(&c, &one);
     c = config(table, SL_DECODE_GPU, 4);
     run_epoch(&c, &four);
+    c = config(table, SL_DECODE_PREFER_GPU, 4); /* waits for a session as gpu does: the same bytes */
+    run_epoch(&c, &prefer);
     CHECK_EQ(one.n, N);
     CHECK_EQ(four.n, N);
+    CHECK_EQ(prefer.n, N);
     for (uint32_t i = 0; i < N; i++) {
         CHECK_EQ(one.label[i], four.label[i]);
         CHECK(memcmp(one.px[i], four.px[i], FB) == 0);
+        CHECK(memcmp(one.px[i], prefer.px[i], FB) == 0);
     }
 }
 
