@@ -213,7 +213,8 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         rc = sl__gpu_video_new(&vc, host, &d->v, err, errlen);
         if (!rc && cu->cuCtxGetCurrent(&d->ctx)) rc = SL_EIO; /* the engine left its context current */
     }
-    for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) { /* the pool shared equally; the staging on engine 0 */
+    /* the pool shared equally; the staging on engine 0 */
+    for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
                              cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;

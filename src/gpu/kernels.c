@@ -241,8 +241,8 @@ static int cache_read(const char *path, const program *p, int cc, int driver, sl
 }
 
 /* Keep im for the next process: 0, or -1 with why (the cache is best effort). */
-static int cache_write(const char *dir, const char *path, const program *p, int cc, int driver, const image *im, char *why,
-                       size_t wlen) {
+static int cache_write(const char *dir, const char *path, const program *p, int cc, int driver, const image *im,
+                       char *why, size_t wlen) {
     char tmp[600], head[HEADER_MAX];
     if (mkdir(dir, 0700) && errno == ENOENT) { /* $HOME/.cache itself may be missing */
         char parent[520];

@@ -168,8 +168,8 @@ static int size_stage(sl__gstage *g, uint64_t *budget, char *why, size_t wlen) {
         uint64_t per = VIDEO_SESSION_CAP + VIDEO_SESSION_POOL, room = *budget - need;
         g->sessions = (uint32_t)SL_MIN((uint64_t)conf->nworkers, room / per);
         if (g->sessions == 0) {
-            sl__msg(why, wlen, "gpu_budget %s cannot hold %u device batch slots of %s and one NVDEC session of %s: raise "
-                    "it to at least %s", sl__fmt_bytes(*budget, b1, sizeof b1), g->slots_max,
+            sl__msg(why, wlen, "gpu_budget %s cannot hold %u device batch slots of %s and one NVDEC session of %s: "
+                    "raise it to at least %s", sl__fmt_bytes(*budget, b1, sizeof b1), g->slots_max,
                     sl__fmt_bytes(g->slot_bytes, b2, sizeof b2), sl__fmt_bytes(per, b3, sizeof b3),
                     sl__fmt_bytes(need + per, b4, sizeof b4));
             return SL_EBUDGET;
@@ -504,8 +504,8 @@ static int offer_clip(sl__defer *d, const sl__field *f, const sl__sample_file *s
     sl__gstage *g = h->g;
     if (!g->video || h->cpu_only || f != &g->conf->schema.fields[g->field] || atomic_load(&g->failed)) return 0;
     char why[200] = "";
-    int rc = g->dev.clip(g->dev.ctx, h->lane, sf, info, plan, q, g->cancel, g->gpu_only, dev_addr(g, h->slot_id, h->pos),
-                         why, sizeof why);
+    uint64_t dst = dev_addr(g, h->slot_id, h->pos);
+    int rc = g->dev.clip(g->dev.ctx, h->lane, sf, info, plan, q, g->cancel, g->gpu_only, dst, why, sizeof why);
     if (rc == 0) {
         h->done = 1;
         return 1;
