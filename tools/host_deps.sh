@@ -9,8 +9,8 @@
 #                      [--no-wheels] [--no-shared] [--torchcodec]
 #
 # With --torchcodec the bundle serves the GPU video run too (issue 23: bench/gpu_host.sh
-# videogpu): 52 MiB with the photos, inside the 64 MiB a call carries. A video bundle alone
-# (37 MB, DEPS=.devcarry/video; never carry it inside a whole .devcarry):
+# videogpu; 52 MiB with the photos, which that run does not need: bench/README.md names the
+# parts it carries). A video bundle of its own (37 MB, DEPS=.devcarry/video):
 #   tools/host_deps.sh --out .devcarry/video --no-shared --torchcodec
 #
 # Writes into OUT (default .devcarry, ignored through .git/info/exclude):
