@@ -147,9 +147,10 @@ typedef struct sl_config {
     int drop_last;        /* drop uneven rank tail and last short batch (0) */
     uint32_t rank;        /* this process's rank (0) */
     uint32_t world_size;  /* number of ranks (1) */
-    uint32_t workers;     /* decode threads; 0 = this rank's share of the CPUs it may run on (the
-                             affinity mask, capped by a cgroup CPU quota, / LOCAL_WORLD_SIZE) */
-    uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4 */
+    uint32_t workers;     /* decode threads, a fixed count; 0 = SL_WORKERS_AUTO: the tuner moves how
+                             many take work, from 1 up to workers_max (docs/tuner.md) */
+    uint32_t prefetch;    /* batch slots (in flight + held); 0 = as the budget allows, at most 4
+                             (with SL_WORKERS_AUTO the tuner moves how many are in use) */
     uint32_t min_slots;   /* refuse a budget that holds fewer slots; slots past it are
                              elastic, retired under a lowered limit (1) */
     uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
@@ -220,7 +221,19 @@ typedef struct sl_config {
      * images/s against one's 15-17k on an H200, docs/gpu.md). 1..4; 0: 1. Which engine decodes a
      * sample does not change its bytes. */
     uint32_t gpu_engines;
+    /* SL_WORKERS_AUTO (workers = 0) (0.2): the most workers the tuner runs, its ceiling. 0: this
+     * rank's share of the CPUs it may run on (the affinity mask, capped by a cgroup CPU quota,
+     * divided by LOCAL_WORLD_SIZE). Ignored with a fixed workers count. */
+    uint32_t workers_max;
 } sl_config;
+/* cfg.workers = SL_WORKERS_AUTO: the loader starts workers_max threads and
+ * a tuner, driven by the consumer, decides how many of them take work and
+ * how many batch slots are in use (unless cfg.prefetch fixes them), inside
+ * the budget: the consumer's wait in sl_loader_next wakes a parked worker
+ * (or a slot), workers idle while every slot is ready park one, and a
+ * consumer thread busy on the CPU keeps a core to itself. The delivered
+ * bytes never depend on it (docs/tuner.md). A count fixes the workers. */
+#define SL_WORKERS_AUTO 0u
 enum { SL_CACHE_PRIVATE = 0, SL_CACHE_NODE = 1 };
 enum { SL_CACHE_ENCODED = 0, SL_CACHE_DECODED = 1 };
 /* cfg.decode. GPU: every sample the GPU engine can take goes to it (which
@@ -476,12 +489,58 @@ typedef struct sl_stats {
     double gpu_hw_s, gpu_hybrid_s, gpu_resize_s, gpu_copy_s;
     uint64_t gpu_hw_calls, gpu_hw_failed_calls; /* batched hardware calls; those that failed (bisected) */
     uint32_t gpu_engines;                        /* engines decoding */
+    /* The tuner (SL_WORKERS_AUTO, docs/tuner.md) (0.2). A pass runs from the first
+     * sl_loader_next after create, an epoch's end (SL_EEND) or a reset (set_epoch, set_state)
+     * to the epoch's end (or now). Without the tuner: workers_active = workers, slots_target =
+     * slots. */
+    uint32_t tuner;              /* 1: the tuner moves the workers (and the slots unless prefetch is set) */
+    uint32_t workers_active;     /* workers taking work now; the others are parked (no CPU) */
+    double workers_active_mean;  /* workers taking work over the pass, weighted by time */
+    uint32_t slots_target;       /* batch slots the tuner lets be in use (filling, ready, held) */
+    uint64_t tuner_decisions;    /* decisions since create; the last ones: sl_loader_tuner_log */
+    double pass_seconds;         /* the pass's length so far */
+    double pass_consumer_wait_s; /* of it, time sl_loader_next spent waiting */
+    double pass_consumer_cpu_s;  /* the consumer's thread's CPU time between its sl_loader_next calls
+                                    (CLOCK_THREAD_CPUTIME_ID; calls from one thread) */
+    uint64_t pass_gpu_samples;   /* the split over the pass: image samples the GPU engine decoded, */
+    uint64_t pass_cpu_samples;   /* and the CPU workers (GPU decode only) */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields
  * this library knows (callers pass sizeof: the macro). */
 SL_API int sl_loader_stats_sized(const sl_loader *ld, sl_stats *out, size_t out_size);
 #define sl_loader_stats(ld, out) sl_loader_stats_sized((ld), (out), sizeof *(out))
+
+/* ---- the tuner's decisions ------------------------------------------------ */
+/* cfg.workers = SL_WORKERS_AUTO: each move of the tuner, with why, in a
+ * ring of the last SL_TUNER_LOG (docs/tuner.md). (0.2) */
+typedef struct sl_tuner_decision {
+    uint64_t seq;        /* 1 for the loader's first decision, then 2, 3, ... */
+    double t;            /* seconds since the loader's first sl_loader_next */
+    uint64_t batches;    /* batches delivered when it was taken */
+    int what;            /* SL_TUNE_WORKERS or SL_TUNE_SLOTS: what moved */
+    int why;             /* SL_TUNE_WHY_*: the rule that moved it */
+    uint32_t from, to;   /* active workers or slots in use, before and after */
+    char reason[168];    /* the measurements it decided on, as a sentence (NUL-terminated) */
+} sl_tuner_decision;
+#define SL_TUNER_LOG 16
+enum { SL_TUNE_WORKERS = 1, SL_TUNE_SLOTS = 2 };
+enum {
+    SL_TUNE_WHY_CONSUMER_WAITED = 1, /* the consumer waited, the workers were busy: one more worker */
+    SL_TUNE_WHY_SLOTS_FULL = 2,      /* a batch was ready at every call, workers idle: one parked */
+    SL_TUNE_WHY_NO_FREE_SLOT = 3,    /* the consumer waited, the workers idle for want of a slot */
+    SL_TUNE_WHY_READY_AHEAD = 4,     /* two batches or more were ready at every call: a slot fewer */
+    SL_TUNE_WHY_CONSUMER_CPU = 5,    /* the consumer's thread kept a core busy: one worker fewer */
+    SL_TUNE_WHY_NODE_SHARE = 6       /* the node's CPUs were shared by demand among its ranks */
+};
+/* "consumer_waited", "slots_full", ... for an SL_TUNE_WHY_* ("unknown"
+ * past those this library knows). (0.2) */
+SL_API const char *sl_tune_why_name(int why);
+/* Copy the newest decisions, up to max, oldest first, into out, an array
+ * of records elem_size bytes apart (the caller's sizeof: the macro).
+ * Returns how many; 0 without the tuner. (0.2) */
+SL_API size_t sl_loader_tuner_log_sized(const sl_loader *ld, sl_tuner_decision *out, size_t max, size_t elem_size);
+#define sl_loader_tuner_log(ld, out, max) sl_loader_tuner_log_sized((ld), (out), (max), sizeof *(out))
 
 /* ---- error records ----------------------------------------------------- */
 typedef struct sl_error_record {

@@ -191,64 +191,38 @@ static void log_move(sl__governor *g, uint64_t now, uint64_t old, uint64_t nu, c
 
 /* ---- the status file ------------------------------------------------------------ */
 
-typedef struct text {
-    char *p;
-    size_t len, cap;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    if (n > 0) t->len = SL_MIN(t->len + (size_t)n, t->cap - 1);
-}
-
-/* s as a JSON string: quotes, backslashes and control characters escaped. */
-static void put_str(text *t, const char *s) {
-    put(t, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') put(t, "\\%c", c);
-        else if (c < 0x20) put(t, "\\u%04x", c);
-        else put(t, "%c", c);
-    }
-    put(t, "\"");
-}
-
 /* The budget's limit, ceiling and use, the last readings and moves. */
 static void publish(sl__governor *g, uint64_t now) {
     char buf[12288];
-    text t = {buf, 0, sizeof buf};
+    sl__stext t = {buf, 0, sizeof buf};
     typedef unsigned long long ull;
     sl__budget *b = g->b;
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    put(&t, "{\"version\":%d,\"pid\":%ld,\"start_time\":%llu,\"id\":%u,\"time\":%.3f,\"t\":%.3f,",
+    sl__stext_put(&t, "{\"version\":%d,\"pid\":%ld,\"start_time\":%llu,\"id\":%u,\"time\":%.3f,\"t\":%.3f,",
         SL_STATUS_VERSION, g->status.pid, (ull)g->status.start_time, g->status.id,
         (double)wall.tv_sec + (double)wall.tv_nsec / 1e9, (double)(now - g->t0_ns) / 1e9);
     g->published_limit = atomic_load(&b->limit);
     g->published_ceiling = atomic_load(&b->ceiling);
-    put(&t, "\"limit_bytes\":%llu,\"ceiling_bytes\":%llu,\"used_bytes\":%llu,\"fixed_bytes\":%llu,",
+    sl__stext_put(&t, "\"limit_bytes\":%llu,\"ceiling_bytes\":%llu,\"used_bytes\":%llu,\"fixed_bytes\":%llu,",
         (ull)g->published_limit, (ull)g->published_ceiling, (ull)atomic_load(&b->used), (ull)atomic_load(&b->fixed));
     pthread_mutex_lock(&g->mu);
     const sl__gov_reading *r = &g->last;
-    put(&t, "\"container_limit_bytes\":%llu,\"container_usage_bytes\":%llu,\"mem_available_bytes\":%llu,"
+    sl__stext_put(&t, "\"container_limit_bytes\":%llu,\"container_usage_bytes\":%llu,\"mem_available_bytes\":%llu,"
         "\"psi_some_avg10\":%.2f,\"moves\":%llu,\"events\":[",
         (ull)(r->has_cgroup_limit ? r->cg_limit : 0), (ull)r->cg_ws, (ull)r->mem_available, r->psi_some10,
         (ull)g->moves);
     uint64_t from = g->nev > PUBLISHED ? g->nev - PUBLISHED : 0;
     for (uint64_t i = from; i < g->nev; i++) {
         const sl_budget_event *e = &g->ev[i % EVENTS];
-        put(&t, "%s{\"t\":%.3f,\"old_limit_bytes\":%llu,\"new_limit_bytes\":%llu,\"reason\":", i > from ? "," : "",
-            e->t, (ull)e->old_limit, (ull)e->new_limit);
-        put_str(&t, e->reason);
-        put(&t, "}");
+        sl__stext_put(&t, "%s{\"t\":%.3f,\"old_limit_bytes\":%llu,\"new_limit_bytes\":%llu,\"reason\":",
+                      i > from ? "," : "", e->t, (ull)e->old_limit, (ull)e->new_limit);
+        sl__stext_str(&t, e->reason);
+        sl__stext_put(&t, "}");
     }
     g->published_nev = g->nev;
     pthread_mutex_unlock(&g->mu);
-    put(&t, "]}\n");
+    sl__stext_put(&t, "]}\n");
     sl__status_write(&g->status, buf, t.len);
     g->published_ns = now;
 }

@@ -5,6 +5,7 @@
 #include "base/status.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -77,14 +78,16 @@ static int self_start_time(uint64_t *st) {
     return sl__procstat_parse(buf, n, &pid, &ppid, comm, sizeof comm, st) ? SL_ENOENT : 0;
 }
 
-int sl__status_open(sl__status *s) {
+int sl__status_open(sl__status *s) { return sl__status_open_named(s, SL_STATUS_PREFIX); }
+
+int sl__status_open_named(sl__status *s, const char *prefix) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     char dir[512];
     if (sl__status_dir(dir, sizeof dir) || self_start_time(&s->start_time)) return SL_ENOENT;
     s->pid = (long)getpid();
     s->id = atomic_fetch_add(&next_id, 1) + 1;
-    if ((size_t)snprintf(s->path, sizeof s->path, "%s/" SL_STATUS_PREFIX "%ld-%u.json", dir, s->pid, s->id) >=
+    if ((size_t)snprintf(s->path, sizeof s->path, "%s/%s%ld-%u.json", dir, prefix, s->pid, s->id) >=
         sizeof s->path)
         return SL_ENOENT;
     pthread_once(&reg_once, install_handler);
@@ -162,4 +165,23 @@ void sl__status_close(sl__status *s) {
     unlink(s->path); /* then the lock goes: the file is never at the name unlocked */
     if (fd >= 0) close(fd);
     s->on = 0;
+}
+
+void sl__stext_put(sl__stext *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) t->len = t->len + (size_t)n < t->cap - 1 ? t->len + (size_t)n : t->cap - 1;
+}
+
+void sl__stext_str(sl__stext *t, const char *s) {
+    sl__stext_put(t, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') sl__stext_put(t, "\\%c", c);
+        else if (c < 0x20) sl__stext_put(t, "\\u%04x", c);
+        else sl__stext_put(t, "%c", c);
+    }
+    sl__stext_put(t, "\"");
 }

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #define SL_STATUS_PREFIX "sluice-gov-"
+#define SL_STATUS_LOADER_PREFIX "sluice-loader-" /* a loader's tuner (pipeline/tuner.c) */
 #define SL_STATUS_VERSION 1
 
 typedef struct sl__status {
@@ -58,6 +59,8 @@ int sl__status_dir(char *out, size_t len);
  * Nothing is written yet. 0, or SL_ENOENT (no folder, or the process's
  * start time cannot be read: nothing will be published). */
 int sl__status_open(sl__status *s);
+/* The same under another name prefix (SL_STATUS_LOADER_PREFIX). */
+int sl__status_open_named(sl__status *s, const char *prefix);
 
 /* Replace the file's content with text[0..len): a fresh file, locked, then
  * renamed over the name; the one it replaced is let go. 0 or SL_EIO. A
@@ -67,5 +70,15 @@ int sl__status_write(sl__status *s, const char *text, size_t len);
 /* Remove the file, let its lock go and forget it. Takes a status that did
  * not open. */
 void sl__status_close(sl__status *s);
+
+/* A status file's text, built in a caller's buffer: put appends like
+ * printf (cut at the end of the buffer, always NUL-terminated), put_str a
+ * JSON string (quotes, backslashes and control characters escaped). */
+typedef struct sl__stext {
+    char *p;
+    size_t len, cap;
+} sl__stext;
+void sl__stext_put(sl__stext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sl__stext_str(sl__stext *t, const char *s);
 
 #endif

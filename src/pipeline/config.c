@@ -69,7 +69,9 @@ int sl__conf_alloc_fail(const sl__conf *c, uint64_t n) {
 int sl__conf_init(sl__conf *c, char *err, size_t errlen) {
     c->sample_cap = sl__sample_cap(c->cfg.budget);
     sl__budget_set_room(c->budget, c->sample_cap); /* the governor keeps this above the fixed part */
-    c->nworkers = c->cfg.workers ? c->cfg.workers : sl__local_share_cpus(); /* a rank's share of its CPUs */
+    c->tuned = c->cfg.workers == SL_WORKERS_AUTO;
+    c->cores = c->tuned ? sl__local_share_cpus() : 0; /* a rank's share of its CPUs */
+    c->nworkers = c->cfg.workers ? c->cfg.workers : c->cfg.workers_max ? c->cfg.workers_max : c->cores;
     c->B = c->cfg.batch_size;
     /* the strings the configuration points at are the caller's: copy them */
     const char *source = c->cfg.source, *fields = c->cfg.fields;

@@ -44,7 +44,9 @@ typedef struct sl__conf {
     sl__sampler sampler;
     uint32_t B;              /* batch size */
     uint64_t nbatches;       /* nominal batches per epoch */
-    uint32_t nworkers;
+    uint32_t nworkers;       /* workers started: a fixed count, or the tuner's ceiling */
+    int tuned;               /* cfg.workers = SL_WORKERS_AUTO: the tuner moves them (tuner.h) */
+    uint32_t cores;          /* with the tuner: the CPUs this rank may use (base/cpus.h) */
     uint64_t sample_cap;     /* most scratch growth one sample may have (admit.c) */
     double index_seconds;
 } sl__conf;

@@ -30,6 +30,13 @@
  *    the committer writes tail.
  *  - a reset (set_epoch, set_state) bumps gen, waits until no claim or
  *    commit is in flight, and frees every slot the consumer does not hold.
+ *  - the tuner (tuner.c, workers = auto): a worker whose id is not below
+ *    its active count parks on cv_park at the top of its loop, holding no
+ *    claim and no scratch growth; worker 0 never parks. Dispatch opens a
+ *    batch only while the slots in use (filling, ready, held) are under
+ *    max(the tuner's target, held + 1), and a slot freed past the target
+ *    is retired (its pages and bytes go back) unless the region is pinned.
+ *    Neither changes what a batch holds: only how many run at once.
  *
  * GPU decode (gpustage.c): a position whose sample the GPU took stays
  * pending until the GPU thread has written it (or handed it back: then a
@@ -96,6 +103,9 @@ static uint32_t *order_for(sl__engine *e, uint64_t epoch) {
  */
 
 static uint32_t live_floor(const sl__engine *e) { return SL_MAX(e->min_live, e->held + 1); }
+
+/* The most slots in use: the tuner's target where it moves the slots. */
+static uint32_t slot_cap(const sl__engine *e) { return e->tune_slots ? e->tuner.slots : e->nslots; }
 
 /* Pinned (or locked) pages cannot be given back: every live slot becomes
  * fixed for life, and none is retired again. */
@@ -199,17 +209,21 @@ static void slot_free(sl__engine *e, sl_batch *s) {
         e->retire_debt = e->retire_debt > e->pitch ? e->retire_debt - e->pitch : 0;
         return;
     }
+    if (e->tune_slots && !e->pinned && e->live > SL_MAX(slot_cap(e), live_floor(e))) { /* the tuner took one */
+        slot_retire(e, s);
+        return;
+    }
     pthread_cond_broadcast(&e->cv_work);
 }
 
 /* Bring up to `most` retired slots back, one at a time, each with a
  * try-request (never a wait: prefetch is the first thing shed and the last
- * grown), while no debt is owed and the elastic slots leave one sample's
- * growth (sample_cap) under the limit beyond the fixed part, as create
- * sized them. Returns how many came back. */
+ * grown), while no debt is owed, the tuner wants them, and the elastic
+ * slots leave one sample's growth (sample_cap) under the limit beyond the
+ * fixed part, as create sized them. Returns how many came back. */
 static uint32_t reactivate(sl__engine *e, uint32_t most) {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < e->nslots && n < most && !e->retire_debt; i++) {
+    for (uint32_t i = 0; i < e->nslots && n < most && !e->retire_debt && e->live < slot_cap(e); i++) {
         sl_batch *s = &e->slots[i];
         if (s->state != SLOT_RETIRED) continue;
         uint64_t elastic = (uint64_t)(e->live + 1 - e->min_live) * e->pitch;
@@ -297,10 +311,12 @@ int sl__engine_sync_init(sl__engine *e) {
     int n = 0; /* objects made, in this order */
     if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_mutex_init(&e->mu, NULL) == 0 && ++n &&
         pthread_cond_init(&e->cv_work, NULL) == 0 && ++n && pthread_cond_init(&e->cv_ready, &ca) == 0 && ++n &&
-        pthread_cond_init(&e->cv_quiet, NULL) == 0 && ++n && pthread_cond_init(&e->cv_gpu, &ca) == 0)
+        pthread_cond_init(&e->cv_quiet, NULL) == 0 && ++n && pthread_cond_init(&e->cv_gpu, &ca) == 0 && ++n &&
+        pthread_cond_init(&e->cv_park, NULL) == 0)
         e->sync_init = 1;
     pthread_condattr_destroy(&ca);
     if (e->sync_init) return 0;
+    if (n > 4) pthread_cond_destroy(&e->cv_gpu);
     if (n > 3) pthread_cond_destroy(&e->cv_quiet);
     if (n > 2) pthread_cond_destroy(&e->cv_ready);
     if (n > 1) pthread_cond_destroy(&e->cv_work);
@@ -314,6 +330,7 @@ void sl__engine_sync_fini(sl__engine *e) {
     pthread_cond_destroy(&e->cv_ready);
     pthread_cond_destroy(&e->cv_quiet);
     pthread_cond_destroy(&e->cv_gpu);
+    pthread_cond_destroy(&e->cv_park);
     pthread_mutex_destroy(&e->mu);
     e->sync_init = 0;
 }
@@ -396,6 +413,13 @@ void sl__engine_open(sl__engine *e) {
     e->cur_tail = per;
 }
 
+void sl__engine_tune(sl__engine *e, int on, uint32_t ceiling, uint32_t cores) {
+    e->tune_slots = on && !e->conf->cfg.prefetch;
+    /* the fewest slots: those the consumer may hold (min_slots) and one batch ahead */
+    uint32_t floor = e->tune_slots ? SL_MIN(e->nslots, e->min_live + 1) : e->nslots;
+    sl__tuner_init(&e->tuner, on, ceiling, cores, e->conf->B, e->nslots, floor);
+}
+
 void sl__engine_wait_started(sl__engine *e, uint32_t n) {
     pthread_mutex_lock(&e->mu);
     while (e->started < n) wait_on(e, &e->cv_ready);
@@ -408,6 +432,7 @@ void sl__engine_stop(sl__engine *e) {
     atomic_store(&e->cancel, 1);
     pthread_cond_broadcast(&e->cv_work);
     pthread_cond_broadcast(&e->cv_ready);
+    pthread_cond_broadcast(&e->cv_park);
     unlock(e);
 }
 
@@ -445,12 +470,14 @@ static int batch_possible(const sl__engine *e, uint64_t k) {
 static sl_batch *open_batch(sl__engine *e) {
     if (!e->d_open || !batch_possible(e, e->d_batch)) return NULL;
     sl_batch *s = NULL;
-    for (uint32_t i = 0; i < e->nslots; i++)
-        if (e->slots[i].state == SLOT_FREE) {
-            s = &e->slots[i];
-            break;
-        }
-    if (!s) return NULL;
+    uint32_t in_use = 0; /* filling, ready or held */
+    for (uint32_t i = 0; i < e->nslots; i++) {
+        int st = e->slots[i].state;
+        if (st == SLOT_FREE && !s) s = &e->slots[i];
+        in_use += st == SLOT_FILLING || st == SLOT_READY || st == SLOT_HELD;
+    }
+    /* the tuner's target (a pinned region keeps its slots live), never below one batch past the held ones */
+    if (!s || in_use >= SL_MAX(slot_cap(e), e->held + 1)) return NULL;
     uint64_t k = e->d_batch++;
     uint64_t start = k * e->conf->B, per = sl__sampler_span(e->sampler, e->d_epoch)->per_rank;
     s->state = SLOT_FILLING;
@@ -689,6 +716,11 @@ void sl__engine_run(void *ctx, sl__worker *w) {
     e->started++;
     pthread_cond_broadcast(&e->cv_ready);
     while (!e->stop) {
+        if (w->id >= sl__tuner_active(&e->tuner)) { /* parked by the tuner: no CPU until it wakes us */
+            sl__worker_idle(w);
+            wait_on(e, &e->cv_park);
+            continue;
+        }
         claim c;
         if (!claim_next(e, &c)) {
             /* voids may have resolved a batch; its commit may have opened
@@ -812,6 +844,8 @@ static void reset_pipeline(sl__engine *e, uint64_t epoch, uint64_t batch, uint64
     e->cur_pad = pad;
     e->pending_end = 0;
     e->paused = 0;
+    e->asking = 0;
+    sl__tuner_pass_end(&e->tuner, sl__now_ns()); /* the next call begins another pass */
     pthread_cond_broadcast(&e->cv_work);
 }
 
@@ -867,11 +901,61 @@ static int deliver(sl__engine *e, sl_batch *s, sl_batch **out) {
     return 0;
 }
 
+/* ---- the tuner's hands ------------------------------------------------------- */
+
+/* The consumer asks for a batch (its first call since the last one): what
+ * the tuner will weigh its wait against. cpu_ns: its thread's CPU time, 0
+ * when unknown. mu held. */
+static void tune_ask(sl__engine *e, uint64_t now, uint64_t cpu_ns) {
+    if (e->asking) return; /* a call after a timeout goes on with the same wait */
+    uint64_t gpu, cpu;
+    sl__gstage_counts(e->gs, &gpu, &cpu);
+    e->asking = 1;
+    e->ask_ns = now;
+    e->ask_cpu_ns = cpu_ns;
+    e->ask_ready = e->ready;
+    e->ask_backlog = sl__gstage_backlog(e->gs);
+    sl__tuner_pass_begin(&e->tuner, now, gpu, cpu);
+}
+
+/* Apply a decision: a woken worker takes work at once; one over the count
+ * parks when it next looks for work; a slot fewer is retired as soon as one
+ * is free (its pages and bytes go back), one more comes back by a
+ * try-request. mu held. */
+static void tune_apply(sl__engine *e, const sl__tune_out *d, uint32_t from) {
+    if (d->what == SL_TUNE_WORKERS) {
+        if (d->to > from) pthread_cond_broadcast(&e->cv_park);
+        else pthread_cond_broadcast(&e->cv_work); /* an idle one over the count goes to park */
+        return;
+    }
+    if (d->to < e->live && !e->pinned) {
+        uint32_t keep = SL_MAX(d->to, live_floor(e));
+        if (e->live > keep) retire_free(e, (uint64_t)(e->live - keep) * e->pitch);
+    } else if (d->to > e->live) {
+        reactivate(e, d->to - e->live);
+    }
+    pthread_cond_broadcast(&e->cv_work);
+}
+
+/* A batch was delivered at now: the tuner's observation. mu held. */
+static void tune_delivered(sl__engine *e, uint64_t now, int *publish) {
+    e->asking = 0;
+    sl__tune_obs ob = {.asked_ns = e->ask_ns, .asked_cpu_ns = e->ask_cpu_ns, .now_ns = now, .ready = e->ask_ready,
+                       .gpu_backlog = e->ask_backlog};
+    if (e->tuner.on) ob.busy_ns = sl__workers_busy_ns(e->workers);
+    sl__gstage_counts(e->gs, &ob.gpu_samples, &ob.cpu_samples);
+    sl__tune_out d;
+    uint32_t active = sl__tuner_active(&e->tuner), slots = e->tuner.slots;
+    if (sl__tuner_observe(&e->tuner, &ob, &d)) tune_apply(e, &d, d.what == SL_TUNE_WORKERS ? active : slots);
+    if (publish) *publish = sl__tuner_publish_due(&e->tuner, now);
+}
+
 /* sl__engine_next with mu held. */
-static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
+static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64_t cpu_ns, int *publish) {
     if (sl__guard_poisoned(e->guard)) return SL_ESTATE;
     uint64_t t0 = sl__now_ns();
     if (!e->t_first_ns) e->t_first_ns = t0;
+    tune_ask(e, t0, cpu_ns);
     struct timespec dl;
     if (timeout_ns > 0) {
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -905,13 +989,29 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
         if (timeout_ns < 0) wait_on(e, &e->cv_ready);
         else if (timeout_ns == 0 || wait_until(e, &e->cv_ready, &dl) == ETIMEDOUT) expired = 1;
     }
-    e->wait_ns += sl__now_ns() - t0;
+    uint64_t now = sl__now_ns();
+    e->wait_ns += now - t0;
+    if (rc == 0) tune_delivered(e, now, publish);
+    else if (rc != SL_ETIMEDOUT) e->asking = 0; /* the next call is another ask */
+    if (rc == SL_EEND) sl__tuner_pass_end(&e->tuner, now);
     return rc;
 }
 
-int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns) {
+/* The calling thread's CPU time (the consumer's, for the tuner), or 0 when
+ * another thread than the last asks (its time says nothing of the last's). */
+static uint64_t consumer_cpu_ns(sl__engine *e) {
+    if (!e->tuner.on) return 0;
+    struct timespec ts;
+    pthread_t self = pthread_self();
+    int same = atomic_exchange_explicit(&e->consumer_id, (uintptr_t)self, memory_order_relaxed) == (uintptr_t)self;
+    if (!same || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + 1; /* + 1: never 0 */
+}
+
+int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns, int *publish) {
+    uint64_t cpu = consumer_cpu_ns(e); /* before the lock: a system call */
     pthread_mutex_lock(&e->mu);
-    int rc = next_locked(e, out, timeout_ns);
+    int rc = next_locked(e, out, timeout_ns, cpu, publish);
     unlock(e);
     return rc;
 }
@@ -1012,5 +1112,14 @@ void sl__engine_stats(sl__engine *e, sl_stats *o) {
     o->slot_reactivations = e->reactivations;
     o->errors = e->guard->failed_seen;
     sl__gstage_mode(e->gs, o);
+    sl__tuner_stats(&e->tuner, sl__now_ns(), o);
+    if (!e->tune_slots) o->slots_target = e->live;
     unlock(e);
+}
+
+size_t sl__engine_tuner_log(sl__engine *e, sl_tuner_decision *out, size_t max) {
+    pthread_mutex_lock(&e->mu);
+    size_t n = sl__tuner_log(&e->tuner, out, max);
+    unlock(e);
+    return n;
 }

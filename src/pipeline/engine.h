@@ -28,6 +28,7 @@
 #include "pipeline/guard.h"
 #include "pipeline/lcache.h"
 #include "pipeline/slot.h"
+#include "pipeline/tuner.h"
 #include "pipeline/worker.h"
 #include "sluice.h"
 
@@ -66,6 +67,7 @@ typedef struct sl__engine {
     pthread_cond_t cv_ready; /* consumer: a batch committed */
     pthread_cond_t cv_quiet; /* reset: a stale claim or commit finished */
     pthread_cond_t cv_gpu;   /* the GPU thread: queue not empty, or stop */
+    pthread_cond_t cv_park;  /* parked workers: the tuner woke one, or stop */
     int sync_init;           /* mu and the condition variables exist */
     uint64_t gen;
     int paused;              /* reset in progress: no claims */
@@ -104,6 +106,17 @@ typedef struct sl__engine {
     sl__consumer consumer;   /* registered with the budget's root while the loader runs */
     int consumer_on;
 
+    /* The tuner (tuner.h; its state is tuner.c's, under mu): workers with
+     * id >= its active count park on cv_park; slots in use stay within
+     * its target. The consumer's ask: the first call since its last batch. */
+    sl__tuner tuner;
+    int tune_slots;          /* the tuner moves the slots (prefetch not set) */
+    _Atomic uintptr_t consumer_id; /* the thread that last called next (read before mu) */
+    int asking;              /* the consumer asked and has no batch yet */
+    uint64_t ask_ns, ask_cpu_ns;
+    uint32_t ask_ready;
+    int ask_backlog;
+
     /* stats */
     uint64_t t_first_ns;
     uint64_t samples_out, batches_out;
@@ -130,6 +143,10 @@ uint64_t sl__engine_orders(sl__engine *e);
 int sl__engine_slots(sl__engine *e, uint32_t nslots, uint64_t pitch);
 /* Bytes of the elastic slots (counted, not fixed). */
 uint64_t sl__engine_elastic_bytes(const sl__engine *e);
+/* The tuner, once the slots are carved (cfg.workers = SL_WORKERS_AUTO:
+ * on; the workers started and the CPUs of this rank; the slots are tuned
+ * unless cfg.prefetch fixes them). */
+void sl__engine_tune(sl__engine *e, int on, uint32_t ceiling, uint32_t cores);
 /* Dispatch begins with epoch 0 (its order made). */
 void sl__engine_open(sl__engine *e);
 /* A worker thread's loop (sl__workers_start runs it with the engine). */
@@ -154,8 +171,9 @@ void sl__engine_free(sl__engine *e);
 
 /* ---- the public calls' bodies (the loader checked its handle) --------------------- */
 
-/* The next batch, waiting at most timeout_ns (< 0: forever). */
-int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns);
+/* The next batch, waiting at most timeout_ns (< 0: forever). *publish:
+ * the tuner's status file is due (the caller writes it: sl__tuner_publish). */
+int sl__engine_next(sl__engine *e, sl_batch **out, int64_t timeout_ns, int *publish);
 /* Give batch b back (anything that is not a held slot of e: nothing). */
 void sl__engine_release(sl__engine *e, sl_batch *b);
 int sl__engine_set_epoch(sl__engine *e, uint64_t epoch);
@@ -179,5 +197,7 @@ int sl__engine_pin(sl__engine *e, void **base, size_t *len);
 /* The parts of sl_stats under the engine's lock: delivery, slots,
  * errors, the GPU stage's mode. */
 void sl__engine_stats(sl__engine *e, sl_stats *o);
+/* The tuner's newest decisions, oldest first (sl_loader_tuner_log). */
+size_t sl__engine_tuner_log(sl__engine *e, sl_tuner_decision *out, size_t max);
 
 #endif

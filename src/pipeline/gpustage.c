@@ -446,7 +446,7 @@ static void stage_release(sl__gstage *g, sl__gitem *it) {
 
 /* Should the sample in hand go to the GPU? (not decode=gpu) */
 static int want_gpu(sl__gstage *g) {
-    uint32_t workers = g->conf->nworkers;
+    uint32_t workers = g->active ? atomic_load_explicit(g->active, memory_order_relaxed) : g->conf->nworkers;
     double rg = (double)atomic_load(&g->gpu_rate_mhz) / 1000.0;
     uint64_t ns = atomic_load(&g->cpu_ns);
     double rc = ns ? (double)workers * 1e9 / (double)ns : 0;

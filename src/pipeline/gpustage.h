@@ -115,6 +115,7 @@ typedef struct sl__gstage {
     _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
     _Atomic uint64_t cpu_ns;       /* ns a worker spends on one CPU image sample (moving average) */
     _Atomic uint64_t copy_ns;      /* ns spent in the device copies (uploads, moves, checksums back) */
+    const _Atomic uint32_t *active; /* the CPU workers taking work (the tuner's count; NULL: all) */
 } sl__gstage;
 
 /* A worker's side of the stage: the sample in hand, offered through defer. */
@@ -164,6 +165,19 @@ void sl__gstage_join(sl__gstage *g);
 void sl__gstage_close(sl__gstage *g, int in_child);
 
 static inline int sl__gstage_on(const sl__gstage *g) { return g->on; }
+/* The tuner's count of workers taking work, which the split weighs the
+ * CPU's rate by (set before the threads start; NULL: every worker). */
+static inline void sl__gstage_workers(sl__gstage *g, const _Atomic uint32_t *active) { g->active = active; }
+/* Image samples decoded so far by the GPU engine and by the CPU workers. */
+static inline void sl__gstage_counts(const sl__gstage *g, uint64_t *gpu, uint64_t *cpu) {
+    *gpu = g->on ? atomic_load_explicit(&g->gpu_samples, memory_order_relaxed) : 0;
+    *cpu = g->on ? atomic_load_explicit(&g->cpu_samples, memory_order_relaxed) : 0;
+}
+/* decode=gpu and a call's worth of samples queued for the engine: the GPU
+ * is the bottleneck (more CPU workers would wait for its staging). */
+static inline int sl__gstage_backlog(const sl__gstage *g) {
+    return g->on && g->gpu_only && atomic_load_explicit(&g->queued, memory_order_relaxed) >= g->max_batch;
+}
 
 /* A worker's hand on the stage (lane: its id). */
 void sl__gstage_hand_init(sl__ghand *h, sl__gstage *g, uint32_t lane);

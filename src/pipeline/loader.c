@@ -88,6 +88,7 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->rank >= c->world_size) BAD("rank %u is not below world_size %u", c->rank, c->world_size);
     if (c->on_error != SL_ON_ERROR_SKIP && c->on_error != SL_ON_ERROR_RAISE) BAD("on_error %d unknown", c->on_error);
     if (c->workers > 1024) BAD("workers %u over 1024", c->workers);
+    if (c->workers_max > 1024) BAD("workers_max %u over 1024", c->workers_max);
     if (c->prefetch > 1024) BAD("prefetch %u over 1024", c->prefetch);
     if (c->min_slots > 1024) BAD("min_slots %u over 1024", c->min_slots);
     if (c->budget == 0 && !c->shared_budget) BAD("budget is 0");
@@ -354,6 +355,8 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     if ((rc = sl__admit_check(c, &ld->workers.w[0], err, errlen))) return rc;
+    sl__engine_tune(&ld->eng, c->tuned, c->nworkers, c->cores); /* every worker takes work until it moves */
+    sl__gstage_workers(&ld->gs, &ld->eng.tuner.active);
     sl__engine_open(&ld->eng); /* the first epoch's order */
 
     uint32_t started;
@@ -385,6 +388,7 @@ static void free_memory(sl_loader *ld, int in_child) {
 }
 
 static void free_all(sl_loader *ld) {
+    sl__tuner_fini(&ld->eng.tuner); /* its status file */
     free_memory(ld, 0);
     sl__engine_sync_fini(&ld->eng);
     sl__errlog_sync_fini(&ld->log);
@@ -592,18 +596,40 @@ int sl_loader_set_state_sized(sl_loader *ld, const sl_state *st, size_t st_size)
 
 /* ---- iteration (engine.c) ---------------------------------------------------- */
 
-int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
-    if (!ld || !out) return SL_EINVAL;
-    *out = NULL;
-    if (ld->reg.forked) return SL_ESTATE;
-    return sl__engine_next(&ld->eng, out, (int64_t)timeout_ms * 1000000);
+/* The tuner's status file for `sluice top` (tuner.c), written by the
+ * consumer's thread when the engine says one is due: at a decision, and
+ * at most once a second. */
+static void publish(sl_loader *ld) {
+    sl_stats st;
+    sl_tuner_decision log[8];
+    if (sl_loader_stats_sized(ld, &st, sizeof st)) return;
+    size_t n = sl__engine_tuner_log(&ld->eng, log, 8);
+    sl__tuner_publish(&ld->eng.tuner, &st, log, n, ld->conf.source_path);
 }
 
-int sl_loader_next(sl_loader *ld, sl_batch **out) {
+static int next(sl_loader *ld, sl_batch **out, int64_t timeout_ns) {
     if (!ld || !out) return SL_EINVAL;
     *out = NULL;
     if (ld->reg.forked) return SL_ESTATE;
-    return sl__engine_next(&ld->eng, out, -1);
+    int due = 0;
+    int rc = sl__engine_next(&ld->eng, out, timeout_ns, &due);
+    if (due) publish(ld);
+    return rc;
+}
+
+int sl_loader_next_timeout(sl_loader *ld, sl_batch **out, uint32_t timeout_ms) {
+    return next(ld, out, (int64_t)timeout_ms * 1000000);
+}
+
+int sl_loader_next(sl_loader *ld, sl_batch **out) { return next(ld, out, -1); }
+
+size_t sl_loader_tuner_log_sized(const sl_loader *cld, sl_tuner_decision *out, size_t max, size_t elem_size) {
+    if (!cld || !out || !elem_size || cld->reg.forked) return 0;
+    sl_loader *ld = (sl_loader *)cld;
+    sl_tuner_decision log[SL_TUNER_LOG];
+    size_t n = sl__engine_tuner_log(&ld->eng, log, SL_MIN(max, (size_t)SL_TUNER_LOG));
+    for (size_t i = 0; i < n; i++) sl__abi_out((char *)out + i * elem_size, elem_size, &log[i], sizeof log[i]);
+    return n;
 }
 
 void sl_loader_release(sl_loader *ld, sl_batch *b) {

@@ -258,6 +258,12 @@ void sl__workers_fini(sl__workers *ws, sl__budget *b, int in_child) {
     ws->w = NULL;
 }
 
+uint64_t sl__workers_busy_ns(sl__workers *ws) {
+    uint64_t ns = 0;
+    for (uint32_t i = 0; i < ws->n; i++) ns += atomic_load_explicit(&ws->w[i].busy_ns, memory_order_relaxed);
+    return ns;
+}
+
 void sl__workers_stats(sl__workers *ws, sl_stats *o) {
     o->workers = ws->n;
     for (uint32_t i = 0; i < ws->n; i++) {

@@ -82,6 +82,8 @@ void sl__workers_join(sl__workers *ws, uint32_t n);
 void sl__workers_fini(sl__workers *ws, sl__budget *b, int in_child);
 /* The workers' part of sl_stats. */
 void sl__workers_stats(sl__workers *ws, sl_stats *o);
+/* The workers' busy time so far, summed (the tuner's reading). */
+uint64_t sl__workers_busy_ns(sl__workers *ws);
 static inline int sl__workers_source_gone(sl__workers *ws) { return atomic_load(&ws->source_gone); }
 
 /* Give back the worker's scratch growth (called by the worker itself

@@ -94,7 +94,18 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, gpu_copy_s)                                                                                          \
     A(sl_stats, gpu_hw_calls)                                                                                        \
     A(sl_stats, gpu_hw_failed_calls)                                                                                 \
-    A(sl_stats, gpu_engines)
+    A(sl_stats, gpu_engines)                                                                                         \
+    A(sl_config, workers_max)                                                                                        \
+    A(sl_stats, tuner)                                                                                               \
+    A(sl_stats, workers_active)                                                                                      \
+    A(sl_stats, workers_active_mean)                                                                                 \
+    A(sl_stats, slots_target)                                                                                        \
+    A(sl_stats, tuner_decisions)                                                                                     \
+    A(sl_stats, pass_seconds)                                                                                        \
+    A(sl_stats, pass_consumer_wait_s)                                                                                \
+    A(sl_stats, pass_consumer_cpu_s)                                                                                 \
+    A(sl_stats, pass_gpu_samples)                                                                                    \
+    A(sl_stats, pass_cpu_samples)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");
