@@ -354,8 +354,12 @@ class Loader:
                    container allows, governed: see Budget)
       governor     True: a governor moves this loader's budget (at most `budget`)
                    to keep the container's memory cgroup under its limit
-      workers      decode threads; None = this rank's share of the CPUs it may run on
-                   (the affinity mask and cgroup quota, divided by LOCAL_WORLD_SIZE)
+      workers      "auto" (None is the same): a tuner driven by your loop decides how many
+                   decode threads take work, up to ``workers_max``, and how many batch
+                   slots are in use (docs/tuner.md); an int: that many, fixed
+      workers_max  with workers="auto", the most it runs; None = this rank's share of the
+                   CPUs it may run on (the affinity mask and cgroup quota, divided by
+                   LOCAL_WORLD_SIZE)
       worker_nice  how far below the process's CPU priority the workers run, a nice
                    increment 0..19 (None: 10): under contention the training loop and
                    the GPU engine run first; an idle CPU still goes to the workers
@@ -431,14 +435,15 @@ class Loader:
     """
 
     def __init__(self, source, batch_size=256, preset="train", size=224, shuffle=True, seed=0,
-                 drop_last=False, budget="512M", workers=None, prefetch=None, on_error="skip",
+                 drop_last=False, budget="512M", workers="auto", prefetch=None, on_error="skip",
                  rank=None, world_size=None, max_pixels=None, max_bytes=None, checksum=False,
                  exif=False, keep_alpha=False, max_error_records=None, scale=(0.08, 1.0),
                  ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear", crop_pct=None, resize=None,
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
                  gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, gpu_engines=None, worker_nice=None,
-                 order_range=None, local_rank=None, local_world_size=None, **dataloader_args):
+                 order_range=None, local_rank=None, local_world_size=None, workers_max=None,
+                 **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -478,7 +483,14 @@ class Loader:
             if kw["budget"] == 0:
                 raise ValueError("budget must be > 0 bytes")
         if workers is not None and workers != "auto":
-            kw["workers"] = _int("workers", workers, 1, 4096)
+            if isinstance(workers, str):
+                raise ValueError(f'workers must be "auto" or a number of threads, got {workers!r}')
+            kw["workers"] = _int("workers", workers, 1, 1024)
+            if workers_max is not None:
+                raise ValueError(f"workers_max goes with workers=\"auto\" (the tuner's ceiling); "
+                                 f"workers={workers} fixes the count")
+        elif workers_max is not None:
+            kw["workers_max"] = _int("workers_max", workers_max, 1, 1024)
         if prefetch is not None:
             prefetch = _int("prefetch", prefetch, 0, 1 << 16)
             if prefetch == 1:

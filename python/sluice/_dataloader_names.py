@@ -63,7 +63,7 @@ def translate(owner, args, workers, known):
     args = dict(args)
     if "num_workers" in args:
         n = args.pop("num_workers")
-        if workers is not None:
+        if workers is not None and workers != "auto":  # "auto": the default
             raise TypeError(f"{owner}: give workers= or num_workers= (the DataLoader name), not both")
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValueError(f"num_workers must be an int >= 0, got {n!r}")

@@ -320,7 +320,9 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              /* GPU decode (issue 13) */
                              "decode", "gpu_device", "gpu_budget", "gpu_max_pixels", "gpu_staging", "worker_nice",
                              /* an order range (issue 22) */
-                             "order_begin", "order_end", "gpu_engines", NULL};
+                             "order_begin", "order_end", "gpu_engines",
+                             /* the tuner (issue 20) */
+                             "workers_max", NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     sl_image_recipe r; /* what cfg.recipe points at; sl_loader_create copies it */
@@ -329,7 +331,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&O&O&", kwlist, PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
@@ -338,7 +340,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             &cfg.max_error_rate, sl_py_budget_conv, &cfg.shared_budget, conv_u64, &cfg.cache, &cfg.cache_share,
             &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
             &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
-            &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end, conv_u32, &cfg.gpu_engines))
+            &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end, conv_u32, &cfg.gpu_engines,
+            conv_u32, &cfg.workers_max))
         return -1;
     if (recipe_from_dict(recipe, &r) < 0) {
         Py_DECREF(source);
@@ -591,6 +594,24 @@ static PyObject *Loader_slot_region(LoaderObject *self, PyObject *unused) {
     return Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)base, (unsigned long long)len);
 }
 
+/* The tuner's last decisions as a list of dicts, oldest first (NULL with
+ * an exception). */
+static PyObject *tuner_log(const sl_loader *ld) {
+    sl_tuner_decision log[SL_TUNER_LOG];
+    size_t n = sl_loader_tuner_log(ld, log, SL_TUNER_LOG);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n; i++) {
+        const sl_tuner_decision *r = &log[i];
+        PyObject *e = Py_BuildValue("{sKsdsKsssssIsIss}", "seq", (unsigned long long)r->seq, "t", r->t, "batches",
+                                    (unsigned long long)r->batches, "what",
+                                    r->what == SL_TUNE_WORKERS ? "workers" : "slots", "why", sl_tune_why_name(r->why),
+                                    "from", (unsigned)r->from, "to", (unsigned)r->to, "reason", r->reason);
+        if (!e || PyList_Append(list, e) < 0) Py_CLEAR(list);
+        Py_XDECREF(e);
+    }
+    return list;
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
     if (loader_open_check(self) < 0) return NULL;
     sl_stats st;
@@ -652,6 +673,18 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
     if (PUT_U64(d, "slots_retired", st.slots_retired) < 0 || PUT_U64(d, "slots_min", st.slots_min) < 0 ||
         PUT_U64(d, "slot_retirements", st.slot_retirements) < 0 ||
         PUT_U64(d, "slot_reactivations", st.slot_reactivations) < 0)
+        goto fail;
+    /* the tuner (docs/tuner.md) */
+    if (dict_put(d, "tuner", PyBool_FromLong(st.tuner)) < 0 || PUT_U64(d, "workers_active", st.workers_active) < 0 ||
+        PUT_F(d, "workers_active_mean", st.workers_active_mean) < 0 ||
+        PUT_U64(d, "slots_target", st.slots_target) < 0 || PUT_U64(d, "tuner_decisions", st.tuner_decisions) < 0 ||
+        PUT_F(d, "pass_seconds", st.pass_seconds) < 0 ||
+        PUT_F(d, "pass_consumer_wait_s", st.pass_consumer_wait_s) < 0 ||
+        PUT_F(d, "pass_consumer_wait_fraction",
+              st.pass_seconds > 0 ? st.pass_consumer_wait_s / st.pass_seconds : 0.0) < 0 ||
+        PUT_F(d, "pass_consumer_cpu_s", st.pass_consumer_cpu_s) < 0 ||
+        PUT_U64(d, "pass_gpu_samples", st.pass_gpu_samples) < 0 ||
+        PUT_U64(d, "pass_cpu_samples", st.pass_cpu_samples) < 0 || dict_put(d, "tuner_log", tuner_log(self->ld)) < 0)
         goto fail;
     Py_DECREF(mem);
     Py_DECREF(peak);
