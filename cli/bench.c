@@ -1,6 +1,6 @@
 /*
  * sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]
- *   [--budget 512M] [--workers N|auto] [--prefetch N] [--epochs N | --batches N]
+ *   [--budget 512M] [--workers N|auto] [--workers-max N] [--prefetch N] [--epochs N | --batches N]
  *   [--seed S] [--rank R --world-size W] [--no-shuffle] [--drop-last]
  *   [--on-error skip|raise] [--max-error-rate F] [--max-pixels N]
  *   [--max-bytes SIZE] [--exif] [--fields FILE.json] [--json]
@@ -38,7 +38,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice bench DATASET [--preset train|val] [--size 224] [--batch 256]\n"
-            "                    [--budget 512M] [--workers N|auto] [--worker-nice 10] [--prefetch N]\n"
+            "                    [--budget 512M] [--workers N|auto] [--workers-max N] [--worker-nice 10]\n"
+            "                    [--prefetch N]\n"
             "                    [--epochs N | --batches N] [--seed S] [--rank R --world-size W]\n"
             "                    [--no-shuffle] [--drop-last] [--on-error skip|raise]\n"
             "                    [--max-error-rate F] [--max-pixels N] [--max-bytes SIZE] [--exif]\n"
@@ -57,6 +58,9 @@ static void usage(FILE *f) {
             "worker count (docs/gpu.md); prefer-gpu: where it can run, else the CPU; auto:\n"
             "split by measured rates (not bit-reproducible). The checksum covers device\n"
             "bytes too.\n"
+            "--workers auto (the default): a tuner driven by the consumer moves how many\n"
+            "workers take work (up to --workers-max: this rank's share of the CPUs) and\n"
+            "how many slots are in use (docs/tuner.md); N: N workers, fixed.\n"
             "--worker-nice: the workers' priority below the process's (0..19; 10).\n"
             "Sizes take K, M, G suffixes (1024).\n",
             sl_cli_recipe_usage);
@@ -64,7 +68,8 @@ static void usage(FILE *f) {
 
 /* Every flag but the recipe's (sl_cli_recipe_flags), for "did you mean". */
 static const char *const flags[] = {
-    "--preset", "--batch", "--budget", "--workers", "--worker-nice", "--prefetch", "--epochs", "--batches",
+    "--preset", "--batch", "--budget", "--workers", "--workers-max", "--worker-nice", "--prefetch", "--epochs",
+    "--batches",
     "--seed", "--rank", "--world-size", "--no-shuffle", "--drop-last", "--on-error", "--max-error-rate",
     "--max-pixels", "--max-bytes", "--exif", "--fields", "--json", "--cache", "--cache-share", "--cache-what",
     "--decode", "--gpu-budget", "--gpu-device", "--gpu-engines", "--help", NULL};
@@ -104,7 +109,7 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
         {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024},
-        {"--worker-nice", 0, 19}, {"--gpu-engines", 1, 4}};
+        {"--worker-nice", 0, 19}, {"--gpu-engines", 1, 4}, {"--workers-max", 1, 1024}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         if (strcmp(a, nums[i].name)) continue;
         if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
@@ -122,7 +127,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         else if (i == 7) cfg->max_pixels = v;
         else if (i == 8) cfg->gpu_device = (int)v;
         else if (i == 9) cfg->worker_nice = (int)v;
-        else cfg->gpu_engines = (uint32_t)v;
+        else if (i == 10) cfg->gpu_engines = (uint32_t)v;
+        else cfg->workers_max = (uint32_t)v;
         return 0;
     }
     if (!strcmp(a, "--preset")) {
@@ -243,6 +249,11 @@ static int parse_args(bench_opts *o, int argc, char **argv) {
         return 2;
     }
     if (!o->epochs && !o->max_batches) o->epochs = 1;
+    if (o->cfg.workers && o->cfg.workers_max) {
+        fprintf(stderr, "sluice bench: --workers-max goes with --workers auto (the tuner's ceiling); --workers %u "
+                        "fixes the count\n", o->cfg.workers);
+        return 2;
+    }
     o->cfg.source = o->dataset;
     o->cfg.fields = o->fields;
     return 0;
@@ -320,6 +331,32 @@ static void report_json_cache(FILE *f, const bench_run *r, const sl_stats *st) {
             st->storage_bytes_read, st->storage_bytes_read - r->first_read);
 }
 
+static const char *tune_what(int what) { return what == SL_TUNE_WORKERS ? "workers" : "slots"; }
+
+/* The tuner: workers and slots now and over the pass, the consumer's
+ * wait and CPU, the split over the pass, the last decisions. */
+static void report_json_tuner(FILE *f, sl_loader *ld, const sl_stats *st) {
+    fprintf(f, ", \"tuner\": %s, \"workers_active\": %u, \"workers_active_mean\": %.3f, \"slots_target\": %u",
+            st->tuner ? "true" : "false", st->workers_active, st->workers_active_mean, st->slots_target);
+    fprintf(f, ", \"consumer_wait_fraction\": %.4f, \"pass_seconds\": %.3f, \"pass_consumer_wait_fraction\": %.4f"
+               ", \"pass_consumer_cpu_s\": %.3f, \"pass_gpu_samples\": %" PRIu64 ", \"pass_cpu_samples\": %" PRIu64,
+            st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0, st->pass_seconds,
+            st->pass_seconds > 0 ? st->pass_consumer_wait_s / st->pass_seconds : 0.0, st->pass_consumer_cpu_s,
+            st->pass_gpu_samples, st->pass_cpu_samples);
+    sl_tuner_decision log[SL_TUNER_LOG];
+    size_t n = sl_loader_tuner_log(ld, log, SL_TUNER_LOG);
+    fprintf(f, ", \"tuner_decisions\": %" PRIu64 ", \"tuner_log\": [", st->tuner_decisions);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%s{\"seq\": %" PRIu64 ", \"t\": %.3f, \"batches\": %" PRIu64 ", \"what\": \"%s\""
+                   ", \"why\": \"%s\", \"from\": %u, \"to\": %u, \"reason\": ",
+                i ? ", " : "", log[i].seq, log[i].t, log[i].batches, tune_what(log[i].what),
+                sl_tune_why_name(log[i].why), log[i].from, log[i].to);
+        sl_cli_json_str(f, log[i].reason);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
 static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, const sl_stats *st) {
     FILE *f = stdout;
     sl_error_record recs[5];
@@ -374,6 +411,7 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                ", \"gpu_copy_s\": %.3f, \"gpu_hw_calls\": %" PRIu64 ", \"gpu_hw_failed_calls\": %" PRIu64,
             st->gpu_engines, st->gpu_hw_s, st->gpu_hybrid_s, st->gpu_resize_s, st->gpu_copy_s, st->gpu_hw_calls,
             st->gpu_hw_failed_calls);
+    report_json_tuner(f, ld, st);
     fprintf(f, ", \"version\": ");
     sl_cli_json_str(f, sl_version());
     fprintf(f, "}\n");
@@ -415,6 +453,15 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                st->gpu_samples, st->cpu_samples, st->gpu_handed_back, sl_format_size(st->gpu_pool_peak, a1, sizeof a1),
                sl_format_size(st->gpu_pool_bytes, a2, sizeof a2), sl_format_size(st->gpu_batch_bytes, a3, sizeof a3),
                sl_format_size(st->gpu_pinned_bytes, a4, sizeof a4));
+    if (st->tuner) {
+        sl_tuner_decision last;
+        int any = sl_loader_tuner_log(ld, &last, 1) == 1;
+        printf("  tuner: %u of %u workers active (%.2f on average over the pass), %u slots in use of %u; %" PRIu64
+               " decision%s%s%s%s%s\n",
+               st->workers_active, st->workers, st->workers_active_mean, st->slots_target, st->slots + st->slots_retired,
+               st->tuner_decisions, st->tuner_decisions == 1 ? "" : "s", any ? ", the last: " : "",
+               any ? tune_what(last.what) : "", any ? " " : "", any ? last.reason : "");
+    }
     printf("  errors: %" PRIu64 "%s\n", st->errors, st->errors ? " (first below)" : "");
     for (size_t i = 0; i < nrec; i++) {
         const char *p = sl_loader_sample_path(ld, recs[i].index, path, sizeof path);
