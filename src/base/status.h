@@ -1,10 +1,12 @@
 /*
  * Status files: what a process publishes for `sluice top`, another process,
- * to read. Today the governor's: live limit, ceiling, use and its last
- * moves with their reasons (governor.c writes the text; monitor/govstatus.c
- * reads it).
+ * to read: a governor's live limit, ceiling, use and its last moves with
+ * their reasons (governor.c writes the text), a tuned loader's workers,
+ * slots and the tuner's last decisions (pipeline/tuner.c);
+ * monitor/govstatus.c reads both.
  *
- * Where: <dir>/sluice-gov-<pid>-<n>.json, dir = $SLUICE_STATUS_DIR, else
+ * Where: <dir>/sluice-gov-<pid>-<n>.json (sluice-loader-... for a loader),
+ * dir = $SLUICE_STATUS_DIR, else
  * /dev/shm, else $XDG_RUNTIME_DIR (the first that is a folder). The file is
  * written whole into a fresh file (created with O_EXCL | O_NOFOLLOW under
  * a name of this process's) and renamed over the name, so a reader never

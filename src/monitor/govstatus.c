@@ -1,6 +1,6 @@
-/* Governor status files, read for `sluice top`. See govstatus.h. */
+/* Governors' and loaders' status files, read for `sluice top`. See govstatus.h. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* F_OFD_GETLK */
+#define _GNU_SOURCE /* F_OFD_GETLK, qsort_r */
 #endif
 #include "monitor/govstatus.h"
 
@@ -102,37 +102,135 @@ static int read_live(const char *path, char *text, size_t len) {
     return 0; /* replaced 16 times while asked: too busy to read now */
 }
 
+/* ---- loaders' status files (pipeline/tuner.c writes them) --------------------- */
+
+static void parse_events(const char *text, size_t len, sl__loader_status *o) {
+    char path[64];
+    double v;
+    for (unsigned i = 0; i < SL_LOADER_STATUS_EVENTS; i++) {
+        sl__loader_event *e = &o->event[i];
+        int bad = 0;
+        snprintf(path, sizeof path, "events.%u.t", i);
+        if (sl__json_number(text, len, path, &v)) break;
+        e->t = v;
+        snprintf(path, sizeof path, "events.%u.batches", i);
+        e->batches = num(text, len, path, &bad);
+        snprintf(path, sizeof path, "events.%u.from", i);
+        e->from = (unsigned)num(text, len, path, &bad);
+        snprintf(path, sizeof path, "events.%u.to", i);
+        e->to = (unsigned)num(text, len, path, &bad);
+        snprintf(path, sizeof path, "events.%u.what", i);
+        if (sl__json_string(text, len, path, e->what, sizeof e->what)) bad = 1;
+        snprintf(path, sizeof path, "events.%u.why", i);
+        if (sl__json_string(text, len, path, e->why, sizeof e->why)) e->why[0] = 0;
+        snprintf(path, sizeof path, "events.%u.reason", i);
+        if (sl__json_string(text, len, path, e->reason, sizeof e->reason)) e->reason[0] = 0;
+        if (bad) break;
+        o->nevents = i + 1;
+    }
+}
+
+int sl__loader_status_parse(const char *text, size_t len, sl__loader_status *o) {
+    memset(o, 0, sizeof *o);
+    int bad = 0;
+    char kind[16];
+    if (num(text, len, "version", &bad) != SL_STATUS_VERSION || bad ||
+        sl__json_string(text, len, "kind", kind, sizeof kind) || strcmp(kind, "loader"))
+        return SL_EPARSE;
+    o->pid = (int)num(text, len, "pid", &bad);
+    o->id = (unsigned)num(text, len, "id", &bad);
+    o->start_time = num(text, len, "start_time", &bad);
+    if (sl__json_number(text, len, "time", &o->time) || sl__json_number(text, len, "t", &o->t)) bad = 1;
+    if (sl__json_string(text, len, "source", o->source, sizeof o->source)) o->source[0] = 0;
+    o->samples = num(text, len, "samples", &bad);
+    if (sl__json_number(text, len, "samples_per_s", &o->samples_per_s) ||
+        sl__json_number(text, len, "consumer_wait_fraction", &o->wait_fraction) ||
+        sl__json_number(text, len, "workers_active_mean", &o->workers_active_mean))
+        bad = 1;
+    o->workers = (unsigned)num(text, len, "workers", &bad);
+    o->workers_active = (unsigned)num(text, len, "workers_active", &bad);
+    o->slots = (unsigned)num(text, len, "slots", &bad);
+    o->slots_target = (unsigned)num(text, len, "slots_target", &bad);
+    if (sl__json_string(text, len, "decode", o->decode, sizeof o->decode)) bad = 1;
+    o->gpu_samples = num(text, len, "gpu_samples", &bad);
+    o->cpu_samples = num(text, len, "cpu_samples", &bad);
+    o->decisions = num(text, len, "decisions", &bad);
+    if (bad || o->pid <= 0) return SL_EPARSE;
+    parse_events(text, len, o);
+    return 0;
+}
+
+/* ---- scanning a folder -------------------------------------------------------- */
+
+/* What a kind of status file is: its name's prefix, its parser, and its
+ * parsed struct (size), whose pid and id key says whose it is. */
+typedef struct status_kind {
+    const char *prefix;
+    size_t size;
+    int (*parse)(const char *text, size_t len, void *out);
+    void (*key)(const void *st, int *pid, unsigned *id);
+} status_kind;
+
 /* One file of dir, if it is a live status of a wanted process. */
-static int read_one(const char *dir, const char *name, int (*want)(const void *ctx, int pid), const void *ctx,
-                    sl__gov_status *o) {
-    char path[1024], text[16384];
-    int pid;
-    unsigned id;
+static int read_one(const status_kind *k, const char *dir, const char *name,
+                    int (*want)(const void *ctx, int pid), const void *ctx, void *o) {
+    char path[1024], text[16384], fmt[64];
+    int pid, got_pid;
+    unsigned id, got_id;
     char tail[8];
-    if (sscanf(name, SL_STATUS_PREFIX "%d-%u.%7s", &pid, &id, tail) != 3 || strcmp(tail, "json")) return 0;
+    snprintf(fmt, sizeof fmt, "%s%%d-%%u.%%7s", k->prefix);
+    if (sscanf(name, fmt, &pid, &id, tail) != 3 || strcmp(tail, "json")) return 0;
     if (want && !want(ctx, pid)) return 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (!read_live(path, text, sizeof text)) return 0;
-    return sl__gov_status_parse(text, strlen(text), o) == 0 && o->pid == pid && o->id == id;
+    if (!read_live(path, text, sizeof text) || k->parse(text, strlen(text), o)) return 0;
+    k->key(o, &got_pid, &got_id);
+    return got_pid == pid && got_id == id;
 }
 
-static int by_pid_id(const void *a, const void *b) {
-    const sl__gov_status *x = a, *y = b;
-    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+static int by_pid_id(const void *a, const void *b, void *kind) {
+    const status_kind *k = kind;
+    int pa, pb;
+    unsigned ia, ib;
+    k->key(a, &pa, &ia);
+    k->key(b, &pb, &ib);
+    if (pa != pb) return pa < pb ? -1 : 1;
+    return (ia > ib) - (ia < ib);
 }
 
-size_t sl__gov_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
-                           sl__gov_status *out, size_t max) {
+static size_t scan(const status_kind *k, const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                   void *out, size_t max) {
     DIR *d = dir ? opendir(dir) : NULL;
     if (!d) return 0;
     size_t n = 0;
     struct dirent *e;
     while (n < max && (e = readdir(d)))
-        if (!strncmp(e->d_name, SL_STATUS_PREFIX, strlen(SL_STATUS_PREFIX)) &&
-            read_one(dir, e->d_name, want, ctx, &out[n]))
+        if (!strncmp(e->d_name, k->prefix, strlen(k->prefix)) &&
+            read_one(k, dir, e->d_name, want, ctx, (char *)out + n * k->size))
             n++;
     closedir(d);
-    qsort(out, n, sizeof *out, by_pid_id);
+    qsort_r(out, n, k->size, by_pid_id, (void *)k);
     return n;
+}
+
+static int gov_parse(const char *text, size_t len, void *out) { return sl__gov_status_parse(text, len, out); }
+static void gov_key(const void *st, int *pid, unsigned *id) {
+    const sl__gov_status *g = st;
+    *pid = g->pid, *id = g->id;
+}
+static int loader_parse(const char *text, size_t len, void *out) { return sl__loader_status_parse(text, len, out); }
+static void loader_key(const void *st, int *pid, unsigned *id) {
+    const sl__loader_status *l = st;
+    *pid = l->pid, *id = l->id;
+}
+
+size_t sl__gov_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                           sl__gov_status *out, size_t max) {
+    static const status_kind k = {SL_STATUS_PREFIX, sizeof(sl__gov_status), gov_parse, gov_key};
+    return scan(&k, dir, want, ctx, out, max);
+}
+
+size_t sl__loader_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                              sl__loader_status *out, size_t max) {
+    static const status_kind k = {SL_STATUS_LOADER_PREFIX, sizeof(sl__loader_status), loader_parse, loader_key};
+    return scan(&k, dir, want, ctx, out, max);
 }

@@ -1,7 +1,9 @@
 /*
- * The governors of other processes, as `sluice top` shows them: read from
- * the status files they publish (base/status.h: live limit, ceiling, use,
- * last readings and moves). Private.
+ * The governors and loaders of other processes, as `sluice top` shows
+ * them: read from the status files they publish (base/status.h): a
+ * governor's live limit, ceiling, use, last readings and moves; a tuned
+ * loader's workers, slots, throughput and the tuner's last decisions
+ * (pipeline/tuner.c). Private.
  */
 #ifndef SL_MONITOR_GOVSTATUS_H
 #define SL_MONITOR_GOVSTATUS_H
@@ -35,6 +37,37 @@ typedef struct sl__gov_status {
  * version this reader knows). */
 int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *out);
 
+#define SL_LOADER_STATUS_EVENTS 8
+
+typedef struct sl__loader_event {
+    double t;                /* seconds since the loader's first batch was asked for */
+    uint64_t batches;        /* delivered then */
+    char what[8];            /* "workers" or "slots" */
+    char why[24];            /* the rule (sl_tune_why_name) */
+    unsigned from, to;
+    char reason[168];
+} sl__loader_event;
+
+typedef struct sl__loader_status {
+    int pid;
+    unsigned id;             /* the status's number in its process */
+    uint64_t start_time;
+    double time;             /* Unix time the file was written */
+    double t;                /* seconds since the loader's first batch was asked for, then */
+    char source[160];
+    uint64_t samples;
+    double samples_per_s, wait_fraction;
+    unsigned workers, workers_active, slots, slots_target;
+    double workers_active_mean;
+    char decode[8];
+    uint64_t gpu_samples, cpu_samples, decisions;
+    unsigned nevents;        /* the last ones, oldest first */
+    sl__loader_event event[SL_LOADER_STATUS_EVENTS];
+} sl__loader_status;
+
+/* Parse one loader status file's text. 0, or SL_EPARSE. */
+int sl__loader_status_parse(const char *text, size_t len, sl__loader_status *out);
+
 /*
  * The status files in dir of live writers: a file counts while its writer
  * holds its write lock (base/status.h), which the kernel drops when the
@@ -47,5 +80,8 @@ int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *out);
  */
 size_t sl__gov_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
                            sl__gov_status *out, size_t max);
+/* The same for the loaders' status files. */
+size_t sl__loader_status_scan(const char *dir, int (*want)(const void *ctx, int pid), const void *ctx,
+                              sl__loader_status *out, size_t max);
 
 #endif

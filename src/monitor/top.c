@@ -150,15 +150,15 @@ static int in_members(const sl__top *t, unsigned pid) {
 
 static int want_member(const void *ctx, int pid) { return in_members(ctx, (unsigned)pid); }
 
-/* The status files of governed budgets: of the tree's processes (PID
- * mode), of every live process (machine mode). */
+/* The status files of governed budgets and tuned loaders: of the tree's
+ * processes (PID mode), of every live process (machine mode). */
 static void sample_governors(sl__top *t) {
     char dir[512];
     const char *d = t->o.status_dir;
     if (!d && sl__status_dir(dir, sizeof dir) == 0) d = dir;
-    t->ngovs = d ? sl__gov_status_scan(d, t->o.pid > 0 ? want_member : NULL, t, t->govs,
-                                       SL_TOP_MAX_GOVS)
-                 : 0;
+    int (*want)(const void *, int) = t->o.pid > 0 ? want_member : NULL;
+    t->ngovs = d ? sl__gov_status_scan(d, want, t, t->govs, SL_TOP_MAX_GOVS) : 0;
+    t->nloaders = d ? sl__loader_status_scan(d, want, t, t->loaders, SL_TOP_MAX_LOADERS) : 0;
 }
 
 static void sample_limit(sl__top *t) {
@@ -385,6 +385,34 @@ static void json_governors(const sl__top *t, FILE *f) {
     fputc(']', f);
 }
 
+/* The tuned loaders seen: workers and slots, throughput, the tuner's last decisions. */
+static void json_loaders(const sl__top *t, FILE *f) {
+    fputs(",\"loaders\":[", f);
+    for (size_t i = 0; i < t->nloaders; i++) {
+        const sl__loader_status *l = &t->loaders[i];
+        fprintf(f, "%s{\"pid\":%d,\"id\":%u,\"age_s\":%.1f,\"source\":", i ? "," : "", l->pid, l->id,
+                t->time - l->time);
+        sl__json_str(f, l->source);
+        fprintf(f, ",\"samples\":%llu,\"samples_per_s\":%.1f,\"consumer_wait_fraction\":%.4f,\"workers\":%u,"
+                   "\"workers_active\":%u,\"workers_active_mean\":%.3f,\"slots\":%u,\"slots_target\":%u,"
+                   "\"decode\":\"%s\",\"gpu_samples\":%llu,\"cpu_samples\":%llu,\"decisions\":%llu,"
+                   "\"last_decisions\":[",
+                (ull)l->samples, l->samples_per_s, l->wait_fraction, l->workers, l->workers_active,
+                l->workers_active_mean, l->slots, l->slots_target, l->decode, (ull)l->gpu_samples,
+                (ull)l->cpu_samples, (ull)l->decisions);
+        for (unsigned j = 0; j < l->nevents; j++) {
+            const sl__loader_event *e = &l->event[j];
+            fprintf(f, "%s{\"t\":%.3f,\"batches\":%llu,\"what\":\"%s\",\"why\":\"%s\",\"from\":%u,\"to\":%u,"
+                       "\"reason\":",
+                    j ? "," : "", e->t, (ull)e->batches, e->what, e->why, e->from, e->to);
+            sl__json_str(f, e->reason);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    fputc(']', f);
+}
+
 static void json_ooms(const sl__top *t, FILE *f) {
     fprintf(f, ",\"oom_kills\":{\"readable\":%s,\"count\":%ld,\"events\":[", t->kmsg_readable ? "true" : "false",
             t->oom_seen);
@@ -417,6 +445,7 @@ void sl__top_json(const sl__top *t, FILE *f) {
     json_trees(t, f);
     json_gpus(t, f);
     json_governors(t, f);
+    json_loaders(t, f);
     json_ooms(t, f);
     json_caches(t, f);
     fputc('}', f);
@@ -441,6 +470,21 @@ static void text_governors(const sl__top *t, FILE *f) {
         for (unsigned j = g->nmoves > 3 ? g->nmoves - 3 : 0; j < g->nmoves; j++) {
             const sl__gov_move *m = &g->move[j];
             fprintf(f, "  %8.1f s  %s -> %s  %s\n", m->t, fb(m->old_limit, a), fb(m->new_limit, b), m->reason);
+        }
+    }
+}
+
+/* Each tuned loader: its workers and slots, the last decisions. */
+static void text_loaders(const sl__top *t, FILE *f) {
+    for (size_t i = 0; i < t->nloaders; i++) {
+        const sl__loader_status *l = &t->loaders[i];
+        fprintf(f, "loader  pid %d #%u %s: %u of %u workers active (%.2f on average), %u slots in use of %u live, %.0f samples/s, "
+                   "waited %.0f%%, decode %s, %llu decisions\n",
+                l->pid, l->id, l->source, l->workers_active, l->workers, l->workers_active_mean, l->slots_target,
+                l->slots, l->samples_per_s, 100 * l->wait_fraction, l->decode, (ull)l->decisions);
+        for (unsigned j = l->nevents > 3 ? l->nevents - 3 : 0; j < l->nevents; j++) {
+            const sl__loader_event *e = &l->event[j];
+            fprintf(f, "  %8.1f s  %s %u -> %u  %s\n", e->t, e->what, e->from, e->to, e->reason);
         }
     }
 }
@@ -515,6 +559,7 @@ void sl__top_text(const sl__top *t, FILE *f, int rows) {
         fputc('\n', f);
     }
     text_governors(t, f);
+    text_loaders(t, f);
     if (!t->kmsg_readable) fprintf(f, "OOM     kernel log not readable\n");
     else if (!t->oom_seen) fprintf(f, "OOM     no kills in the kernel log\n");
     else {

@@ -27,6 +27,7 @@
 #define SL_TOP_MAX_GPUS 16
 #define SL_TOP_MAX_OOMS 8
 #define SL_TOP_MAX_GOVS 8
+#define SL_TOP_MAX_LOADERS 8
 #define SL_TOP_MAX_CACHES 8
 
 /* The options are the public header's (sluice_monitor.h). */
@@ -74,6 +75,9 @@ typedef struct sl__top {
      * process (machine mode), from their status files. */
     sl__gov_status govs[SL_TOP_MAX_GOVS];
     size_t ngovs;
+    /* Tuned loaders of the same processes, from their status files. */
+    sl__loader_status loaders[SL_TOP_MAX_LOADERS];
+    size_t nloaders;
     /* The effective limit: the smaller of MemTotal and the cgroup limit,
      * and the usage measured against it. */
     uint64_t limit, usage;

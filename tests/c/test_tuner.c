@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "monitor/top.h"
 #include "pipeline/tuner.h"
 #include "sluice.h"
 
@@ -289,4 +290,67 @@ TEST(fixed_workers_are_not_tuned) {
     char err[256];
     CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EINVAL);
     CHECK_STR_CONTAINS(err, "workers_max");
+}
+
+/* The loader's status file carries its tuner to sl__top (and `sluice
+ * top`): workers, slots and the last decisions, the same as the log; a
+ * file of this pid nobody holds is left out, and the file goes with the
+ * loader. */
+TEST(tuned_loader_shown_by_top) {
+    char status[64] = "/tmp/sl_status_XXXXXX";
+    CHECK(mkdtemp(status));
+    fx_track(status);
+    setenv("SLUICE_STATUS_DIR", status, 1);
+    char stale[160], text[256];
+    snprintf(stale, sizeof stale, "%s/sluice-loader-%d-99.json", status, (int)getpid());
+    snprintf(text, sizeof text, "{\"version\":1,\"kind\":\"loader\",\"pid\":%d,\"id\":99}", (int)getpid());
+    fx_write(stale, text, strlen(text));
+    fx_simple(&ds, 200, 0, 48, 96);
+    sl_config c = tuned();
+    c.batch_size = 4;
+    sl_loader *ld = fx_open(&c);
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_loader_next(ld, &b)) == 0) {
+        sleep_ms(10);
+        sl_loader_release(ld, b);
+    }
+    CHECK_EQ(rc, SL_EEND);
+    sl_tuner_decision log[SL_TUNER_LOG];
+    size_t n = read_log(ld, log);
+    CHECK(n >= 1);
+    /* the last decision is published by the call after it: one more delivery */
+    CHECK_EQ(sl_loader_next(ld, &b), 0);
+    sl_loader_release(ld, b);
+    sl__top_opts o;
+    sl__top_opts_init(&o);
+    o.pid = (int)getpid();
+    o.nvml_lib = "libnvidia-ml-absent.so.1";
+    o.kmsg = NULL;
+    sl__top t;
+    CHECK_OK(sl__top_init(&t, &o));
+    CHECK_OK(sl__top_sample(&t));
+    CHECK_EQ(t.nloaders, 1);
+    const sl__loader_status *l = &t.loaders[0];
+    CHECK_EQ(l->pid, getpid());
+    CHECK_EQ(l->workers, 2);
+    CHECK_STR_CONTAINS(l->source, ds.root);
+    CHECK_EQ(l->decisions, n);
+    CHECK(l->nevents >= 1);
+    const sl__loader_event *last = &l->event[l->nevents - 1];
+    CHECK_EQ(last->to, log[n - 1].to);
+    CHECK_EQ(strcmp(last->reason, log[n - 1].reason), 0);
+    CHECK_EQ(strcmp(last->why, sl_tune_why_name(log[n - 1].why)), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sl__top_text(&t, f, 5);
+    fclose(f);
+    CHECK_STR_CONTAINS(buf, "loader  pid");
+    CHECK_STR_CONTAINS(buf, last->reason);
+    free(buf);
+    sl_loader_destroy(ld);
+    CHECK_OK(sl__top_sample(&t));
+    CHECK_EQ(t.nloaders, 0);
+    sl__top_fini(&t);
 }
