@@ -13,9 +13,10 @@
  * pipeline's fill and the consumer's work between epochs never count.
  *
  * The rules, once a window is complete (sl__tune_decide):
- *  1. The consumer's thread was on a CPU half the window or more and the
- *     workers could fill every CPU of the rank: one worker fewer, so the
- *     loop that launches the model's kernels keeps a core.
+ *  1. The consumer's thread was on a CPU half of its own time (the window
+ *     less its waits) and a quarter of the window or more, and the workers
+ *     could fill every CPU of the rank: one worker fewer, so the loop that
+ *     launches the model's kernels keeps a core.
  *  2. The consumer waited more than 5 % of the window: with the workers
  *     busy (70 % of the active ones or more), wake a parked one; with them
  *     idle, they lacked a slot: one more slot in use. Neither past its
@@ -50,7 +51,8 @@
 #define WAIT_LOW 0.01    /* under this, with a batch ready at every call: may step down */
 #define BUSY_UP 0.7      /* the active workers' busy share above which a wait asks for a worker */
 #define BUSY_DOWN 0.85   /* park one when the busy time fits in one fewer at this share */
-#define CPU_BUSY 0.5     /* the consumer's thread on a CPU this share of the time: keep it a core */
+#define CPU_BUSY 0.5     /* the consumer's thread on a CPU this share of its own time (not waiting)... */
+#define CPU_USED 0.25    /* ... and this share of all of it: keep it a core */
 #define HOLD_MAX 8u
 #define WINDOW_MIN 4u
 #define WINDOW_SAMPLES 32u
@@ -74,14 +76,15 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     memset(o, 0, sizeof *o);
     double wall = in->wall_s > 0 ? in->wall_s : 1e-9;
     double wait = in->wait_s / wall, busy = in->busy_s / wall, cpu = in->cpu_s >= 0 ? in->cpu_s / wall : 0;
+    double own = wall - in->wait_s > 1e-9 ? (in->cpu_s >= 0 ? in->cpu_s : 0) / (wall - in->wait_s) : 0;
     uint32_t a = in->active, n = in->batches;
     uint32_t cap = in->ceiling;
-    if (cpu >= CPU_BUSY && in->cores > 1 && cap > in->cores - 1) cap = in->cores - 1; /* rule 1 */
+    if (cpu >= CPU_USED && own >= CPU_BUSY && in->cores > 1 && cap > in->cores - 1) cap = in->cores - 1; /* rule 1 */
     if (cap < 1) cap = 1;
     if (a > cap) {
         say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_CONSUMER_CPU, a - 1,
-            "the consumer's thread was on a CPU %.0f%% of the last %u batches: %u of the %u CPUs left to the workers",
-            100 * cpu, n, cap, in->cores);
+            "the consumer's thread was on a CPU %.0f%% of the time it did not wait (%.0f%% of the last %u "
+            "batches): %u of the %u CPUs left to the workers", 100 * own, 100 * cpu, n, cap, in->cores);
         return;
     }
     if (wait > WAIT_HIGH) { /* rule 2 */

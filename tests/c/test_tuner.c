@@ -131,6 +131,10 @@ TEST(rule_a_cpu_busy_consumer_keeps_a_core) {
     in.active = 2, in.ceiling = 2, in.cpu_s = 0.9; /* 2 workers on 4 CPUs leave cores enough */
     sl__tune_decide(&in, &o);
     CHECK_EQ(o.what, 0);
+    /* a loop that takes batches as fast as it can: on a CPU all of its little own time, 1 % of all */
+    in.ceiling = 4, in.active = 4, in.wait_s = 0.99, in.cpu_s = 0.01, in.busy_s = 3.9;
+    sl__tune_decide(&in, &o);
+    CHECK_EQ(o.what, 0);
 }
 
 TEST(rule_gpu_backlog_adds_no_cpu_worker) {
