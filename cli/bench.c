@@ -343,6 +343,8 @@ static void report_json_tuner(FILE *f, sl_loader *ld, const sl_stats *st) {
             st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0, st->pass_seconds,
             st->pass_seconds > 0 ? st->pass_consumer_wait_s / st->pass_seconds : 0.0, st->pass_consumer_cpu_s,
             st->pass_gpu_samples, st->pass_cpu_samples);
+    fprintf(f, ", \"node_cpus\": %u, \"node_loaders\": %u, \"node_demand\": %.3f, \"demand\": %.3f", st->node_cpus,
+            st->node_loaders, st->node_demand, st->demand);
     sl_tuner_decision log[SL_TUNER_LOG];
     size_t n = sl_loader_tuner_log(ld, log, SL_TUNER_LOG);
     fprintf(f, ", \"tuner_decisions\": %" PRIu64 ", \"tuner_log\": [", st->tuner_decisions);

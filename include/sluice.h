@@ -188,7 +188,8 @@ typedef struct sl_config {
                                 without a random crop or points), file bytes for the others */
     uint32_t local_rank;       /* SL_CACHE_NODE: this rank's place among its node's ranks, which are */
     uint32_t local_world_size; /* ranks [rank - local_rank, + local_world_size); 0: from the environment
-                                  (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world */
+                                  (torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE), else the whole world.
+                                  With SL_WORKERS_AUTO, local ranks share the node's CPUs by demand */
     /* GPU decode (docs/gpu.md). With SL_DECODE_GPU, PREFER_GPU or AUTO the
      * loader's scheduler feeds the nvJPEG engine beside the CPU workers and
      * the image field's batch lives in device memory (sl_field.device_type
@@ -504,6 +505,11 @@ typedef struct sl_stats {
                                     (CLOCK_THREAD_CPUTIME_ID; calls from one thread) */
     uint64_t pass_gpu_samples;   /* the split over the pass: image samples the GPU engine decoded, */
     uint64_t pass_cpu_samples;   /* and the CPU workers (GPU decode only) */
+    /* The node's CPUs shared by demand among its ranks' tuned loaders (local ranks > 1; all 0
+     * otherwise): the node's CPUs, its loaders with a demand, their demand summed and this
+     * loader's (CPUs), as of the tuner's last window. */
+    uint32_t node_cpus, node_loaders;
+    double node_demand, demand;
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

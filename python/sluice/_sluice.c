@@ -684,7 +684,9 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
               st.pass_seconds > 0 ? st.pass_consumer_wait_s / st.pass_seconds : 0.0) < 0 ||
         PUT_F(d, "pass_consumer_cpu_s", st.pass_consumer_cpu_s) < 0 ||
         PUT_U64(d, "pass_gpu_samples", st.pass_gpu_samples) < 0 ||
-        PUT_U64(d, "pass_cpu_samples", st.pass_cpu_samples) < 0 || dict_put(d, "tuner_log", tuner_log(self->ld)) < 0)
+        PUT_U64(d, "pass_cpu_samples", st.pass_cpu_samples) < 0 || PUT_U64(d, "node_cpus", st.node_cpus) < 0 ||
+        PUT_U64(d, "node_loaders", st.node_loaders) < 0 || PUT_F(d, "node_demand", st.node_demand) < 0 ||
+        PUT_F(d, "demand", st.demand) < 0 || dict_put(d, "tuner_log", tuner_log(self->ld)) < 0)
         goto fail;
     Py_DECREF(mem);
     Py_DECREF(peak);

@@ -43,10 +43,14 @@ static uint32_t quota_cpus(void) {
     return n > 0xFFFFFFFLL ? 0 : (uint32_t)n;
 }
 
-uint32_t sl__local_share_cpus(void) {
+uint32_t sl__local_ranks(void) {
     const char *lws = getenv("LOCAL_WORLD_SIZE");
     char *end = NULL;
     long ranks = lws ? strtol(lws, &end, 10) : 1;
     if (!lws || end == lws || *end || ranks < 1 || ranks > 65536) ranks = 1;
-    return sl__cpu_share(affinity_cpus(), quota_cpus(), (uint32_t)ranks);
+    return (uint32_t)ranks;
 }
+
+uint32_t sl__node_cpus(void) { return sl__cpu_share(affinity_cpus(), quota_cpus(), 1); }
+
+uint32_t sl__local_share_cpus(void) { return sl__cpu_share(affinity_cpus(), quota_cpus(), sl__local_ranks()); }

@@ -12,6 +12,14 @@
  * at least 1. Cannot fail. */
 uint32_t sl__local_share_cpus(void);
 
+/* The node's CPUs for this process, undivided: the affinity mask capped
+ * by a cgroup CPU quota (what the node's local ranks share), at least 1. */
+uint32_t sl__node_cpus(void);
+
+/* The node's local ranks: env LOCAL_WORLD_SIZE (torchrun's), 1 when unset
+ * or not a number from 1 to 65536. */
+uint32_t sl__local_ranks(void);
+
 /* The arithmetic alone: cpus (0: unknown, taken as 1) capped by quota (0:
  * none), divided by local_ranks (0 taken as 1), at least 1. */
 uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks);

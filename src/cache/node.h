@@ -12,9 +12,10 @@
 
 /* The node cache's segment name for a dataset and job: "/sluice-cache-"
  * + a hash of (the source's real path, size, mtime, inode; seed; variant,
- * e.g. "encoded" or the decode settings) + a hash of the job key (env
- * TORCHELASTIC_RUN_ID, else MASTER_ADDR:MASTER_PORT, else
- * SLUICE_CACHE_JOB, else the parent pid: the launcher). Returns 0, or
+ * e.g. "encoded" or the decode settings) + a hash of the job key
+ * (base/node.h, sl__node_job_key: env TORCHELASTIC_RUN_ID, else
+ * MASTER_ADDR:MASTER_PORT, else SLUICE_CACHE_JOB, else the parent pid: the
+ * launcher). Returns 0, or
  * SL_ENOENT when source cannot be read (with a sentence). */
 int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed, const char *variant,
                        char *err, size_t errlen);

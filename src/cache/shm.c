@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "base/hash.h"
+#include "base/node.h"
 #include "base/util.h"
 #include "cache/node.h"
 #include "cache/index.h"
@@ -57,16 +58,6 @@
 /* The job: torchrun's run id, else the rendezvous address, else an
  * explicit key, else the launcher (the parent process); and the user (a
  * segment is its user's alone: another user's job never meets it). */
-static void job_key(char *out, size_t len) {
-    const char *run = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"),
-               *port = getenv("MASTER_PORT"), *job = getenv("SLUICE_CACHE_JOB");
-    unsigned uid = (unsigned)geteuid();
-    if (run && *run) snprintf(out, len, "run:%s;uid:%u", run, uid);
-    else if (addr && *addr && port && *port) snprintf(out, len, "master:%s:%s;uid:%u", addr, port, uid);
-    else if (job && *job) snprintf(out, len, "job:%s;uid:%u", job, uid);
-    else snprintf(out, len, "ppid:%ld;uid:%u", (long)getppid(), uid);
-}
-
 int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed, const char *variant,
                        char *err, size_t errlen) {
     char real[PATH_MAX], id[PATH_MAX + 256], job[512];
@@ -78,7 +69,7 @@ int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed,
     snprintf(id, sizeof id, "%s|%lld|%lld.%09ld|%llu|%llu|%llu|%s", real, (long long)st.st_size,
              (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino,
              (unsigned long long)st.st_dev, (unsigned long long)seed, variant ? variant : "");
-    job_key(job, sizeof job);
+    sl__node_job_key(job, sizeof job);
     snprintf(out, len, "/" SHM_PREFIX "%016llx-%016llx", (unsigned long long)sl__hash64(id, strlen(id), 0),
              (unsigned long long)sl__hash64(job, strlen(job), 0));
     return 0;

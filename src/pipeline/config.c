@@ -66,12 +66,32 @@ int sl__conf_alloc_fail(const sl__conf *c, uint64_t n) {
     return SL_ENOMEM;
 }
 
-int sl__conf_init(sl__conf *c, char *err, size_t errlen) {
+/* The tuner's CPUs (SL_WORKERS_AUTO): this rank's share of the node's
+ * CPUs, and, with local ranks, the node's CPUs its ranks split by demand
+ * (docs/tuner.md). The ceiling: workers_max, else the share, else with
+ * local ranks up to twice the share (a rank may take what idle ones
+ * leave) but for the workers' fixed part growing past a sixteenth of the
+ * budget. */
+static void tuned_workers(sl__conf *c, uint64_t worker_bytes) {
+    const sl_config *cfg = &c->cfg;
+    uint32_t ranks = cfg->local_world_size ? cfg->local_world_size : sl__local_ranks();
+    uint32_t node = sl__node_cpus();
+    c->cores = sl__cpu_share(node, 0, ranks);
+    c->node_cpus = ranks > 1 ? node : 0;
+    c->nworkers = cfg->workers_max ? cfg->workers_max : c->cores;
+    if (!cfg->workers_max && c->node_cpus) {
+        uint64_t room = worker_bytes ? cfg->budget / 16 / worker_bytes : 0;
+        uint32_t extra = (uint32_t)SL_MIN((uint64_t)c->cores, room);
+        c->nworkers = SL_MIN(node, c->cores + extra);
+    }
+}
+
+int sl__conf_init(sl__conf *c, uint64_t worker_bytes, char *err, size_t errlen) {
     c->sample_cap = sl__sample_cap(c->cfg.budget);
     sl__budget_set_room(c->budget, c->sample_cap); /* the governor keeps this above the fixed part */
     c->tuned = c->cfg.workers == SL_WORKERS_AUTO;
-    c->cores = c->tuned ? sl__local_share_cpus() : 0; /* a rank's share of its CPUs */
-    c->nworkers = c->cfg.workers ? c->cfg.workers : c->cfg.workers_max ? c->cfg.workers_max : c->cores;
+    if (c->tuned) tuned_workers(c, worker_bytes);
+    else c->nworkers = c->cfg.workers;
     c->B = c->cfg.batch_size;
     /* the strings the configuration points at are the caller's: copy them */
     const char *source = c->cfg.source, *fields = c->cfg.fields;

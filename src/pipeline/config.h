@@ -46,7 +46,9 @@ typedef struct sl__conf {
     uint64_t nbatches;       /* nominal batches per epoch */
     uint32_t nworkers;       /* workers started: a fixed count, or the tuner's ceiling */
     int tuned;               /* cfg.workers = SL_WORKERS_AUTO: the tuner moves them (tuner.h) */
-    uint32_t cores;          /* with the tuner: the CPUs this rank may use (base/cpus.h) */
+    uint32_t cores;          /* with the tuner: this rank's share of the node's CPUs (base/cpus.h) */
+    uint32_t node_cpus;      /* with the tuner and local ranks (> 1): the node's CPUs, which its
+                                ranks' tuned loaders share by demand (base/node.h); 0: not shared */
     uint64_t sample_cap;     /* most scratch growth one sample may have (admit.c) */
     double index_seconds;
 } sl__conf;
@@ -63,9 +65,11 @@ int sl__conf_budget(sl__conf *c, const sl_config *cfg, const sl_image_recipe *re
 /* Give back the budget (after everything counted in it is freed). */
 void sl__conf_budget_fini(sl__conf *c);
 /* Step 1, once the loader's own struct is counted: the per-sample room,
- * the worker count, the batch size, the copies of the strings. 0, or
- * SL_EBUDGET / SL_ENOMEM with err. */
-int sl__conf_init(sl__conf *c, char *err, size_t errlen);
+ * the worker count (worker_bytes: what one worker holds for life, which
+ * bounds the workers a node-shared tuner adds past its rank's share), the
+ * batch size, the copies of the strings. 0, or SL_EBUDGET / SL_ENOMEM with
+ * err. */
+int sl__conf_init(sl__conf *c, uint64_t worker_bytes, char *err, size_t errlen);
 /* Step 2: schema, index, layout, sampler. 0, or the failure with err. */
 int sl__conf_index(sl__conf *c, char *err, size_t errlen);
 /* Free what init and index made (the budget stays). */

@@ -418,6 +418,7 @@ void sl__engine_tune(sl__engine *e, int on, uint32_t ceiling, uint32_t cores) {
     /* the fewest slots: those the consumer may hold (min_slots) and one batch ahead */
     uint32_t floor = e->tune_slots ? SL_MIN(e->nslots, e->min_live + 1) : e->nslots;
     sl__tuner_init(&e->tuner, on, ceiling, cores, e->conf->B, e->nslots, floor);
+    sl__tuner_node(&e->tuner, e->conf->node_cpus); /* with local ranks: the node's CPUs by demand */
 }
 
 void sl__engine_wait_started(sl__engine *e, uint32_t n) {

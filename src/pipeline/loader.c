@@ -172,7 +172,7 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     sl__engine_init(&ld->eng, ld, &ld->conf, &ld->conf.sampler, &ld->workers, &ld->gs, &ld->cache, &ld->log,
                     &ld->guard);
     *out = ld;
-    return sl__conf_init(&ld->conf, err, errlen);
+    return sl__conf_init(&ld->conf, SL_WORKER_BYTES, err, errlen);
 }
 
 /* ---- step 3: order buffers, error records, worker table (fixed) ------------------ */
@@ -235,7 +235,7 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl__conf *c = &ld->conf;
     const sl_config *cfg = &c->cfg;
     uint64_t pitch = slot_pitch(ld);
-    uint64_t per_worker = sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK;
+    uint64_t per_worker = SL_WORKER_BYTES;
     uint64_t workers_b = per_worker * c->nworkers;
     uint64_t used = atomic_load(&c->budget->used) + sl__gstage_host_pending(&ld->gs); /* counted by step_slots */
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
@@ -403,6 +403,7 @@ static void free_all(sl_loader *ld) {
 static void destroy_in_child(sl_loader *ld) {
     atomic_store(&ld->conf.budget->waiters, 0); /* they were the parent's threads: nobody to wake */
     sl__engine_consumer_forget(&ld->eng);
+    sl__tuner_forget(&ld->eng.tuner); /* the node's share: the parent's slot stays the parent's */
     free_memory(ld, 1);
     free(ld);
 }

@@ -13,6 +13,8 @@
  * pipeline's fill and the consumer's work between epochs never count.
  *
  * The rules, once a window is complete (sl__tune_decide):
+ *  0. With the node's CPUs shared among local ranks (base/node.h): more
+ *     workers active than this loader's part of them by demand: one fewer.
  *  1. The consumer's thread was on a CPU half of its own time (the window
  *     less its waits) and a quarter of the window or more, and the workers
  *     could fill every CPU of the rank: one worker fewer, so the loop that
@@ -72,28 +74,45 @@ static void say(sl__tune_out *o, int what, int why, uint32_t to, const char *fmt
     va_end(ap);
 }
 
+/* Rule 2's ask for one more worker: the consumer waited, the GPU engine
+ * was not the bottleneck, and the workers were busy or every slot is in
+ * use already. */
+static int wants_worker(double wait, double busy, uint32_t active, uint32_t slots, uint32_t slots_max,
+                        uint32_t gpu_backlog, uint32_t batches) {
+    return wait > WAIT_HIGH && gpu_backlog * 2 <= batches && (busy >= BUSY_UP * active || slots >= slots_max);
+}
+
 void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     memset(o, 0, sizeof *o);
     double wall = in->wall_s > 0 ? in->wall_s : 1e-9;
     double wait = in->wait_s / wall, busy = in->busy_s / wall, cpu = in->cpu_s >= 0 ? in->cpu_s / wall : 0;
     double own = wall - in->wait_s > 1e-9 ? (in->cpu_s >= 0 ? in->cpu_s : 0) / (wall - in->wait_s) : 0;
     uint32_t a = in->active, n = in->batches;
-    uint32_t cap = in->ceiling;
-    if (cpu >= CPU_USED && own >= CPU_BUSY && in->cores > 1 && cap > in->cores - 1) cap = in->cores - 1; /* rule 1 */
+    uint32_t cap = in->ceiling, cpus = in->node_allow ? in->node_allow : in->cores;
+    int why = 0;
+    if (in->node_allow && in->node_allow < cap) cap = in->node_allow, why = SL_TUNE_WHY_NODE_SHARE; /* rule 0 */
+    if (cpu >= CPU_USED && own >= CPU_BUSY && cpus > 1 && cap > cpus - 1) /* rule 1 */
+        cap = cpus - 1, why = SL_TUNE_WHY_CONSUMER_CPU;
     if (cap < 1) cap = 1;
+    if (a > cap && why == SL_TUNE_WHY_NODE_SHARE) {
+        say(o, SL_TUNE_WORKERS, why, a - 1,
+            "the node's %u CPUs shared by demand: its %u loaders want %.2f, this one %.2f: %u workers for it",
+            in->node_cpus, in->node_loaders, in->node_demand, in->demand, cap);
+        return;
+    }
     if (a > cap) {
         say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_CONSUMER_CPU, a - 1,
             "the consumer's thread was on a CPU %.0f%% of the time it did not wait (%.0f%% of the last %u "
-            "batches): %u of the %u CPUs left to the workers", 100 * own, 100 * cpu, n, cap, in->cores);
+            "batches): %u of the %u CPUs left to the workers", 100 * own, 100 * cpu, n, cap, cpus);
         return;
     }
     if (wait > WAIT_HIGH) { /* rule 2 */
         if (in->gpu_backlog * 2 > n) return; /* the GPU engine is the bottleneck */
         int busy_ok = busy >= BUSY_UP * a;
-        if (a < cap && (busy_ok || in->slots >= in->slots_max))
+        if (a < cap && wants_worker(wait, busy, a, in->slots, in->slots_max, in->gpu_backlog, n))
             say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_CONSUMER_WAITED, a + 1,
-                "the consumer waited %.0f%% of the last %u batches (%.2f s) with %.2f of %u workers busy", 100 * wait, n,
-                in->wait_s, busy, a);
+                "the consumer waited %.0f%% of the last %u batches (%.2f s) with %.2f of %u workers busy", 100 * wait,
+                n, in->wait_s, busy, a);
         else if (!busy_ok && in->slots < in->slots_max)
             say(o, SL_TUNE_SLOTS, SL_TUNE_WHY_NO_FREE_SLOT, in->slots + 1,
                 "the consumer waited %.0f%% of the last %u batches while %.2f of %u workers were busy: every one of "
@@ -122,6 +141,13 @@ const char *sl_tune_why_name(int why) {
     return why >= 1 && why <= (int)(sizeof names / sizeof *names) ? names[why - 1] : "unknown";
 }
 
+uint32_t sl__node_allow(uint32_t cpus, double mine, double total, uint32_t ceiling) {
+    if (total <= cpus || !(mine > 0)) return ceiling;
+    double share = (double)cpus * mine / total + 0.5;
+    uint32_t n = share >= (double)ceiling ? ceiling : (uint32_t)share;
+    return n ? n : 1;
+}
+
 /* ---- the state ----------------------------------------------------------------- */
 
 void sl__tuner_init(sl__tuner *t, int on, uint32_t ceiling, uint32_t cores, uint32_t batch, uint32_t slots,
@@ -136,13 +162,21 @@ void sl__tuner_init(sl__tuner *t, int on, uint32_t ceiling, uint32_t cores, uint
     t->slots_min = on ? SL_MIN(slots_min, slots) : slots;
     t->hold = 1;
     t->status.fd = -1;
+    t->node.fd = -1;
+}
+
+void sl__tuner_node(sl__tuner *t, uint32_t node_cpus) {
+    if (t->on && node_cpus) sl__cpushare_open(&t->node, node_cpus); /* failed: fd -1, its own share */
 }
 
 void sl__tuner_fini(sl__tuner *t) {
     /* a child of fork() leaves the parent's file alone (status.c forgot it) */
     if (t->status_on && t->status.pid == (long)getpid()) sl__status_close(&t->status);
     t->status_on = 0;
+    sl__cpushare_close(&t->node);
 }
+
+void sl__tuner_forget(sl__tuner *t) { sl__cpushare_forget(&t->node); }
 
 /* The integral of active workers over time, brought up to now. */
 static void integrate(sl__tuner *t, uint64_t now) {
@@ -206,6 +240,23 @@ static void record(sl__tuner *t, const sl__tune_out *d, uint64_t now) {
     snprintf(r->reason, sizeof r->reason, "%s", d->reason);
 }
 
+/* The node's share, once a window: this loader's demand (CPUs: what its
+ * workers were busy, or one worker more than it runs when its consumer
+ * waited on busy workers and the GPU engine was not the bottleneck),
+ * published; the others' read; what it may run. A loader held under its
+ * ceiling by the share keeps asking for one more while its consumer
+ * waits, so hungry ranks split the node evenly and an idle one's part goes
+ * to them. */
+static void node_window(sl__tuner *t, double wall, double busy_s) {
+    uint32_t a = sl__tuner_active(t);
+    double busy = wall > 0 ? busy_s / wall : 0, wait = wall > 0 ? (double)t->w_wait_ns / 1e9 / wall : 0;
+    int hungry = wants_worker(wait, busy, a, t->slots, t->slots_max, t->gpu_backlog, t->n);
+    t->demand = hungry ? (double)SL_MIN(a + 1, t->ceiling) : SL_MAX(busy, 0.001);
+    sl__cpushare_set(&t->node, t->demand);
+    t->node_demand = sl__cpushare_total(&t->node, &t->node_loaders);
+    t->node_allow = sl__node_allow(t->node.cpus, t->demand, t->node_demand, t->ceiling);
+}
+
 int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     out->what = 0;
     t->delivered++;
@@ -232,12 +283,16 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     if (o->ready < t->ready_min) t->ready_min = o->ready;
     t->gpu_backlog += o->gpu_backlog != 0;
     if (t->n < t->window) return 0;
+    double wall = (double)(o->now_ns - t->w_t0_ns) / 1e9, busy = (double)(o->busy_ns - t->w_busy0_ns) / 1e9;
+    if (sl__cpushare_on(&t->node)) node_window(t, wall, busy);
     sl__tune_in in = {.active = sl__tuner_active(t), .ceiling = t->ceiling, .cores = t->cores, .slots = t->slots,
                       .slots_min = t->slots_min, .slots_max = t->slots_max, .batches = t->n,
-                      .wall_s = (double)(o->now_ns - t->w_t0_ns) / 1e9, .wait_s = (double)t->w_wait_ns / 1e9,
+                      .wall_s = wall, .wait_s = (double)t->w_wait_ns / 1e9,
                       .cpu_s = t->cpu_known ? (double)t->w_cpu_ns / 1e9 : -1.0,
-                      .busy_s = (double)(o->busy_ns - t->w_busy0_ns) / 1e9, .ready_min = t->ready_min,
-                      .gpu_backlog = t->gpu_backlog, .hold = t->hold, .calm = t->calm};
+                      .busy_s = busy, .ready_min = t->ready_min,
+                      .gpu_backlog = t->gpu_backlog, .hold = t->hold, .calm = t->calm,
+                      .node_allow = sl__cpushare_on(&t->node) ? t->node_allow : 0, .node_cpus = t->node.cpus,
+                      .node_loaders = t->node_loaders, .node_demand = t->node_demand, .demand = t->demand};
     sl__tune_decide(&in, out);
     if (out->what) {
         record(t, out, o->now_ns);
@@ -256,6 +311,12 @@ void sl__tuner_stats(const sl__tuner *t, uint64_t now, sl_stats *o) {
     o->slots_target = t->slots;
     o->tuner_decisions = t->decisions;
     o->workers_active_mean = a;
+    if (sl__cpushare_on(&t->node)) {
+        o->node_cpus = t->node.cpus;
+        o->node_loaders = t->node_loaders;
+        o->node_demand = t->node_demand;
+        o->demand = t->demand;
+    }
     if (!t->pass_t0) return;
     uint64_t end = t->pass_end ? t->pass_end : now;
     uint64_t len = end > t->pass_t0 ? end - t->pass_t0 : 0;
@@ -290,6 +351,7 @@ static const char *what_name(int what) { return what == SL_TUNE_WORKERS ? "worke
 void sl__tuner_publish(sl__tuner *t, const sl_stats *st, const sl_tuner_decision *log, size_t nlog,
                        const char *source) {
     if (atomic_exchange(&t->publishing, 1)) return; /* another consumer thread writes it */
+    sl__cpushare_refresh(&t->node); /* which of the node's loaders live: system calls, so here */
     if (!t->status_on && sl__status_open_named(&t->status, SL_STATUS_LOADER_PREFIX) == 0) t->status_on = 1;
     if (t->status_on) {
         typedef unsigned long long ull;

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/node.h"
 #include "base/status.h"
 #include "sluice.h"
 
@@ -39,6 +40,10 @@ typedef struct sl__tune_in {
     uint32_t gpu_backlog;    /* deliveries at which the GPU engine had a call's worth queued or more */
     uint32_t hold;           /* qualifying windows in a row a step down needs */
     uint32_t calm;           /* qualifying windows in a row so far (this one not counted) */
+    /* the node's CPUs shared by demand (0: not shared): what this loader may run now, of how
+     * many, among how many loaders wanting how much in all, and its own demand (CPUs) */
+    uint32_t node_allow, node_cpus, node_loaders;
+    double node_demand, demand;
 } sl__tune_in;
 
 typedef struct sl__tune_out {
@@ -51,6 +56,11 @@ typedef struct sl__tune_out {
 
 /* The rules (tuner.c): what to move after a window, if anything. */
 void sl__tune_decide(const sl__tune_in *in, sl__tune_out *out);
+/* The node's share (tuner.c): the workers a loader demanding `mine` CPUs
+ * may run when the node's loaders demand `total` (its own included) of
+ * `cpus`: its ceiling while they fit, else its part of the CPUs by demand,
+ * rounded, at least 1. */
+uint32_t sl__node_allow(uint32_t cpus, double mine, double total, uint32_t ceiling);
 
 /* What the engine sees at one delivery (mu held). */
 typedef struct sl__tune_obs {
@@ -85,6 +95,11 @@ typedef struct sl__tuner {
     /* decisions */
     uint64_t decisions, delivered;
     sl_tuner_decision log[SL_TUNER_LOG];
+    /* the node's CPUs shared by demand (base/node.h): its share, this
+     * loader's demand and what the last window read of the others' */
+    sl__cpushare node;
+    double demand, node_demand;
+    uint32_t node_loaders, node_allow;
     /* the status file for `sluice top` (docs/tuner.md) */
     sl__status status;
     int status_on;
@@ -98,7 +113,13 @@ typedef struct sl__tuner {
  * not tuned). Nothing to free but the status file. */
 void sl__tuner_init(sl__tuner *t, int on, uint32_t ceiling, uint32_t cores, uint32_t batch, uint32_t slots,
                     uint32_t slots_min);
+/* With local ranks: join the node's share of node_cpus (base/node.h);
+ * where it cannot, the loader runs on its own share. At create. */
+void sl__tuner_node(sl__tuner *t, uint32_t node_cpus);
 void sl__tuner_fini(sl__tuner *t);
+/* In a child of fork(): let the inherited share go, touching nothing of
+ * the parent's. */
+void sl__tuner_forget(sl__tuner *t);
 static inline uint32_t sl__tuner_active(const sl__tuner *t) {
     return atomic_load_explicit(&t->active, memory_order_relaxed);
 }

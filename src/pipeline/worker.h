@@ -33,6 +33,8 @@
 #define SL_WORKER_DEC_BASE ((uint64_t)1 << 20)
 /* A worker thread's stack, counted (SL_MEM_OTHER) while the thread lives. */
 #define SL_WORKER_STACK ((size_t)2 << 20)
+/* What one worker holds for life in the budget: its read buffer, decoder room and stack. */
+#define SL_WORKER_BYTES (sl__alloc_cost(SL_WORKER_READ_BASE) + SL_WORKER_DEC_BASE + SL_WORKER_STACK)
 
 typedef struct sl__workers sl__workers;
 

@@ -105,7 +105,11 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, pass_consumer_wait_s)                                                                                \
     A(sl_stats, pass_consumer_cpu_s)                                                                                 \
     A(sl_stats, pass_gpu_samples)                                                                                    \
-    A(sl_stats, pass_cpu_samples)
+    A(sl_stats, pass_cpu_samples)                                                                                    \
+    A(sl_stats, node_cpus)                                                                                           \
+    A(sl_stats, node_loaders)                                                                                        \
+    A(sl_stats, node_demand)                                                                                         \
+    A(sl_stats, demand)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");

@@ -11,10 +11,16 @@
  * rule has margins a loaded 2-core machine does not cross.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fixture.h"
+#include "base/hash.h"
+#include "base/node.h"
 #include "monitor/top.h"
 #include "pipeline/tuner.h"
 #include "sluice.h"
@@ -357,4 +363,163 @@ TEST(tuned_loader_shown_by_top) {
     CHECK_OK(sl__top_sample(&t));
     CHECK_EQ(t.nloaders, 0);
     sl__top_fini(&t);
+}
+
+/* ---- the node's CPUs shared by demand (item 3) ------------------------------------------ */
+
+TEST(rule_node_share) {
+    CHECK_EQ(sl__node_allow(16, 4, 12, 8), 8);   /* the demands fit: the ceiling */
+    CHECK_EQ(sl__node_allow(16, 8, 32, 16), 4);  /* 8 of 32 wanted: a quarter of 16 */
+    CHECK_EQ(sl__node_allow(2, 2, 2.05, 2), 2);  /* another rank's idle worker costs nothing */
+    CHECK_EQ(sl__node_allow(2, 2, 4, 2), 1);     /* two hungry ranks: half each */
+    CHECK_EQ(sl__node_allow(2, 0.05, 2.05, 2), 1); /* at least 1 */
+    sl__tune_in in = window();
+    sl__tune_out o;
+    in.node_allow = 1, in.node_cpus = 2, in.node_loaders = 2, in.node_demand = 4, in.demand = 2;
+    in.wait_s = 0.5, in.busy_s = 1.9;
+    sl__tune_decide(&in, &o);
+    CHECK_EQ(o.what, SL_TUNE_WORKERS);
+    CHECK_EQ(o.why, SL_TUNE_WHY_NODE_SHARE);
+    CHECK_EQ(o.to, 1);
+    CHECK_STR_CONTAINS(o.reason, "2 loaders want 4.00, this one 2.00");
+    in.active = 1; /* at its part: it waits, but wakes nobody */
+    sl__tune_decide(&in, &o);
+    CHECK_EQ(o.what, 0);
+}
+
+typedef struct rank_report {
+    sl_stats st;
+    size_t n;
+    sl_tuner_decision log[SL_TUNER_LOG];
+} rank_report;
+
+/* The pipes between the test and its two ranks. */
+typedef struct rank_pipes {
+    int ready[2], go[2], out[2][2], stop[2][2], fin[2][2];
+} rank_pipes;
+
+/* Rank k: a loader over root (2 workers at most), ready once made,
+ * started by a byte on go; a consumer sleeping sleep_ms a batch over one
+ * epoch (until_stop: epochs until a byte on its stop pipe); its stats and
+ * log on its out pipe, then its loader destroyed at a byte on its fin
+ * pipe. Never returns. */
+static void rank_main(const rank_pipes *p, int k, const char *root, int sleep_ms_, int until_stop) {
+    sl_config c = tuned();
+    c.source = root;
+    c.batch_size = 4;
+    c.workers_max = 0; /* the node's default: this rank's share, and up to twice with local ranks */
+    sl_loader *ld = NULL;
+    char err[256], b1 = 1;
+    if (sl_loader_create(&c, &ld, err, sizeof err)) _exit(2);
+    if (write(p->ready[1], &b1, 1) != 1 || read(p->go[0], &b1, 1) != 1) _exit(3);
+    fcntl(p->stop[k][0], F_SETFL, O_NONBLOCK);
+    sl_batch *b;
+    int rc;
+    for (;;) {
+        while ((rc = sl_loader_next(ld, &b)) == 0) {
+            if (sleep_ms_) sleep_ms(sleep_ms_);
+            sl_loader_release(ld, b);
+            if (until_stop && read(p->stop[k][0], &b1, 1) == 1) break;
+        }
+        if ((rc && rc != SL_EEND) || !until_stop || b1 == 's') break;
+    }
+    rank_report r;
+    memset(&r, 0, sizeof r);
+    sl_loader_stats(ld, &r.st);
+    r.n = sl_loader_tuner_log(ld, r.log, SL_TUNER_LOG);
+    if (write(p->out[k][1], &r, sizeof r) != (ssize_t)sizeof r || read(p->fin[k][0], &b1, 1) != 1) _exit(4);
+    sl_loader_destroy(ld);
+    _exit(rc == 0 || rc == SL_EEND ? 0 : 5);
+}
+
+static void print_report(int k, const rank_report *r) {
+    printf("rank %d: %u workers, %.2f active on average, node %u CPUs, %u loaders wanting %.2f, this one %.2f\n", k,
+           r->st.workers, r->st.workers_active_mean, r->st.node_cpus, r->st.node_loaders, r->st.node_demand,
+           r->st.demand);
+    for (size_t i = 0; i < r->n; i++)
+        printf("  %s %u -> %u (%s) %s\n", r->log[i].what == SL_TUNE_WORKERS ? "workers" : "slots", r->log[i].from,
+               r->log[i].to, sl_tune_why_name(r->log[i].why), r->log[i].reason);
+}
+
+/* Two local ranks of one job on two CPUs (the affinity mask), consumers
+ * sleeping s0 and s1 ms a batch over datasets d0 and d1; rank 1 with
+ * until_stop runs until rank 0 has reported (both loaders live while
+ * each reports). Their reports in r. */
+static void two_ranks(const char *d0, int s0, const char *d1, int s1, int until_stop, rank_report *r) {
+    cpu_set_t all, two;
+    CHECK_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+    CPU_ZERO(&two);
+    for (int i = 0, n = 0; i < CPU_SETSIZE && n < 2; i++)
+        if (CPU_ISSET(i, &all)) CPU_SET(i, &two), n++;
+    CHECK_EQ(sched_setaffinity(0, sizeof two, &two), 0);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    unsetenv("MASTER_ADDR");
+    char job[64];
+    snprintf(job, sizeof job, "test_tuner-%d", (int)getpid()); /* a job of its own: other cases run beside */
+    setenv("SLUICE_CACHE_JOB", job, 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    rank_pipes p;
+    CHECK(pipe(p.ready) == 0 && pipe(p.go) == 0);
+    for (int k = 0; k < 2; k++) CHECK(pipe(p.out[k]) == 0 && pipe(p.stop[k]) == 0 && pipe(p.fin[k]) == 0);
+    pid_t pid[2];
+    for (int k = 0; k < 2; k++) {
+        pid[k] = fork();
+        CHECK(pid[k] >= 0);
+        if (pid[k] == 0) rank_main(&p, k, k ? d1 : d0, k ? s1 : s0, k && until_stop);
+    }
+    char b1;
+    for (int k = 0; k < 2; k++) CHECK_EQ(read(p.ready[0], &b1, 1), 1); /* both loaders made */
+    CHECK_EQ(write(p.go[1], "gg", 2), 2);
+    CHECK_EQ(read(p.out[0][0], &r[0], sizeof r[0]), (ssize_t)sizeof r[0]);
+    if (until_stop) CHECK_EQ(write(p.stop[1][1], "s", 1), 1);
+    CHECK_EQ(read(p.out[1][0], &r[1], sizeof r[1]), (ssize_t)sizeof r[1]);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(write(p.fin[k][1], "f", 1), 1);
+        int status;
+        CHECK_EQ(waitpid(pid[k], &status, 0), pid[k]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        print_report(k, &r[k]);
+    }
+    /* the share's file went with its last loader */
+    char key[512], path[128];
+    sl__node_job_key(key, sizeof key);
+    snprintf(path, sizeof path, "/dev/shm/sluice-cpus-%u-%016llx", (unsigned)geteuid(),
+             (unsigned long long)sl__hash64(key, strlen(key), 0));
+    CHECK(access(path, F_OK) != 0);
+}
+
+static int has_node_park(const rank_report *r) {
+    for (size_t i = 0; i < r->n; i++)
+        if (r->log[i].why == SL_TUNE_WHY_NODE_SHARE && r->log[i].to < r->log[i].from) return 1;
+    return 0;
+}
+
+/* A rank whose consumer sleeps leaves the node's second CPU to the rank
+ * whose consumer takes batches as fast as it can: that one keeps 2 workers
+ * where a fixed division would give it 1. */
+TEST(node_share_follows_demand) {
+    fx_dataset *slow = fx_new(240, 0, 48, 96), *fast = fx_new(1200, 0, 160, 320);
+    rank_report r[2];
+    two_ranks(slow->root, 100, fast->root, 0, 1, r);
+    CHECK_EQ(r[1].st.workers, 2); /* twice its share of 1 */
+    CHECK_EQ(r[1].st.node_cpus, 2);
+    CHECK_EQ(r[1].st.node_loaders, 2); /* it saw the sleeping rank's demand */
+    CHECK(r[1].st.workers_active_mean >= 1.5);
+    CHECK_EQ(r[0].st.workers_active, 1);
+    CHECK(!has_node_park(&r[1]));
+    free(slow);
+    free(fast);
+}
+
+/* Two hungry ranks split the node's 2 CPUs: one worker each, parked for
+ * the node's share. */
+TEST(node_share_splits_between_hungry_ranks) {
+    fx_dataset *a = fx_new(1200, 0, 160, 320);
+    rank_report r[2];
+    two_ranks(a->root, 0, a->root, 0, 0, r);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(r[k].st.workers, 2);
+        CHECK(has_node_park(&r[k]));
+    }
+    free(a);
 }
