@@ -173,10 +173,12 @@ static inline void sl__gstage_counts(const sl__gstage *g, uint64_t *gpu, uint64_
     *gpu = g->on ? atomic_load_explicit(&g->gpu_samples, memory_order_relaxed) : 0;
     *cpu = g->on ? atomic_load_explicit(&g->cpu_samples, memory_order_relaxed) : 0;
 }
-/* decode=gpu and a call's worth of samples queued for the engine: the GPU
- * is the bottleneck (more CPU workers would wait for its staging). */
+/* decode=gpu (or prefer-gpu) and a call's worth of samples queued past
+ * those its engines decode: the GPU is the bottleneck (more CPU workers
+ * would wait for its staging). */
 static inline int sl__gstage_backlog(const sl__gstage *g) {
-    return g->on && g->gpu_only && atomic_load_explicit(&g->queued, memory_order_relaxed) >= g->max_batch;
+    return g->on && g->gpu_only &&
+           atomic_load_explicit(&g->queued, memory_order_relaxed) >= (uint64_t)(g->engines + 1) * g->max_batch;
 }
 
 /* A worker's hand on the stage (lane: its id). */

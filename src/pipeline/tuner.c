@@ -7,7 +7,7 @@
  * batch (its wait), its thread's CPU time at each call
  * (CLOCK_THREAD_CPUTIME_ID, read by the engine before it takes its lock),
  * the batches ready when it asked, the workers' summed busy time, and with
- * decode=gpu whether the GPU engine had a backlog. A window is `window`
+ * decode=gpu (or prefer-gpu) whether the GPU engines had a backlog. A window is `window`
  * deliveries (at least 4, and at least 32 samples); the first delivery of
  * a pass (after create, an epoch's end or a reset) only starts one, so the
  * pipeline's fill and the consumer's work between epochs never count.
