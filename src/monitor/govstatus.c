@@ -23,21 +23,37 @@ static uint64_t num(const char *s, size_t len, const char *path, int *bad) {
     return (uint64_t)v;
 }
 
-static void parse_moves(const char *text, size_t len, sl__gov_status *o) {
+/* Field key of event i of a status (events.I.KEY): a number >= 0 (bad
+ * set when it is not), a string ("" when absent: 1), the time (1 when
+ * absent: the events end). */
+static uint64_t ev_num(const char *text, size_t len, unsigned i, const char *key, int *bad) {
     char path[64];
-    double v;
+    snprintf(path, sizeof path, "events.%u.%s", i, key);
+    return num(text, len, path, bad);
+}
+
+static int ev_str(const char *text, size_t len, unsigned i, const char *key, char *out, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "events.%u.%s", i, key);
+    if (sl__json_string(text, len, path, out, cap) == 0) return 0;
+    out[0] = 0;
+    return 1;
+}
+
+static int ev_time(const char *text, size_t len, unsigned i, double *t) {
+    char path[64];
+    snprintf(path, sizeof path, "events.%u.t", i);
+    return sl__json_number(text, len, path, t) != 0;
+}
+
+static void parse_moves(const char *text, size_t len, sl__gov_status *o) {
     for (unsigned i = 0; i < SL_GOV_STATUS_MOVES; i++) {
         sl__gov_move *m = &o->move[i];
         int bad = 0;
-        snprintf(path, sizeof path, "events.%u.t", i);
-        if (sl__json_number(text, len, path, &v)) break;
-        m->t = v;
-        snprintf(path, sizeof path, "events.%u.old_limit_bytes", i);
-        m->old_limit = num(text, len, path, &bad);
-        snprintf(path, sizeof path, "events.%u.new_limit_bytes", i);
-        m->new_limit = num(text, len, path, &bad);
-        snprintf(path, sizeof path, "events.%u.reason", i);
-        if (sl__json_string(text, len, path, m->reason, sizeof m->reason)) m->reason[0] = 0;
+        if (ev_time(text, len, i, &m->t)) break;
+        m->old_limit = ev_num(text, len, i, "old_limit_bytes", &bad);
+        m->new_limit = ev_num(text, len, i, "new_limit_bytes", &bad);
+        ev_str(text, len, i, "reason", m->reason, sizeof m->reason);
         if (bad) break;
         o->nmoves = i + 1;
     }
@@ -105,26 +121,16 @@ static int read_live(const char *path, char *text, size_t len) {
 /* ---- loaders' status files (pipeline/tuner.c writes them) --------------------- */
 
 static void parse_events(const char *text, size_t len, sl__loader_status *o) {
-    char path[64];
-    double v;
     for (unsigned i = 0; i < SL_LOADER_STATUS_EVENTS; i++) {
         sl__loader_event *e = &o->event[i];
         int bad = 0;
-        snprintf(path, sizeof path, "events.%u.t", i);
-        if (sl__json_number(text, len, path, &v)) break;
-        e->t = v;
-        snprintf(path, sizeof path, "events.%u.batches", i);
-        e->batches = num(text, len, path, &bad);
-        snprintf(path, sizeof path, "events.%u.from", i);
-        e->from = (unsigned)num(text, len, path, &bad);
-        snprintf(path, sizeof path, "events.%u.to", i);
-        e->to = (unsigned)num(text, len, path, &bad);
-        snprintf(path, sizeof path, "events.%u.what", i);
-        if (sl__json_string(text, len, path, e->what, sizeof e->what)) bad = 1;
-        snprintf(path, sizeof path, "events.%u.why", i);
-        if (sl__json_string(text, len, path, e->why, sizeof e->why)) e->why[0] = 0;
-        snprintf(path, sizeof path, "events.%u.reason", i);
-        if (sl__json_string(text, len, path, e->reason, sizeof e->reason)) e->reason[0] = 0;
+        if (ev_time(text, len, i, &e->t)) break;
+        e->batches = ev_num(text, len, i, "batches", &bad);
+        e->from = (unsigned)ev_num(text, len, i, "from", &bad);
+        e->to = (unsigned)ev_num(text, len, i, "to", &bad);
+        bad |= ev_str(text, len, i, "what", e->what, sizeof e->what);
+        ev_str(text, len, i, "why", e->why, sizeof e->why);
+        ev_str(text, len, i, "reason", e->reason, sizeof e->reason);
         if (bad) break;
         o->nevents = i + 1;
     }
