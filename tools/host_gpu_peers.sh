@@ -39,7 +39,7 @@ NVIMGCODEC_SPEC=${NVIMGCODEC_SPEC:-nvidia-nvimgcodec-cu13==0.9.0.20}
 # packaging, numpy, pyyaml, typing-extensions); nvidia-nvjpeg: nvImageCodec's nvJPEG extension
 # loads libnvjpeg.so.13 from it where the system's CUDA has none on the loader's path
 EXTRA=${EXTRA:-"astunparse==1.6.3 gast==0.7.0 optree==0.20.0 nvtx==0.2.17 makefun==1.16.0 libcst==1.9.0 nvidia-nvjpeg==13.3.2.43"}
-PART_MB=${PART_MB:-60}
+PART_MB=${PART_MB:-56}
 DROP=(--drop '*.cpython-310-*' --drop '*.cpython-311-*' --drop '*.cpython-313*' --drop '*.cpython-314*'
       --drop '*.cpython-315*' --drop '*.cpython-39-*' --drop 'nvidia/dali/include/*'
       --drop 'nvidia/nvimgcodec/include/*' --drop 'nvidia/nvimgcodec/tools/dicom/*' --drop '*/tests/*'
