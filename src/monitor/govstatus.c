@@ -23,6 +23,17 @@ static uint64_t num(const char *s, size_t len, const char *path, int *bad) {
     return (uint64_t)v;
 }
 
+/* The fields every status file starts with (base/status.h): its writer's
+ * pid, id and process start, when it was written; bad set when one is not
+ * there. */
+static void head(const char *text, size_t len, int *pid, unsigned *id, uint64_t *start_time, double *time,
+                 double *t, int *bad) {
+    *pid = (int)num(text, len, "pid", bad);
+    *id = (unsigned)num(text, len, "id", bad);
+    *start_time = num(text, len, "start_time", bad);
+    if (sl__json_number(text, len, "time", time) || sl__json_number(text, len, "t", t)) *bad = 1;
+}
+
 /* Field key of event i of a status (events.I.KEY): a number >= 0 (bad
  * set when it is not), a string ("" when absent: 1), the time (1 when
  * absent: the events end). */
@@ -63,10 +74,7 @@ int sl__gov_status_parse(const char *text, size_t len, sl__gov_status *o) {
     memset(o, 0, sizeof *o);
     int bad = 0;
     if (num(text, len, "version", &bad) != SL_STATUS_VERSION || bad) return SL_EPARSE;
-    o->pid = (int)num(text, len, "pid", &bad);
-    o->id = (unsigned)num(text, len, "id", &bad);
-    o->start_time = num(text, len, "start_time", &bad);
-    if (sl__json_number(text, len, "time", &o->time) || sl__json_number(text, len, "t", &o->t)) bad = 1;
+    head(text, len, &o->pid, &o->id, &o->start_time, &o->time, &o->t, &bad);
     o->limit = num(text, len, "limit_bytes", &bad);
     o->ceiling = num(text, len, "ceiling_bytes", &bad);
     o->used = num(text, len, "used_bytes", &bad);
@@ -143,10 +151,7 @@ int sl__loader_status_parse(const char *text, size_t len, sl__loader_status *o) 
     if (num(text, len, "version", &bad) != SL_STATUS_VERSION || bad ||
         sl__json_string(text, len, "kind", kind, sizeof kind) || strcmp(kind, "loader"))
         return SL_EPARSE;
-    o->pid = (int)num(text, len, "pid", &bad);
-    o->id = (unsigned)num(text, len, "id", &bad);
-    o->start_time = num(text, len, "start_time", &bad);
-    if (sl__json_number(text, len, "time", &o->time) || sl__json_number(text, len, "t", &o->t)) bad = 1;
+    head(text, len, &o->pid, &o->id, &o->start_time, &o->time, &o->t, &bad);
     if (sl__json_string(text, len, "source", o->source, sizeof o->source)) o->source[0] = 0;
     o->samples = num(text, len, "samples", &bad);
     if (sl__json_number(text, len, "samples_per_s", &o->samples_per_s) ||
