@@ -46,7 +46,7 @@ B=${CHECK_BATCH:-64}
 N=${CHECK_BATCHES:-30}
 RT=${RUN_TIMEOUT:-90}
 mkdir -p "$OUT" "$WORK"
-log() { echo "== $*" >&2; }
+. bench/results.sh
 cap() { # seconds: at most that, and no later than CHECK_STOP_AT (at least 1)
   local t=$1
   if [ -n "${CHECK_STOP_AT:-}" ]; then
@@ -55,15 +55,6 @@ cap() { # seconds: at most that, and no later than CHECK_STOP_AT (at least 1)
   fi
   [ "$t" -lt 1 ] && t=1
   echo "$t"
-}
-keep() { # name: each JSON line of stdin as a result (appended to results.jsonl); other lines to stderr
-  local line
-  while IFS= read -r line; do
-    case $line in
-      "{"*) echo "{\"run\": \"$1\", \"result\": $line}" | tee -a "$OUT/results.jsonl";;
-      *) echo "$line" >&2;;
-    esac
-  done
 }
 run() { # name, command...: one process under RUN_TIMEOUT; its JSON lines kept, the rest in OUT/name.log
   local name=$1; shift

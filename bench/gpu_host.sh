@@ -107,16 +107,7 @@ if [ -d "$DEPS/root/usr/lib/x86_64-linux-gnu" ]; then
     PATH=$(cd "$DEPS/root/wrap" && pwd):$PATH
   fi
 fi
-log() { echo "== $*" >&2; }
-keep() { # name: wrap each JSON line of stdin as a result, append it; other lines go to stderr
-  local line
-  while IFS= read -r line; do
-    case $line in
-      "{"*) echo "{\"run\": \"$1\", \"result\": $line}" | tee -a "$OUT/results.jsonl";;
-      *) echo "$line" >&2;;
-    esac
-  done
-}
+. bench/results.sh
 rec() { # name, then a command printing one JSON line last: keep that line
   local name=$1; shift
   local line
