@@ -104,7 +104,11 @@ static int write_locked(int fd) {
  * path, when its writer lives: 1, or 0 for a file that is not a regular
  * file of this user (of any user for root), or whose writer is gone. The
  * name may be replaced between the open and the lock's check by a newer
- * write, whose writer lives: then it is asked again of the new file. */
+ * write, whose writer lives: then it is asked again of the new file.
+ * Whether the name still holds the file asked is compared while fd keeps
+ * that file open: once closed, its inode may be freed, and the writer's
+ * next file may get its number (ext4 hands a freed one out again at once)
+ * and be taken for it. */
 static int read_live(const char *path, char *text, size_t len) {
     for (int tries = 0; tries < 16; tries++) {
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -115,13 +119,14 @@ static int read_live(const char *path, char *text, size_t len) {
             do n = pread(fd, text, len - 1, 0);
             while (n < 0 && errno == EINTR);
         int live = n >= 0 && write_locked(fd);
+        int same = n >= 0 && !live && (stat(path, &now) != 0 || (now.st_ino == sb.st_ino && now.st_dev == sb.st_dev));
         close(fd);
         if (n < 0) return 0;
         if (live) {
             text[n] = 0;
             return 1;
         }
-        if (stat(path, &now) != 0 || (now.st_ino == sb.st_ino && now.st_dev == sb.st_dev)) return 0;
+        if (same) return 0; /* still at the name (or gone from it), unlocked: its writer is gone */
     }
     return 0; /* replaced 16 times while asked: too busy to read now */
 }
