@@ -278,7 +278,19 @@ typedef struct node_out {
     uint64_t sums[8][RUN_MAX];
     uint64_t hits[8], misses[8], processes[8];
     _Atomic int victim_pid; /* set by the victim just before it kills itself */
+    _Atomic int attached;   /* ranks on the segment (their loaders made) */
+    _Atomic int counted;    /* ranks that read the segment's processes with every rank on it */
+    _Atomic int abort;      /* a rank ended as it should not: the others stop waiting (the parent sets it) */
 } node_out;
+
+/* Wait until *v reaches n, other ranks' progress: 1, or 0 once the parent
+ * says one of them ended before it could get there. */
+static int wait_ranks(node_out *out, _Atomic int *v, int n) {
+    while (atomic_load(v) < n)
+        if (atomic_load(&out->abort)) return 0;
+        else usleep(1000);
+    return 1;
+}
 
 /* Whether pid has exited and closed its files (so its lock on the segment
  * is gone): gone, or a zombie with no thread left but itself. A killed
@@ -331,30 +343,40 @@ static int node_rank(const fx_dataset *d, int r, int P, int victim, uint64_t cac
     node_config(&c, d, r, P, cache);
     sl_loader *ld = fx_open(&c);
     if (r == 0) out_segment(out);
+    /* every rank reads the segment's processes with all P on it, before
+     * the victim may die: not left to how the ranks' epochs interleave (a
+     * late victim, fast once started, could attach after a survivor's
+     * first epoch end and die before its second) */
+    atomic_fetch_add(&out->attached, 1);
+    if (!wait_ranks(out, &out->attached, P)) return 1;
+    sl_stats st;
+    sl_loader_stats(ld, &st);
+    out->processes[r] = st.cache_processes;
+    atomic_fetch_add(&out->counted, 1);
     for (int e = 0; e < NODE_EPOCHS; e++) {
         sl_batch *b;
         int rc;
         while ((rc = sl_loader_next(ld, &b)) == 0) {
             if (out->nb[r] < RUN_MAX) out->sums[r][out->nb[r]++] = sl_batch_checksum(b);
             if (r == victim && e == 1 && sl_batch_index(b) == sl_loader_len(ld) / 2) {
+                if (!wait_ranks(out, &out->counted, P)) return 1;
                 atomic_store(&out->victim_pid, (int)getpid());
                 raise(SIGKILL); /* a batch held */
             }
             sl_loader_release(ld, b);
         }
         if (rc != SL_EEND) return 1;
-        sl_stats st;
         sl_loader_stats(ld, &st);
         if (st.cache_processes > out->processes[r]) out->processes[r] = st.cache_processes;
     }
-    sl_stats st;
     sl_loader_stats(ld, &st);
     out->hits[r] = st.cache_hits, out->misses[r] = st.cache_misses;
     /* A survivor may finish before the victim reaches its kill: it leaves
      * after the victim is dead, so the last one out is a survivor (a
      * segment a dead rank held last is stale, for the next job to reclaim). */
-    for (int i = 0; i < 600 && (!atomic_load(&out->victim_pid) || !exited(atomic_load(&out->victim_pid))); i++)
-        usleep(100 * 1000);
+    while (!atomic_load(&out->victim_pid) || !exited(atomic_load(&out->victim_pid)))
+        if (atomic_load(&out->abort)) return 1;
+        else usleep(1000);
     sl_loader_destroy(ld);
     return 0;
 }
@@ -383,12 +405,21 @@ static void node_case(int P) {
         CHECK(pid[r] >= 0);
         if (pid[r] == 0) _exit(node_rank(d, r, P, victim, cache, out));
     }
-    for (int r = 0; r < P; r++) {
-        int st;
-        CHECK_EQ(waitpid(pid[r], &st, 0), pid[r]);
-        if (r == victim) CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-        else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) SL_FAIL("rank %d ended with status %d", r, st);
+    /* reaped as they end: one that ends as it should not (the victim only
+     * by its own SIGKILL) stops the others' waits, and all are reaped */
+    int bad = -1, bad_st = 0;
+    for (int left = P; left > 0; left--) {
+        int st, r = 0;
+        pid_t p = waitpid(-1, &st, 0);
+        CHECK(p > 0);
+        while (r < P && pid[r] != p) r++;
+        CHECK(r < P);
+        int ok = r == victim ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && atomic_load(&out->victim_pid) == p
+                             : WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok && bad < 0) bad = r, bad_st = st;
+        if (!ok) atomic_store(&out->abort, 1);
     }
+    if (bad >= 0) SL_FAIL("rank %d ended with status %d", bad, bad_st);
     CHECK(out->segment[0] == '/');
     if (segment_exists(out->segment)) {
         /* The last rank out could not take the lock at once (the killed rank's
@@ -404,7 +435,6 @@ static void node_case(int P) {
     }
     CHECK(!segment_exists(out->segment)); /* the last rank to leave, or the next job, unlinked it */
     /* each survivor's bytes against the same rank without a cache */
-    uint32_t shared_seen = 0;
     for (int r = 0; r < P; r++) {
         if (r == victim) continue;
         sl_config c;
@@ -426,10 +456,9 @@ static void node_case(int P) {
                (ull)out->hits[r], (ull)out->misses[r],
                (double)out->hits[r] / (double)(out->hits[r] + out->misses[r]), (ull)out->processes[r]);
         CHECK(out->hits[r] > 0);
-        if (out->processes[r] >= 2) shared_seen++;
+        CHECK_EQ(out->processes[r], (uint64_t)P); /* one segment, every rank on it */
         free(plain);
     }
-    CHECK(shared_seen > 0); /* one segment, several processes on it */
     munmap(out, sizeof *out);
     free(sizes);
     free(d);
