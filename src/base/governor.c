@@ -12,6 +12,7 @@
 #include "base/sys/cgroup.h"
 #include "base/sys/procfs.h"
 #include "base/sys/psi.h"
+#include "base/thread.h"
 #include "base/util.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -284,12 +285,7 @@ int sl__governor_start(sl__budget *b, const sl_governor_opts *o, sl__governor **
     pthread_cond_init(&g->cv, &ca);
     pthread_condattr_destroy(&ca);
     step(g); /* the first move before anyone sizes against the ceiling */
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, SL_GOVERNOR_STACK);
-    int rc = pthread_create(&g->thread, &attr, governor_main, g);
-    pthread_attr_destroy(&attr);
-    if (rc) {
+    if (sl__thread_start(&g->thread, governor_main, g, SL_GOVERNOR_STACK, "sl-governor")) {
         sl__status_close(&g->status);
         pthread_cond_destroy(&g->cv);
         pthread_mutex_destroy(&g->mu);

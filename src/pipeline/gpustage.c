@@ -64,12 +64,13 @@
 #define _GNU_SOURCE
 #include "pipeline/gpustage.h"
 
-#include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/hash.h"
+#include "base/thread.h"
 #include "base/util.h"
 #include "gpu/split.h"
 
@@ -725,19 +726,16 @@ void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const ch
 
 int sl__gstage_start(sl__gstage *g, void *(*main)(void *), void *arg, char *err, size_t errlen) {
     if (!g->on || g->video) return 0; /* video: the workers call the sessions themselves */
-    sigset_t all, old; /* as the workers: signals go to the caller's threads */
-    sigfillset(&all);
-    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
-    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = 0;
     for (uint32_t k = 0; k < g->engines && !rc; k++) {
         sl__gcall *c = &g->calls[k];
         c->owner = arg;
         c->engine = k;
-        if (!(rc = pthread_create(&c->thread, NULL, main, c))) c->thread_on = 1;
+        char name[32]; /* "sl-gpu-K", cut to SL_THREAD_NAME_MAX by the start */
+        snprintf(name, sizeof name, "sl-gpu-%u", k);
+        /* the system's default stack, as before: CUDA and nvJPEG run on it */
+        if (!(rc = sl__thread_start(&c->thread, main, c, 0, name))) c->thread_on = 1;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
         sl__msg(err, errlen, "could not start the GPU threads");
         return SL_ESYS; /* the caller joins the ones that started (sl__gstage_join) */

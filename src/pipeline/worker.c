@@ -25,13 +25,14 @@
 #include "pipeline/worker.h"
 
 #include <errno.h>
-#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "base/util.h"
 
 /* The decoder's arena is unmapped down to its baseline before the room
@@ -214,34 +215,23 @@ int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, s
     return 0;
 }
 
+/* Each through sl__thread_start (base/thread.h: asynchronous signals
+ * blocked, named, the stack the budget counts). */
 int sl__workers_start(sl__workers *ws, sl__worker_run_fn run, void *ctx, uint32_t *started, char *err,
                       size_t errlen) {
     *started = 0;
     ws->run = run;
     ws->ctx = ctx;
-    sigset_t all, old;
-    sigfillset(&all);
-    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
-    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr)) {
-        sl__msg(err, errlen, "could not make thread attributes");
-        return SL_ESYS;
-    }
-    pthread_attr_setstacksize(&attr, SL_WORKER_STACK);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int rc = 0;
-    for (uint32_t i = 0; i < ws->n && !rc; i++) {
-        if (pthread_create(&ws->w[i].thread, &attr, worker_main, &ws->w[i])) {
+    for (uint32_t i = 0; i < ws->n; i++) {
+        char name[32]; /* cut to SL_THREAD_NAME_MAX by the start */
+        snprintf(name, sizeof name, "sl-worker-%u", i);
+        if (sl__thread_start(&ws->w[i].thread, worker_main, &ws->w[i], SL_WORKER_STACK, name)) {
             sl__msg(err, errlen, "could not start worker thread %u", i);
-            rc = SL_ESYS;
-        } else {
-            *started = i + 1;
+            return SL_ESYS;
         }
+        *started = i + 1;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    return rc;
+    return 0;
 }
 
 void sl__workers_join(sl__workers *ws, uint32_t n) {

@@ -70,11 +70,11 @@ uint64_t sl__workers_alloc(sl__workers *ws, sl__budget *b, uint32_t n);
  * says why). */
 int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, sl__gstage *gs,
                      const _Atomic int *cancel, char *err, size_t errlen);
-/* Start the threads, each running run(ctx, worker), with every
- * asynchronous signal blocked (they inherit the mask), so Ctrl-C and
- * friends go to the caller's threads; synchronous ones (a fault) stay
- * deliverable. *started: how many run. 0, or SL_ESYS with err (the caller
- * stops the started ones). */
+/* Start the threads ("sl-worker-N"), each running run(ctx, worker), by
+ * the library's one thread start (base/thread.h: asynchronous signals
+ * blocked, so Ctrl-C and friends go to the caller's threads; the stack the
+ * budget counts). *started: how many run. 0, or SL_ESYS with err (the
+ * caller stops the started ones). */
 int sl__workers_start(sl__workers *ws, sl__worker_run_fn run, void *ctx, uint32_t *started, char *err,
                       size_t errlen);
 /* Join the first n threads (their loop was told to stop). */

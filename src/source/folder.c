@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "base/util.h"
 
 #define DENTS_BUF ((size_t)32 << 10)
@@ -297,7 +298,7 @@ int sl__folder_index(sl__source *s, const char *root, uint32_t threads, char *er
     pthread_t tid[64];
     uint32_t started = 0;
     for (uint32_t i = 1; i < nt; i++) {
-        if (pthread_create(&tid[started], NULL, scan_worker, &sc) != 0) break;
+        if (sl__thread_start(&tid[started], scan_worker, &sc, 0, "sl-scan") != 0) break;
         started++;
     }
     scan_worker(&sc);

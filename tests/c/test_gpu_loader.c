@@ -14,6 +14,7 @@
  */
 #include "fixture.h" /* first: it defines _GNU_SOURCE */
 #include "bigimg.h"   /* BX_RSS_MEANINGFUL */
+#include "threads.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -393,6 +394,24 @@ TEST(gpu_loader_without_a_gpu_says_why) {
     CHECK_STR_CONTAINS(st.decode_reason, why);
     CHECK_EQ(st.mem[SL_MEM_PINNED], 0);
     sl_loader_destroy(ld);
+    free(d);
+}
+
+/* The GPU stage's threads (one per engine) follow the library's thread
+ * policy (base/thread.h), as the workers do: asynchronous signals
+ * blocked, named sl-gpu-K. */
+TEST(gpu_loader_thread_blocks_async_signals) {
+    use_device();
+    fx_dataset *d = fx_new(12, 0, 64, 200);
+    for (uint32_t engines = 1; engines <= 2; engines++) {
+        sl_config c = base_config(d, SL_DECODE_GPU, 2);
+        c.gpu_engines = engines;
+        sl_loader *ld = fx_open(&c);
+        CHECK_EQ(tx_check_named("sl-gpu-"), (int)engines);
+        CHECK_EQ(tx_check_named("sl-worker-"), 2);
+        sl_loader_destroy(ld);
+        CHECK_EQ(tx_check_named("sl-gpu-"), 0);
+    }
     free(d);
 }
 
