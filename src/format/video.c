@@ -111,6 +111,22 @@ uint64_t sl__video_lib_mem(const sl__video_info *info, const sl__clip_plan *p) {
     return info->demux_mem + packet + codec + sws;
 }
 
+int sl__video_count(int64_t stated, double fps, double *duration, int64_t *frames, char *reason, size_t rlen) {
+    double d = *duration;
+    int64_t n = 0;
+    /* the range first: d * fps is then at most 1e10, which an int64 holds */
+    if (d >= 0 && d <= SL_VIDEO_MAX_SECONDS && fps > 0 && fps <= 1000)
+        n = stated > 0 ? stated : (int64_t)floor(d * fps + 0.5);
+    if (n <= 0) {
+        sl__msg(reason, rlen, "video stream header gives no usable frame count or duration (%lld frames, %.6g s at %.6g fps)",
+                (long long)stated, d, fps);
+        return SL_ECORRUPT;
+    }
+    *frames = n;
+    if (d == 0) *duration = (double)n / fps;
+    return 0;
+}
+
 /* ---- without FFmpeg ------------------------------------------------------- */
 #ifndef SL_HAVE_FFMPEG
 
@@ -343,12 +359,8 @@ static int fill_info(AVFormatContext *fmt, int si, sl__video_info *info, char *r
     info->start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
     if (st->duration > 0) info->duration = (double)st->duration * av_q2d(st->time_base);
     else if (fmt->duration > 0) info->duration = (double)fmt->duration / AV_TIME_BASE;
-    info->frames = st->nb_frames > 0 ? st->nb_frames : (int64_t)floor(info->duration * info->fps + 0.5);
-    if (info->frames <= 0 || !(info->duration >= 0) || info->duration > 1e7) {
-        sl__msg(reason, rlen, "video stream header gives no frame count or duration");
-        return SL_ECORRUPT;
-    }
-    if (info->duration == 0) info->duration = info->frames / info->fps;
+    int rc = sl__video_count(st->nb_frames, info->fps, &info->duration, &info->frames, reason, rlen);
+    if (rc) return rc;
     info->demux_mem = demux_mem(fmt);
     return 0;
 }

@@ -115,6 +115,15 @@ int sl__video_available(void);
 int sl__video_probe(const sl__sample_file *f, const sl__video_limits *lim, sl__video_info *info,
                     char *reason, size_t rlen);
 
+/* The stream's frame count and duration from its header's numbers, as
+ * the probe takes them: the count the header states (> 0), else duration
+ * x fps rounded; a duration of 0 from count / fps. A duration that is
+ * not a number, negative or over SL_VIDEO_MAX_SECONDS, or a rate outside
+ * (0, 1000], is refused before any product is cast, so no header value
+ * reaches an integer it does not fit. 0, or SL_ECORRUPT with a reason. */
+#define SL_VIDEO_MAX_SECONDS 1e7
+int sl__video_count(int64_t stated, double fps, double *duration, int64_t *frames, char *reason, size_t rlen);
+
 /* Fill plan->quota and plan->mem, the bytes sl__video_decode will take
  * for this plan (frames, crop and size set): a bound from the stream's
  * parameters. 0 or SL_EOVERFLOW / SL_ELIMIT with a reason. */

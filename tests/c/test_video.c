@@ -7,8 +7,10 @@
 #include "video_fixture.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdatomic.h>
 
+#include "format/video.h"
 #include "source/folder.h"
 #include "source/source.h"
 
@@ -438,6 +440,50 @@ TEST(corrupt_media_is_clean) {
     }
     free(b);
     close(good.fd);
+}
+
+/* The probe's frame count from a header's duration and rate: a hostile
+ * duration (a 64-bit mdhd count over a tiny time base, NaN, infinity) is
+ * refused before duration x rate is cast to int64 (UB that -fsanitize=
+ * float-cast-overflow stops on), and sane numbers give the count. Needs no
+ * FFmpeg: the numbers are what a demuxer would hand over. */
+TEST(header_duration_times_rate_checked_before_the_cast) {
+    char why[256];
+    double d;
+    int64_t n = -7;
+    const double bad[] = {9.2e18, 1e300, INFINITY, -1.0, NAN, SL_VIDEO_MAX_SECONDS * 1.0001};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d = bad[i];
+        why[0] = 0;
+        CHECK_EQ(sl__video_count(0, 1000, &d, &n, why, sizeof why), SL_ECORRUPT);
+        CHECK_STR_CONTAINS(why, "no usable frame count or duration");
+        CHECK_EQ(sl__video_count(50, 25, &d, &n, why, sizeof why), SL_ECORRUPT); /* a stated count too */
+    }
+    CHECK_EQ(n, -7); /* untouched on failure */
+    d = 3e10;
+    CHECK_EQ(sl__video_count(0, 25, &d, &n, why, sizeof why), SL_ECORRUPT);
+    CHECK_STR_CONTAINS(why, "(0 frames, 3e+10 s at 25 fps)");
+    const double rates[] = {0, -25, 1000.5, NAN};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        d = 2;
+        CHECK_EQ(sl__video_count(0, rates[i], &d, &n, why, sizeof why), SL_ECORRUPT);
+    }
+    d = 0;
+    CHECK_EQ(sl__video_count(0, 25, &d, &n, why, sizeof why), SL_ECORRUPT); /* neither count nor duration */
+    /* sane headers */
+    d = 2;
+    CHECK_OK(sl__video_count(0, 25, &d, &n, why, sizeof why));
+    CHECK_EQ(n, 50);
+    d = 2;
+    CHECK_OK(sl__video_count(48, 25, &d, &n, why, sizeof why)); /* the stated count wins */
+    CHECK_EQ(n, 48);
+    CHECK(d == 2);
+    d = 0;
+    CHECK_OK(sl__video_count(50, 25, &d, &n, why, sizeof why)); /* no duration: from the count */
+    CHECK(d == 2);
+    d = SL_VIDEO_MAX_SECONDS;
+    CHECK_OK(sl__video_count(0, 1000, &d, &n, why, sizeof why)); /* the largest product fits */
+    CHECK_EQ(n, 10000000000LL);
 }
 
 /* ---- limits, one per path ------------------------------------------------------------- */
