@@ -155,7 +155,8 @@ typedef struct sl_config {
                              elastic, retired under a lowered limit (1) */
     uint64_t budget;      /* bytes for everything the loader holds (512 MiB) */
     int on_error;         /* SL_ON_ERROR_SKIP or SL_ON_ERROR_RAISE (skip) */
-    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26; 0 = the default) */
+    uint64_t max_pixels;  /* per-sample pixel limit, from the header (64 Mpx = 2^26; 0 = the default;
+                             UINT64_MAX: none). The same meaning in every struct with a max_pixels */
     uint64_t max_bytes;   /* per-sample encoded-size limit (64 MiB; 0 = the default) */
     uint32_t flags;       /* SL_FLAG_* */
     uint32_t max_error_records; /* error records kept (1000); later ones only counted */
@@ -801,7 +802,7 @@ typedef struct sl_video_opts {
     int preset;            /* SL_PRESET_TRAIN (default) or SL_PRESET_VAL */
     int short_clip;        /* SL_CLIP_PAD (default), SL_CLIP_LOOP or SL_CLIP_ERROR */
     uint64_t seed, epoch, index; /* train randomness: same as a loader's sample */
-    uint64_t max_pixels;   /* per frame (default 4096*2304); 0: none */
+    uint64_t max_pixels;   /* per frame (4096*2304; 0 = the default, as in sl_config; UINT64_MAX: none) */
     uint64_t max_frames;   /* frames in the video (default 1,000,000); 0: none */
     uint64_t max_bytes;    /* encoded file size (default 4 GiB); 0: none */
     double max_seconds;    /* duration (default 0: none) */

@@ -842,8 +842,8 @@ def _video_kw(frames, stride, fps, size, preset, short, seed, epoch, index, max_
               epoch=_int("epoch", epoch), index=_int("index", index), max_seconds=float(max_seconds or 0),
               codecs=codecs, crop_group=_crop_group(crop_group))
     for name, v in (("max_pixels", max_pixels), ("max_frames", max_frames), ("max_bytes", max_bytes)):
-        if v is not None:
-            kw[name] = _int(name, v)
+        if v is not None:  # max_pixels >= 1, as the Loader's and decode_image's (None: the default)
+            kw[name] = _int(name, v, 1 if name == "max_pixels" else 0)
     return kw
 
 

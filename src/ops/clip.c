@@ -160,7 +160,9 @@ static int open_file(const char *path, sl__sample_file *f, char *err, size_t err
 
 static int probe(const char *path, const sl_video_opts *o, sl__sample_file *f, sl__video_info *vi, char *err,
                  size_t errlen) {
-    sl__video_limits lim = {o->max_pixels, o->max_frames, o->max_bytes, o->max_seconds, o->codecs};
+    /* max_pixels 0: the default, as in sl_config and sl_decode_opts */
+    sl__video_limits lim = {o->max_pixels ? o->max_pixels : DEFAULT_MAX_PIXELS, o->max_frames, o->max_bytes,
+                            o->max_seconds, o->codecs};
     int rc = open_file(path, f, err, errlen);
     if (rc) return rc;
     rc = sl__video_probe(f, &lim, vi, err, errlen);

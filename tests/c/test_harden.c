@@ -689,6 +689,43 @@ TEST(image_limits_zero_is_default) {
     free(j);
 }
 
+/* The loader's max_pixels has the one meaning of every max_pixels
+ * (include/sluice.h): 0 is the default, 2^26, not "none"; UINT64_MAX is
+ * none. (sl_video_opts: test_video.max_pixels_zero_is_the_default.) */
+TEST(loader_max_pixels_zero_is_default) {
+    fx_dataset *d = fx_new(11, 0, 48, 96);
+    unsigned long len;
+    unsigned char *j = declaring(20000, 20000, &len);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s/zz_big.jpg", d->root, "c00"); /* sorts last of its class */
+    fx_write(path, j, len);
+    free(j);
+    for (int none = 0; none < 2; none++) {
+        sl_config c;
+        sl_config_init(&c);
+        c.source = d->root;
+        c.batch_size = 4;
+        c.size = 32;
+        c.workers = 2;
+        c.max_pixels = none ? UINT64_MAX : 0;
+        sl_loader *ld = fx_open(&c);
+        sl_batch *b;
+        int rc;
+        while ((rc = sl_loader_next(ld, &b)) == 0) sl_loader_release(ld, b);
+        CHECK_EQ(rc, SL_EEND);
+        sl_error_record r[4];
+        size_t n = sl_loader_errors(ld, 0, r, 4);
+        if (!none) {
+            CHECK_EQ(n, 1);
+            CHECK_STR_CONTAINS(r[0].reason, "20000x20000 = 400000000 pixels, over the max_pixels limit of 67108864");
+        }
+        for (size_t k = 0; none && k < n; k++) /* what its few bytes hold may fail it, never the limit */
+            if (strstr(r[k].reason, "max_pixels")) SL_FAIL("UINT64_MAX is no pixel limit, yet: %s", r[k].reason);
+        sl_loader_destroy(ld);
+    }
+    free(d);
+}
+
 /* max_error_rate must be a fraction >= 0 (NaN and negatives refused). */
 TEST(max_error_rate_validated) {
     fx_dataset *d = fx_new(8, 0, 48, 64);

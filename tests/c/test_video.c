@@ -488,6 +488,27 @@ TEST(header_duration_times_rate_checked_before_the_cast) {
 
 /* ---- limits, one per path ------------------------------------------------------------- */
 
+/* sl_video_opts.max_pixels means what every max_pixels means
+ * (include/sluice.h): 0 is the default (4096x2304), UINT64_MAX none.
+ * (sl_config: test_harden.loader_max_pixels_zero_is_default.) */
+TEST(max_pixels_zero_is_the_default) {
+    if (!vx_ready()) return;
+    /* one frame a little over 4096x2304 */
+    const char *big = vx_make("big.avi", "-f lavfi -i color=size=4112x2304:rate=25:duration=0.04 -c:v mjpeg -pix_fmt yuvj420p");
+    sl_video_opts o;
+    sl_video_opts_init(&o);
+    sl_video_info info;
+    char why[256] = "";
+    CHECK_CODE(sl_video_probe(big, &o, &info, why, sizeof why), SL_ELIMIT, why,
+               "4112x2304 = 9474048 pixels, over the max_pixels limit of 9437184");
+    o.max_pixels = 0;
+    why[0] = 0;
+    CHECK_CODE(sl_video_probe(big, &o, &info, why, sizeof why), SL_ELIMIT, why, "over the max_pixels limit of 9437184");
+    o.max_pixels = UINT64_MAX;
+    CHECK_OK(sl_video_probe(big, &o, &info, why, sizeof why));
+    CHECK_EQ(info.width, 4112);
+}
+
 static int probe_with(const sl__video_limits *lim, char *why, size_t n) {
     sl__sample_file f = vx_open(vx_standard());
     sl__video_info info;

@@ -241,6 +241,16 @@ def test_errors_name_the_reason(clips):
         sluice.decode_video(os.path.join(os.path.dirname(clips["mp4"]), "missing.mp4"))
 
 
+def test_max_pixels_has_the_loaders_meaning(clips):
+    """max_pixels is an int >= 1 or None (the default), as for the Loader and decode_image."""
+    for call in (sluice.probe_video, sluice.decode_video):
+        with pytest.raises(ValueError, match="max_pixels must be >= 1"):
+            call(clips["mp4"], max_pixels=0)
+        with pytest.raises(sluice.DecodeError, match="over the max_pixels limit of 100"):
+            call(clips["mp4"], max_pixels=100)
+    assert sluice.probe_video(clips["mp4"], max_pixels=None)["width"] > 0
+
+
 # ---- the video field kind in a loader ------------------------------------------
 @pytest.fixture(scope="module")
 def video_folder(tmp_path_factory, clips):
