@@ -105,6 +105,14 @@ int sl_budget_stats_sized(const sl_budget *cb, sl_budget_info *out, size_t out_s
     return 0;
 }
 
+/* The governor thread's stack into b's fixed part: 0 or SL_EBUDGET. */
+static int take_governor_stack(sl_budget *b) {
+    int rc = sl__budget_try(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
+    if (!rc && (rc = sl__budget_fix(&b->core, SL_GOVERNOR_STACK))) /* the limit was lowered meanwhile */
+        sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
+    return rc;
+}
+
 /* The caller's governor options (o_size bytes; NULL: the defaults) as ours. */
 static int import_opts(sl_governor_opts *dst, const sl_governor_opts *o, size_t o_size, char *err, size_t errlen) {
     sl_governor_opts_init(dst);
@@ -123,17 +131,13 @@ int sl_budget_govern_sized(sl_budget *b, const sl_governor_opts *co, size_t o_si
     if (b->gov) {
         sl__msg(err, errlen, "a governor already runs on this budget");
         rc = SL_ESTATE;
-    } else if (sl__budget_try(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER)) {
+    } else if ((rc = take_governor_stack(b))) {
         sl__msg(err, errlen, "the budget cannot hold the governor thread's %s stack",
                 sl__fmt_bytes(SL_GOVERNOR_STACK, x, sizeof x));
-        rc = SL_EBUDGET;
-    } else {
-        sl__budget_fix(&b->core, SL_GOVERNOR_STACK);
-        if ((rc = sl__governor_start(&b->core, o, &b->gov))) {
-            sl__budget_unfix(&b->core, SL_GOVERNOR_STACK);
-            sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
-            sl__msg(err, errlen, "could not start the governor thread");
-        }
+    } else if ((rc = sl__governor_start(&b->core, o, &b->gov))) {
+        sl__budget_unfix(&b->core, SL_GOVERNOR_STACK);
+        sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
+        sl__msg(err, errlen, "could not start the governor thread");
     }
     pthread_mutex_unlock(&b->mu);
     return rc;

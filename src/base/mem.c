@@ -286,15 +286,41 @@ void sl__budget_release(sl__budget *b, uint64_t n, int cat) {
     wake(root_of(b));
 }
 
-void sl__budget_fix(sl__budget *b, uint64_t n) {
+/* Would fixing n more on b pass b's limit? */
+static int fix_passes(const sl__budget *b, uint64_t n) {
+    uint64_t f;
+    return sl__add(atomic_load(&b->fixed), n, &f) || f > atomic_load(&b->limit);
+}
+
+/* n into b's fixed part and its root's. The root's mu held. */
+static void add_fixed(sl__budget *b, uint64_t n) {
     atomic_fetch_add(&b->fixed, n);
     if (b->parent) atomic_fetch_add(&b->parent->fixed, n);
 }
 
+int sl__budget_fix(sl__budget *b, uint64_t n) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->mu);
+    int rc = fix_passes(r, n) || (b != r && fix_passes(b, n)) ? SL_EBUDGET : 0;
+    if (!rc) add_fixed(b, n);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void sl__budget_fix_stuck(sl__budget *b, uint64_t n) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->mu);
+    add_fixed(b, n);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void sl__budget_unfix(sl__budget *b, uint64_t n) {
+    sl__budget *r = root_of(b);
+    pthread_mutex_lock(&r->mu);
     atomic_fetch_sub(&b->fixed, n);
     if (b->parent) atomic_fetch_sub(&b->parent->fixed, n);
-    wake(root_of(b)); /* headroom grew */
+    pthread_cond_broadcast(&r->cv); /* headroom grew */
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Ask consumers for what is over the limit, or tell them of room. */

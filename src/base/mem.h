@@ -17,7 +17,8 @@
  *    asked, see sl__consumer); no new grant is made until it is under.
  *  - fixed bytes (reserved at create and held for a loader's life) never
  *    come back; a root's fixed is the sum of its children's. The limit is
- *    never set below fixed.
+ *    never set below fixed, and fixed never grows past the limit, but for
+ *    pages that cannot be given back (sl__budget_fix_stuck).
  *  - Waits. A request over ceiling - fixed can never be granted: SL_EBUDGET
  *    at once (the ceiling is the limit the user set; the governor moves the
  *    limit below it). A request over limit - fixed but under ceiling - fixed
@@ -32,8 +33,9 @@
  *    sl__budget_has_waiters tells holders of growth to give it back: it is
  *    true while anyone waits or while the budget is over its limit.
  *
- * Locks: a root's mu protects its queue, closed flags, children and the
- * limit's writers; cmu (taken before any loader lock, never under mu)
+ * Locks: a root's mu protects its queue, closed flags, children, the
+ * limit's writers and the fixed parts' writers (its own and its
+ * children's); cmu (taken before any loader lock, never under mu)
  * serializes consumer notifications with consumer removal. Counters are
  * atomics.
  */
@@ -127,8 +129,16 @@ int sl__budget_try(sl__budget *b, uint64_t n, int cat);
  * parked past stall_ns), SL_ESTATE if closed. */
 int sl__budget_wait(sl__budget *b, uint64_t n, int cat);
 void sl__budget_release(sl__budget *b, uint64_t n, int cat);
-/* Move n already-counted bytes into the fixed part (held for life). */
-void sl__budget_fix(sl__budget *b, uint64_t n);
+/* Move n already-counted bytes into the fixed part (held for life),
+ * under the root's mu, the lock sl__budget_set_limit checks fixed under:
+ * so a limit is never stored below fixed, and fixed never passes the
+ * limit. 0, or SL_EBUDGET (nothing moved) when b's or its root's fixed
+ * part would pass its limit (lowered after the bytes were granted). */
+int sl__budget_fix(sl__budget *b, uint64_t n);
+/* The same for bytes that cannot be given back whatever the limit says
+ * (pinned or locked pages): always moved, so the fixed part may stand
+ * over a limit lowered before; set_limit and the governor never go under it. */
+void sl__budget_fix_stuck(sl__budget *b, uint64_t n);
 void sl__budget_unfix(sl__budget *b, uint64_t n);
 /* Bytes that could ever be granted to one waiter now: limit - fixed of
  * the root. */

@@ -133,12 +133,14 @@ static int open_pools(sl__gpu_engine *e, char *err, size_t errlen) {
         return cu_fail(e, r, SL_ENOMEM, "taking the device pool", err, errlen);
     }
     uint64_t pcost = sl__map_cost(psize + ssize);
-    if (sl__budget_try(e->host, pcost, SL_MEM_PINNED)) {
+    int rc = sl__budget_try(e->host, pcost, SL_MEM_PINNED);
+    if (!rc && (rc = sl__budget_fix(e->host, pcost))) /* the limit was lowered meanwhile */
+        sl__budget_release(e->host, pcost, SL_MEM_PINNED);
+    if (rc) {
         char b[16];
         sl__msg(err, errlen, "the host budget cannot hold the %s pinned pool", sl__fmt_bytes(pcost, b, sizeof b));
         return SL_EBUDGET;
     }
-    sl__budget_fix(e->host, pcost);
     e->pin_counted = pcost;
     if ((r = cu->cuMemHostAlloc(&e->pin_base, psize + ssize, 0))) {
         e->pin_base = NULL;
@@ -149,7 +151,7 @@ static int open_pools(sl__gpu_engine *e, char *err, size_t errlen) {
      * of 16 KiB on average; past it a block waits for room as when the pool is full (with
      * nothing staged the pool is one extent, so a block always fits then) */
     uint32_t sblocks = (uint32_t)SL_MIN(ssize / 8192 + 64, (uint64_t)1 << 20);
-    int rc = sl__pool_init(&e->dpool, e->host, e->dev_base, dsize, POOL_ALIGN, max_blocks);
+    rc = sl__pool_init(&e->dpool, e->host, e->dev_base, dsize, POOL_ALIGN, max_blocks);
     e->dpool_ok = rc == 0;
     if (!rc) e->ppool_ok = (rc = sl__pool_init(&e->ppool, e->host, pin, psize, POOL_ALIGN, max_blocks)) == 0;
     if (!rc && ssize) e->spool_ok = (rc = sl__pool_init(&e->spool, e->host, pin + psize, ssize, POOL_ALIGN, sblocks)) == 0;

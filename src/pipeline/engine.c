@@ -113,7 +113,7 @@ static void fix_slots(sl__engine *e) {
     if (e->pinned) return;
     e->pinned = 1;
     e->retire_debt = 0;
-    sl__budget_fix(e->conf->budget, (uint64_t)(e->live - e->min_live) * e->pitch);
+    sl__budget_fix_stuck(e->conf->budget, (uint64_t)(e->live - e->min_live) * e->pitch);
 }
 
 /* FREE slot s is to give its pages and bytes back: marked, for
@@ -136,7 +136,7 @@ static void retire_settle(sl__engine *e, sl_batch *s, int ok) {
     } else {
         s->state = SLOT_FREE;
         e->live++;
-        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch);
+        if (e->pinned) sl__budget_fix_stuck(e->conf->budget, e->pitch);
         else fix_slots(e);
         pthread_cond_broadcast(&e->cv_work);
     }
@@ -229,7 +229,10 @@ static uint32_t reactivate(sl__engine *e, uint32_t most) {
         uint64_t elastic = (uint64_t)(e->live + 1 - e->min_live) * e->pitch;
         if (elastic + e->conf->sample_cap > sl__budget_headroom(e->conf->budget)) break;
         if (sl__budget_try(e->conf->budget, e->pitch, SL_MEM_BATCHES)) break;
-        if (e->pinned) sl__budget_fix(e->conf->budget, e->pitch); /* locked after it retired */
+        if (e->pinned && sl__budget_fix(e->conf->budget, e->pitch)) { /* locked after it retired */
+            sl__budget_release(e->conf->budget, e->pitch, SL_MEM_BATCHES);
+            break;
+        }
         s->state = SLOT_FREE;
         e->live++;
         e->reactivations++;

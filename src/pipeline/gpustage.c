@@ -371,13 +371,15 @@ static int count_host(sl__gstage *g, char *err, size_t errlen) {
     sl__budget *b = g->conf->budget;
     uint64_t n = g->host_pending;
     if (!n) return 0;
-    if (sl__budget_try(b, n, SL_MEM_GPU_HOST)) { /* sizing kept it: a shared budget moved meanwhile */
+    /* sizing kept it: a refusal means a shared budget moved meanwhile */
+    int rc = sl__budget_try(b, n, SL_MEM_GPU_HOST);
+    if (!rc && (rc = sl__budget_fix(b, n))) sl__budget_release(b, n, SL_MEM_GPU_HOST);
+    if (rc) {
         char b1[16];
         sl__msg(err, errlen, "the budget cannot hold the %s of host memory the GPU engine's libraries hold",
                 sl__fmt_bytes(n, b1, sizeof b1));
         return SL_EBUDGET;
     }
-    sl__budget_fix(b, n);
     g->host_counted = n;
     g->host_pending = 0;
     return 0;

@@ -345,8 +345,14 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
     if (rc) return rc;
     /* everything held now is fixed for life but the elastic slots (the GPU
      * engine fixed its pinned pool already) */
-    sl__budget_fix(c->budget,
-                   atomic_load(&c->budget->used) - atomic_load(&c->budget->fixed) - sl__engine_elastic_bytes(&ld->eng));
+    uint64_t fix = atomic_load(&c->budget->used) - atomic_load(&c->budget->fixed) - sl__engine_elastic_bytes(&ld->eng);
+    if (sl__budget_fix(c->budget, fix)) { /* a shared budget's limit moved under it meanwhile */
+        char b1[32], b2[32];
+        sl__msg(err, errlen, "budget %s: the limit was lowered under the loader's minimum working set while it was "
+                "created (%s more to hold for life)",
+                sl__fmt_bytes(sl__budget_limit(c->budget), b1, sizeof b1), sl__fmt_bytes(fix, b2, sizeof b2));
+        return SL_EBUDGET;
+    }
     if (sl__budget_headroom(c->budget) < c->sample_cap) { /* allocation rounding ate into it */
         char b1[32], b2[32];
         sl__msg(err, errlen, "budget %s: the fixed part of %s leaves less than a quarter for one sample; raise it",

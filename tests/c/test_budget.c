@@ -12,11 +12,12 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "threads.h"
 #include "base/mem.h"
 #include "base/util.h"
 
@@ -89,7 +90,7 @@ TEST(headroom_refusal) {
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1000));
     CHECK_OK(sl__budget_try(&b, 700, SL_MEM_BATCHES));
-    sl__budget_fix(&b, 700);
+    CHECK_OK(sl__budget_fix(&b, 700));
     CHECK_EQ(sl__budget_headroom(&b), 300);
     CHECK_EQ(sl__budget_wait(&b, 301, SL_MEM_SCRATCH), SL_EBUDGET);
     CHECK_EQ(used(&b), 700);
@@ -433,7 +434,7 @@ TEST(children_draw_on_their_root) {
     sl__budget_unbind_limit(&a);
     sl__budget_unbind_limit(&b);
     CHECK_OK(sl__budget_try(&a, 600, SL_MEM_BATCHES));
-    sl__budget_fix(&a, 600);
+    CHECK_OK(sl__budget_fix(&a, 600));
     CHECK_EQ(atomic_load(&root.fixed), 600);
     CHECK_EQ(sl__budget_try(&b, 401, SL_MEM_SCRATCH), SL_EBUDGET); /* the root binds */
     CHECK_OK(sl__budget_try(&b, 400, SL_MEM_SCRATCH));
@@ -468,9 +469,9 @@ TEST(floor_is_fixed_plus_the_largest_room) {
     sl__budget_unbind_limit(&a);
     sl__budget_unbind_limit(&b);
     CHECK_OK(sl__budget_try(&a, 300, SL_MEM_BATCHES));
-    sl__budget_fix(&a, 300);
+    CHECK_OK(sl__budget_fix(&a, 300));
     CHECK_OK(sl__budget_try(&b, 100, SL_MEM_BATCHES));
-    sl__budget_fix(&b, 100);
+    CHECK_OK(sl__budget_fix(&b, 100));
     CHECK_EQ(sl__budget_floor(&root), 400);
     sl__budget_set_room(&a, 250);
     sl__budget_set_room(&b, 150);
@@ -536,7 +537,7 @@ TEST(governor_shrink_parks_a_request_until_growth) {
     sl__budget r;
     CHECK_OK(sl__budget_init(&r, 1000));
     CHECK_OK(sl__budget_try(&r, 200, SL_MEM_BATCHES));
-    sl__budget_fix(&r, 200);
+    CHECK_OK(sl__budget_fix(&r, 200));
     CHECK_OK(sl__budget_try(&r, 700, SL_MEM_SCRATCH)); /* growth someone holds */
     CHECK_OK(sl__budget_set_limit(&r, 500, 0, NULL, 0)); /* governor: ceiling stays 1000 */
     CHECK_EQ(atomic_load(&r.ceiling), 1000);
@@ -605,7 +606,7 @@ TEST(limit_never_below_fixed) {
     sl__budget r;
     CHECK_OK(sl__budget_init(&r, 1000));
     CHECK_OK(sl__budget_try(&r, 400, SL_MEM_BATCHES));
-    sl__budget_fix(&r, 400);
+    CHECK_OK(sl__budget_fix(&r, 400));
     char err[256] = "";
     CHECK_EQ(sl__budget_set_limit(&r, 399, 1, err, sizeof err), SL_EBUDGET);
     CHECK_STR_CONTAINS(err, "minimum working sets");
@@ -613,6 +614,92 @@ TEST(limit_never_below_fixed) {
     CHECK_EQ(atomic_load(&r.limit), 1000);
     CHECK_OK(sl__budget_set_limit(&r, 400, 1, err, sizeof err));
     sl__budget_release(&r, 400, SL_MEM_BATCHES);
+    sl__budget_fini(&r);
+}
+
+/* Bytes granted before a shrink are not fixed past the new limit (a loader
+ * being created while the limit moves is refused, not fixed over it);
+ * pages that cannot be given back are, and the limit then stays over them. */
+TEST(fix_never_passes_the_limit) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 800, SL_MEM_BATCHES));
+    CHECK_OK(sl__budget_set_limit(&r, 500, 1, NULL, 0)); /* nothing fixed yet: allowed, 800 stand over it */
+    CHECK_EQ(sl__budget_fix(&r, 800), SL_EBUDGET);
+    CHECK_EQ(atomic_load(&r.fixed), 0);
+    CHECK_OK(sl__budget_fix(&r, 500));
+    CHECK_EQ(sl__budget_fix(&r, 1), SL_EBUDGET);
+    CHECK_EQ(sl__budget_fix(&r, UINT64_MAX), SL_EBUDGET); /* no wrap-around */
+    CHECK_EQ(atomic_load(&r.fixed), 500);
+    CHECK_EQ(sl__budget_set_limit(&r, 499, 1, NULL, 0), SL_EBUDGET);
+    sl__budget_fix_stuck(&r, 300); /* locked pages */
+    CHECK_EQ(atomic_load(&r.fixed), 800);
+    CHECK_EQ(sl__budget_set_limit(&r, 799, 1, NULL, 0), SL_EBUDGET);
+    CHECK_OK(sl__budget_set_limit(&r, 800, 1, NULL, 0));
+    sl__budget_unfix(&r, 800);
+    sl__budget_release(&r, 800, SL_MEM_BATCHES);
+    /* through a child: the root's limit binds */
+    sl__budget c;
+    CHECK_OK(sl__budget_init(&c, 1000));
+    sl__budget_attach(&c, &r);
+    sl__budget_unbind_limit(&c);
+    CHECK_OK(sl__budget_set_limit(&r, 1000, 1, NULL, 0));
+    CHECK_OK(sl__budget_try(&c, 600, SL_MEM_BATCHES));
+    CHECK_OK(sl__budget_set_limit(&r, 400, 1, NULL, 0));
+    CHECK_EQ(sl__budget_fix(&c, 600), SL_EBUDGET);
+    CHECK_EQ(atomic_load(&c.fixed), 0);
+    CHECK_EQ(atomic_load(&r.fixed), 0);
+    CHECK_OK(sl__budget_fix(&c, 400));
+    CHECK_EQ(atomic_load(&r.fixed), 400);
+    sl__budget_fini(&c); /* its fixed part and use leave with it */
+    CHECK_EQ(atomic_load(&r.fixed), 0);
+    CHECK_EQ(used(&r), 0);
+    sl__budget_fini(&r);
+}
+
+/* Fix and unfix take the root's lock, the one set_limit checks fixed and
+ * stores the limit under, so no fix lands between that check and that
+ * store. Shown without a clock: with the lock held here, a thread that
+ * called fix goes to sleep (state S, blocked on the lock) and has not
+ * returned; once the lock is released it returns. */
+typedef struct fix_call {
+    sl__budget *b;
+    int unfix;
+    _Atomic long tid;
+    _Atomic int entered, done;
+} fix_call;
+
+static void *fix_call_thread(void *arg) {
+    fix_call *c = arg;
+    atomic_store(&c->tid, (long)gettid());
+    atomic_store(&c->entered, 1);
+    if (c->unfix) sl__budget_unfix(c->b, 100);
+    else CHECK_OK(sl__budget_fix(c->b, 100));
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+TEST(fix_waits_for_the_lock_set_limit_holds) {
+    sl__budget r;
+    CHECK_OK(sl__budget_init(&r, 1000));
+    CHECK_OK(sl__budget_try(&r, 100, SL_MEM_BATCHES));
+    for (int unfix = 0; unfix < 2; unfix++) {
+        fix_call c = {&r, unfix, 0, 0, 0};
+        pthread_mutex_lock(&r.mu);
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, fix_call_thread, &c), 0);
+        while (!atomic_load(&c.entered)) sched_yield();
+        for (;;) { /* blocked on the lock, or through without it */
+            if (atomic_load(&c.done)) SL_FAIL("%s returned without the lock", unfix ? "unfix" : "fix");
+            if (tx_state(atomic_load(&c.tid)) == 'S') break;
+            sched_yield();
+        }
+        pthread_mutex_unlock(&r.mu);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+        CHECK(atomic_load(&c.done));
+        CHECK_EQ(atomic_load(&r.fixed), unfix ? 0 : 100);
+    }
+    sl__budget_release(&r, 100, SL_MEM_BATCHES);
     sl__budget_fini(&r);
 }
 
