@@ -869,6 +869,12 @@ enum { SL_FORMAT_WEBP = 3 };
  * the numbers. Reference counted: each loader holds a reference;
  * sl_budget_destroy drops the caller's, and the budget (its governor
  * thread too) goes with the last reference.
+ *
+ * fork(): as a loader, a budget belongs to the process that created it.
+ * In a child of fork() every call on an inherited budget returns
+ * SL_ESTATE (sl_budget_events: 0), a loader made on it is refused with
+ * SL_ESTATE, and destroy frees only the child's copy (never joining the
+ * parent's governor thread). Create budgets after the fork.
  */
 typedef struct sl_budget sl_budget;
 
@@ -876,6 +882,10 @@ typedef struct sl_budget sl_budget;
 SL_API int sl_budget_create(uint64_t limit, sl_budget **out);
 /* Drop the caller's reference. NULL is ignored. */
 SL_API void sl_budget_destroy(sl_budget *b);
+/* 0 if b can be used here; SL_ESTATE in a child of fork() with a sentence
+ * in why naming both processes and saying to create the budget after the
+ * fork (why may be NULL). */
+SL_API int sl_budget_poisoned(const sl_budget *b, char *why, size_t len);
 
 /*
  * Move the limit while loaders run; it is the new ceiling too (the most

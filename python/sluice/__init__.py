@@ -244,6 +244,8 @@ class Budget:
     memory cgroup under its limit minus ``margin`` (reading the cgroup, PSI and
     MemAvailable every ``period_ms``). ``stats()`` and ``events()`` show it.
     Each loader holds the budget alive; ``close()`` drops this reference only.
+    A Budget belongs to the process that made it: in a child of ``fork()`` every
+    call raises RuntimeError (so does a Loader made on it); create it after the fork.
     """
 
     def __init__(self, limit, governor=False, margin=None, period_ms=None, grow_after_ms=None,
@@ -298,7 +300,10 @@ class Budget:
     def __repr__(self):
         if self._b.closed:
             return "<sluice.Budget closed>"
-        s = self._b.stats()
+        try:
+            s = self._b.stats()
+        except RuntimeError:  # inherited across fork()
+            return "<sluice.Budget of another process (fork)>"
         return f"<sluice.Budget limit={s['limit']} used={s['used']} loaders={s['loaders']}>"
 
 

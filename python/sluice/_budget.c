@@ -5,6 +5,11 @@
  * reference on the sl_budget; each loader made with it holds its own, so
  * close() or garbage collection never pulls the budget from under a
  * running loader.
+ *
+ * fork(): a budget inherited by a child of fork() refuses every call
+ * (RuntimeError with the library's sentence: create the budget after the
+ * fork), a Loader on it is refused the same way, and close() or garbage
+ * collection frees the child's copy only.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +25,7 @@ static PyObject *budget_error; /* sluice.BudgetError */
 
 static PyObject *raise_rc(int rc, const char *what, const char *detail) {
     PyObject *type = rc == SL_EBUDGET ? budget_error : rc == SL_EINVAL ? PyExc_ValueError
+                     : rc == SL_ESTATE ? PyExc_RuntimeError
                      : rc == SL_ENOENT ? PyExc_FileNotFoundError : rc == SL_ENOMEM ? PyExc_MemoryError
                                                                                    : PyExc_OSError;
     PyErr_Format(type, "%s: %s", what, detail && *detail ? detail : sl_strerror(rc));
@@ -72,9 +78,15 @@ static void Budget_dealloc(BudgetObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* 0 if the budget can be used here, else -1 with an exception set. */
 static int open_check(BudgetObject *self) {
-    if (self->b) return 0;
-    PyErr_SetString(PyExc_ValueError, "the budget is closed");
+    if (!self->b) {
+        PyErr_SetString(PyExc_ValueError, "the budget is closed");
+        return -1;
+    }
+    char why[512];
+    if (sl_budget_poisoned(self->b, why, sizeof why) == 0) return 0;
+    PyErr_SetString(PyExc_RuntimeError, why); /* inherited across fork() */
     return -1;
 }
 

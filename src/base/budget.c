@@ -5,6 +5,12 @@
  * Ownership: refs counts the creator's reference and one per loader
  * attached; the last sl__shared_unref stops the governor and frees. The
  * governor's stack is counted in the core's fixed part while it runs.
+ *
+ * fork() (base/fork.h): a budget is in the fork registry. In a child every
+ * call on an inherited budget returns SL_ESTATE (its counts are a copy of
+ * the parent's, its locks may be held by the parent's threads, its
+ * governor thread is the parent's), a loader is refused on it, and the
+ * last reference frees the child's copy without a lock or a join.
  */
 #include "base/budget.h"
 
@@ -12,6 +18,7 @@
 #include <string.h>
 
 #include "base/abi.h"
+#include "base/fork.h"
 #include "base/governor.h"
 #include "base/util.h"
 
@@ -20,6 +27,7 @@ struct sl_budget {
     _Atomic int refs;
     pthread_mutex_t mu;   /* gov's start */
     sl__governor *gov;
+    sl__handle reg;       /* in the fork registry while it lives */
 };
 
 int sl_budget_create(uint64_t limit, sl_budget **out) {
@@ -35,6 +43,7 @@ int sl_budget_create(uint64_t limit, sl_budget **out) {
     }
     pthread_mutex_init(&b->mu, NULL);
     atomic_store(&b->refs, 1);
+    sl__fork_track(&b->reg);
     *out = b;
     return 0;
 }
@@ -45,6 +54,12 @@ void sl__shared_ref(sl_budget *b) { atomic_fetch_add(&b->refs, 1); }
 
 void sl__shared_unref(sl_budget *b) {
     if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+    sl__fork_untrack(&b->reg);
+    if (b->reg.forked) { /* the child's copy: no lock, no join (the thread is the parent's) */
+        sl__governor_forget(b->gov);
+        free(b);
+        return;
+    }
     if (b->gov) {
         sl__governor_stop(b->gov);
         sl__budget_release(&b->core, SL_GOVERNOR_STACK, SL_MEM_OTHER);
@@ -59,8 +74,20 @@ void sl_budget_destroy(sl_budget *b) {
     if (b) sl__shared_unref(b);
 }
 
+int sl_budget_poisoned(const sl_budget *b, char *why, size_t len) {
+    if (!b) return SL_EINVAL;
+    if (b->reg.forked) {
+        sl__fork_reason(&b->reg, "shared budget", "its counts, locks and governor thread are the parent's",
+                        "the budget (and the loaders that share it)", why, len);
+        return SL_ESTATE;
+    }
+    sl__msg(why, len, "%s", "");
+    return 0;
+}
+
 int sl_budget_set_limit(sl_budget *b, uint64_t limit, char *err, size_t errlen) {
     if (!b || limit == 0) return SL_EINVAL;
+    if (b->reg.forked) return sl_budget_poisoned(b, err, errlen);
     return sl__budget_set_limit(&b->core, limit, 1, err, errlen);
 }
 
@@ -70,6 +97,10 @@ int sl_budget_stats_sized(const sl_budget *cb, sl_budget_info *out, size_t out_s
     sl__budget *r = &b->core;
     sl_budget_info info, *o = &info;
     memset(o, 0, sizeof *o);
+    if (b->reg.forked) {
+        sl__abi_out(out, out_size, o, sizeof *o);
+        return SL_ESTATE;
+    }
     o->limit = atomic_load(&r->limit);
     o->ceiling = atomic_load(&r->ceiling);
     o->used = atomic_load(&r->used);
@@ -123,6 +154,7 @@ static int import_opts(sl_governor_opts *dst, const sl_governor_opts *o, size_t 
 
 int sl_budget_govern_sized(sl_budget *b, const sl_governor_opts *co, size_t o_size, char *err, size_t errlen) {
     if (!b) return SL_EINVAL;
+    if (b->reg.forked) return sl_budget_poisoned(b, err, errlen);
     sl_governor_opts oc, *o = &oc;
     int rc = import_opts(&oc, co, o_size, err, errlen);
     if (rc) return rc;
@@ -176,7 +208,7 @@ int sl_budget_create_auto_sized(const sl_governor_opts *co, size_t o_size, sl_bu
 
 size_t sl_budget_events_sized(const sl_budget *cb, uint64_t first, sl_budget_event *out, size_t max,
                               size_t elem_size) {
-    if (!cb || !out || !elem_size) return 0;
+    if (!cb || !out || !elem_size || cb->reg.forked) return 0;
     sl_budget *b = (sl_budget *)cb;
     pthread_mutex_lock(&b->mu);
     size_t n = b->gov ? sl__governor_events(b->gov, first, out, max, elem_size) : 0;

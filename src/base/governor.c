@@ -309,6 +309,8 @@ void sl__governor_stop(sl__governor *g) {
     free(g);
 }
 
+void sl__governor_forget(sl__governor *g) { free(g); }
+
 void sl__governor_stats(sl__governor *g, sl_budget_info *st) {
     pthread_mutex_lock(&g->mu);
     st->governor = 1;

@@ -69,6 +69,10 @@ typedef struct sl__governor sl__governor;
 int sl__governor_start(sl__budget *b, const sl_governor_opts *o, sl__governor **out);
 /* Stop and free. NULL is ignored. */
 void sl__governor_stop(sl__governor *g);
+/* In a child of fork() only: free this process's copy of g. Its thread,
+ * its lock and its status file are the parent's: nothing is joined,
+ * destroyed or removed. NULL is ignored. */
+void sl__governor_forget(sl__governor *g);
 /* Its readings and moves into st. */
 void sl__governor_stats(sl__governor *g, sl_budget_info *st);
 /* Events from first on into out, an array of max events elem_size bytes

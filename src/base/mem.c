@@ -323,6 +323,11 @@ void sl__budget_unfix(sl__budget *b, uint64_t n) {
     pthread_mutex_unlock(&r->mu);
 }
 
+void sl__budget_forget_waiters(sl__budget *b) {
+    atomic_store(&b->waiters, 0);
+    atomic_store(&root_of(b)->waiters, 0);
+}
+
 /* Ask consumers for what is over the limit, or tell them of room. */
 static void notify(sl__budget *r, int grew) {
     pthread_mutex_lock(&r->cmu);

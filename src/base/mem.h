@@ -140,6 +140,10 @@ int sl__budget_fix(sl__budget *b, uint64_t n);
  * over a limit lowered before; set_limit and the governor never go under it. */
 void sl__budget_fix_stuck(sl__budget *b, uint64_t n);
 void sl__budget_unfix(sl__budget *b, uint64_t n);
+/* In a child of fork() only: nobody waits on b or its root (the waiters
+ * were the parent's threads), so releases wake no one and take no lock
+ * (a parent's thread may have held the root's at the fork). */
+void sl__budget_forget_waiters(sl__budget *b);
 /* Bytes that could ever be granted to one waiter now: limit - fixed of
  * the root. */
 uint64_t sl__budget_headroom(const sl__budget *b);

@@ -4,7 +4,7 @@
  * A loader is poisoned by what makes going on pointless or wrong: more
  * failures than cfg.max_error_rate allows, an epoch in which every sample
  * failed, the dataset folder removed under it (and, in a child of fork(),
- * everything inherited: registry.c). The call that finds it returns the
+ * everything inherited: base/fork.h). The call that finds it returns the
  * code (SL_EERRORS, SL_ENOENT); later calls return SL_ESTATE;
  * sl_loader_poisoned() gives the code and the sentence.
  *

@@ -13,15 +13,17 @@
  * the failure guard; lcache.c the sample cache front; gpustage.c the GPU
  * stage; worker.c the workers; slot.c and refill.c a slot's block and its
  * refill rounds; engine.c the slots, dispatch, commit and delivery (see
- * engine.c for the pipeline's invariants); registry.c the live loaders.
+ * engine.c for the pipeline's invariants). Live loaders are in the fork
+ * registry (base/fork.c), with shared budgets.
  */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/abi.h"
+#include "base/budget.h"
+#include "base/fork.h"
 #include "base/util.h"
 #include "pipeline/admit.h"
 #include "pipeline/config.h"
@@ -30,16 +32,16 @@
 #include "pipeline/gpustage.h"
 #include "pipeline/guard.h"
 #include "pipeline/lcache.h"
-#include "pipeline/registry.h"
 #include "pipeline/slot.h"
 #include "pipeline/state.h"
 #include "pipeline/worker.h"
 
-/* Ownership: loader.c writes owner_pid and counted_self (at create); each
- * embedded module's struct is written by its module only. */
+/* Ownership: loader.c writes counted_self (at create); base/fork.c the
+ * registry entry; each embedded module's struct is written by its module
+ * only. */
 struct sl_loader {
-    sl__reg reg;             /* in the registry of live loaders: forked */
-    long owner_pid;          /* the process that created it */
+    sl__handle reg;          /* in the fork registry while live (base/fork.h): reg.forked in a
+                                child of fork() */
     int counted_self;        /* sizeof(sl_loader) is reserved in the budget */
     sl__conf conf;           /* the configuration: read-only after create */
     sl__errlog log;          /* the error records */
@@ -146,6 +148,8 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
     sl_image_recipe recipe;
     int rc = copy_config(&c, &recipe, cfg, err, errlen);
     if (rc) return rc;
+    /* a budget inherited across fork(): its locks may be held by the parent's threads */
+    if (c.shared_budget && (rc = sl_budget_poisoned(c.shared_budget, err, errlen))) return rc;
     sl_loader *ld = calloc(1, sizeof *ld);
     if (!ld) return SL_ENOMEM;
     if ((rc = sl__conf_budget(&ld->conf, &c, &recipe, err, errlen))) {
@@ -167,7 +171,6 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         sl__msg(err, errlen, "could not make the loader's locks");
         return rc;
     }
-    ld->owner_pid = (long)getpid();
     sl__guard_init(&ld->guard, ld->conf.cfg.max_error_rate);
     sl__engine_init(&ld->eng, ld, &ld->conf, &ld->conf.sampler, &ld->workers, &ld->gs, &ld->cache, &ld->log,
                     &ld->guard);
@@ -407,10 +410,11 @@ static void free_all(sl_loader *ld) {
  * held any of them at the fork, and they do not exist here, so waiting or
  * destroying could hang forever). */
 static void destroy_in_child(sl_loader *ld) {
-    atomic_store(&ld->conf.budget->waiters, 0); /* they were the parent's threads: nobody to wake */
+    sl__budget_forget_waiters(ld->conf.budget); /* they were the parent's threads: nobody to wake */
     sl__engine_consumer_forget(&ld->eng);
     sl__tuner_forget(&ld->eng.tuner); /* the node's share: the parent's slot stays the parent's */
     free_memory(ld, 1);
+    if (ld->conf.shared) sl__shared_unref(ld->conf.cfg.shared_budget); /* the child's copy too, with the last reference */
     free(ld);
 }
 
@@ -439,7 +443,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (ld->conf.shared) sl__budget_unbind_limit(ld->conf.budget);
     /* from here a moved limit retires or brings back elastic slots */
     sl__engine_consumer_on(&ld->eng);
-    sl__registry_add(&ld->reg);
+    sl__fork_track(&ld->reg);
     *out = ld;
     return 0;
 }
@@ -464,7 +468,7 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
 }
 
 void sl_loader_destroy(sl_loader *ld) {
-    if (!ld || !sl__registry_remove(&ld->reg)) return; /* NULL, or not a live loader (destroyed already) */
+    if (!ld || !sl__fork_untrack(&ld->reg)) return; /* NULL, or not a live loader (destroyed already) */
     if (ld->reg.forked) {
         destroy_in_child(ld);
         return;
@@ -640,19 +644,16 @@ size_t sl_loader_tuner_log_sized(const sl_loader *cld, sl_tuner_decision *out, s
 }
 
 void sl_loader_release(sl_loader *ld, sl_batch *b) {
-    if (!ld || !b || !sl__registry_enter(&ld->reg)) return; /* a destroyed loader: its batches went with it */
+    if (!ld || !b || !sl__fork_enter(&ld->reg)) return; /* a destroyed loader: its batches went with it */
     if (!ld->reg.forked) sl__engine_release(&ld->eng, b);
-    sl__registry_leave();
+    sl__fork_leave();
 }
 
 int sl_loader_poisoned(const sl_loader *cld, char *why, size_t len) {
     if (!cld) return SL_EINVAL;
     sl_loader *ld = (sl_loader *)cld;
     if (ld->reg.forked) {
-        sl__msg(why, len,
-                "this loader was created in process %ld and this is process %ld, a child of fork(): its worker "
-                "threads did not survive the fork, so it cannot be used here; create a new loader after the fork",
-                ld->owner_pid, (long)getpid());
+        sl__fork_reason(&ld->reg, "loader", "its worker threads did not survive the fork", "a new loader", why, len);
         return SL_ESTATE;
     }
     return sl__engine_poisoned(&ld->eng, why, len);

@@ -1,9 +1,12 @@
 /*
- * fork() with a running loader (issue 9). In the child the workers do not
- * exist and any lock they held at the fork stays held: every call on an
- * inherited loader must return SL_ESTATE at once, destroy must free only
- * the child's copy, and nothing may hang. A loader made after the fork
- * works. Not under TSan (which does not follow a multi-threaded fork).
+ * fork() with a running loader (issue 9) and a shared budget with its
+ * governor. In the child the workers and the governor do not exist and
+ * any lock they held at the fork stays held: every call on an inherited
+ * loader or budget must return SL_ESTATE at once, a loader on an
+ * inherited budget is refused, destroy must free only the child's copy
+ * (never joining a parent's thread), and nothing may hang. A loader or a
+ * budget made after the fork works. Not under TSan (which does not follow
+ * a multi-threaded fork).
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -13,6 +16,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "sluice.h"
+#include "threads.h"
 
 /* Wait for pid at most secs; a child still running then is killed and the
  * test fails: a hang is the bug this file looks for. */
@@ -50,9 +54,7 @@ static void quiesce_for_asan(sl_loader *ld) {
 #endif
 }
 
-/* In the child: every call on the inherited loader, at once. */
-static int child_calls(sl_loader *ld, sl_batch *held) {
-    int bad = 0;
+/* In a child: a call that did not return code sets `bad` (the child's exit status). */
 #define EXPECT(expr, code)                                                                            \
     do {                                                                                              \
         int rc_ = (expr);                                                                             \
@@ -61,6 +63,10 @@ static int child_calls(sl_loader *ld, sl_batch *held) {
             bad = 1;                                                                                  \
         }                                                                                             \
     } while (0)
+
+/* In the child: every call on the inherited loader, at once. */
+static int child_calls(sl_loader *ld, sl_batch *held) {
+    int bad = 0;
     sl_batch *b = (sl_batch *)1;
     EXPECT(sl_loader_next(ld, &b), SL_ESTATE);
     if (b != NULL) bad = 1;
@@ -87,7 +93,6 @@ static int child_calls(sl_loader *ld, sl_batch *held) {
     sl_loader_release(ld, held); /* nothing to give back in the child */
     sl_loader_destroy(ld);       /* the child's copy only */
     return bad;
-#undef EXPECT
 }
 
 TEST(fork_child_gets_estate_never_hangs) {
@@ -160,5 +165,116 @@ TEST(fork_child_makes_its_own_loader) {
     }
     CHECK_EQ(wait_child(pid, 60), 0);
     sl_loader_destroy(ld);
+    free(d);
+}
+
+/* ---- shared budgets ------------------------------------------------------------ */
+
+/* Every budget call in the child, at once; a loader on the inherited
+ * budget is refused the same way. Then the budget and the loader are
+ * destroyed (first one, then the other: loader_first) without a hang:
+ * the last reference frees the child's copy and never joins the parent's
+ * governor thread. */
+static int child_budget_calls(sl_budget *b, sl_loader *ld, const sl_config *c, int loader_first) {
+    int bad = 0;
+#define EXPECT_SAYS(buf)                                                                              \
+    do {                                                                                              \
+        char pid_[64];                                                                                \
+        snprintf(pid_, sizeof pid_, "this is process %ld, a child of fork()", (long)getpid());        \
+        if (!strstr(buf, pid_) || !strstr(buf, "create the budget") || !strstr(buf, "after the fork")) { \
+            fprintf(stderr, "child: the reason says: %s\n", buf);                                     \
+            bad = 1;                                                                                  \
+        }                                                                                             \
+    } while (0)
+    char why[512] = "";
+    EXPECT(sl_budget_poisoned(b, why, sizeof why), SL_ESTATE);
+    EXPECT_SAYS(why);
+    why[0] = 0;
+    EXPECT(sl_budget_set_limit(b, 1u << 30, why, sizeof why), SL_ESTATE);
+    EXPECT_SAYS(why);
+    sl_budget_info st;
+    EXPECT(sl_budget_stats(b, &st), SL_ESTATE);
+    sl_budget_event ev[4];
+    EXPECT((int)sl_budget_events(b, 0, ev, 4), 0);
+    sl_governor_opts o;
+    sl_governor_opts_init(&o);
+    EXPECT(sl_budget_govern(b, &o, why, sizeof why), SL_ESTATE);
+    /* a loader on it: refused before it touches the budget's locks */
+    sl_loader *nu = (sl_loader *)1;
+    why[0] = 0;
+    EXPECT(sl_loader_create(c, &nu, why, sizeof why), SL_ESTATE);
+    EXPECT_SAYS(why);
+    if (nu != NULL) bad = 1;
+    sl_plan plan;
+    EXPECT(sl_loader_plan(c, &plan, why, sizeof why), SL_ESTATE);
+    /* the inherited loader is refused as ever */
+    sl_batch *bt;
+    EXPECT(sl_loader_next(ld, &bt), SL_ESTATE);
+    if (loader_first) {
+        sl_loader_destroy(ld);
+        sl_budget_destroy(b); /* the last reference: the child's copy, no join */
+    } else {
+        sl_budget_destroy(b);
+        sl_loader_destroy(ld); /* the last reference */
+    }
+    /* a budget and a loader made here are ordinary ones */
+    sl_budget *own;
+    EXPECT(sl_budget_create(64u << 20, &own), 0);
+    EXPECT(sl_budget_poisoned(own, why, sizeof why), 0);
+    sl_config oc = *c;
+    oc.shared_budget = own;
+    sl_loader *mine = NULL;
+    EXPECT(sl_loader_create(&oc, &mine, why, sizeof why), 0);
+    if (mine) {
+        int rc, n = 0;
+        while ((rc = sl_loader_next(mine, &bt)) == 0) {
+            n += (int)sl_batch_len(bt);
+            sl_loader_release(mine, bt);
+        }
+        EXPECT(rc, SL_EEND);
+        if (n != (int)sl_loader_num_samples(mine)) bad = 1;
+        sl_loader_destroy(mine);
+    }
+    EXPECT(sl_budget_stats(own, &st), 0);
+    if (st.loaders != 0 || st.used != 0) bad = 1;
+    sl_budget_destroy(own);
+    return bad;
+#undef EXPECT_SAYS
+}
+
+TEST(fork_child_budget_gets_estate_never_hangs) {
+    fx_dataset *d = fx_new(48, 0, 96, 400);
+#if defined(__SANITIZE_ADDRESS__)
+    uint32_t period_ms = 60000; /* idle at the forks (quiesce_for_asan: libasan's malloc and fork) */
+#else
+    uint32_t period_ms = 1; /* forks find it anywhere in its loop, its lock taken or not */
+#endif
+    sl_budget *b;
+    sl_config c;
+    sl_loader *ld = tx_governed_loader(d, period_ms, 3, &b, &c);
+    for (int i = 0; i < 12; i++) {
+        sl_batch *bt;
+        CHECK_OK(sl_loader_next(ld, &bt));
+        sl_loader_release(ld, bt);
+        quiesce_for_asan(ld);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) _exit(child_budget_calls(b, ld, &c, i % 2));
+        CHECK_EQ(wait_child(pid, 30), 0);
+    }
+    /* the parent's budget, governor and loader are untouched */
+    CHECK_EQ(sl_budget_poisoned(b, NULL, 0), 0);
+    sl_budget_info st;
+    CHECK_OK(sl_budget_stats(b, &st));
+    CHECK_EQ(st.loaders, 1);
+    CHECK(st.governor);
+    char err[512] = "";
+    CHECK_OK(sl_budget_set_limit(b, 60u << 20, err, sizeof err));
+    sl_batch *bt;
+    int rc;
+    while ((rc = sl_loader_next(ld, &bt)) == 0) sl_loader_release(ld, bt);
+    CHECK_EQ(rc, SL_EEND);
+    sl_budget_destroy(b);
+    sl_loader_destroy(ld); /* the last reference: the governor is joined here */
     free(d);
 }

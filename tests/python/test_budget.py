@@ -134,6 +134,79 @@ def test_governed_budgets(dataset):
         closed.stats()
 
 
+def _wait_child(pid, secs=60):
+    """The child's exit status; a child still running after `secs` is killed
+    and the test fails (a hang is the bug looked for)."""
+    import signal
+    import time
+    deadline = time.monotonic() + secs
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.01)
+
+
+def test_budget_after_fork(dataset):
+    """A Budget (with its governor) and a Loader on it, inherited by a child
+    of fork(): every call raises RuntimeError saying to create the budget
+    after the fork, a Loader made on it is refused the same way (not with the
+    parent's counts), close() and garbage collection never hang, and a Budget
+    made in the child works. The parent's go on."""
+    budget = sluice.Budget("64M", governor=True, period_ms=5)
+    ld = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget)
+    first = ld.next_batch()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            def refused(call):
+                try:
+                    call()
+                except RuntimeError as e:
+                    msg = str(e)
+                    return ("fork()" in msg and f"this is process {os.getpid()}" in msg
+                            and "create the budget" in msg and "after the fork" in msg
+                            and "shared budget of" not in msg)
+                return False
+            for call in (budget.stats, budget.events, lambda: budget.set_limit("32M"),
+                         lambda: sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=budget)):
+                if not refused(call):
+                    code = 1
+            if "fork" not in repr(budget):
+                code = 1
+            try:
+                ld.next_batch()
+                code = 1
+            except RuntimeError:
+                pass
+            del first
+            ld.close()
+            budget.close()  # the last reference: the child's copy, the governor thread not joined
+            with sluice.Budget("64M") as own:
+                mine = sluice.Loader(dataset, batch_size=8, size=64, workers=2, budget=own)
+                if sum(b.size for b in mine) != 64 or own.stats()["loaders"] != 1:
+                    code = 1
+                mine.close()
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    status = _wait_child(pid)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    del first
+    assert budget.stats()["governor"] and budget.stats()["loaders"] == 1
+    assert sum(b.size for b in ld) == 64
+    ld.close()
+    budget.close()
+
+
 def _settle(ld, stall=30.0):
     """Wait until every live slot is filled or held (the workers idle); fail
     only when `stall` seconds pass with no slot filled (a loaded machine is
