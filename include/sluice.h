@@ -225,7 +225,8 @@ typedef struct sl_config {
     uint32_t gpu_engines;
     /* SL_WORKERS_AUTO (workers = 0) (0.2): the most workers the tuner runs, its ceiling. 0: this
      * rank's share of the CPUs it may run on (the affinity mask, capped by a cgroup CPU quota,
-     * divided by LOCAL_WORLD_SIZE). Ignored with a fixed workers count. */
+     * divided by LOCAL_WORLD_SIZE), at most as many as the budget holds (at least 1;
+     * docs/memory.md). Ignored with a fixed workers count. */
     uint32_t workers_max;
 } sl_config;
 /* cfg.workers = SL_WORKERS_AUTO: the loader starts workers_max threads and

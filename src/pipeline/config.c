@@ -59,6 +59,12 @@ void sl__conf_shared_reason(const sl__conf *c, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", tmp);
 }
 
+void sl__conf_fit_workers(sl__conf *c, uint64_t room, uint64_t per_worker) {
+    if (!c->tuned || c->cfg.workers_max) return; /* a count or a ceiling the caller chose */
+    uint64_t fit = per_worker ? room / per_worker : c->cpu_workers;
+    c->nworkers = (uint32_t)SL_MAX((uint64_t)1, SL_MIN(fit, (uint64_t)c->cpu_workers));
+}
+
 int sl__conf_alloc_fail(const sl__conf *c, uint64_t n) {
     uint64_t used = atomic_load(&c->budget->used), need;
     if (n > SIZE_MAX || sl__add(used, sl__alloc_cost((size_t)n), &need) || need > sl__budget_limit(c->budget))
@@ -92,6 +98,7 @@ int sl__conf_init(sl__conf *c, uint64_t worker_bytes, char *err, size_t errlen) 
     c->tuned = c->cfg.workers == SL_WORKERS_AUTO;
     if (c->tuned) tuned_workers(c, worker_bytes);
     else c->nworkers = c->cfg.workers;
+    c->cpu_workers = c->nworkers;
     c->B = c->cfg.batch_size;
     /* the strings the configuration points at are the caller's: copy them */
     const char *source = c->cfg.source, *fields = c->cfg.fields;

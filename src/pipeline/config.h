@@ -44,7 +44,9 @@ typedef struct sl__conf {
     sl__sampler sampler;
     uint32_t B;              /* batch size */
     uint64_t nbatches;       /* nominal batches per epoch */
-    uint32_t nworkers;       /* workers started: a fixed count, or the tuner's ceiling */
+    uint32_t nworkers;       /* workers started: a fixed count, or the tuner's ceiling (a default
+                                one lowered at sizing to what the budget holds) */
+    uint32_t cpu_workers;    /* nworkers as init set it, before sizing lowered a default ceiling */
     int tuned;               /* cfg.workers = SL_WORKERS_AUTO: the tuner moves them (tuner.h) */
     uint32_t cores;          /* with the tuner: this rank's share of the node's CPUs (base/cpus.h) */
     uint32_t node_cpus;      /* with the tuner and local ranks (> 1): the node's CPUs, which its
@@ -72,6 +74,12 @@ void sl__conf_budget_fini(sl__conf *c);
 int sl__conf_init(sl__conf *c, uint64_t worker_bytes, char *err, size_t errlen);
 /* Step 2: schema, index, layout, sampler. 0, or the failure with err. */
 int sl__conf_index(sl__conf *c, char *err, size_t errlen);
+/* Step 4, workers = SL_WORKERS_AUTO without workers_max (the defaults):
+ * the tuner's ceiling as init set it, but no more workers than room holds
+ * at per_worker bytes each, and at least one; a count or a ceiling the
+ * caller chose is kept. A default is never the reason a budget is refused
+ * that fewer workers fit (docs/memory.md). */
+void sl__conf_fit_workers(sl__conf *c, uint64_t room, uint64_t per_worker);
 /* Free what init and index made (the budget stays). */
 void sl__conf_free(sl__conf *c);
 

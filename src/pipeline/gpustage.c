@@ -87,6 +87,11 @@
  * val clip's boxes and passes) */
 #define VIDEO_SESSION_CAP ((uint64_t)160 << 20)
 #define VIDEO_SESSION_POOL ((uint64_t)16 << 20)
+/* What plan and the default modes' rule count for the libraries' host memory before anything is
+ * opened: the most measured at open in a process without a CUDA context (184 MiB on the H200
+ * host: driver context, nvJPEG, kernels), rounded up. A rule of the configuration, so whether
+ * decode=prefer-gpu or auto take the GPU does not follow a measurement (docs/gpu.md, "Memory"). */
+#define HOST_RESERVE ((uint64_t)192 << 20)
 
 typedef unsigned long long ull;
 
@@ -244,11 +249,11 @@ static void free_tables(sl__gstage *g) {
     }
 }
 
-/* plan_only: count the pinned pool the device would take, open nothing;
- * the engine's host memory is the floor (nothing measured). */
+/* Plan, decide: count the pinned pool the device would take, open
+ * nothing; the engine's host memory is HOST_RESERVE (nothing measured). */
 static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
     if (g->video) { /* no staging */
-        g->host_pending = HOST_FLOOR;
+        g->host_pending = HOST_RESERVE;
         g->mode = SL_DECODE_GPU;
         return 0;
     }
@@ -261,7 +266,7 @@ static int plan_pinned(sl__gstage *g, char *err, size_t errlen) {
     }
     g->planned_pinned = n;
     g->opened = n;
-    g->host_pending = HOST_FLOOR;
+    g->host_pending = HOST_RESERVE;
     g->mode = SL_DECODE_GPU;
     return 0;
 }
@@ -314,12 +319,13 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     return 0;
 }
 
-int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int plan_only, char *err,
+int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int how, char *err,
                     size_t errlen) {
     const sl_config *c = &conf->cfg;
     g->conf = conf;
     g->cancel = cancel;
     g->mode = SL_DECODE_CPU;
+    g->host_pending = g->opened = 0; /* a rule's count, after its close */
     g->gpu_only = c->decode == SL_DECODE_GPU || c->decode == SL_DECODE_PREFER_GPU;
     if (c->decode == SL_DECODE_CPU) {
         sl__msg(g->reason, sizeof g->reason, "decode=cpu");
@@ -331,14 +337,16 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
         sl__msg(why, sizeof why, "no image or video field the GPU decodes (%s)", none);
         return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     }
-    g->rss0 = plan_only ? 0 : sl__gpu_rss_now(); /* before the driver is loaded: it is part of the growth */
+    g->rss0 = how == SL_GSTAGE_OPEN ? sl__gpu_rss_now() : 0; /* before the driver is loaded: part of the growth */
     g->used0 = atomic_load(&conf->budget->used);
-    if (!(g->video ? sl__gpu_dev_video_available(why, sizeof why) : sl__gpu_dev_available(why, sizeof why)))
+    /* the rule loads no driver: a budget too small for the stage never pays for one */
+    if (how != SL_GSTAGE_DECIDE &&
+        !(g->video ? sl__gpu_dev_video_available(why, sizeof why) : sl__gpu_dev_available(why, sizeof why)))
         return fall_back(g, SL_EUNSUPPORTED, why, err, errlen);
     uint64_t budget;
     int rc = size_stage(g, &budget, why, sizeof why);
     if (rc) return fall_back(g, rc, why, err, errlen);
-    return plan_only ? plan_pinned(g, err, errlen) : open_device(g, budget, err, errlen);
+    return how == SL_GSTAGE_OPEN ? open_device(g, budget, err, errlen) : plan_pinned(g, err, errlen);
 }
 
 uint64_t sl__gstage_host_pending(const sl__gstage *g) { return g->host_pending; }
@@ -346,6 +354,12 @@ uint64_t sl__gstage_host_pending(const sl__gstage *g) { return g->host_pending; 
 uint64_t sl__gstage_fixed(const sl__gstage *g) {
     return (g->mode == SL_DECODE_GPU ? g->opened : 0) + g->host_pending + g->host_counted;
 }
+
+int sl__gstage_decides(const sl__conf *conf) {
+    return conf->cfg.decode == SL_DECODE_PREFER_GPU || conf->cfg.decode == SL_DECODE_AUTO;
+}
+
+int sl__gstage_planned(const sl__gstage *g) { return g->planned_pinned != 0; }
 
 int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget) {
     const sl__conf *conf = g->conf;

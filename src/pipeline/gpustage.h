@@ -135,10 +135,22 @@ typedef struct sl__ghand {
 /* At create, before sizing: choose the engine (cfg.decode, the schema, the
  * device), open the device and its host tables (counted in the budget, so
  * the minimum working set holds them). cancel: set when the loader closes.
- * plan_only: choose and count the pinned bytes, open nothing. 0 (g->mode
- * says which), or the failure of decode=gpu with err. */
-int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int plan_only, char *err,
+ * how: SL_GSTAGE_OPEN does that; SL_GSTAGE_PLAN chooses and counts the
+ * pinned bytes and a reserve for the libraries' host memory, opens
+ * nothing; SL_GSTAGE_DECIDE counts as PLAN without asking the device
+ * (nothing loaded), for the default modes' rule (sl__gstage_decides).
+ * 0 (g->mode says which), or the failure of decode=gpu with err. */
+enum { SL_GSTAGE_OPEN = 0, SL_GSTAGE_PLAN = 1, SL_GSTAGE_DECIDE = 2 };
+int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int how, char *err,
                     size_t errlen);
+/* decode=prefer-gpu or auto: create first sizes the pipeline with the
+ * stage counted as SL_GSTAGE_DECIDE counts it (a rule of the
+ * configuration), and opens the device only where the budget holds that;
+ * else the CPU path, with nothing of the driver's loaded. decode=gpu opens
+ * and refuses a budget that cannot hold what it measured. */
+int sl__gstage_decides(const sl__conf *conf);
+/* The stage is counted but not open (SL_GSTAGE_PLAN or _DECIDE chose it). */
+int sl__gstage_planned(const sl__gstage *g);
 /* Host memory the GPU stage's libraries hold that sizing must count (the
  * slots step counts it in the budget): measured at open (create), an
  * estimate for plan; 0 without the GPU stage. */

@@ -239,12 +239,16 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     const sl_config *cfg = &c->cfg;
     uint64_t pitch = slot_pitch(ld);
     uint64_t per_worker = SL_WORKER_BYTES;
-    uint64_t workers_b = per_worker * c->nworkers;
     uint64_t used = atomic_load(&c->budget->used) + sl__gstage_host_pending(&ld->gs); /* counted by step_slots */
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = pitch + sizeof(sl_batch);
-    uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
     uint64_t cache = sl__lcache_reserve(c); /* kept free of the pipeline (lcache.c) */
+    /* the default ceiling: no more workers than the fixed part's room beside the rest of the minimum */
+    uint64_t rest = used + slots_cost(pitch, min_slots) + 4096 + cache, fixed_max = cfg->budget - c->sample_cap;
+    sl__conf_fit_workers(&ld->conf, fixed_max > rest ? fixed_max - rest : 0, per_worker);
+    sl__workers_trim(&ld->workers, c->nworkers);
+    uint64_t workers_b = per_worker * c->nworkers;
+    uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
     uint64_t minimum = min_budget_for(fixed_min + cache);
     memset(p, 0, sizeof *p);
     p->dataset_size = c->sampler.n;
@@ -307,6 +311,30 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     p->slots = nslots;
     p->fixed_bytes = used + workers_b + slots_cost(pitch, nslots);
     return 0;
+}
+
+/* Step 4 with GPU decode: the engine and its pinned staging are counted
+ * before sizing, so the minimum working set holds them. decode=prefer-gpu
+ * and auto decide by a rule of the configuration first (the stage counted
+ * with its reserve, nothing loaded): a budget that cannot hold it sizes the
+ * CPU path, a default never the reason a job dies (docs/gpu.md, "Memory").
+ * Then the device opens and what it measured is sized; with those modes a
+ * measurement past the reserve still falls back to the CPU. */
+static int step_gpu_size(sl_loader *ld, sl_plan *plan, char *err, size_t errlen) {
+    sl__gstage *g = &ld->gs;
+    const _Atomic int *cancel = sl__engine_cancel(&ld->eng);
+    int rc;
+    if (sl__gstage_decides(&ld->conf)) {
+        if ((rc = sl__gstage_open(g, &ld->conf, cancel, SL_GSTAGE_DECIDE, err, errlen))) return rc;
+        rc = step_size(ld, plan, err, errlen);
+        if (rc == SL_EBUDGET && sl__gstage_give_up(g, plan->min_budget)) return step_size(ld, plan, err, errlen);
+        if (rc || !sl__gstage_planned(g)) return rc; /* refused, or the CPU path already (no image field, ...) */
+        sl__gstage_close(g, 0);
+    }
+    if ((rc = sl__gstage_open(g, &ld->conf, cancel, SL_GSTAGE_OPEN, err, errlen))) return rc;
+    if ((rc = step_size(ld, plan, err, errlen)) == SL_EBUDGET && sl__gstage_give_up(g, plan->min_budget))
+        rc = step_size(ld, plan, err, errlen);
+    return rc;
 }
 
 /* ---- step 5: slots and workers ------------------------------------------------- */
@@ -428,10 +456,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     int rc = step_new(cfg, &ld, err, errlen);
     if (!rc) rc = sl__conf_index(&ld->conf, err, errlen); /* schema, index, layout, sampler */
     if (!rc) rc = step_tables(ld, err, errlen);
-    /* GPU decode: the engine and its pinned staging, before sizing */
-    if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 0, err, errlen);
-    if (!rc && (rc = step_size(ld, &plan, err, errlen)) == SL_EBUDGET && sl__gstage_give_up(&ld->gs, plan.min_budget))
-        rc = step_size(ld, &plan, err, errlen); /* decode=auto, prefer-gpu: the CPU path */
+    if (!rc) rc = step_gpu_size(ld, &plan, err, errlen); /* GPU decode (the engine, its staging), then sizing */
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
     if (!rc) rc = sl__lcache_create(&ld->cache, &ld->conf, err, errlen); /* the sample cache: sizing kept its room */
     if (!rc) rc = step_workers(ld, err, errlen);
@@ -456,7 +481,7 @@ int sl_loader_plan_sized(const sl_config *cfg, sl_plan *out, size_t out_size, ch
     int rc = step_new(cfg, &ld, err, errlen);
     if (!rc) rc = sl__conf_index(&ld->conf, err, errlen); /* schema, index, layout, sampler */
     if (!rc) rc = step_tables(ld, err, errlen);
-    if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), 1, err, errlen);
+    if (!rc) rc = sl__gstage_open(&ld->gs, &ld->conf, sl__engine_cancel(&ld->eng), SL_GSTAGE_PLAN, err, errlen);
     if (!rc) {
         rc = step_size(ld, &plan, err, errlen);
         if (rc == SL_EBUDGET && sl__gstage_give_up(&ld->gs, plan.min_budget)) rc = step_size(ld, &plan, err, errlen);

@@ -196,9 +196,13 @@ static void *worker_main(void *arg) {
 /* ---- the table ----------------------------------------------------------------- */
 
 uint64_t sl__workers_alloc(sl__workers *ws, sl__budget *b, uint32_t n) {
-    ws->n = n;
+    ws->n = ws->size = n;
     ws->w = sl__calloc(b, n, sizeof(sl__worker), SL_MEM_OTHER);
     return ws->w ? 0 : (uint64_t)n * sizeof(sl__worker);
+}
+
+void sl__workers_trim(sl__workers *ws, uint32_t n) {
+    ws->n = SL_MIN(n, ws->size);
 }
 
 int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, sl__gstage *gs,

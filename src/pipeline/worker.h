@@ -55,8 +55,8 @@ typedef struct sl__worker {
 typedef void (*sl__worker_run_fn)(void *ctx, sl__worker *w);
 
 struct sl__workers {
-    sl__worker *w;           /* n of them */
-    uint32_t n;
+    sl__worker *w;           /* n of them, in a table of size */
+    uint32_t n, size;
     _Atomic int source_gone; /* a worker found the dataset folder removed */
     sl__worker_run_fn run;   /* set by sl__workers_start */
     void *ctx;
@@ -65,6 +65,9 @@ struct sl__workers {
 /* The table of n workers, counted in b: 0, or the bytes b or the system
  * refused. */
 uint64_t sl__workers_alloc(sl__workers *ws, sl__budget *b, uint32_t n);
+/* Before _init: use the table's first n workers (at most its size:
+ * sizing lowers the default count to what the budget holds). */
+void sl__workers_trim(sl__workers *ws, uint32_t n);
 /* Every worker's baseline (fixed for life: a stack, a read buffer,
  * decoder room) and its hand on gs. 0, or the failure (nothing held, err
  * says why). */

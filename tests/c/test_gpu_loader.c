@@ -53,6 +53,7 @@ typedef struct host_dev {
 
 static host_dev *the_host; /* the open one, for the checks */
 static host_opts host_cfg;
+static int host_opens;     /* host_open's calls */
 
 static void count(host_dev *h, long d) {
     pthread_mutex_lock(&h->mu);
@@ -229,6 +230,7 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     CHECK(cfg->engines >= 1 && cfg->engines <= SL_GPU_MAX_ENGINES);
     host_dev *h = calloc(1, sizeof *h);
     CHECK(h != NULL);
+    host_opens++;
     pthread_mutex_init(&h->mu, NULL);
     h->o = host_cfg;
     h->engines = cfg->engines;
@@ -776,6 +778,59 @@ TEST(gpu_loader_counts_the_engines_host_memory) {
     CHECK_OK(next(ld, &x));
     free(x.px);
     sl_loader_destroy(ld);
+    free(d);
+}
+
+/* The default modes decide by a rule of the configuration before anything
+ * is opened: a budget that cannot hold the stage with its reserve for the
+ * libraries' host memory is the CPU path, and the device (a driver, whose
+ * host memory stays once loaded) is never opened; decode=gpu opens, measures
+ * and refuses naming the minimum. */
+TEST(gpu_loader_default_decides_before_opening) {
+    fx_dataset *d = fx_new(24, 0, 64, 200);
+    use_host((host_opts){.ballast = 48u << 20});
+    const int modes[2] = {SL_DECODE_PREFER_GPU, SL_DECODE_AUTO};
+    for (int k = 0; k < 2; k++) {
+        sl_config c = base_config(d, modes[k], 2);
+        c.budget = 128u << 20;
+        c.gpu_staging = 4u << 20; /* not an eighth of the budget: the minimum does not move with it */
+        host_opens = 0;
+        sl_loader *ld = fx_open(&c);
+        sl_stats st;
+        CHECK_OK(sl_loader_stats(ld, &st));
+        printf("%s at 128 MiB: %s\n", k ? "auto" : "prefer-gpu", st.decode_reason);
+        CHECK_EQ(host_opens, 0);
+        CHECK_EQ(st.decode, SL_DECODE_CPU);
+        CHECK_STR_CONTAINS(st.decode_reason, "cannot hold the GPU stage (with it the minimum is ");
+        CHECK_EQ(st.mem[SL_MEM_GPU_HOST], 0);
+        CHECK_EQ(st.mem[SL_MEM_PINNED], 0);
+        seen x = {0};
+        CHECK_OK(next(ld, &x));
+        free(x.px);
+        sl_loader_destroy(ld);
+        /* the minimum with the stage (plan's for decode=gpu counts it as the rule does) holds
+         * it: opened, the GPU (what the open measured is under the reserve) */
+        sl_plan p;
+        char err[600] = "";
+        c.decode = SL_DECODE_GPU;
+        CHECK_OK(sl_loader_plan(&c, &p, err, sizeof err));
+        c.decode = modes[k];
+        c.budget = p.min_budget;
+        ld = fx_open(&c);
+        CHECK_OK(sl_loader_stats(ld, &st));
+        CHECK_EQ(host_opens, 1);
+        CHECK_EQ(st.decode, SL_DECODE_GPU);
+        sl_loader_destroy(ld);
+    }
+    /* decode=gpu: opened, measured, refused naming the minimum */
+    sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    c.budget = 64u << 20;
+    host_opens = 0;
+    sl_loader *ld = NULL;
+    char err[600] = "";
+    CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
+    CHECK_EQ(host_opens, 1);
+    CHECK_STR_CONTAINS(err, "raise the budget to at least");
     free(d);
 }
 
