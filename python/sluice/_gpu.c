@@ -14,6 +14,7 @@
  *       again within submit, after the call before it is done.
  *   Engine.wait()                  the batch in flight is done (GIL released)
  *   Engine.stats() -> dict,  Engine.close()
+ *   stats_of_nothing() -> Engine.stats()'s dict with every field zero
  *   split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes
  *
  * The blobs (any buffer objects) are held from submit() until wait().
@@ -33,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -280,23 +282,88 @@ static PyObject *engine_wait(EngineObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* Engine.stats()'s fields: name, where in sl__gpu_stats, and its type, the
+ * size checked at build time (a Py_BuildValue format that had drifted one
+ * unit from its arguments read an integer as a string: a segfault on the
+ * GPU host). */
+typedef struct stat_field {
+    const char *name;
+    size_t off;
+    char type; /* 'K' uint64, 'L' int64, 'I' uint32, 'd' double, 's' char array */
+} stat_field;
+#define SIZE_IS(f, n) (0 * sizeof(char[sizeof(((sl__gpu_stats *)0)->f) == (n) ? 1 : -1]))
+#define U64(f) {#f, offsetof(sl__gpu_stats, f) + SIZE_IS(f, 8), 'K'}
+#define I64(f) {#f, offsetof(sl__gpu_stats, f) + SIZE_IS(f, 8), 'L'}
+#define U32(f) {#f, offsetof(sl__gpu_stats, f) + SIZE_IS(f, 4), 'I'}
+#define DBL(f) {#f, offsetof(sl__gpu_stats, f) + SIZE_IS(f, sizeof(double)), 'd'}
+#define STR(f) {#f, offsetof(sl__gpu_stats, f) + SIZE_IS(f[0], 1), 's'}
+static const stat_field stat_fields[] = {
+    U64(device_pool_bytes), U64(device_used),     U64(device_peak),      U64(pinned_pool_bytes),
+    U64(pinned_used),       U64(pinned_peak),     U64(staging_used),     U64(staging_peak),
+    U64(pool_refusals),     U64(samples_hw),      U64(samples_hybrid),   U64(samples_cpu),
+    U64(samples_again),     U64(batches),         U64(hw_calls),         U64(hw_failed_calls),
+    DBL(busy_s),            DBL(rate),            DBL(gpu_hybrid_s),     DBL(gpu_hw_s),
+    DBL(gpu_resize_s),      U32(hw_engines),      U32(hw_cores),         STR(device_name),
+    STR(backends),          STR(kernels),         I64(host_rss_context), I64(host_rss_kernels),
+    I64(host_rss_pinned),   I64(host_rss_nvjpeg), I64(host_rss_warmup)};
+#undef SIZE_IS
+#undef U64
+#undef I64
+#undef U32
+#undef DBL
+#undef STR
+
+static PyObject *stat_value(const sl__gpu_stats *s, const stat_field *f) {
+    const char *p = (const char *)s + f->off;
+    uint64_t u;
+    int64_t i;
+    uint32_t w;
+    double d;
+    switch (f->type) {
+    case 'K': memcpy(&u, p, sizeof u); return PyLong_FromUnsignedLongLong(u);
+    case 'L': memcpy(&i, p, sizeof i); return PyLong_FromLongLong(i);
+    case 'I': memcpy(&w, p, sizeof w); return PyLong_FromUnsignedLong(w);
+    case 'd': memcpy(&d, p, sizeof d); return PyFloat_FromDouble(d);
+    default: return PyUnicode_DecodeUTF8(p, (Py_ssize_t)strnlen(p, 192), "replace");
+    }
+}
+
+/* The stats as a dict, with the host budget's pinned bytes. */
+static PyObject *stats_dict(const sl__gpu_stats *s, uint64_t host_pinned) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (size_t k = 0; k < sizeof stat_fields / sizeof stat_fields[0]; k++) {
+        PyObject *v = stat_value(s, &stat_fields[k]);
+        if (!v || PyDict_SetItemString(d, stat_fields[k].name, v)) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    PyObject *v = PyLong_FromUnsignedLongLong(host_pinned);
+    if (!v || PyDict_SetItemString(d, "host_pinned_bytes", v)) {
+        Py_XDECREF(v);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(v);
+    return d;
+}
+
 static PyObject *engine_stats(EngineObject *self, PyObject *unused) {
     if (open_check(self)) return NULL;
     sl__gpu_stats s;
     sl__gpu_engine_stats(self->e, &s);
-    return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsdsdsdsIsIssssssKsLsLsLsLsL}", "device_pool_bytes",
-        s.device_pool_bytes, "device_used", s.device_used, "device_peak", s.device_peak, "pinned_pool_bytes",
-        s.pinned_pool_bytes, "pinned_used", s.pinned_used, "pinned_peak", s.pinned_peak, "staging_used",
-        s.staging_used, "staging_peak", s.staging_peak, "pool_refusals", s.pool_refusals, "samples_hw", s.samples_hw,
-        "samples_hybrid", s.samples_hybrid, "samples_cpu", s.samples_cpu, "samples_again", s.samples_again,
-        "batches", s.batches, "hw_calls", s.hw_calls, "hw_failed_calls", s.hw_failed_calls, "busy_s", s.busy_s,
-        "rate", s.rate, "gpu_hybrid_s", s.gpu_hybrid_s, "gpu_hw_s", s.gpu_hw_s, "gpu_resize_s", s.gpu_resize_s,
-        "hw_engines", s.hw_engines, "hw_cores", s.hw_cores, "device_name", s.device_name, "backends", s.backends,
-        "kernels", s.kernels, "host_pinned_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_PINNED]),
-        "host_rss_context", (long long)s.host_rss_context, "host_rss_kernels", (long long)s.host_rss_kernels,
-        "host_rss_pinned", (long long)s.host_rss_pinned, "host_rss_nvjpeg", (long long)s.host_rss_nvjpeg,
-        "host_rss_warmup", (long long)s.host_rss_warmup);
+    return stats_dict(&s, (uint64_t)atomic_load(&self->host.cat[SL_MEM_PINNED]));
+}
+
+/* stats_of_nothing() -> Engine.stats()'s dict of an engine that did nothing
+ * (every field zero): its fields and their types, where no GPU is. */
+static PyObject *gpu_stats_of_nothing(PyObject *m, PyObject *unused) {
+    sl__gpu_stats s;
+    memset(&s, 0, sizeof s);
+    return stats_dict(&s, 0);
 }
 
 static PyObject *engine_close(EngineObject *self, PyObject *unused) {
@@ -565,6 +632,7 @@ static PyMethodDef module_methods[] = {
      "video_reference(path, frames=16, stride=2, size=112, preset='train', seed=0, epoch=0, index=0) -> bytes"},
     {"video_device_bound", video_device_bound, METH_VARARGS, "video_device_bound(path) -> int"},
     {"split", gpu_split, METH_VARARGS, "split(eligible, gpu_rate, cpu_rate, gpu_queued, cpu_queued, gpu_only) -> bytes"},
+    {"stats_of_nothing", gpu_stats_of_nothing, METH_NOARGS, "Engine.stats()'s dict with every field zero"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "sluice._gpu", "The GPU decode engine.", -1,

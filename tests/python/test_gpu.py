@@ -111,6 +111,25 @@ def test_split_policy_from_python():
     assert list(out) == [1, 1, 0, 1, 1, 0]  # 6 * 3/4 = 4.5 -> 4 (to even)
 
 
+def test_engine_stats_dict_everywhere():
+    """Engine.stats()'s dict, built where no GPU is: every field with its type (a format string
+    one unit off its arguments once made it read a number as a string: a segfault on the host)."""
+    if _gpu is None:
+        pytest.skip(GPU_WHY)
+    s = _gpu.stats_of_nothing()
+    ints = ("device_pool_bytes", "device_used", "device_peak", "pinned_pool_bytes", "pinned_used", "pinned_peak",
+            "staging_used", "staging_peak", "pool_refusals", "samples_hw", "samples_hybrid", "samples_cpu",
+            "samples_again", "batches", "hw_calls", "hw_failed_calls", "hw_engines", "hw_cores",
+            "host_pinned_bytes", "host_rss_context", "host_rss_kernels", "host_rss_pinned", "host_rss_nvjpeg",
+            "host_rss_warmup")
+    floats = ("busy_s", "rate", "gpu_hybrid_s", "gpu_hw_s", "gpu_resize_s")
+    strings = ("device_name", "backends", "kernels")
+    assert sorted(s) == sorted(ints + floats + strings)
+    assert all(type(s[k]) is int and s[k] == 0 for k in ints)
+    assert all(type(s[k]) is float and s[k] == 0.0 for k in floats)
+    assert all(s[k] == "" for k in strings)
+
+
 # ---- the engine (GPU host) ------------------------------------------------------------
 def _jpegs(tmp_path, n=24, real=False):
     from PIL import Image
