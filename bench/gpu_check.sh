@@ -12,8 +12,9 @@
 #                                   at 16, 4 and 16 workers, on the set and on its corrupt copy
 #   bench/gpu_check.sh rss          RSS growth against the budget: `sluice bench --decode gpu|auto`
 #                                   at 256M and 512M, the same through sluice.torch.Loader in a
-#                                   process where torch made the CUDA context, and what each step
-#                                   of the engine's create adds (kernel cache cold, then warm)
+#                                   process where torch made the CUDA context, decode=gpu again at the
+#                                   minimum its refusal at 256M named, and what each step of the
+#                                   engine's create adds (kernel cache cold, then warm)
 #   bench/gpu_check.sh share        issue 20 item 2: ResNet-18 (bf16, channels_last, batch 256) fed by
 #                                   the default decode with 1 and 2 engines at SHARE_WORKERS (16 8)
 #                                   workers, and once with the model's stream at the greatest priority,
@@ -25,7 +26,9 @@
 #   bench/gpu_check.sh summary      the table of OUT/results.jsonl (bench/gpu_check_summary.py)
 #   bench/gpu_check.sh all          CHECK_STEPS (build data determinism rss suite_c suite_python), then
 #                                   the summary, all inside CHECK_END (560) s of the start: one
-#                                   10-minute call on a 16-core host (bench/README.md)
+#                                   10-minute call on a 16-core host (bench/README.md); then OUT holds
+#                                   results.jsonl, summary.txt, suite_c.txt, suite_python.txt and
+#                                   every log in logs.tgz (a device call returns 8 files)
 # Environment: OUT (/tmp/sluice-check), WORK (.data), DEPS, NWORK ($(nproc)), STEP_TIMEOUT (240 s a
 # step; a suite: SUITE_TIMEOUT + 30), RUN_TIMEOUT (90 s a process), SUITE_TIMEOUT (300 s a suite).
 # Every limit is cut to what is left before CHECK_STOP_AT (epoch seconds; `all` sets it from
@@ -69,6 +72,10 @@ print(json.dumps({"run": name, "result": {"failed": rc, "log": log, "last_line":
 EOF
 }
 
+min_named() { # the minimum budget a refusal on stdin named ("... at least 313.9 MiB ..."), in MiB rounded up
+  grep -oE "at least [0-9.]+ [MG]iB" | tail -1 | awk '{ printf "%d", ($4 == "GiB" ? 1024 : 1) * $3 + 1 }'
+}
+
 case "${1:-}" in
 build)
   OUT=$OUT bench/gpu_host.sh build
@@ -96,6 +103,14 @@ rss)
         --workers "$NWORK" --batch "$B" --batches "$N"
     done
   done
+  # decode=gpu refuses a budget that cannot hold the GPU stage, naming the minimum (correct): the
+  # same run again at that minimum (MiB, rounded up), the GPU path's growth under the tightest budget
+  m=$(min_named <"$OUT/bench_rss_gpu_256M.log")
+  [ -n "$m" ] && run bench_rss_gpu_min build/sluice bench "$SET" --decode gpu --budget "${m}M" --workers "$NWORK" \
+    --batch "$B" --batches "$N" --json
+  m=$(grep -h '"run": "python_rss_gpu_256M"' "$OUT/results.jsonl" | tail -1 | min_named)
+  [ -n "$m" ] && run python_rss_gpu_min $PY bench/gpu_check.py rss "$SET" --decode gpu --budget "${m}M" \
+    --workers "$NWORK" --batch "$B" --batches "$N"
   cold=$(mktemp -d)
   run engine_parts_cold_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
   run engine_parts_warm_cache $PY bench/gpu_check.py parts --kernel-cache "$cold"
@@ -151,6 +166,12 @@ all|"")
     [ "$s" = build ] && [ $rc != 0 ] && { log "build failed: nothing else runs"; break; }
   done
   "$0" summary
+  # what comes back from a device call is at most 8 files: the results, the summary and the suites'
+  # lines as they are, every log in one archive
+  (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name summary.txt ! -name suite_c.txt \
+    ! -name suite_python.txt ! -name logs.tgz -printf '%P\n' >../.gpu_check_logs.$$ &&
+    tar -czf logs.tgz -T ../.gpu_check_logs.$$ && xargs -d '\n' rm -rf <../.gpu_check_logs.$$
+    rm -f ../.gpu_check_logs.$$)
   ;;
 *)
   sed -n "2,/^set -uo/{/^set/!p}" "$0"; exit 2 ;;
