@@ -713,11 +713,9 @@ static uint32_t sos_offsets(const buf *b, size_t *at, uint32_t max, size_t *eoi)
     return n;
 }
 
-/* A progressive JPEG of w x h (libjpeg's standard progression) whose last
- * scan is repeated `repeats` more times before EOI: the header is legal,
- * and every extra scan costs libjpeg a pass over the whole image.
- * *scans gets the scan count of the result. */
-static buf scan_bomb(uint32_t w, uint32_t h, uint32_t repeats, uint32_t *scans) {
+/* A progressive JPEG of w x h, a test pattern: libjpeg's standard
+ * progression (script NULL) or the n scans of script. */
+static buf progressive_jpeg(uint32_t w, uint32_t h, const jpeg_scan_info *script, int n) {
     uint8_t *row = malloc((size_t)w * 3);
     CHECK(row != NULL);
     struct jpeg_compress_struct c;
@@ -730,7 +728,8 @@ static buf scan_bomb(uint32_t w, uint32_t h, uint32_t repeats, uint32_t *scans) 
     c.image_width = w, c.image_height = h, c.input_components = 3, c.in_color_space = JCS_RGB;
     jpeg_set_defaults(&c);
     jpeg_set_quality(&c, 85, TRUE);
-    jpeg_simple_progression(&c);
+    if (script) c.scan_info = script, c.num_scans = n;
+    else jpeg_simple_progression(&c);
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < h) {
         for (uint32_t x = 0; x < w; x++)
@@ -742,14 +741,22 @@ static buf scan_bomb(uint32_t w, uint32_t h, uint32_t repeats, uint32_t *scans) 
     jpeg_finish_compress(&c);
     jpeg_destroy_compress(&c);
     free(row);
-    buf src = {jp, jn, jn}, out = {0};
+    return (buf){jp, jn, jn};
+}
+
+/* A progressive JPEG of w x h (libjpeg's standard progression) whose last
+ * scan is repeated `repeats` more times before EOI: the header is legal,
+ * and every extra scan costs libjpeg a pass over the whole image.
+ * *scans gets the scan count of the result. */
+static buf scan_bomb(uint32_t w, uint32_t h, uint32_t repeats, uint32_t *scans) {
+    buf src = progressive_jpeg(w, h, NULL, 0), out = {0};
     size_t at[64], eoi;
     uint32_t n = sos_offsets(&src, at, 64, &eoi);
     CHECK(n >= 2 && n <= 64);
     b_put(&out, src.p, eoi);
     for (uint32_t k = 0; k < repeats; k++) b_put(&out, src.p + at[n - 1], eoi - at[n - 1]);
     b_put(&out, src.p + eoi, src.n - eoi);
-    free(jp);
+    free(src.p);
     size_t at2[1];
     *scans = sos_offsets(&out, at2, 0, &eoi);
     CHECK_EQ(*scans, n + repeats);
@@ -799,32 +806,7 @@ static buf many_scans(uint32_t w, uint32_t h, uint32_t *scans) {
         script[n++] = (jpeg_scan_info){1, {ci, 0, 0, 0}, 1, 63, 0, 4};
         for (int al = 4; al > 0; al--) script[n++] = (jpeg_scan_info){1, {ci, 0, 0, 0}, 1, 63, al, al - 1};
     }
-    uint8_t *row = malloc((size_t)w * 3);
-    CHECK(row != NULL);
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    unsigned char *jp = NULL;
-    unsigned long jn = 0;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &jp, &jn);
-    c.image_width = w, c.image_height = h, c.input_components = 3, c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 85, TRUE);
-    c.scan_info = script;
-    c.num_scans = n;
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < h) {
-        for (uint32_t x = 0; x < w; x++)
-            row[3 * x] = (uint8_t)(x ^ c.next_scanline), row[3 * x + 1] = (uint8_t)(x * 3),
-            row[3 * x + 2] = (uint8_t)(c.next_scanline * 5);
-        JSAMPROW r = row;
-        jpeg_write_scanlines(&c, &r, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
-    buf out = {jp, jn, jn};
+    buf out = progressive_jpeg(w, h, script, n);
     size_t eoi;
     *scans = sos_offsets(&out, NULL, 0, &eoi);
     CHECK_EQ(*scans, (uint32_t)n);
