@@ -20,6 +20,8 @@
 #                                   workers, and once with the model's stream at the greatest priority,
 #                                   beside its synthetic ceiling: images/s and where the GPU's time went
 #                                   (hardware, hybrid, resize, copies; bench/gpu_decode.py train)
+#   bench/gpu_check.sh failed       what failed on the host at 27a162c, alone (OUT/failed.txt; put it after
+#                                   data in CHECK_STEPS)
 #   bench/gpu_check.sh suite_c      make test's C suite (ctest -j NWORK): OUT/suite_c.txt, the log beside
 #   bench/gpu_check.sh suite_python make test's Python suite (pytest): OUT/suite_python.txt, the log
 #   bench/gpu_check.sh suites       both
@@ -127,6 +129,24 @@ share)
   # the model on a stream of the greatest priority: the GPU runs its kernels before the engine's
   run share_default_e1_w16_model_high $T --loaders sluice-default --gpu-engines 1 --workers 16 --model-priority high
   ;;
+failed)
+  # what failed at 27a162c on the H100/H200 host (issue 17, item 7), alone and first: the C cases with
+  # their output, the Python tests under faulthandler (test_gpu.py whole: it segfaulted), and what
+  # each was fixed with tests for (OUT/failed.txt: the summary lines; the logs beside)
+  (cd build && timeout -k 5 "$(cap 240)" ctest -j "$NWORK" --timeout 120 --output-on-failure -R \
+    'padding_ranks_resume_exactly_decode_auto|gpu_again_when_the_pool_is_full_now|gpu_loader_same_batches_and_records_as_the_cpu|jpeg_max_scans_boundary|known_sizes_json|table_and_refusal|cli_recipe_flags|new_header_old_library|gpu_loader_default_decides_before_opening|test_default_workers') \
+    >"$OUT/failed_c.log" 2>&1
+  echo "rc $?" >>"$OUT/failed_c.log"
+  SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout -k 5 "$(cap 240)" $PY -X faulthandler -m pytest -q \
+    -p no:cacheprovider -rfE tests/python/test_gpu.py tests/python/test_dataloader_habits.py \
+    tests/python/test_cache.py::test_torchrun_two_ranks_one_node_cache \
+    tests/python/test_cli.py::test_binary_size_units_are_taken tests/python/test_recipes.py::test_loader_val_crop_pct \
+    tests/python/test_webp.py::test_loader_reads_a_webp_folder >"$OUT/failed_python.log" 2>&1
+  echo "rc $?" >>"$OUT/failed_python.log"
+  { grep -E "tests passed|tests failed|^\s+[0-9]+ - |\*\*\*|^rc " "$OUT/failed_c.log" | sed 's/^/C: /'
+    grep -E "^(FAILED|ERROR) |Fatal Python error|^rc " "$OUT/failed_python.log" | sed 's/^/Python: /'
+    tail -2 "$OUT/failed_python.log" | head -1 | sed 's/^/Python: /'; } | tee "$OUT/failed.txt"
+  ;;
 suite_c|suites)
   # make test's C suite (its set-up and sanitizer builds are CI's); a GPU makes the GPU cases
   # run instead of skipping
@@ -168,10 +188,11 @@ all|"")
   "$0" summary
   # what comes back from a device call is at most 8 files: the results, the summary and the suites'
   # lines as they are, every log in one archive
+  list=$(mktemp)
   (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name results.jsonl ! -name summary.txt ! -name suite_c.txt \
-    ! -name suite_python.txt ! -name logs.tgz -printf '%P\n' >../.gpu_check_logs.$$ &&
-    tar -czf logs.tgz -T ../.gpu_check_logs.$$ && xargs -d '\n' rm -rf <../.gpu_check_logs.$$
-    rm -f ../.gpu_check_logs.$$)
+    ! -name suite_python.txt ! -name failed.txt ! -name logs.tgz -printf '%P\n' >"$list" &&
+    tar -czf logs.tgz -T "$list" && xargs -d '\n' rm -rf <"$list")
+  rm -f "$list"
   ;;
 *)
   sed -n "2,/^set -uo/{/^set/!p}" "$0"; exit 2 ;;
