@@ -138,11 +138,12 @@ static int fall_back(sl__gstage *g, int rc, const char *why, char *err, size_t e
     return 0;
 }
 
-/* Most slots step_size can carve for this configuration (its cap). */
+/* Most slots step_size can carve for this configuration (its cap, with
+ * the most workers sizing may leave). */
 static uint32_t slots_bound(const sl__conf *conf) {
     const sl_config *c = &conf->cfg;
     uint64_t min_slots = SL_MAX(c->min_slots, c->prefetch ? c->prefetch : 1);
-    uint64_t cap = c->prefetch ? c->prefetch : SL_MAX(4, (4ull * conf->nworkers + conf->B - 1) / conf->B);
+    uint64_t cap = c->prefetch ? c->prefetch : SL_MAX(4, (4ull * conf->cpu_workers + conf->B - 1) / conf->B);
     return (uint32_t)SL_MAX(cap, min_slots);
 }
 
@@ -284,9 +285,9 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     const sl_config *c = &conf->cfg;
     char why[300] = "";
     if (open_sync(g)) return fall_back(g, SL_ESYS, "could not make the GPU stage's locks", err, errlen);
-    sl__gpu_dev_config dc = {c->gpu_device,      g->pool_bytes,      g->staging_cap, g->max_batch,
-                             c->gpu_max_pixels, conf->nworkers + 1, g->engines,     g->video,
-                             g->sessions,       VIDEO_SESSION_CAP};
+    sl__gpu_dev_config dc = {c->gpu_device,      g->pool_bytes,          g->staging_cap, g->max_batch,
+                             c->gpu_max_pixels, conf->cpu_workers + 1, g->engines,     g->video,
+                             g->sessions,       VIDEO_SESSION_CAP}; /* lanes: sizing may lower nworkers */
     int rc = sl__gpu_dev_open(&dc, conf->budget, &g->dev, why, sizeof why);
     if (rc) {
         memset(&g->dev, 0, sizeof g->dev);
@@ -309,11 +310,11 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
         sl__msg(g->reason, sizeof g->reason, "decode=%s: %u NVDEC sessions on %s (%s of device memory, %s of host "
                 "memory)", mode_name(c->decode), g->sessions, st.device_name[0] ? st.device_name : "the device",
                 sl__fmt_bytes(budget, b1, sizeof b1), sl__fmt_bytes(g->host_pending, b2, sizeof b2));
-    else
+    else /* (the CPU workers beside it: sl_stats.workers; sizing may still lower a default count) */
         sl__msg(g->reason, sizeof g->reason, "decode=%s: %u GPU engine%s on %s (%s of device memory, %s of host "
-                "memory their libraries hold), beside %u CPU workers", mode_name(c->decode), g->engines,
-                g->engines > 1 ? "s" : "", st.device_name[0] ? st.device_name : "the device",
-                sl__fmt_bytes(budget, b1, sizeof b1), sl__fmt_bytes(g->host_pending, b2, sizeof b2), conf->nworkers);
+                "memory their libraries hold)", mode_name(c->decode), g->engines, g->engines > 1 ? "s" : "",
+                st.device_name[0] ? st.device_name : "the device", sl__fmt_bytes(budget, b1, sizeof b1),
+                sl__fmt_bytes(g->host_pending, b2, sizeof b2));
     g->on = 1;
     g->mode = SL_DECODE_GPU;
     return 0;

@@ -42,6 +42,7 @@ typedef struct host_opts {
 typedef struct host_dev {
     host_opts o;
     uint32_t engines;     /* decode threads that may call at once */
+    uint32_t lanes;       /* copy lanes the loader asked for: a copy names one of them (as a CUDA stream) */
     uint8_t *region;
     uint64_t region_bytes;
     uint8_t *ballast;
@@ -185,6 +186,22 @@ static int host_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, siz
     return 0;
 }
 
+/* The copies, checked against the lanes the loader asked for (a lane is a CUDA stream there) */
+static int host_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
+    CHECK(lane < ((host_dev *)ctx)->lanes);
+    return hd_upload(ctx, lane, dst, src, n);
+}
+
+static int host_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
+    CHECK(lane < ((host_dev *)ctx)->lanes);
+    return hd_move(ctx, lane, dst, src, n);
+}
+
+static int host_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_t n) {
+    CHECK(lane < ((host_dev *)ctx)->lanes);
+    return hd_download(ctx, lane, dst, src, n);
+}
+
 static void *host_stage_alloc(void *ctx, size_t n) {
     void *p = malloc(n);
     if (p) count(ctx, 1);
@@ -234,6 +251,7 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     pthread_mutex_init(&h->mu, NULL);
     h->o = host_cfg;
     h->engines = cfg->engines;
+    h->lanes = cfg->lanes;
     if (h->o.ballast) { /* resident now, as a driver's and nvJPEG's host memory (a mapping: gone at close
                            under ASan too, whose allocator keeps freed blocks) */
         h->ballast = mmap(NULL, h->o.ballast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -242,7 +260,7 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     the_host = h;
     *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,         cfg->engines,    host_decode,
-                         host_region, hd_upload,     hd_move,   hd_download,     host_stage_alloc,
+                         host_region, host_upload,   host_move, host_download,    host_stage_alloc,
                          host_stage_free, host_stats, host_close, NULL};
     return 0;
 }
@@ -824,6 +842,34 @@ TEST(gpu_loader_default_decides_before_opening) {
         CHECK_EQ(st.decode, SL_DECODE_GPU);
         sl_loader_destroy(ld);
     }
+    /* The default worker count: the rule's sizing (the reserve) leaves room for one worker, the
+     * open's (what it measured) for two: the device's copy lanes are for the most workers sizing
+     * may leave, so every lane a worker or the committer uses exists */
+    fx_dataset *dc = fx_new(24, 3, 64, 200); /* failed samples: the committer moves device positions on its lane */
+    sl_config w = base_config(dc, SL_DECODE_PREFER_GPU, 1);
+    w.gpu_staging = 4u << 20;
+    w.flags |= SL_FLAG_CHECKSUM; /* the committer copies the device field back on its lane too */
+    sl_plan p1, p2;
+    char perr[600] = "";
+    w.decode = SL_DECODE_GPU;
+    CHECK_OK(sl_loader_plan(&w, &p1, perr, sizeof perr));
+    w.workers = 2;
+    CHECK_OK(sl_loader_plan(&w, &p2, perr, sizeof perr));
+    w.decode = SL_DECODE_PREFER_GPU;
+    w.workers = 0;
+    w.budget = p1.min_budget + (p2.min_budget - p1.min_budget) / 2;
+    sl_loader *wl = fx_open(&w);
+    sl_stats ws;
+    CHECK_OK(sl_loader_stats(wl, &ws));
+    printf("workers=0 at %llu: %u workers, %s\n", (unsigned long long)w.budget, ws.workers, ws.decode_reason);
+    CHECK_EQ(ws.decode, SL_DECODE_GPU);
+    seen wx = {0};
+    uint64_t got = 0;
+    while (next(wl, &wx) == 0) got += wx.n;
+    CHECK_EQ(got, dc->good);
+    free(wx.px);
+    sl_loader_destroy(wl);
+    free(dc);
     /* decode=gpu: opened, measured, refused naming the minimum */
     sl_config c = base_config(d, SL_DECODE_GPU, 2);
     c.budget = 64u << 20;
