@@ -828,6 +828,8 @@ TEST(gpu_loader_default_decides_before_opening) {
         CHECK_OK(next(ld, &x));
         free(x.px);
         sl_loader_destroy(ld);
+        if (!BX_RSS_MEANINGFUL) continue; /* the sanitizer's shadow of what the open touched is measured too:
+                                             past the reserve */
         /* the minimum with the stage (plan's for decode=gpu counts it as the rule does) holds
          * it: opened, the GPU (what the open measured is under the reserve) */
         sl_plan p;
@@ -841,6 +843,20 @@ TEST(gpu_loader_default_decides_before_opening) {
         CHECK_EQ(host_opens, 1);
         CHECK_EQ(st.decode, SL_DECODE_GPU);
         sl_loader_destroy(ld);
+    }
+    /* decode=gpu: opened, measured, refused naming the minimum */
+    sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    c.budget = 64u << 20;
+    host_opens = 0;
+    sl_loader *ld = NULL;
+    char err[600] = "";
+    CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
+    CHECK_EQ(host_opens, 1);
+    CHECK_STR_CONTAINS(err, "raise the budget to at least");
+    if (!BX_RSS_MEANINGFUL) {
+        printf("opening at the rule's minimum: in plain builds only (sanitizer shadow memory)\n");
+        free(d);
+        return;
     }
     /* The default worker count: the rule's sizing (the reserve) leaves room for one worker, the
      * open's (what it measured) for two: the device's copy lanes are for the most workers sizing
@@ -870,15 +886,6 @@ TEST(gpu_loader_default_decides_before_opening) {
     free(wx.px);
     sl_loader_destroy(wl);
     free(dc);
-    /* decode=gpu: opened, measured, refused naming the minimum */
-    sl_config c = base_config(d, SL_DECODE_GPU, 2);
-    c.budget = 64u << 20;
-    host_opens = 0;
-    sl_loader *ld = NULL;
-    char err[600] = "";
-    CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
-    CHECK_EQ(host_opens, 1);
-    CHECK_STR_CONTAINS(err, "raise the budget to at least");
     free(d);
 }
 
