@@ -360,16 +360,16 @@ int sl__gstage_decides(const sl__conf *conf) {
     return conf->cfg.decode == SL_DECODE_PREFER_GPU || conf->cfg.decode == SL_DECODE_AUTO;
 }
 
-int sl__gstage_planned(const sl__gstage *g) { return g->planned_pinned != 0; }
+int sl__gstage_planned(const sl__gstage *g) { return g->mode == SL_DECODE_GPU && !g->on; }
 
 int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget) {
     const sl__conf *conf = g->conf;
     if (g->mode != SL_DECODE_GPU || conf->cfg.decode == SL_DECODE_GPU) return 0;
-    int planned = g->planned_pinned != 0;
+    int opened = g->rss0 != 0; /* an open measured from rss0; plan and the rule loaded nothing */
     sl__gstage_close(g, 0);
     /* what the attempt left resident (the driver, once loaded, stays) */
     g->host_pending = 0;
-    if (!planned) {
+    if (opened) {
         uint64_t grown = sl__gpu_rss_now() - g->rss0, counted = atomic_load(&conf->budget->used) - g->used0;
         if (grown > counted && grown - counted < ((uint64_t)1 << 40)) g->host_pending = sl__map_cost(grown - counted);
     }
