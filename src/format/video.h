@@ -228,6 +228,8 @@ typedef struct sl__video_hw_stats {
     uint64_t reused;         /* clips that kept the previous clip's decoder */
     uint64_t surfaces;       /* NVDEC surfaces of the current decoder (decode + output) */
     uint64_t surface_bytes;  /* the device bytes they take (bound used against device_cap) */
+    uint64_t soft_resets;    /* passes (seeks, clips) started at an IDR without a flush (H.264) */
+    uint64_t flushes;        /* passes of such a decoder that needed a flush (no IDR first, or drained) */
 } sl__video_hw_stats;
 void sl__video_hw_stats_get(const sl__video_hw *h, sl__video_hw_stats *out);
 
@@ -243,5 +245,11 @@ uint64_t sl__video_skips_asked(void);
  * whose packets carry no or wrong timestamps): skipping stops, and a pass
  * that had skipped runs again without. Process-wide. */
 void sl__video_distrust_times(int on);
+/* Tests: the software H.264 decoder starts passes as an NVDEC session's
+ * does: no flush where the pass's first packet is an IDR picture, the
+ * earlier pass's frames dropped by generation (video_impl.h). */
+void sl__video_soft_seeks(int on);
+/* Passes such decoders started without a flush and with one, since the start. */
+void sl__video_soft_counts(uint64_t *resets, uint64_t *flushes);
 
 #endif

@@ -43,7 +43,11 @@
  * needed frame instead of swscale (the GPU's kernels, or their CPU
  * reference); an NVDEC session (video_hw.c) lends its codec context, whose
  * frames live in device memory, in place of the software decoder. The
- * passes are the same code either way.
+ * passes are the same code either way, but for how a pass starts: an
+ * H.264 decoder of a session is not flushed where an IDR picture starts
+ * the pass (its flush makes a new NVDEC decoder; sl__video_soft in
+ * video_impl.h): its packets carry the pass's generation and frames of an
+ * older one are dropped.
  *
  * Ownership: everything in vdec is released by vdec_fini on every path;
  * frame buffers come from the quota through get_buffer and go back when
@@ -132,6 +136,9 @@ typedef struct vdec {
     int skipped;   /* this pass asked the decoder to skip a frame */
     int skip_off;  /* no skipping: the stream's frame times are not its packets' */
     int ok;        /* the clip decoded (a session keeps its decoder only then) */
+    sl__video_soft *soft; /* passes start without a flush (NULL: flushed); the session's or own */
+    sl__video_soft own;
+    int owed;             /* the pass's first packet decides how the decoder forgets the last pass */
 } vdec;
 
 /* ---- frame buffers from the quota ---------------------------------------- */
@@ -143,6 +150,26 @@ void sl__video_fail_after(long n) { fail_after = n; }
 /* Packets sent with their frame to be skipped, since the start (tests). */
 static _Atomic uint64_t skips_asked;
 uint64_t sl__video_skips_asked(void) { return atomic_load(&skips_asked); }
+
+/* Tests: the software H.264 decoder starts its passes as a session's
+ * does (no flush before an IDR). */
+static int soft_seeks;
+void sl__video_soft_seeks(int on) { soft_seeks = on; }
+static _Atomic uint64_t soft_resets, soft_flushes; /* every decoder's, since the start (tests) */
+void sl__video_soft_counts(uint64_t *resets, uint64_t *flushes) {
+    *resets = atomic_load(&soft_resets), *flushes = atomic_load(&soft_flushes);
+}
+
+/* Packets carry their pass's generation into their frames: the frame's
+ * opaque where FFmpeg copies it (6.0), else the packet's position
+ * (frame->pkt_pos; the demuxer's positions are not used past the send). */
+#ifdef AV_CODEC_FLAG_COPY_OPAQUE
+#define TAG_SET(pkt, g) ((pkt)->opaque = (void *)(intptr_t)(g))
+#define TAG_OF(f) ((int64_t)(intptr_t)(f)->opaque)
+#else
+#define TAG_SET(pkt, g) ((pkt)->pos = (g))
+#define TAG_OF(f) ((f)->pkt_pos)
+#endif
 
 /* Tests: every frame's time counts as guessed. */
 static int distrust_times;
@@ -249,7 +276,8 @@ static int check_stream(vdec *d) {
  * get_buffer. */
 static int open_codec(vdec *d) {
     AVStream *st = d->in.fmt->streams[d->info->stream];
-    if (d->hw) return sl__video_hw_lend(d->hw, st, &d->cc, d->reason, d->rlen);
+    if (d->hw) return sl__video_hw_lend(d->hw, st, &d->cc, &d->soft, d->reason, d->rlen);
+    if (soft_seeks && st->codecpar->codec_id == AV_CODEC_ID_H264) d->soft = &d->own;
     const AVCodec *dec = avcodec_find_decoder(st->codecpar->codec_id);
     if (!dec || !(dec->capabilities & AV_CODEC_CAP_DR1))
         return fail(d, SL_EUNSUPPORTED, "no decoder for this stream that takes our frame buffers", 0);
@@ -262,6 +290,9 @@ static int open_codec(vdec *d) {
     d->cc->opaque = d;
     d->cc->get_buffer2 = get_buffer;
     d->cc->pkt_timebase = st->time_base;
+#ifdef AV_CODEC_FLAG_COPY_OPAQUE
+    d->cc->flags |= AV_CODEC_FLAG_COPY_OPAQUE;
+#endif
     if ((err = avcodec_open2(d->cc, dec, NULL)) < 0) return fail(d, SL_ECORRUPT, "cannot open the decoder", err);
     return 0;
 }
@@ -481,13 +512,21 @@ static int receive(vdec *d) {
         if (err < 0)
             return d->quota_failed ? fail(d, SL_EBUDGET, "decoder frames over the clip's quota", 0)
                                    : fail(d, SL_ECORRUPT, "corrupt video", err);
-        int rc = on_frame(d);
+        int rc = d->soft && TAG_OF(d->frame) != d->soft->gen ? 0 : on_frame(d); /* else: an earlier pass's */
         av_frame_unref(d->frame);
         if (rc) return rc;
     }
 }
 
 static int send(vdec *d, const AVPacket *pkt) {
+    if (d->soft && !pkt) {
+        if (d->owed) { /* nothing of this pass was sent: the last pass's frames must not come out */
+            avcodec_flush_buffers(d->cc);
+            d->soft->flushes++, atomic_fetch_add(&soft_flushes, 1);
+            d->owed = 0;
+        }
+        d->soft->drained = 1, d->soft->used = 1;
+    }
     for (;;) {
         int err = avcodec_send_packet(d->cc, pkt);
         if (err == 0 || err == AVERROR_EOF) return receive(d);
@@ -515,9 +554,56 @@ static int unseen(vdec *d, int64_t pts) {
     return 1;
 }
 
+/* Whether an H.264 packet's first picture is an IDR one: its NAL units
+ * (length-prefixed as the extradata says, or Annex B start codes) up to
+ * the first slice. Bounds checked: the packet is the file's. */
+static int h264_idr(const AVCodecContext *cc, const AVPacket *pkt) {
+    const uint8_t *p = pkt->data;
+    size_t n = pkt->size > 0 ? (size_t)pkt->size : 0, i = 0;
+    int avcc = cc->extradata_size >= 7 && cc->extradata[0] == 1, len_size = avcc ? (cc->extradata[4] & 3) + 1 : 0;
+    while (i < n) {
+        size_t nal, len = 0;
+        if (avcc) {
+            if (n - i < (size_t)len_size) return 0;
+            for (int k = 0; k < len_size; k++) len = len << 8 | p[i + k];
+            nal = i + len_size;
+            if (len == 0 || len > n - nal) return 0;
+            i = nal + len;
+        } else {
+            while (i + 3 <= n && !(p[i] == 0 && p[i + 1] == 0 && p[i + 2] == 1)) i++;
+            if (i + 3 >= n) return 0;
+            nal = i + 3;
+            i = nal;
+        }
+        int type = p[nal] & 0x1f;
+        if (type == 5) return 1;
+        if (type >= 1 && type <= 4) return 0; /* a non-IDR slice first */
+    }
+    return 0;
+}
+
+/* The pass's first packet: the decoder forgets the last pass by the IDR
+ * it starts with, or by a flush (sl__video_soft). */
+static void soft_start(vdec *d, const AVPacket *pkt) {
+    sl__video_soft *s = d->soft;
+    d->owed = 0;
+    if (!s->drained && h264_idr(d->cc, pkt)) {
+        s->resets++, atomic_fetch_add(&soft_resets, 1);
+        return;
+    }
+    avcodec_flush_buffers(d->cc);
+    s->drained = 0;
+    s->flushes++, atomic_fetch_add(&soft_flushes, 1);
+}
+
 /* Send a packet of the stream, its frame skipped when a non-reference
  * frame no target shows. */
-static int send_stream_packet(vdec *d, const AVPacket *pkt) {
+static int send_stream_packet(vdec *d, AVPacket *pkt) {
+    if (d->soft) {
+        if (d->owed) soft_start(d, pkt);
+        TAG_SET(pkt, d->soft->gen);
+        d->soft->used = 1;
+    }
     int skip = unseen(d, pkt->pts);
     if (skip) atomic_fetch_add(&skips_asked, 1), d->skipped = 1;
     d->cc->skip_frame = skip ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
@@ -538,7 +624,11 @@ static int pass(vdec *d, int64_t seek_ts, int rewind) {
         if (av_seek_frame(fmt, d->info->stream, ts, AVSEEK_FLAG_BACKWARD) < 0 &&
             av_seek_frame(fmt, d->info->stream, 0, AVSEEK_FLAG_BYTE) < 0)
             return fail(d, SL_ECORRUPT, "cannot seek in the video", 0);
-        avcodec_flush_buffers(d->cc);
+        if (!d->soft) avcodec_flush_buffers(d->cc);
+    }
+    if (d->soft && d->soft->used) { /* a lent decoder's last clip, or the last pass: forgotten by the first packet */
+        d->soft->gen++;
+        d->owed = 1;
     }
     av_frame_unref(d->prev);
     d->nsent = 0, d->skipped = 0;

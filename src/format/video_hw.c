@@ -108,6 +108,7 @@ struct sl__video_hw {
     int lent;                /* a clip holds a context */
     int offered;             /* get_format saw the CUDA format during the current open */
     char refusal[160];       /* why get_format refused, for the clip's reason */
+    sl__video_soft soft;     /* the context's passes without a flush (H.264; video_impl.h) */
     sl__video_hw_stats st;
 };
 
@@ -250,7 +251,11 @@ void sl__video_hw_close(sl__video_hw *h) {
     av_free(h);
 }
 
-void sl__video_hw_stats_get(const sl__video_hw *h, sl__video_hw_stats *out) { *out = h->st; }
+void sl__video_hw_stats_get(const sl__video_hw *h, sl__video_hw_stats *out) {
+    *out = h->st;
+    out->soft_resets = h->soft.resets;
+    out->flushes = h->soft.flushes;
+}
 
 int sl__video_hw_keeping(const sl__video_hw *h) { return h->kept != NULL; }
 
@@ -329,13 +334,19 @@ static int refuse(sl__video_hw *h, int code, const char *what, int err, char *re
 
 const char *sl__video_hw_refusal(const sl__video_hw *h) { return h->refusal[0] ? h->refusal : NULL; }
 
-int sl__video_hw_lend(sl__video_hw *h, const AVStream *st, AVCodecContext **out, char *reason, size_t rlen) {
+int sl__video_hw_lend(sl__video_hw *h, const AVStream *st, AVCodecContext **out, sl__video_soft **soft,
+                      char *reason, size_t rlen) {
     *out = NULL;
+    *soft = NULL;
     if (h->lent) return refuse(h, SL_ESTATE, "the NVDEC session is in use", 0, reason, rlen);
     h->st.clips++;
     h->refusal[0] = 0;
+    int h264 = st->codecpar->codec_id == AV_CODEC_ID_H264;
     if (same_stream(h, st)) {
-        avcodec_flush_buffers(h->kept); /* as a seek: no reference, no frame in flight */
+        /* as a seek: no reference, no frame in flight. H.264's flush
+         * would make a new NVDEC decoder: its first pass resets instead */
+        if (h264) *soft = &h->soft;
+        else avcodec_flush_buffers(h->kept);
         *out = h->kept;
         h->kept = NULL;
         h->lent = 1;
@@ -368,6 +379,8 @@ int sl__video_hw_lend(sl__video_hw *h, const AVStream *st, AVCodecContext **out,
     h->par = avcodec_parameters_alloc();
     if (!h->par || avcodec_parameters_copy(h->par, st->codecpar) < 0) avcodec_parameters_free(&h->par);
     h->tb = st->time_base;
+    h->soft.gen = 0, h->soft.used = 0, h->soft.drained = 0; /* a new decoder; the counts go on */
+    if (h264) *soft = &h->soft;
     *out = cc;
     h->lent = 1;
     return 0;

@@ -58,15 +58,36 @@ uint64_t sl__video_lib_mem(const sl__video_info *info, const sl__clip_plan *p);
 /* Frame buffers the decoder may hold at once. */
 uint32_t sl__video_pool_frames(const sl__video_info *info);
 
+/* A decoder that starts a pass (a seek, the next clip) without
+ * avcodec_flush_buffers. H.264's flush drops its context
+ * (context_initialized), so its next slice calls get_format, and FFmpeg's
+ * get_format uninits the hwaccel first: every flush made a new NVDEC
+ * decoder (tens of ms in the driver). Instead, a pass whose first packet
+ * is an IDR picture is sent to the decoder as it is (the IDR drops every
+ * reference, as in a stream with periodic IDRs), each packet tagged with
+ * the pass's generation; frames of an older one (the previous pass's
+ * reordered pictures, bumped out by the IDR) are dropped unseen. A pass
+ * that starts elsewhere, or after the decoder was drained (a NULL packet:
+ * only a flush makes it take packets again), is flushed as before. */
+typedef struct sl__video_soft {
+    int64_t gen;       /* of the packets sent this pass */
+    int used;          /* packets were sent since the last flush */
+    int drained;       /* a NULL packet was sent since the last flush */
+    uint64_t resets;   /* passes started without a flush */
+    uint64_t flushes;  /* passes that needed one */
+} sl__video_soft;
+
 /* An NVDEC session's codec context for stream st, lent for one clip
  * (video_hw.c): the one kept from the previous clip when the stream's
- * parameters are identical (flushed), else a new one whose get_format
- * takes NVDEC's CUDA frames (its surfaces bounded by the session's cap).
- * 0, or SL_EUNSUPPORTED / SL_ENOMEM with a reason. */
+ * parameters are identical, else a new one whose get_format takes
+ * NVDEC's CUDA frames (its surfaces bounded by the session's cap). *soft:
+ * the context's pass state when it starts passes without a flush (H.264),
+ * else NULL (flushed here when kept). 0, or SL_EUNSUPPORTED / SL_ENOMEM
+ * with a reason. */
 struct AVStream;
 struct AVCodecContext;
-int sl__video_hw_lend(sl__video_hw *h, const struct AVStream *st, struct AVCodecContext **cc, char *reason,
-                      size_t rlen);
+int sl__video_hw_lend(sl__video_hw *h, const struct AVStream *st, struct AVCodecContext **cc,
+                      sl__video_soft **soft, char *reason, size_t rlen);
 /* After the clip: *cc kept for the next clip (ok, and the session keeps
  * decoders) or freed; *cc is NULL afterwards. */
 void sl__video_hw_give_back(sl__video_hw *h, struct AVCodecContext **cc, int ok);

@@ -281,12 +281,14 @@ void sl__gpu_video_free(sl__gpu_video *v) {
 void sl__gpu_video_stats_get(sl__gpu_video *v, sl__gpu_video_stats *out) {
     pthread_mutex_lock(&v->mu);
     *out = v->st;
-    out->decoders = out->reused = out->surface_bytes = 0;
+    out->decoders = out->reused = out->surface_bytes = out->soft_resets = out->flushes = 0;
     for (uint32_t i = 0; i < v->cfg.sessions; i++) {
         sl__video_hw_stats hs;
         sl__video_hw_stats_get(v->s[i].hw, &hs);
         out->decoders += hs.decoders;
         out->reused += hs.reused;
+        out->soft_resets += hs.soft_resets;
+        out->flushes += hs.flushes;
         out->surface_bytes += hs.surface_bytes;
     }
     pthread_mutex_unlock(&v->mu);

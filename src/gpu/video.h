@@ -95,6 +95,8 @@ typedef struct sl__gpu_video_stats {
     uint64_t clips, frames;    /* decoded on the GPU */
     uint64_t to_cpu;           /* clips handed to the CPU */
     uint64_t decoders, reused; /* NVDEC decoders created; clips that kept the previous one */
+    uint64_t soft_resets;      /* passes (seeks, clips) an H.264 decoder started at an IDR without a flush */
+    uint64_t flushes;          /* ... that needed a flush, which makes a new NVDEC decoder */
     uint64_t waits;            /* clips that waited for a session or pool room */
     uint64_t surface_bytes;    /* NVDEC surfaces of the sessions' current decoders (bound) */
     char device_name[64];

@@ -210,6 +210,48 @@ TEST(nonref_frames_no_target_shows_are_skipped) {
     close(f.fd);
 }
 
+/* Passes that start without a flush (an NVDEC session's H.264 decoder,
+ * whose flush makes a new NVDEC decoder): the second pass of a clip
+ * (frame times distrusted after skips) starts at its IDR keyframe with the
+ * first pass's reordered frames still in the decoder, and the bytes are
+ * the flushed decoder's; a pass after a drain (targets at the stream's
+ * end) or at a keyframe that is no IDR picture (open GOP) is flushed. */
+TEST(passes_without_a_flush_give_the_same_bytes) {
+    if (!vx_ready()) return;
+    const char *paths[3] = {
+        vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 -bf 3 -pix_fmt yuv420p"),
+        vx_make("open.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 12 -bf 2 -pix_fmt yuv420p "
+                                                        "-x264-params open-gop=1"),
+        vx_standard()};
+    sl__clip_spec specs[3] = {vx_spec(6, 4, 24, SL_PRESET_VAL), vx_spec(8, 2, 24, SL_PRESET_TRAIN),
+                              vx_spec(16, 3, 24, SL_PRESET_TRAIN)};
+    uint64_t r0, f0, r1, f1;
+    sl__video_soft_counts(&r0, &f0);
+    sl__video_distrust_times(1);
+    for (int p = 0; p < 3; p++) {
+        sl__sample_file f = vx_open(paths[p]);
+        for (int s = 0; s < 3; s++)
+            for (uint64_t index = 0; index < 6; index++) {
+                vx_clip hard, soft;
+                CHECK_OK(vx_decode(&f, &specs[s], index, &hard));
+                sl__video_soft_seeks(1);
+                int rc = vx_decode(&f, &specs[s], index, &soft);
+                sl__video_soft_seeks(0);
+                CHECK_OK(rc);
+                if (memcmp(hard.out, soft.out, hard.plan.out_bytes) != 0)
+                    SL_FAIL("%s, spec %d, clip %llu: the bytes differ without a flush", paths[p], s,
+                            (unsigned long long)index);
+                vx_free(&hard), vx_free(&soft);
+            }
+        close(f.fd);
+    }
+    sl__video_distrust_times(0);
+    sl__video_soft_counts(&r1, &f1);
+    printf("passes without a flush %llu, flushed %llu\n", (unsigned long long)(r1 - r0), (unsigned long long)(f1 - f0));
+    CHECK(r1 > r0);
+    CHECK(f1 > f0);
+}
+
 /* The moov atom after the media data (no faststart), or before it: the
  * same frames. */
 TEST(moov_at_end_decodes_the_same) {
