@@ -28,6 +28,8 @@
 #                               ldconfig, /usr/local/nvidia/lib64, nvidia-smi), build, the GPU video
 #                               tests (ctest test_video_gpu, tests/python/test_video_gpu.py), 720p and
 #                               1080p sets (make_video_set.py), then at each size VIDEOGPU_REPS times:
+#                               the engine alone (bench/video_engine.py: NVDEC decoders made and
+#                               kept, flushes, ms per clip waiting, decoding, in the kernels), then
 #                               sluice GPU, sluice CPU, torchcodec CPU and CUDA (the bundle's shared
 #                               FFmpeg on their LD_LIBRARY_PATH only), DataLoader + PyAV; bundle:
 #                               tools/host_deps.sh --torchcodec (or DEPS=.devcarry/video from
@@ -339,6 +341,14 @@ videogpu)
       echo "{\"set\": \"$d\", \"clips\": $clips, \"mib\": $(du -sm "$d" | cut -f1), \"seconds\": $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")}" |
         keep videogpu_set
     fi
+  done
+  for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do # the engine alone: where a clip's time goes
+    IFS=: read -r size crop clips secs <<<"$set"
+    d=$WORK/videogpu-$size-$clips-$secs
+    [ -f "$d/.done" ] || continue
+    log "videogpu $size: the engine alone (decoders made and kept, flushes, ms per clip by phase)"
+    timeout 60 $PY bench/video_engine.py "$d" --sessions "$NWORK" --size "$crop" --seconds "${VIDEOGPU_ENGINE_S:-15}" \
+      2> >(quiet) | grep "^{" | keep "videogpu_${size}_engine"
   done
   for rep in $(seq "${VIDEOGPU_REPS:-2}"); do
     for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do

@@ -29,6 +29,11 @@ def memory_of(r):
         return "PSS " + " > ".join("%.0f" % x for x in r["peak_pss_mb_by_epoch"]) + " MiB" + dev + cpu
     if isinstance(r.get("peak_tree_pss_mb"), (int, float)):
         return "PSS %.0f MiB" % r["peak_tree_pss_mb"]
+    if "soft_resets" in r:  # bench/video_engine.py: the GPU video engine alone
+        ms = r.get("ms_per_clip", {})
+        return "decoders %s reused %s soft %s flushes %s; ms/clip wait %s decode %s sink %s; syncs/clip %s" % (
+            r["decoders"], r["reused"], r["soft_resets"], r["flushes"], ms.get("wait"), ms.get("decode"),
+            ms.get("sink"), r.get("syncs_per_clip"))
     if "set" in r:  # a dataset made by the step
         return "%s clips, %s MiB, made in %s s" % (r.get("clips"), r.get("mib"), r.get("seconds"))
     if isinstance(r.get("rss_growth_bytes"), int):

@@ -528,10 +528,11 @@ static PyObject *video_stats(VideoEngineObject *self, PyObject *unused) {
     }
     sl__gpu_video_stats s;
     sl__gpu_video_stats_get(self->v, &s);
-    return Py_BuildValue("{sKsKsKsKsIsKsKsKsKsKsKsKsKsKsssK}", "pool_bytes", s.pool_bytes, "pool_used", s.pool_used,
+    return Py_BuildValue("{sKsKsKsKsIsKsKsKsKsKsKsKsKsKsKsKsKsKsssK}", "pool_bytes", s.pool_bytes, "pool_used", s.pool_used,
                          "pool_peak", s.pool_peak, "session_cap", s.session_cap, "sessions", s.sessions, "clips",
                          s.clips, "frames", s.frames, "to_cpu", s.to_cpu, "decoders", s.decoders, "reused", s.reused,
-                         "soft_resets", s.soft_resets, "flushes", s.flushes, "waits", s.waits, "surface_bytes", s.surface_bytes, "device_name", s.device_name,
+                         "soft_resets", s.soft_resets, "flushes", s.flushes, "waits", s.waits,
+                         "wait_ns", s.wait_ns, "decode_ns", s.decode_ns, "sink_ns", s.sink_ns, "syncs", s.syncs, "surface_bytes", s.surface_bytes, "device_name", s.device_name,
                          "host_decoder_bytes", (unsigned long long)atomic_load(&self->host.cat[SL_MEM_DECODER]));
 }
 

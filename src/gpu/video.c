@@ -311,6 +311,7 @@ typedef struct clip {
     sl__clip_geom g;
     uint64_t dst, frame_bytes;
     uint64_t frames;
+    uint64_t sink_ns, syncs; /* the sink's share of the clip's time, its stream waits */
 } clip;
 
 static int poison(sl__gpu_video *v, sl_CUresult r, const char *what, char *reason, size_t rlen) {
@@ -328,6 +329,7 @@ static int gpu_frame(void *ctx, const sl__video_frame *fr, const uint32_t *pos, 
     sl__gpu_video *v = c->v;
     const sl__cuda_api *cu = v->cu;
     const sl__clip_geom *g = &c->g;
+    uint64_t t0 = sl__now_ns();
     if (fr->layout != SL__FRAME_NV12) {
         sl__msg(reason, rlen, "for the CPU: a frame not in NVDEC's NV12");
         return SL_EUNSUPPORTED;
@@ -355,7 +357,9 @@ static int gpu_frame(void *ctx, const sl__video_frame *fr, const uint32_t *pos, 
             return poison(v, r, "launching the RGB kernel", reason, rlen);
     }
     /* the surface goes back to NVDEC after this call: read it first */
-    if ((r = cu->cuStreamSynchronize(c->s->stream))) return poison(v, r, "running the clip's kernels", reason, rlen);
+    r = cu->cuStreamSynchronize(c->s->stream);
+    c->syncs++, c->sink_ns += sl__now_ns() - t0;
+    if (r) return poison(v, r, "running the clip's kernels", reason, rlen);
     c->frames++;
     return 0;
 }
@@ -484,13 +488,16 @@ int sl__gpu_video_clip(sl__gpu_video *v, const sl__sample_file *f, const sl__vid
         sl__msg(reason, rlen, "for the CPU: the clip's GPU buffers overflow");
         rc = SL_EUNSUPPORTED;
     }
+    uint64_t t0 = sl__now_ns(), t1 = 0, t2 = 0;
     if (!rc) rc = take(v, c, size, cancel, wait, reason, rlen);
     if (!rc) {
+        t1 = sl__now_ns();
         sl_CUresult r = v->cu->cuCtxSetCurrent(v->ctx);
         if (r) rc = poison(v, r, "making the context current", reason, rlen);
         if (!rc) rc = clip_place(c, reason, rlen);
         sl__video_sink sink = {c, gpu_frame};
         if (!rc) rc = sl__video_decode_into(f, info, plan, q, cancel, c->s->hw, &sink, reason, rlen);
+        t2 = sl__now_ns();
         if (rc == SL_EUNSUPPORTED && atomic_load(&v->poisoned)) rc = SL_EIO; /* the sink's CUDA error, re-worded */
         /* whatever happened, nothing of the clip runs on the stream now */
         if ((r = v->cu->cuStreamSynchronize(c->s->stream)) && !rc) rc = poison(v, r, "finishing the clip", reason, rlen);
@@ -498,6 +505,10 @@ int sl__gpu_video_clip(sl__gpu_video *v, const sl__sample_file *f, const sl__vid
         give(v, c);
     }
     pthread_mutex_lock(&v->mu);
+    if (t1) {
+        v->st.wait_ns += t1 - t0, v->st.decode_ns += t2 - t1;
+        v->st.sink_ns += c->sink_ns, v->st.syncs += c->syncs;
+    }
     if (rc == 0) v->st.clips++, v->st.frames += c->frames;
     else if (rc == SL_EUNSUPPORTED) v->st.to_cpu++;
     pthread_mutex_unlock(&v->mu);

@@ -98,6 +98,11 @@ typedef struct sl__gpu_video_stats {
     uint64_t soft_resets;      /* passes (seeks, clips) an H.264 decoder started at an IDR without a flush */
     uint64_t flushes;          /* ... that needed a flush, which makes a new NVDEC decoder */
     uint64_t waits;            /* clips that waited for a session or pool room */
+    /* where a clip's time goes, summed over clips (ns): waiting for a
+     * session and pool room; the decode call (container, NVDEC decoder,
+     * passes, the sink); of it, the sink (kernels launched, then waited for
+     * before the surface goes back: syncs counts those waits) */
+    uint64_t wait_ns, decode_ns, sink_ns, syncs;
     uint64_t surface_bytes;    /* NVDEC surfaces of the sessions' current decoders (bound) */
     char device_name[64];
     char kernels[192];         /* where the resize and NV12 kernels came from (sl__gpu_module_load) */
