@@ -270,8 +270,9 @@ enum {
     SL_MEM_OTHER = 4,   /* error records, bookkeeping */
     SL_MEM_PINNED = 5,  /* page-locked staging for GPU decode (host memory; device memory has its own gpu budget) */
     SL_MEM_CACHE = 6,   /* sample cache: values and index (a node cache's segment is not in any rank's budget) */
-    SL_MEM_GPU_HOST = 7 /* host memory the GPU engine's libraries hold (CUDA driver, nvJPEG, NVRTC), measured
-                           at create as the process's resident growth (docs/gpu.md) (0.2) */
+    SL_MEM_GPU_HOST = 7, /* host memory the GPU engine's libraries hold (CUDA driver, nvJPEG, NVRTC), measured
+                            at create as the process's resident growth (docs/gpu.md) (0.2) */
+    SL_MEM_IO = 8        /* remote reads (s3://, http(s)://): request slots and libcurl's state, read-ahead (0.2) */
 };
 #define SL_MEM_CAPACITY 16 /* (0.2) */
 /* "index", "batches", ...; "unknown" for a number this library does not count. */

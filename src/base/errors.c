@@ -34,7 +34,7 @@ unsigned sl_version_number(void) { return SL_VERSION_NUMBER; }
 
 const char *sl_mem_category_name(int c) {
     static const char *names[SL_MEM__COUNT] = {"index", "batches", "scratch", "decoder", "other", "pinned", "cache",
-                                               "gpu_host"};
+                                               "gpu_host", "io"};
     return c >= 0 && c < SL_MEM__COUNT ? names[c] : "unknown";
 }
 

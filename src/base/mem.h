@@ -51,7 +51,7 @@
 
 /* The memory categories this library counts (SL_MEM_* of sluice.h): the
  * mem_count its stats report, within their SL_MEM_CAPACITY entries. */
-#define SL_MEM__COUNT (SL_MEM_GPU_HOST + 1)
+#define SL_MEM__COUNT (SL_MEM_IO + 1)
 _Static_assert(SL_MEM__COUNT <= SL_MEM_CAPACITY, "a memory category past the stats' capacity");
 
 /* A thread waiting for budget: a node on its own stack, in the root's queue. */
