@@ -163,12 +163,28 @@ static int hd_answer(hd_server *s, int fd, const char *req) {
     }
     char *q = strchr(target, '?');
     if (q) *q = 0;
+    /* the bytes asked for, copied (the object may be replaced meanwhile) */
+    unsigned long long ra = 0, rb = ~0ull;
+    char *dash = strchr(range, '-');
+    if (range[0] && fault != HD_NORANGE) {
+        if (strncmp(range, "bytes=", 6) || !dash) {
+            pthread_mutex_unlock(&s->mu);
+            atomic_fetch_sub(&s->concurrent, 1);
+            return -1;
+        }
+        ra = strtoull(range + 6, NULL, 10);
+        if (dash[1]) rb = strtoull(dash + 1, NULL, 10);
+    }
     hd_object o = {{0}, NULL, 0, {0}};
+    size_t base = 0;
     for (int i = 0; i < s->nobj; i++)
         if (s->obj[i].path[0] && !strcmp(s->obj[i].path, target)) {
             o = s->obj[i];
-            o.data = malloc(o.len ? o.len : 1); /* a copy: the object may be replaced meanwhile */
-            memcpy(o.data, s->obj[i].data, o.len);
+            size_t lo = ra < o.len ? (size_t)ra : o.len, hi = rb < o.len ? (size_t)rb + 1 : o.len;
+            if (hi < lo) hi = lo;
+            o.data = malloc(hi - lo + 1);
+            memcpy(o.data, s->obj[i].data + lo, hi - lo);
+            base = lo;
         }
     pthread_mutex_unlock(&s->mu);
     if (fault == HD_RESET) {
@@ -200,10 +216,8 @@ static int hd_answer(hd_server *s, int fd, const char *req) {
     unsigned long long a = 0, b = o.len ? o.len - 1 : 0;
     int partial = 0;
     if (range[0] && fault != HD_NORANGE) {
-        char *dash = strchr(range, '-');
-        if (strncmp(range, "bytes=", 6) || !dash) return -1;
-        a = strtoull(range + 6, NULL, 10);
-        if (dash[1]) b = strtoull(dash + 1, NULL, 10);
+        a = ra;
+        if (rb != ~0ull) b = rb;
         if (a >= o.len) {
             snprintf(hdr, sizeof hdr, "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */%zu\r\n"
                      "Content-Length: 0\r\n\r\n", o.len);
@@ -221,10 +235,10 @@ static int hd_answer(hd_server *s, int fd, const char *req) {
         snprintf(hdr, sizeof hdr, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nETag: %s\r\n\r\n", n, o.etag);
     if (hd_send(fd, hdr, strlen(hdr))) rc = -1;
     else if (fault == HD_CUT) {
-        hd_send(fd, o.data + a, n / 2);
+        hd_send(fd, o.data + (a - base), n / 2);
         rc = -1;
     } else {
-        rc = hd_send(fd, o.data + a, n);
+        rc = hd_send(fd, o.data + (a - base), n);
     }
 out:
     free(o.data);

@@ -557,16 +557,16 @@ TEST(curl_heap_within_reserve) {
     NEED_CURL();
     fixture f;
     sl__io_opts o = {.requests = 32};
-    fx_up(&f, 8 << 20, &o);
+    fx_up(&f, 6 << 20, &o);
     uint64_t base = sl__io_curl_heap();
     CHECK(base > 0); /* counting is on */
-    enum { N = 64 };
+    enum { N = 48 };
     sl__io_req r[N];
     uint8_t *bufs[N];
     uint64_t peak = 0;
     for (int i = 0; i < N; i++) {
-        bufs[i] = malloc(4 << 20);
-        r[i] = (sl__io_req){.name = f.url, .off = (uint64_t)(i % 4) << 20, .len = 4 << 20, .dst = bufs[i]};
+        bufs[i] = malloc(2 << 20);
+        r[i] = (sl__io_req){.name = f.url, .off = (uint64_t)(i % 4) << 20, .len = 2 << 20, .dst = bufs[i]};
         sl__io_submit(f.io, &r[i]);
     }
     for (int i = 0; i < N; i++) {
