@@ -75,7 +75,7 @@ static void run_case(const char *dir, const char *name, const uint64_t *shape, i
     int fd = open(path, O_RDONLY);
     struct stat st;
     fstat(fd, &st);
-    sl__sample_file f = {fd, 0, (uint64_t)st.st_size};
+    sl__sample_file f = {.fd = fd, .size = (uint64_t)st.st_size};
     sl__array_info a;
     sl__array_shape out;
     char why[256];

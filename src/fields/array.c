@@ -167,7 +167,7 @@ static int array_parse(sl__field *f, void *opts, const sl_config *cfg, char *err
 static int array_header(const array_opts *a, const sl__sample_file *sf, sl__array_info *info, char *reason,
                         size_t rlen) {
     if (a->raw) return sl__raw_info(a->raw_dtype, a->raw_big, a->raw_shape, a->raw_ndim, sf->size, info, reason, rlen);
-    return sl__npy_read_header(sf->fd, sf->offset, sf->size, info, reason, rlen);
+    return sl__npy_read_header_file(sf, info, reason, rlen);
 }
 
 /* The output from the options and the first sample's header. */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sluice.h"
+#include "source/source.h"
 
 #define SL_ARRAY_MAX_DIMS 8
 #define SL_NPY_MAX_HEADER ((uint32_t)1 << 20) /* header_len above this: SL_ELIMIT */
@@ -57,6 +58,8 @@ int sl__npy_parse(const uint8_t *data, size_t len, uint64_t file_size, sl__array
  * data_offset is relative to offset. */
 int sl__npy_read_header(int fd, uint64_t offset, uint64_t size, sl__array_info *out, char *reason,
                         size_t rlen);
+/* The same for an opened sample (a local file or a remote object). */
+int sl__npy_read_header_file(const sl__sample_file *f, sl__array_info *out, char *reason, size_t rlen);
 
 /* A raw file of file_size bytes holding a C-order array of dtype (stored
  * big-endian if big_endian) and shape[ndim], where at most one entry may

@@ -350,10 +350,16 @@ int sl__npy_parse(const uint8_t *data, size_t len, uint64_t file_size, sl__array
     return check_sizes(out, file_size, "npy", reason, rlen);
 }
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t off, char *reason, size_t rlen) {
+static int pread_all(const sl__sample_file *f, void *buf, size_t n, uint64_t off, char *reason, size_t rlen) {
+    if (f->obj) { /* a remote object: one ranged read */
+        char why[160];
+        int rc = sl__sample_pread(f, buf, n, off, why, sizeof why);
+        if (rc) sl__msg(reason, rlen, "npy header read failed at offset %llu: %s", (ull)off, why);
+        return rc == SL_ENOENT || rc == SL_ESTATE ? rc : rc ? SL_EIO : 0;
+    }
     size_t got = 0;
     while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        ssize_t r = pread(f->fd, (char *)buf + got, n - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             sl__msg(reason, rlen, "npy header read failed at offset %llu: %s", (ull)(off + got),
@@ -367,11 +373,17 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off, char *reason, si
 
 int sl__npy_read_header(int fd, uint64_t offset, uint64_t size, sl__array_info *out, char *reason,
                         size_t rlen) {
+    sl__sample_file f = {.fd = fd, .offset = offset, .size = size};
+    return sl__npy_read_header_file(&f, out, reason, rlen);
+}
+
+int sl__npy_read_header_file(const sl__sample_file *f, sl__array_info *out, char *reason, size_t rlen) {
+    uint64_t offset = f->offset, size = f->size;
     uint8_t buf[SL_NPY_DICT_MAX];
     memset(out, 0, sizeof *out);
     size_t n = (size_t)SL_MIN((uint64_t)sizeof buf, size), dict;
     uint64_t off;
-    int rc = pread_all(fd, buf, n, offset, reason, rlen);
+    int rc = pread_all(f, buf, n, offset, reason, rlen);
     if (rc || (rc = parse_prelude(buf, n, size, &dict, &off, reason, rlen))) return rc;
     size_t in_buf = (size_t)SL_MIN((uint64_t)n, off), used;
     int hit_end;
@@ -387,7 +399,7 @@ int sl__npy_read_header(int fd, uint64_t offset, uint64_t size, sl__array_info *
     }
     for (uint64_t at = n; at < off;) { /* the rest of a long header: padding only */
         size_t k = (size_t)SL_MIN((uint64_t)sizeof buf, off - at);
-        if ((rc = pread_all(fd, buf, k, offset + at, reason, rlen))) return rc;
+        if ((rc = pread_all(f, buf, k, offset + at, reason, rlen))) return rc;
         if (!only_space(buf, k)) {
             sl__msg(reason, rlen, "npy header: bytes other than padding after the dict");
             return SL_ECORRUPT;

@@ -155,7 +155,8 @@ static int range_read(void *opaque, uint8_t *buf, int n) {
     if (r->pos >= r->size || n <= 0) return AVERROR_EOF;
     size_t want = (size_t)SL_MIN((uint64_t)n, r->size - r->pos);
     ssize_t got;
-    do got = pread(r->fd, buf, want, (off_t)(r->offset + r->pos));
+    if (r->obj) got = sl__obj_read(r->obj, r->offset + r->pos, buf, want, NULL, 0) ? (errno = EIO, -1) : (ssize_t)want;
+    else do got = pread(r->fd, buf, want, (off_t)(r->offset + r->pos));
     while (got < 0 && errno == EINTR);
     if (got < 0) return AVERROR(errno);
     if (got == 0) return AVERROR_EOF; /* the file shrank under us */
@@ -202,7 +203,7 @@ static void set_max_alloc(void) { av_max_alloc(SL__VIDEO_MAX_ALLOC); }
  * reader). */
 static int open_with(const sl__sample_file *f, sl__vinput *in, int max_streams) {
     memset(in, 0, sizeof *in);
-    in->range = (sl__vrange){f->fd, f->offset, f->size, 0};
+    in->range = (sl__vrange){f->fd, f->offset, f->size, 0, f->obj};
     uint8_t *buf = av_malloc(SL__VIDEO_IO_BUF);
     if (buf) in->io = avio_alloc_context(buf, SL__VIDEO_IO_BUF, 0, &in->range, range_read, NULL, range_seek);
     if (buf && in->io) in->fmt = avformat_alloc_context();

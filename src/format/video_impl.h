@@ -31,10 +31,12 @@ enum { SL__VC_OTHER = 0, SL__VC_H264, SL__VC_HEVC, SL__VC_VP9, SL__VC_VP8, SL__V
  * durations) before the clip counts as truncated. */
 #define SL__VIDEO_END_SLACK 2
 
-/* A byte range of a file, read with pread. */
+/* A byte range of a file, read with pread (or of a remote object, read
+ * with ranged GETs: obj). */
 typedef struct sl__vrange {
     int fd;
     uint64_t offset, size, pos;
+    const sl__obj *obj;
 } sl__vrange;
 
 struct AVIOContext;

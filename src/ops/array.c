@@ -191,7 +191,7 @@ int sl__array_plan_sample(const sl__array_info *in, const sl__array_spec *spec, 
 /* ---- the read ------------------------------------------------------------------ */
 
 typedef struct reader {
-    int fd;
+    const sl__sample_file *f;
     uint64_t base;          /* file offset of element 0 */
     const sl__array_info *in;
     const sl__array_plan *p;
@@ -214,9 +214,16 @@ typedef struct reader {
 } reader;
 
 static int read_at(reader *r, void *buf, uint64_t n, uint64_t off) {
+    if (r->f->obj) { /* a remote object: one ranged read */
+        char why[160];
+        int rc = sl__sample_pread(r->f, buf, n, r->base + off, why, sizeof why);
+        if (rc) sl__msg(r->reason, r->rlen, "array read of %llu bytes at offset %llu failed: %s", (ull)n,
+                        (ull)(r->base + off), why);
+        return rc == SL_ENOENT || rc == SL_ESTATE ? rc : rc ? SL_EIO : 0;
+    }
     uint64_t got = 0;
     while (got < n) {
-        ssize_t k = pread(r->fd, (char *)buf + got, (size_t)(n - got), (off_t)(r->base + off + got));
+        ssize_t k = pread(r->f->fd, (char *)buf + got, (size_t)(n - got), (off_t)(r->base + off + got));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             sl__msg(r->reason, r->rlen, "array read of %llu bytes at offset %llu failed: %s", (ull)(n - got),
@@ -388,7 +395,7 @@ int sl__array_read(const sl__sample_file *f, const sl__array_info *in, const sl_
         sl__msg(reason, rlen, "array plan does not match the file (%llu bytes)", (ull)f->size);
         return SL_EINVAL;
     }
-    reader r = {.fd = f->fd, .base = f->offset + in->data_offset, .in = in, .p = p, .subset = p->subset,
+    reader r = {.f = f, .base = f->offset + in->data_offset, .in = in, .p = p, .subset = p->subset,
                 .dst = dst, .reason = reason, .rlen = rlen};
     int rc = 0, empty = 0, padded = 0;
     for (uint32_t i = 0; i < p->ndim; i++) {

@@ -71,6 +71,8 @@ struct sl__source {
     uint32_t ncols;    /* columns requested (0: the legacy file + label) */
     uint8_t colmap[SL__MAX_COLS]; /* legacy kinds opened with requests: column -> SL__COL_* */
     int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
+    sl__io *io;        /* remote values (remote.c): the engine, or NULL */
+    int url_base;      /* base is a manifest's URL: relative paths resolve against it */
 };
 
 /* Appends; each returns 0 or SL_EBUDGET/SL_ENOMEM (chunk unchanged). */

@@ -18,6 +18,7 @@
 
 #include "base/util.h"
 #include "source/jsonrow.h"
+#include "source/remote.h"
 
 typedef unsigned long long ull;
 
@@ -227,9 +228,18 @@ static int add_row(void *arg, const char *path, size_t n, int64_t label) {
     return rc;
 }
 
+static int parse_text(sl__source *s, const char *path, int kind, char *text, uint64_t size, char *err,
+                      size_t errlen);
+
 int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, size_t errlen) {
     sl__budget *b = s->b;
     char nb[4][32];
+    if (s->url_base) { /* a manifest at a URL (remote.c) */
+        char *text;
+        uint64_t size;
+        int rc = sl__remote_text(s, path, &text, &size, err, errlen);
+        return rc ? rc : parse_text(s, path, kind, text, size, err, errlen);
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
@@ -269,6 +279,15 @@ int sl__manifest_index(sl__source *s, const char *path, int kind, char *err, siz
         return SL_EIO;
     }
     text[size] = 0;
+    return parse_text(s, path, kind, text, size, err, errlen);
+}
+
+/* Index the manifest's text (size bytes and a NUL, counted in s->b; freed
+ * here). */
+static int parse_text(sl__source *s, const char *path, int kind, char *text, uint64_t size, char *err,
+                      size_t errlen) {
+    sl__budget *b = s->b;
+    char nb[4][32];
 
     /* Two passes: the first counts rows and path bytes without allocating,
      * so the index is sized exactly, checked against the budget once, and

@@ -54,6 +54,7 @@
 
 #include "base/util.h"
 #include "source/folder.h"
+#include "source/remote.h"
 #include "source/table.h"
 #include "source/tar.h"
 
@@ -71,6 +72,7 @@ struct sl__shards {
     uint64_t *path_off;   /* nshards offsets into names */
     uint64_t path_cap;
     int *fds;             /* nshards: open descriptor, or -1 (opened per read) */
+    sl__obj *objs;        /* remote shards (the source's engine): nshards objects, else NULL */
     uint32_t nshards, nopen;
     uint32_t ncols;       /* requested columns (the table has one more: the prefix) */
     uint64_t key_off[SL__MAX_COLS]; /* each column's lowercased key alternatives */
@@ -244,10 +246,11 @@ static int list_folder(list_ctx *c, const char *path, char *err, size_t errlen) 
     return 0;
 }
 
-static int list_shards(sl__budget *b, sl__shards *h, const char *path, int form, char *err, size_t errlen) {
-    list_ctx c = {b, h, NULL};
+static int list_shards(sl__source *s, sl__shards *h, const char *path, int form, char *err, size_t errlen) {
+    list_ctx c = {s->b, h, NULL};
     int rc;
     if (errlen) err[0] = 0;
+    if (form == SL__SHARDS_FOLDER && s->io) return sl__remote_list_shards(s, path, add_shard, &c, err, errlen);
     if (form == SL__SHARDS_FOLDER) {
         size_t n = strlen(path);
         while (n > 1 && path[n - 1] == '/') n--;
@@ -299,6 +302,7 @@ typedef struct scan_ctx {
     uint32_t shard;
     int fd;
     const char *path;
+    void *rd;        /* a remote shard's windows (remote.c), else NULL */
 } scan_ctx;
 
 static int member_label(scan_ctx *c, const char *prefix, const sl__wds_member *m, int64_t *out, char *err,
@@ -311,7 +315,8 @@ static int member_label(scan_ctx *c, const char *prefix, const sl__wds_member *m
         return SL_EPARSE;
     }
     ssize_t got;
-    do got = pread(c->fd, text, n, (off_t)m->offset);
+    if (c->rd) got = sl__remote_scan_read(c->rd, m->offset, text, n, err, errlen) ? -1 : (ssize_t)n;
+    else do got = pread(c->fd, text, n, (off_t)m->offset);
     while (got < 0 && errno == EINTR);
     if (got != (ssize_t)n) {
         sl__msg(err, errlen, "%s: reading '%.60s.%s' failed", c->path, prefix, m->key);
@@ -403,9 +408,45 @@ static uint32_t fd_cap(void) {
     return (uint32_t)(rl.rlim_cur / 4);
 }
 
+/* The scanner's reasons start "tar: ..."; ours name the shard already. */
+static void scan_error(const char *path, const char *why, char *err, size_t errlen) {
+    int tar = !strncmp(why, "tar:", 4);
+    sl__msg(err, errlen, "%s%s%s", tar ? path : "", tar ? ": " : "", strncmp(why, "tar: ", 5) ? why : why + 5);
+}
+
+/* Count shard i's trailer (every shard of a set has one, or none does). */
+static void note_trailer(sl__shards *h, uint32_t i, const sl__wds_stats *ws) {
+    if (ws->trailer) h->trailers++;
+    else if (h->trailers == i) h->untrailed = i; /* the first without one */
+}
+
+static int scan_remote(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen) {
+    scan_ctx *c = ctx;
+    c->rd = rd;
+    char why[256] = "";
+    sl__wds_stats ws;
+    int rc = sl__wds_scan_read(sl__remote_scan_read, rd, size, c->s->b, on_sample, c, NULL, NULL, &ws, why, sizeof why);
+    if (!rc) note_trailer(c->s->shards, c->shard, &ws);
+    if (rc) scan_error(c->path, why, err, errlen);
+    return rc;
+}
+
+/* Scan remote shard i through windows of ranged reads (remote.c). */
+static int index_remote_shard(sl__source *s, uint32_t i, char *err, size_t errlen) {
+    sl__shards *h = s->shards;
+    /* its own copy of the name: the names arena may move while keys are interned */
+    char path[SL__URL_MAX];
+    snprintf(path, sizeof path, "%s", h->names + h->path_off[i]);
+    scan_ctx c = {s, i, -1, path, NULL};
+    int rc = sl__remote_scan(s, path, &h->objs[i], scan_remote, &c, err, errlen);
+    h->objs[i].name = NULL; /* pointed at the copy: set again once the arena is final */
+    return rc;
+}
+
 /* Scan shard i into the table; keep its descriptor while under cap. */
 static int index_shard(sl__source *s, uint32_t i, uint32_t cap, char *err, size_t errlen) {
     sl__shards *h = s->shards;
+    if (h->objs) return index_remote_shard(s, i, err, errlen);
     const char *path = h->names + h->path_off[i];
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
@@ -415,16 +456,13 @@ static int index_shard(sl__source *s, uint32_t i, uint32_t cap, char *err, size_
         if (fd >= 0) close(fd);
         return fd < 0 && e == ENOENT ? SL_ENOENT : SL_EIO;
     }
-    scan_ctx c = {s, i, fd, path};
+    scan_ctx c = {s, i, fd, path, NULL};
     char why[256] = "";
     sl__wds_stats ws;
     int rc = sl__wds_scan(fd, (uint64_t)st.st_size, s->b, on_sample, &c, &ws, why, sizeof why);
-    if (!rc && ws.trailer) h->trailers++;
-    else if (!rc && h->trailers == i) h->untrailed = i; /* the first without one */
+    if (!rc) note_trailer(h, i, &ws);
     if (rc) {
-        /* the scanner's reasons start "tar: ..."; ours name the shard already */
-        sl__msg(err, errlen, "%s%s%s", strncmp(why, "tar:", 4) ? "" : path, strncmp(why, "tar:", 4) ? "" : ": ",
-                strncmp(why, "tar: ", 5) ? why : why + 5);
+        scan_error(path, why, err, errlen);
         close(fd);
         return rc;
     }
@@ -477,7 +515,7 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
         return sl__nomem_code(b, sizeof *h);
     }
     if (!req) req = default_req, nreq = 2;
-    int rc = list_shards(b, h, path, form, err, errlen);
+    int rc = list_shards(s, h, path, form, err, errlen);
     if (!rc && h->nshards == 0) {
         sl__msg(err, errlen, "%s: no .tar shards", path);
         rc = SL_EEMPTY;
@@ -487,6 +525,10 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
         sl__msg(err, errlen, "%s: no memory for %u shards", path, h->nshards);
     }
     for (uint32_t i = 0; h->fds && i < h->nshards; i++) h->fds[i] = -1;
+    if (!rc && s->io && !(h->objs = sl__calloc(b, h->nshards, sizeof(sl__obj), SL_MEM_INDEX))) {
+        rc = sl__nomem_code(b, (uint64_t)h->nshards * sizeof(sl__obj));
+        sl__msg(err, errlen, "%s: no memory for %u shards", path, h->nshards);
+    }
     if (!rc) rc = setup(s, path, req, nreq, err, errlen);
     uint32_t cap = fd_cap();
     for (uint32_t i = 0; !rc && i < h->nshards; i++) rc = index_shard(s, i, cap, err, errlen);
@@ -498,6 +540,7 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
                 "not written with them", h->names + h->path_off[h->untrailed], SL_WDS_TRAILER, h->trailers);
         rc = SL_ECORRUPT;
     }
+    for (uint32_t i = 0; !rc && h->objs && i < h->nshards; i++) h->objs[i].name = h->names + h->path_off[i];
     if (!rc && s->tab->nrows == 0) {
         sl__msg(err, errlen, "%s: the shards hold no samples", path);
         rc = SL_EEMPTY;
@@ -513,6 +556,7 @@ void sl__shards_free(sl__budget *b, sl__shards *h) {
     for (uint32_t i = 0; h->fds && i < h->nshards; i++)
         if (h->fds[i] >= 0) close(h->fds[i]);
     sl__free(b, h->fds);
+    sl__free(b, h->objs);
     sl__free(b, h->path_off);
     sl__free(b, h->names);
     sl__free(b, h);
@@ -547,6 +591,11 @@ int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
         return SL_EINVAL;
     }
     const sl__shards *h = s->shards;
+    if (h->objs) { /* a remote shard: its member's range, read by ranged GETs */
+        f->fd = -1;
+        f->obj = &h->objs[shard];
+        return 0;
+    }
     int held = h->fds[shard];
     f->fd = held >= 0 ? fcntl(held, F_DUPFD_CLOEXEC, 0) : open(h->names + h->path_off[shard], O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
@@ -554,6 +603,14 @@ int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
         sl__msg(reason, rlen, "%s: %s", h->names + h->path_off[shard], strerror(e));
         return e == ENOENT ? SL_ENOENT : sl__transient(e) ? SL_EAGAIN : SL_EIO;
     }
+    return 0;
+}
+
+int sl__shards_remote(const sl__source *s, uint64_t i, uint32_t col, const sl__obj **obj, uint64_t *off,
+                      uint64_t *size) {
+    uint32_t shard, key;
+    if (!s->shards->objs || member_at(s, i, col, 0, &shard, &key, off, size)) return SL_EINVAL;
+    *obj = &s->shards->objs[shard];
     return 0;
 }
 

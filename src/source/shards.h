@@ -32,6 +32,10 @@ void sl__shards_free(sl__budget *b, sl__shards *h);
  * the moment) with a reason. */
 int sl__shards_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, sl__sample_file *f,
                          char *reason, size_t rlen);
+/* A remote shard's member of (i, col): its shard's object and its bytes.
+ * 0 or SL_EINVAL. */
+int sl__shards_remote(const sl__source *s, uint64_t i, uint32_t col, const sl__obj **obj, uint64_t *off,
+                      uint64_t *size);
 /* "SHARD:PREFIX" of sample i, with ".KEY" of column col (col >= 0) into
  * buf: its length, or SL_EOVERFLOW / SL_EINVAL. */
 int sl__shards_path(const sl__source *s, uint64_t i, int col, char *buf, size_t len);

@@ -18,6 +18,7 @@
 #include "source/folder.h"
 #include "source/index.h"
 #include "source/manifest.h"
+#include "source/remote.h"
 #include "source/shards.h"
 #include "source/table.h"
 
@@ -74,37 +75,60 @@ static int map_legacy(sl__source *s, const char *path, const sl__colreq *req, ui
 
 int sl__source_open(sl__budget *b, const char *path, uint32_t threads, sl__source **out, char *err,
                     size_t errlen) {
-    return sl__source_open_cols(b, path, threads, NULL, 0, out, err, errlen);
+    return sl__source_open_io(b, path, threads, NULL, 0, NULL, out, err, errlen);
 }
 
 int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
                          sl__source **out, char *err, size_t errlen) {
+    return sl__source_open_io(b, path, threads, req, nreq, NULL, out, err, errlen);
+}
+
+/* A manifest's URL as the base its relative paths resolve against. */
+static int set_url_base(sl__source *s, const char *url, char *err, size_t errlen) {
+    if (!(s->base = sl__strdup(s->b, url, SL_MEM_INDEX))) {
+        int rc = sl__nomem_code(s->b, strlen(url) + 1);
+        sl__msg(err, errlen, "%s: no memory for the index (%s)", url, sl_strerror(rc));
+        return rc;
+    }
+    s->base_len = strlen(url);
+    s->url_base = 1;
+    return 0;
+}
+
+int sl__source_open_io(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
+                       const sl__io_opts *io, sl__source **out, char *err, size_t errlen) {
     *out = NULL;
     if (!path || !*path) {
         sl__msg(err, errlen, "no dataset path given");
         return SL_EINVAL;
     }
     struct stat st;
-    int form = sl__shards_form(path, err, errlen);
-    if (form < 0) return form;
-    if (!form && stat(path, &st) != 0) {
-        int e = errno;
-        sl__msg(err, errlen, "%s: %s", path, e == ENOENT ? "no such file or folder" : strerror(e));
-        return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
-    }
-    int kind, named = has_suffix_ci(path, ".csv") || has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".tar");
-    if (form) kind = SL__KIND_TAR;
-    else if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
-    else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".csv")) kind = SL__KIND_CSV;
-    else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".jsonl")) kind = SL__KIND_JSONL;
-    else if (named) { /* the right name on a FIFO, a device, a socket: never opened (it could block or never end) */
-        sl__msg(err, errlen, "%s is a %s, not a regular file: a manifest or a shard is read from a file", path,
-                S_ISFIFO(st.st_mode) ? "FIFO" : S_ISCHR(st.st_mode) ? "character device" : S_ISBLK(st.st_mode) ? "block device"
-                : S_ISSOCK(st.st_mode) ? "socket" : "special file");
-        return SL_EINVAL;
+    int remote = sl__url_scheme(path) != SL__URL_NONE, form = 0, kind;
+    if (remote) {
+        int rc = sl__remote_kind(path, &kind, &form, err, errlen);
+        if (rc) return rc;
     } else {
-        sl__msg(err, errlen, "%s: neither a folder, a .csv/.jsonl manifest nor .tar shards", path);
-        return SL_EINVAL;
+        form = sl__shards_form(path, err, errlen);
+        if (form < 0) return form;
+        if (!form && stat(path, &st) != 0) {
+            int e = errno;
+            sl__msg(err, errlen, "%s: %s", path, e == ENOENT ? "no such file or folder" : strerror(e));
+            return e == ENOENT || e == ENOTDIR ? SL_ENOENT : SL_EIO;
+        }
+        int named = has_suffix_ci(path, ".csv") || has_suffix_ci(path, ".jsonl") || has_suffix_ci(path, ".tar");
+        if (form) kind = SL__KIND_TAR;
+        else if (S_ISDIR(st.st_mode)) kind = SL__KIND_FOLDER;
+        else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".csv")) kind = SL__KIND_CSV;
+        else if (S_ISREG(st.st_mode) && has_suffix_ci(path, ".jsonl")) kind = SL__KIND_JSONL;
+        else if (named) { /* the right name on a FIFO, a device, a socket: never opened (it could block or never end) */
+            sl__msg(err, errlen, "%s is a %s, not a regular file: a manifest or a shard is read from a file", path,
+                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISCHR(st.st_mode) ? "character device" : S_ISBLK(st.st_mode) ? "block device"
+                    : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+            return SL_EINVAL;
+        } else {
+            sl__msg(err, errlen, "%s: neither a folder, a .csv/.jsonl manifest nor .tar shards", path);
+            return SL_EINVAL;
+        }
     }
 
     sl__source *s = sl__calloc(b, 1, sizeof *s, SL_MEM_INDEX);
@@ -116,8 +140,13 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
     s->b = b;
     s->kind = kind;
     s->basefd = -1;
-    int rc;
-    if (kind == SL__KIND_TAR) {
+    int rc = remote ? sl__io_new(b, io, &s->io, err, errlen) : 0;
+    if (rc) {
+        /* the engine's own sentence, naming the dataset */
+        char why[300];
+        snprintf(why, sizeof why, "%s", err);
+        sl__msg(err, errlen, "%.300s: %s", path, why);
+    } else if (kind == SL__KIND_TAR) {
         rc = sl__shards_index(s, path, form, req, nreq, err, errlen);
     } else if (kind == SL__KIND_FOLDER) {
         /* The make_imagenet_like.py layout: DIR/train holds the classes. */
@@ -140,12 +169,14 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
         const char *slash = strrchr(path, '/');
         size_t n = slash ? (size_t)(slash - path) : 0;
         if (slash && n == 0) n = 1; /* "/m.csv": base "/" */
-        rc = set_base(s, path, n, err, errlen);
+        rc = remote ? set_url_base(s, path, err, errlen) : set_base(s, path, n, err, errlen);
         if (!rc && req && (kind == SL__KIND_JSONL || kind == SL__KIND_CSV)) {
             rc = sl__table_index(s, path, kind, req, nreq, err, errlen);
         } else if (!rc) {
             rc = sl__manifest_index(s, path, kind, err, errlen);
         }
+        /* a local manifest may name URLs: an engine for them */
+        if (!rc && !s->io && sl__source_names_urls(s)) rc = sl__io_new(b, io, &s->io, err, errlen);
     }
     if (!rc && req && !s->tab) rc = map_legacy(s, path, req, nreq, err, errlen);
     if (rc) {
@@ -167,7 +198,29 @@ void sl__source_close(sl__source *s) {
     sl__shards_free(b, s->shards);
     if (s->basefd >= 0) close(s->basefd);
     sl__free(b, s->base);
+    sl__io_free(s->io);
     sl__free(b, s);
+}
+
+sl__io *sl__source_io(const sl__source *s) { return s ? s->io : NULL; }
+
+void sl__source_cancel_io(sl__source *s) {
+    if (s && s->io) sl__io_cancel(s->io);
+}
+
+/* The URL a value's path rel (absolute: not relative to the base) names:
+ * 1 with it in out, 0 when it names a local file, or SL_EOVERFLOW. */
+static int url_name(const sl__source *s, const char *rel, int absolute, char *out, size_t len) {
+    (void)absolute;
+    if (sl__url_scheme(rel)) {
+        size_t n = strlen(rel);
+        if (n >= len) return SL_EOVERFLOW;
+        memcpy(out, rel, n + 1);
+        return 1;
+    }
+    if (!s->url_base) return 0;
+    int n = sl__url_resolve(s->base, rel, out, len);
+    return n < 0 ? SL_EOVERFLOW : 1;
 }
 
 /* ---- lookup ------------------------------------------------------------ */
@@ -230,6 +283,12 @@ int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len) {
     size_t pre = 0;
     int absolute = 0;
     const sl__chunk *c = find_chunk(s, i);
+    if (s->io) { /* a URL, or relative to one */
+        char rel[PATH_MAX];
+        int n = rel_path(s, i, rel, sizeof rel, &absolute), u;
+        if (n < 0) return n;
+        if ((u = url_name(s, rel, absolute, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
+    }
     if (c->recs[i - c->first].dir != SL__DIR_NONE && s->base_len) {
         int sep = s->base[s->base_len - 1] != '/';
         if (s->base_len + sep >= len) return SL_EOVERFLOW;
@@ -337,6 +396,8 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
                          char *reason, size_t rlen) {
     f->fd = -1;
     f->offset = f->size = 0;
+    f->obj = NULL;
+    f->own = NULL;
     if (i >= s->count) {
         sl__msg(reason, rlen, "sample %llu out of range", (unsigned long long)i);
         return SL_EINVAL;
@@ -352,14 +413,37 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
         sl__msg(reason, rlen, "column %u element %u of sample %llu is not a file", col, elem, (unsigned long long)i);
         return SL_EINVAL;
     }
+    if (s->io) {
+        char name[SL__URL_MAX];
+        int u = url_name(s, path, absolute, name, sizeof name);
+        if (u < 0) {
+            sl__msg(reason, rlen, "URL too long");
+            return SL_EIO;
+        }
+        if (u) return sl__remote_open(s, name, f, reason, rlen);
+    }
     return open_at(s, path, absolute, f, reason, rlen);
+}
+
+int sl__source_remote(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, const sl__obj **obj,
+                      uint64_t *off, uint64_t *size, char *name, size_t len) {
+    *obj = NULL;
+    *off = *size = 0;
+    if (!s->io || i >= s->count) return 0;
+    if (s->kind == SL__KIND_TAR) return elem ? SL_EINVAL : sl__shards_remote(s, i, col, obj, off, size) ? SL_EINVAL : 1;
+    char rel[PATH_MAX];
+    int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute);
+    if (n < 0) return n;
+    int u = url_name(s, rel, absolute, name, len);
+    return u < 0 ? u : u ? 2 : 0;
 }
 
 int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t elem, char *buf, size_t len) {
     if (s->kind == SL__KIND_TAR) return elem ? SL_EINVAL : sl__shards_path(s, i, (int)col, buf, len);
     char rel[PATH_MAX];
-    int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute);
+    int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute), u;
     if (n < 0) return n;
+    if (s->io && (u = url_name(s, rel, absolute, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
     size_t pre = 0;
     if (!absolute && s->base_len) {
         int sep = s->base[s->base_len - 1] != '/';
@@ -406,7 +490,30 @@ int sl__source_numbers(const sl__source *s, uint64_t i, uint32_t col, uint32_t f
     return (int)count;
 }
 
+int sl__sample_pread(const sl__sample_file *f, void *buf, uint64_t n, uint64_t off, char *reason, size_t rlen) {
+    if (f->obj) {
+        int rc = sl__obj_read(f->obj, off, buf, n, reason, rlen);
+        return rc == 0 || rc == SL_ENOENT || rc == SL_ESTATE ? rc : SL_EIO;
+    }
+    char *p = buf, tmp[64];
+    uint64_t got = 0;
+    while (got < n) {
+        uint64_t want = SL_MIN(n - got, (uint64_t)1 << 30);
+        ssize_t r = pread(f->fd, p + got, (size_t)want, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            sl__msg(reason, rlen, "read of %llu bytes at offset %llu failed: %s", (unsigned long long)(n - got),
+                    (unsigned long long)(off + got), r < 0 ? errno_reason(e, tmp, sizeof tmp) : "file shorter than its size");
+            return r < 0 && sl__transient(e) ? SL_EAGAIN : SL_EIO;
+        }
+        got += (uint64_t)r;
+    }
+    return 0;
+}
+
 int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen) {
+    if (f->obj) return sl__sample_pread(f, buf, f->size, f->offset, reason, rlen);
     char *p = buf, tmp[64];
     uint64_t got = 0;
     while (got < f->size) {
@@ -433,4 +540,6 @@ int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rl
 void sl__sample_close(sl__sample_file *f) {
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
+    if (f->own) sl__remote_close(f);
+    f->obj = NULL;
 }

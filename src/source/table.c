@@ -34,6 +34,7 @@
 #include "base/util.h"
 #include "source/jsonrow.h"
 #include "source/manifest.h"
+#include "source/remote.h"
 
 typedef unsigned long long ull;
 
@@ -424,7 +425,14 @@ int sl__table_index(sl__source *s, const char *path, int kind, const sl__colreq 
     }
     char *text = NULL;
     size_t size = 0;
-    int rc = read_text(b, path, &text, &size, err, errlen);
+    int rc;
+    if (s->url_base) { /* a manifest at a URL (remote.c) */
+        uint64_t n = 0;
+        rc = sl__remote_text(s, path, &text, &n, err, errlen);
+        size = (size_t)n;
+    } else {
+        rc = read_text(b, path, &text, &size, err, errlen);
+    }
     if (rc) return rc;
     if (kind == SL__KIND_CSV && csv_headerless(text, size)) {
         sl__free(b, text);

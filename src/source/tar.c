@@ -18,22 +18,21 @@
 
 typedef unsigned long long ull;
 
-/* Where the archive's bytes come from: a file (pread) or memory. */
+/* Where the archive's bytes come from: a file (pread), memory, or a
+ * reader (a remote shard's windows). */
 typedef struct tar_in {
     int fd;
     const uint8_t *mem;
     uint64_t size;
+    sl__tar_read_fn read;
+    void *rctx;
 } tar_in;
 
-/* Read exactly n bytes at off (the caller checked off + n <= size). */
-static int in_read(const tar_in *in, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
-    if (in->mem) {
-        memcpy(buf, in->mem + off, n);
-        return 0;
-    }
+int sl__tar_pread(void *fdp, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
+    int fd = *(const int *)fdp;
     size_t got = 0;
     while (got < n) {
-        ssize_t r = pread(in->fd, (char *)buf + got, n - got, (off_t)(off + got));
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             sl__msg(err, errlen, "tar: read of %zu bytes at offset %llu failed: %s", n, (ull)(off + got),
@@ -43,6 +42,17 @@ static int in_read(const tar_in *in, uint64_t off, void *buf, size_t n, char *er
         got += (size_t)r;
     }
     return 0;
+}
+
+/* Read exactly n bytes at off (the caller checked off + n <= size). */
+static int in_read(const tar_in *in, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
+    if (in->mem) {
+        memcpy(buf, in->mem + off, n);
+        return 0;
+    }
+    if (in->read) return in->read(in->rctx, off, buf, n, err, errlen);
+    int fd = in->fd;
+    return sl__tar_pread(&fd, off, buf, n, err, errlen);
 }
 
 /* ---- header fields -------------------------------------------------------- */
@@ -389,12 +399,18 @@ static int scan(const tar_in *in, sl__tar_member_fn add, void *ctx, uint64_t *en
 
 int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, uint64_t *end_block, char *err,
                  size_t errlen) {
-    tar_in in = {fd, NULL, file_size};
+    tar_in in = {fd, NULL, file_size, NULL, NULL};
+    return scan(&in, add, ctx, end_block, err, errlen);
+}
+
+int sl__tar_scan_read(sl__tar_read_fn read, void *rctx, uint64_t size, sl__tar_member_fn add, void *ctx,
+                      uint64_t *end_block, char *err, size_t errlen) {
+    tar_in in = {-1, NULL, size, read, rctx};
     return scan(&in, add, ctx, end_block, err, errlen);
 }
 
 int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, void *ctx, char *err,
                      size_t errlen) {
-    tar_in in = {-1, data ? data : (const uint8_t *)"", len};
+    tar_in in = {-1, data ? data : (const uint8_t *)"", len, NULL, NULL};
     return scan(&in, add, ctx, NULL, err, errlen);
 }

@@ -66,6 +66,13 @@ typedef int (*sl__tar_member_fn)(void *ctx, const sl__tar_member *m, char *err, 
  * calls it cut short, see sl__wds_scan). */
 int sl__tar_scan(int fd, uint64_t file_size, sl__tar_member_fn add, void *ctx, uint64_t *end_block, char *err,
                  size_t errlen);
+/* The same through a reader: read(rctx, off, buf, n, ...) fills exactly n
+ * bytes at off (0) or fails with a code and a sentence (a remote shard's
+ * windows). sl__tar_pread is the reader of a descriptor (rctx: an int *). */
+typedef int (*sl__tar_read_fn)(void *rctx, uint64_t off, void *buf, size_t n, char *err, size_t errlen);
+int sl__tar_scan_read(sl__tar_read_fn read, void *rctx, uint64_t size, sl__tar_member_fn add, void *ctx,
+                      uint64_t *end_block, char *err, size_t errlen);
+int sl__tar_pread(void *fdp, uint64_t off, void *buf, size_t n, char *err, size_t errlen);
 /* The same over an archive in memory (fuzzing, tests). */
 int sl__tar_scan_mem(const uint8_t *data, size_t len, sl__tar_member_fn add, void *ctx, char *err,
                      size_t errlen);
@@ -160,6 +167,12 @@ typedef struct sl__wds_stats {
  * sl__tar_scan). *st: the counts (may be NULL). */
 int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx, sl__wds_stats *st,
                  char *err, size_t errlen);
+/* The same through a reader (sl__tar_scan_read); tap (may be NULL) sees
+ * every member handed to the grouper, in order, before the grouper does
+ * (a remote shard's record of its scan: replaying them through
+ * sl__wds_group_add groups the shard again without reading it). */
+int sl__wds_scan_read(sl__tar_read_fn read, void *rctx, uint64_t size, sl__budget *b, sl__wds_sample_fn emit,
+                      void *ctx, sl__tar_member_fn tap, void *tap_ctx, sl__wds_stats *st, char *err, size_t errlen);
 
 /* ---- shard lists -----------------------------------------------------------
  *

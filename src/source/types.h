@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "io/io.h"
+
 typedef struct sl__source sl__source;
 
 /* What a column holds for each sample. */
@@ -26,11 +28,15 @@ typedef struct sl__colreq {
  * video files (.mp4 .avi .mkv .webm .mov). */
 enum { SL__MEDIA_IMAGE = 0, SL__MEDIA_VIDEO = 1 };
 
-/* An opened sample: bytes [offset, offset+size) of fd. */
+/* An opened sample: bytes [offset, offset+size) of fd, or of the remote
+ * object obj (fd -1): read them with sl__sample_read / sl__sample_pread,
+ * which keep a local file's pread and make a remote one's ranged GETs. */
 typedef struct sl__sample_file {
     int fd;
     uint64_t offset;
     uint64_t size;
+    const sl__obj *obj; /* NULL: local */
+    void *own;          /* what this open allocated for obj (sl__sample_close frees it) */
 } sl__sample_file;
 
 #endif

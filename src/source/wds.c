@@ -171,6 +171,8 @@ typedef struct shard_scan {
     sl__wds_grouper *g;
     int trailer;                            /* seen */
     uint64_t t_header, t_offset, t_size;    /* its header, data and size */
+    sl__tar_member_fn tap;                  /* sees what the grouper gets (may be NULL) */
+    void *tap_ctx;
 } shard_scan;
 
 static int shard_member(void *ctx, const sl__tar_member *m, char *err, size_t errlen) {
@@ -185,7 +187,8 @@ static int shard_member(void *ctx, const sl__tar_member *m, char *err, size_t er
         s->t_header = m->header_offset, s->t_offset = m->offset, s->t_size = m->size;
         return 0;
     }
-    return sl__wds_group_add(s->g, m, err, errlen);
+    int rc = s->tap ? s->tap(s->tap_ctx, m, err, errlen) : 0;
+    return rc ? rc : sl__wds_group_add(s->g, m, err, errlen);
 }
 
 /* A non-negative integer member of the trailer's row, or -1. */
@@ -196,23 +199,21 @@ static int64_t trailer_num(const sl__jrow *row, const char *key) {
 }
 
 /* The trailer's line against what the shard holds before it. */
-static int check_trailer(int fd, sl__budget *b, const shard_scan *s, uint64_t samples, char *err, size_t errlen) {
+static int check_trailer(sl__tar_read_fn read, void *rctx, sl__budget *b, const shard_scan *s, uint64_t samples,
+                         char *err, size_t errlen) {
     char line[SL_WDS_TRAILER_MAX];
     if (s->t_size == 0 || s->t_size > SL_WDS_TRAILER_MAX) {
         sl__msg(err, errlen, "tar: the shard trailer %s holds %llu bytes (1 to %d)", SL_WDS_TRAILER, (ull)s->t_size,
                 SL_WDS_TRAILER_MAX);
         return SL_ECORRUPT;
     }
-    size_t n = (size_t)s->t_size, got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, line + got, n - got, (off_t)(s->t_offset + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            sl__msg(err, errlen, "tar: reading the shard trailer at offset %llu failed: %s", (ull)s->t_offset,
-                    r < 0 ? strerror(errno) : "file shorter than its size");
-            return SL_EIO;
-        }
-        got += (size_t)r;
+    size_t n = (size_t)s->t_size;
+    char failed[200];
+    int rrc = read(rctx, s->t_offset, line, n, failed, sizeof failed);
+    if (rrc) {
+        sl__msg(err, errlen, "tar: reading the shard trailer at offset %llu failed: %s", (ull)s->t_offset,
+                strncmp(failed, "tar: ", 5) ? failed : failed + 5);
+        return rrc;
     }
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
     sl__jrow *row = sl__alloc(b, sizeof *row, SL_MEM_INDEX); /* ~10 KiB: not on a small stack */
@@ -242,6 +243,11 @@ static int check_trailer(int fd, sl__budget *b, const shard_scan *s, uint64_t sa
 
 int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit, void *ctx, sl__wds_stats *st,
                  char *err, size_t errlen) {
+    return sl__wds_scan_read(sl__tar_pread, &fd, file_size, b, emit, ctx, NULL, NULL, st, err, errlen);
+}
+
+int sl__wds_scan_read(sl__tar_read_fn read, void *rctx, uint64_t file_size, sl__budget *b, sl__wds_sample_fn emit,
+                      void *ctx, sl__tar_member_fn tap, void *tap_ctx, sl__wds_stats *st, char *err, size_t errlen) {
     /* ~14 KiB: too much for a small thread stack, so from the budget */
     sl__wds_grouper *g = sl__alloc(b, sizeof *g, SL_MEM_INDEX);
     if (!g) {
@@ -250,16 +256,16 @@ int sl__wds_scan(int fd, uint64_t file_size, sl__budget *b, sl__wds_sample_fn em
         return rc;
     }
     sl__wds_group_init(g, b, emit, ctx);
-    shard_scan s = {g, 0, 0, 0, 0};
+    shard_scan s = {g, 0, 0, 0, 0, tap, tap_ctx};
     uint64_t end = 0;
-    int rc = sl__tar_scan(fd, file_size, shard_member, &s, &end, err, errlen);
+    int rc = sl__tar_scan_read(read, rctx, file_size, shard_member, &s, &end, err, errlen);
     if (!rc) rc = sl__wds_group_finish(g, err, errlen);
     if (!rc && end == UINT64_MAX) {
         sl__msg(err, errlen, "tar: the file stops at byte %llu without tar's end-of-archive block: the shard was cut "
                 "short (an interrupted write or copy?)", (ull)file_size);
         rc = SL_ECORRUPT;
     }
-    if (!rc && s.trailer) rc = check_trailer(fd, b, &s, g->samples, err, errlen);
+    if (!rc && s.trailer) rc = check_trailer(read, rctx, b, &s, g->samples, err, errlen);
     if (st) *st = (sl__wds_stats){g->samples, g->skipped, !rc && s.trailer};
     sl__wds_group_free(g);
     sl__free(b, g);

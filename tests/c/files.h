@@ -19,7 +19,7 @@
 static __attribute__((unused)) sl__sample_file open_sample(const char *dir, const char *rel) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, rel);
-    sl__sample_file f = {open(path, O_RDONLY | O_CLOEXEC), 0, 0};
+    sl__sample_file f = {.fd = open(path, O_RDONLY | O_CLOEXEC)};
     if (f.fd < 0) SL_FAIL("open %s: %s", path, strerror(errno));
     struct stat st;
     CHECK(fstat(f.fd, &st) == 0);

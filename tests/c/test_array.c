@@ -87,7 +87,7 @@ static sl__sample_file open_bytes(const void *p, size_t n, uint64_t at) {
     static const uint8_t junk[4096];
     if (at) CHECK_EQ(pwrite(fd, junk, (size_t)at, 0), (ssize_t)at); /* the sample sits at an offset */
     CHECK_EQ(pwrite(fd, p, n, (off_t)at), (ssize_t)n);
-    return (sl__sample_file){fd, at, n};
+    return (sl__sample_file){.fd = fd, .offset = at, .size = n};
 }
 
 /* Header of f by pread (and, for whole small files, by memory: the same). */

@@ -731,7 +731,7 @@ TEST(without_ffmpeg_is_unsupported) {
         printf("built with FFmpeg: nothing to check\n");
         return;
     }
-    sl__sample_file f = {0, 0, 100};
+    sl__sample_file f = {.fd = 0, .size = 100};
     sl__video_info info;
     char why[256];
     CHECK_CODE(sl__video_probe(&f, NULL, &info, why, sizeof why), SL_EUNSUPPORTED, why, "without FFmpeg");

@@ -51,7 +51,7 @@ FX_FN const char *vx_make(const char *name, const char *args) {
 FX_FN const char *vx_standard(void) { return vx_make("std.mp4", VX_SRC("64x48", "25", "2") " " VX_H264); }
 
 FX_FN sl__sample_file vx_open(const char *path) {
-    sl__sample_file f = {open(path, O_RDONLY | O_CLOEXEC), 0, 0};
+    sl__sample_file f = {.fd = open(path, O_RDONLY | O_CLOEXEC)};
     struct stat st;
     if (f.fd < 0 || fstat(f.fd, &st) != 0) SL_FAIL("cannot open %s", path);
     f.size = (uint64_t)st.st_size;

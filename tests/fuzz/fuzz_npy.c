@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!rc && !rc2 && memcmp(&a, &b, sizeof a)) abort();
     if (!rc) {
         if (a.data_offset + a.data_bytes != size || a.ndim > SL_ARRAY_MAX_DIMS) abort();
-        sl__sample_file f = {fd, 0, size};
+        sl__sample_file f = {.fd = fd, .offset = 0, .size = size};
         sl__array_spec none = {0}, cast = {.dtype = SL_DTYPE_FLOAT32}, pts = {.points = 3};
         read_with(&f, &a, &none);
         read_with(&f, &a, &cast);

@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         close(fd);
         return 0;
     }
-    sl__sample_file f = {fd, 0, size};
+    sl__sample_file f = {.fd = fd, .offset = 0, .size = size};
     sl__video_limits lim = {(uint64_t)1 << 20, 5000, (uint64_t)1 << 20, 600, NULL};
     sl__video_info info;
     char why[256] = "";

@@ -1,0 +1,56 @@
+/*
+ * Remote data (remote.c; docs/remote.md): what a URL source is, listing
+ * an s3:// prefix, a manifest's text, scanning a remote shard through
+ * windows of ranged reads, and opening a remote file. The requests go
+ * through the source's I/O engine (io/io.h, s->io).
+ */
+#ifndef SL_SOURCE_REMOTE_H
+#define SL_SOURCE_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/io.h"
+#include "source/index.h"
+
+/* What a URL source is, by its name alone (no request): *kind SL__KIND_TAR
+ * with *form (a .tar, a brace pattern, an s3:// prefix: SL__SHARDS_*), or
+ * SL__KIND_CSV / SL__KIND_JSONL. SL_EINVAL with a sentence for anything
+ * else (an http "folder" cannot be listed). */
+int sl__remote_kind(const char *url, int *kind, int *form, char *err, size_t errlen);
+/* The shards under an s3:// prefix (ListObjectsV2): add(ctx, name, len)
+ * for each .tar object directly under it, in S3's order (bytes). A prefix
+ * that also holds subfolders is refused (an ImageFolder layout over S3 is
+ * not read: pack it into shards, or write a manifest). */
+int sl__remote_list_shards(sl__source *s, const char *prefix, int (*add)(void *ctx, const char *name, size_t len),
+                           void *ctx, char *err, size_t errlen);
+/* A manifest's whole text from its URL (counted under SL_MEM_INDEX, a NUL
+ * after it). Errors name the URL, the status and what to do. */
+int sl__remote_text(sl__source *s, const char *url, char **text, uint64_t *size, char *err, size_t errlen);
+/* Scan one remote shard: stat-free (the first window's answer gives the
+ * size and the version), read in windows of SL__SCAN_WINDOW bytes, the
+ * next one fetched while the scanner works on this one when the reads run
+ * in order (small members); a member's data past the window is skipped by
+ * starting the next window at the next header. *o gets the shard's size
+ * and ETag (reads of its members then ask for that version). The scan's
+ * emit callback may read labels through sl__remote_scan_read(rd, ...)
+ * (rd is passed to it as the scan's reader). Windows are counted under
+ * SL_MEM_INDEX while the scan runs. */
+#define SL__SCAN_WINDOW ((uint64_t)4 << 20)
+typedef struct sl__scan_rd sl__scan_rd;
+int sl__remote_scan(sl__source *s, const char *name, sl__obj *o,
+                    int (*scan)(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen), void *ctx,
+                    char *err, size_t errlen);
+/* n bytes at off of the shard being scanned, through its windows. */
+int sl__remote_scan_read(void *rd, uint64_t off, void *buf, size_t n, char *err, size_t errlen);
+/* Open the remote file name (a full URL) as f: one request (its size and
+ * version); the object is then f->obj, freed by sl__sample_close. Codes as
+ * sl__source_open_file, the reason the HTTP status or curl's error. */
+int sl__remote_open(const sl__source *s, const char *name, sl__sample_file *f, char *reason, size_t rlen);
+/* Free what sl__remote_open allocated (f->own). */
+void sl__remote_close(sl__sample_file *f);
+/* 1 when a manifest or table source (already indexed) names a URL in a
+ * file value: it then needs an engine though its own path is local. */
+int sl__source_names_urls(const sl__source *s);
+
+#endif
