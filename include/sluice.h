@@ -228,7 +228,17 @@ typedef struct sl_config {
      * divided by LOCAL_WORLD_SIZE), at most as many as the budget holds (at least 1;
      * docs/memory.md). Ignored with a fixed workers count. */
     uint32_t workers_max;
+    /* Appended (0.2): remote sources, s3:// and http(s):// URLs
+     * (docs/remote.md). Zero: the defaults. */
+    uint32_t io_requests;    /* HTTP requests in flight at once, sized apart from the workers (64) */
+    uint32_t io_timeout_ms;  /* an attempt that receives nothing this long is retried (30000) */
+    uint32_t io_retries;     /* attempts after the first for 5xx, SlowDown, resets, bodies cut short (8) */
+    int io_hedge;            /* 0: a duplicate request for a read much slower than the others (default);
+                                -1: never */
+    uint64_t io_readahead;   /* bytes of files read ahead along the order, kept free of the pipeline
+                                in the budget (0: budget / 16, at most 256 MiB; SL_READAHEAD_OFF: none) */
 } sl_config;
+#define SL_READAHEAD_OFF UINT64_MAX
 /* cfg.workers = SL_WORKERS_AUTO: the loader starts workers_max threads and
  * a tuner, driven by the consumer, decides how many of them take work and
  * how many batch slots are in use (unless cfg.prefetch fixes them), inside
@@ -513,6 +523,20 @@ typedef struct sl_stats {
      * loader's (CPUs), as of the tuner's last window. */
     uint32_t node_cpus, node_loaders;
     double node_demand, demand;
+    /* Remote sources (appended, 0.2; 0 for local ones): the I/O engine's
+     * counts since create, indexing included, and the read-ahead's. */
+    uint64_t net_bytes;          /* body bytes received (fetched over the network) */
+    uint64_t net_requests;       /* HTTP requests sent (retries and hedges included) */
+    uint64_t net_retries;        /* attempts repeated after a retryable failure */
+    uint64_t net_hedges;         /* duplicate requests for slow reads */
+    uint64_t net_timeouts;       /* attempts given up for receiving nothing (io_timeout_ms) */
+    uint64_t net_failures;       /* reads that failed for good (each an error record, or create's error) */
+    uint32_t net_inflight;       /* requests in flight now */
+    uint32_t net_inflight_peak;
+    uint64_t readahead_started;  /* files read ahead */
+    uint64_t readahead_hits;     /* ... taken by a worker */
+    uint64_t readahead_dropped;  /* ... dropped unread (the order jumped, or a refill took another) */
+    uint64_t readahead_bytes;    /* held by read-ahead now (in mem[SL_MEM_IO]) */
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

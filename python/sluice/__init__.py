@@ -146,6 +146,31 @@ def _env_int(var):
         raise ValueError(f"environment variable {var}={raw!r} is not an integer") from None
 
 
+def _is_url(source):
+    """True for the remote sources the library reads (s3://, http://, https://)."""
+    return source.lower().startswith(("s3://", "http://", "https://"))
+
+
+def _io_args(requests, timeout, retries, hedge, readahead):
+    """The remote-I/O options as _Loader keywords (None: the library's defaults)."""
+    kw = {"io_hedge": 0 if _flag("io_hedge", hedge) else -1}
+    if requests is not None:
+        kw["io_requests"] = _int("io_requests", requests, 1, 1024)
+    if retries is not None:
+        kw["io_retries"] = _int("io_retries", retries, 1, 100)
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < timeout <= 86400:
+            raise ValueError(f"io_timeout must be seconds in (0, 86400], got {timeout!r}")
+        kw["io_timeout_ms"] = max(1, int(round(timeout * 1000)))
+    if readahead is not None:
+        try:
+            n = parse_size(readahead)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"io_readahead: {e}") from None
+        kw["io_readahead"] = n if n else (1 << 64) - 1  # 0: none (SL_READAHEAD_OFF)
+    return kw
+
+
 def _cache_args(cache, share, what):
     """The sample cache's arguments: {} without one."""
     share = _choice("cache_share", share, _CACHE_SHARE)
@@ -413,6 +438,13 @@ class Loader:
                    ("512M"), larger images go to the CPU (4.2 Mpx), pinned staging in
                    the budget ("64M", at most an eighth of it), decode engines (1..4,
                    each its own nvJPEG state and stream; 1)
+      io_requests  remote sources (s3://, http(s)://; docs/remote.md): HTTP requests in
+                   flight at once, whatever the worker count (64)
+      io_timeout   seconds an attempt may receive nothing before it is retried (30)
+      io_retries   attempts after the first for 5xx, SlowDown, resets, bodies cut short (8)
+      io_hedge     a duplicate request for a read much slower than the others (True)
+      io_readahead bytes of files read ahead along the order, a part of `budget` (None:
+                   budget / 16, at most 256M; 0: none)
 
     PyTorch DataLoader names are taken too: ``num_workers`` (-> workers),
     ``persistent_workers`` (no effect), ``prefetch_factor=None``,
@@ -447,8 +479,8 @@ class Loader:
                  hflip=0.5, fast=False, max_scans=None, fields=None, max_error_rate=None, governor=False,
                  cache=None, cache_share="none", cache_what="encoded", decode="cpu", gpu_device=None,
                  gpu_budget=None, gpu_max_pixels=None, gpu_staging=None, gpu_engines=None, worker_nice=None,
-                 order_range=None, local_rank=None, local_world_size=None, workers_max=None,
-                 **dataloader_args):
+                 order_range=None, local_rank=None, local_world_size=None, workers_max=None, io_requests=None,
+                 io_timeout=None, io_retries=None, io_hedge=True, io_readahead=None, **dataloader_args):
         self._ld = None
         self._positioned = True  # the next pass starts where the loader is (see _begin_pass)
         workers = _dataloader_names.translate("sluice.Loader", dataloader_args, workers, _ARGS)
@@ -459,7 +491,8 @@ class Loader:
             source = os.fsdecode(source)
         if not source:
             raise ValueError("source is empty: give an image folder or a .csv/.jsonl manifest")
-        if not os.path.exists(source) and not ("{" in source and "}" in source):  # a brace pattern of shards
+        if (not os.path.exists(source) and not ("{" in source and "}" in source)  # a brace pattern of shards
+                and not _is_url(source)):  # s3://, http(s):// (docs/remote.md): the library says what is missing
             raise FileNotFoundError(f"source {source!r} does not exist")
         kw = {
             "batch_size": _int("batch_size", batch_size, 1, _U32),
@@ -548,6 +581,7 @@ class Loader:
             kw["worker_nice"] = _int("worker_nice", worker_nice, 0, 19)
         if order_range is not None:
             kw["order_begin"], kw["order_end"] = _order_range(order_range)
+        kw.update(_io_args(io_requests, io_timeout, io_retries, io_hedge, io_readahead))
         self.fields = fields
         self.source = source
         self.batch_size = kw["batch_size"]

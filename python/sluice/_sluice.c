@@ -322,7 +322,10 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
                              /* an order range (issue 22) */
                              "order_begin", "order_end", "gpu_engines",
                              /* the tuner (issue 20) */
-                             "workers_max", NULL};
+                             "workers_max",
+                             /* remote sources (issue 21) */
+                             "io_requests", "io_timeout_ms", "io_retries", "io_hedge", "io_readahead",
+                             NULL};
     sl_config cfg;
     sl_config_init(&cfg);
     sl_image_recipe r; /* what cfg.recipe points at; sl_loader_create copies it */
@@ -331,7 +334,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
     int preset = cfg.preset, shuffle = cfg.shuffle, drop_last = cfg.drop_last,
         on_error = cfg.on_error;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&O&O&", kwlist, PyUnicode_FSConverter, &source,
+            args, kw, "O&|$O&O&ipO&pO&O&O&O&O&O&iO&O&O&O&zOO&dO&O&iiO&O&iiO&O&O&iO&O&O&O&O&O&O&iO&", kwlist,
+            PyUnicode_FSConverter, &source,
             conv_u32, &cfg.batch_size, conv_u32, &cfg.size, &preset, &shuffle, conv_u64,
             &cfg.seed, &drop_last, conv_u32, &cfg.rank, conv_u32, &cfg.world_size, conv_u32,
             &cfg.workers, conv_u32, &cfg.prefetch, conv_u32, &cfg.min_slots, conv_u64,
@@ -341,7 +345,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kw) {
             &cfg.cache_what, conv_u32, &cfg.local_rank, conv_u32, &cfg.local_world_size, &cfg.decode,
             &cfg.gpu_device, conv_u64, &cfg.gpu_budget, conv_u64, &cfg.gpu_max_pixels, conv_u64, &cfg.gpu_staging,
             &cfg.worker_nice, conv_u64, &cfg.order_begin, conv_u64, &cfg.order_end, conv_u32, &cfg.gpu_engines,
-            conv_u32, &cfg.workers_max))
+            conv_u32, &cfg.workers_max, conv_u32, &cfg.io_requests, conv_u32, &cfg.io_timeout_ms, conv_u32,
+            &cfg.io_retries, &cfg.io_hedge, conv_u64, &cfg.io_readahead))
         return -1;
     if (recipe_from_dict(recipe, &r) < 0) {
         Py_DECREF(source);
@@ -668,6 +673,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_F(d, "gpu_hybrid_s", st.gpu_hybrid_s) < 0 || PUT_F(d, "gpu_resize_s", st.gpu_resize_s) < 0 ||
         PUT_F(d, "gpu_copy_s", st.gpu_copy_s) < 0 || PUT_U64(d, "gpu_hw_calls", st.gpu_hw_calls) < 0 ||
         PUT_U64(d, "gpu_hw_failed_calls", st.gpu_hw_failed_calls) < 0)
+        goto fail;
+    /* remote sources (issue 21) */
+    if (PUT_U64(d, "net_bytes", st.net_bytes) < 0 || PUT_U64(d, "net_requests", st.net_requests) < 0 ||
+        PUT_U64(d, "net_retries", st.net_retries) < 0 || PUT_U64(d, "net_hedges", st.net_hedges) < 0 ||
+        PUT_U64(d, "net_timeouts", st.net_timeouts) < 0 || PUT_U64(d, "net_failures", st.net_failures) < 0 ||
+        PUT_U64(d, "net_inflight", st.net_inflight) < 0 || PUT_U64(d, "net_inflight_peak", st.net_inflight_peak) < 0 ||
+        PUT_U64(d, "readahead_started", st.readahead_started) < 0 ||
+        PUT_U64(d, "readahead_hits", st.readahead_hits) < 0 ||
+        PUT_U64(d, "readahead_dropped", st.readahead_dropped) < 0 ||
+        PUT_U64(d, "readahead_bytes", st.readahead_bytes) < 0)
         goto fail;
     /* elastic batch slots (mem2: issue 8 item 3) */
     if (PUT_U64(d, "slots_retired", st.slots_retired) < 0 || PUT_U64(d, "slots_min", st.slots_min) < 0 ||

@@ -145,6 +145,16 @@ int sl__cache_lookup(sl__cache *c, uint32_t key, uint64_t now, sl__cache_ref *re
     return 1;
 }
 
+int sl__cache_holds(sl__cache *c, uint32_t key) {
+    sl__chdr *h = c->h;
+    if (key >= h->keys) return 0;
+    sl__cache_lock(c);
+    uint32_t r = sl__ckeys(h)[key];
+    int held = r != SL_NONE && sl__crecs(h)[r].state == REC_READY;
+    sl__cache_unlock(c);
+    return held;
+}
+
 /* The chain's links were written under mu before the entry was published,
  * and stay unchanged while it is pinned: reading them needs no lock. */
 void sl__cache_read(const sl__cache *c, const sl__cache_ref *ref, void *dst) {

@@ -129,6 +129,9 @@ void sl__cache_destroy(sl__cache *c);
 /* Look key up at time now. 1: a hit, pinned into *ref (release it);
  * 0: a miss (*ref untouched). Never blocks on another thread's copy. */
 int sl__cache_lookup(sl__cache *c, uint32_t key, uint64_t now, sl__cache_ref *ref);
+/* 1 when key's bytes are cached now (no pin, no count, no next-use
+ * update: for read-ahead, which skips what the cache will serve). */
+int sl__cache_holds(sl__cache *c, uint32_t key);
 /* Copy a pinned hit's ref->size bytes to dst. */
 void sl__cache_read(const sl__cache *c, const sl__cache_ref *ref, void *dst);
 void sl__cache_release(sl__cache *c, sl__cache_ref *ref);

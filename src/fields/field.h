@@ -107,6 +107,10 @@ typedef struct sl__load {
     uint32_t key;               /* this field's first key (the worker sets it per field) */
     sl__fileio *io;             /* the loader's counters (may be NULL) */
     sl__defer *defer;           /* NULL, or offered each planned image and clip (image, video kinds) */
+    /* Read-ahead of remote files (pipeline/readahead.c): NULL, or the table
+     * sl__fileval takes this field's file from, under ra_key. */
+    sl__ra *ra;
+    uint64_t ra_key;
 } sl__load;
 
 struct sl__kind {
@@ -139,12 +143,14 @@ struct sl__kind {
  * A file value of one sample (column f->col, element L->elem), whole: from
  * the cache when L->cache holds it, else from storage, offered to the cache
  * once read (whatever its decode does later: bytes that fail to decode are
- * cached and fail again the same way; a failed read caches nothing). Open
+ * cached and fail again the same way; a failed read caches nothing; a
+ * file read ahead counts as read from storage). Open
  * it, check v->size against the limits, reserve the read buffer for
  * v->size bytes (the same with and without a hit, so the per-sample room
  * rule does not depend on the cache), read, decode, close. */
 typedef struct sl__fileval {
     sl__sample_file sf;   /* storage: opened on a miss (fd -1 on a hit) */
+    sl__ra_entry *ra;     /* read ahead: its bytes, released at close (NULL: none) */
     uint64_t size;        /* the value's bytes */
     int hit;              /* 1: the cache holds it, pinned until close */
     int offered;          /* read from storage and offered to the cache already */

@@ -22,6 +22,10 @@ int sl__fileval_open(sl__load *L, const sl__field *f, sl__fileval *v, char *reas
             return 0;
         }
     }
+    if (L->ra && sl__ra_take(L->ra, L->ra_key, &v->ra)) { /* read ahead: the bytes are here */
+        sl__ra_data(v->ra, &v->size);
+        return 0;
+    }
     int rc = sl__source_open_file(L->src, L->index, (uint32_t)f->col, L->elem, &v->sf, reason, rlen);
     if (rc) {
         v->sf.fd = -1;
@@ -41,7 +45,14 @@ int sl__fileval_read(sl__load *L, sl__fileval *v, uint8_t *buf, const uint8_t **
         *data = buf;
         return 0;
     }
-    int rc = sl__sample_read(&v->sf, buf, reason, rlen);
+    int rc = 0;
+    if (v->ra) {
+        uint64_t n;
+        const uint8_t *p = sl__ra_data(v->ra, &n);
+        if (n) memcpy(buf, p, (size_t)n);
+    } else {
+        rc = sl__sample_read(&v->sf, buf, reason, rlen);
+    }
     if (rc) return rc;
     if (L->io) atomic_fetch_add_explicit(&L->io->storage, v->size, memory_order_relaxed);
     if (L->cache) sl__cache_note_read(L->cache, v->size);
@@ -55,7 +66,9 @@ int sl__fileval_read(sl__load *L, sl__fileval *v, uint8_t *buf, const uint8_t **
 
 void sl__fileval_close(sl__load *L, sl__fileval *v) {
     if (v->hit) sl__cache_release(L->cache, &v->ref);
-    else if (v->sf.fd >= 0) sl__sample_close(&v->sf);
+    else if (v->ra) sl__ra_release(L->ra, v->ra);
+    else if (sl__sample_is_open(&v->sf)) sl__sample_close(&v->sf);
     v->hit = 0;
+    v->ra = NULL;
     v->sf.fd = -1;
 }

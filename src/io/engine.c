@@ -126,6 +126,8 @@ struct sl__io {
     sl__budget *b;
     uint64_t reserved;        /* SL_MEM_IO held for the engine's life */
     sl__aws aws;
+    int aws_rc;               /* the AWS configuration could not be read: s3:// requests fail with aws_err */
+    char aws_err[300];
     uint32_t nslots, retries;
     uint64_t timeout_ns;
     int hedge;
@@ -367,7 +369,7 @@ static int start_transfer(sl__io *io, sl__io_req *r, uint64_t from, int hedge) {
     t->want = want;
     t->cr_start = t->cr_total = t->clen = UINT64_MAX;
     t->t_start = sl__now_ns();
-    int rc = request_url(io, r, t);
+    int rc = sl__url_scheme(r->name) == SL__URL_S3 && io->aws_rc ? io->aws_rc : request_url(io, r, t);
     if (!rc && !t->easy && !(t->easy = curl_easy_init())) rc = SL_ENOMEM;
     if (rc) {
         t->req = NULL;
@@ -615,7 +617,10 @@ static void start_pending(sl__io *io, uint64_t now) {
             r->next = io->active;
             io->active = r;
             int rc = start_transfer(io, r, r->off + r->got, 0);
-            if (rc) {
+            if (rc && sl__url_scheme(r->name) == SL__URL_S3 && io->aws_rc) {
+                sl__msg(r->reason, sizeof r->reason, "%s", io->aws_err);
+                finish(io, r, rc);
+            } else if (rc) {
                 sl__msg(r->reason, sizeof r->reason, "cannot make the request for %.100s (%s)", r->name,
                         sl_strerror(rc));
                 finish(io, r, rc);
@@ -785,8 +790,14 @@ int sl__io_new(sl__budget *b, const sl__io_opts *o, sl__io **out, char *err, siz
         slots[i].next = io->free;
         io->free = &slots[i];
     }
-    int rc = sl__aws_load(&io->aws, b, err, errlen);
-    if (rc) goto fail;
+    /* the AWS configuration: a fault in it fails s3:// requests only (an
+     * http(s) source does not depend on it) */
+    int rc = sl__aws_load(&io->aws, b, io->aws_err, sizeof io->aws_err);
+    if (rc == SL_EBUDGET) {
+        sl__msg(err, errlen, "%s", io->aws_err);
+        goto fail;
+    }
+    io->aws_rc = rc;
     if (!(io->multi = curl_multi_init())) {
         rc = SL_ENOMEM;
         sl__msg(err, errlen, "libcurl could not make a multi handle");

@@ -190,10 +190,12 @@ typedef struct sl__io_stats {
     uint32_t inflight, inflight_peak;
 } sl__io_stats;
 
-/* Start an engine: its credentials (sl__aws_load), its slots and libcurl
- * state counted under SL_MEM_IO in b, its thread (every asynchronous signal
- * blocked). 0, or SL_EINVAL (configuration, with the sentence),
- * SL_EBUDGET / SL_ENOMEM, SL_ESYS, SL_EUNSUPPORTED (built without libcurl). */
+/* Start an engine: its credentials (sl__aws_load; a fault there fails
+ * every s3:// request with its sentence, not the engine: an http(s) source
+ * does not depend on it), its slots and libcurl state counted under
+ * SL_MEM_IO in b, its thread (every asynchronous signal blocked). 0, or
+ * SL_EINVAL (io_requests), SL_EBUDGET / SL_ENOMEM, SL_ESYS,
+ * SL_EUNSUPPORTED (built without libcurl). */
 int sl__io_new(sl__budget *b, const sl__io_opts *o, sl__io **out, char *err, size_t errlen);
 /* Fail every request queued or in flight with SL_ESTATE ("closing") and
  * every later one at once; waiters return. For a loader that stops. */

@@ -123,8 +123,10 @@ int sl__conf_index(sl__conf *c, char *err, size_t errlen) {
     sl__colreq req[SL__MAX_FIELDS];
     uint32_t nreq = sl__schema_columns(&c->schema, req);
     uint64_t t0 = sl__now_ns();
-    rc = sl__source_open_cols(c->budget, cfg->source, c->nworkers, cfg->fields ? req : NULL, cfg->fields ? nreq : 0,
-                              &c->src, err, errlen);
+    sl__io_opts io = {.requests = cfg->io_requests, .timeout_ms = cfg->io_timeout_ms, .retries = cfg->io_retries,
+                      .no_hedge = cfg->io_hedge == -1};
+    rc = sl__source_open_io(c->budget, cfg->source, c->nworkers, cfg->fields ? req : NULL, cfg->fields ? nreq : 0,
+                            &io, &c->src, err, errlen);
     if (rc) return rc;
     c->index_seconds = (double)(sl__now_ns() - t0) / 1e9;
     if ((rc = sl__schema_resolve(&c->schema, c->src, err, errlen))) return rc;

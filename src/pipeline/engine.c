@@ -339,13 +339,14 @@ void sl__engine_sync_fini(sl__engine *e) {
 }
 
 void sl__engine_init(sl__engine *e, sl_loader *ld, const sl__conf *conf, sl__sampler *sampler, sl__workers *workers,
-                     sl__gstage *gs, sl__lcache *cache, sl__errlog *log, sl__guard *guard) {
+                     sl__gstage *gs, sl__lcache *cache, sl__rahead *ra, sl__errlog *log, sl__guard *guard) {
     e->ld = ld;
     e->conf = conf;
     e->sampler = sampler;
     e->workers = workers;
     e->gs = gs;
     e->cache = cache;
+    e->ra = ra;
     e->log = log;
     e->guard = guard;
 }
@@ -738,7 +739,11 @@ void sl__engine_run(void *ctx, sl__worker *w) {
             continue;
         }
         e->active++;
+        sl__rahead_todo ra; /* remote files of the samples after this one (readahead.h) */
+        int ahead = c.epoch == e->d_epoch && e->d_open &&
+                    sl__rahead_plan(e->ra, e->gen, c.epoch, c.order_pos, e->tail, e->seq[c.epoch & 1], &ra);
         unlock(e);
+        if (ahead) sl__rahead_issue(e->ra, &ra);
         int to_gpu = fill_position(w, &c); /* its time counts as the worker's busy time */
         pthread_mutex_lock(&e->mu);
         e->active--;

@@ -27,6 +27,7 @@
 #include "pipeline/gpustage.h"
 #include "pipeline/guard.h"
 #include "pipeline/lcache.h"
+#include "pipeline/readahead.h"
 #include "pipeline/slot.h"
 #include "pipeline/tuner.h"
 #include "pipeline/worker.h"
@@ -40,6 +41,7 @@ typedef struct sl__engine {
     sl__workers *workers;
     sl__gstage *gs;
     sl__lcache *cache;
+    sl__rahead *ra;          /* read-ahead of remote files, planned after each claim */
     sl__errlog *log;
     sl__guard *guard;        /* its fields are under mu */
 
@@ -131,7 +133,7 @@ int sl__engine_sync_init(sl__engine *e);
 void sl__engine_sync_fini(sl__engine *e);
 /* What the engine drives (ld: the loader the slots belong to). */
 void sl__engine_init(sl__engine *e, sl_loader *ld, const sl__conf *conf, sl__sampler *sampler, sl__workers *workers,
-                     sl__gstage *gs, sl__lcache *cache, sl__errlog *log, sl__guard *guard);
+                     sl__gstage *gs, sl__lcache *cache, sl__rahead *ra, sl__errlog *log, sl__guard *guard);
 static inline const _Atomic int *sl__engine_cancel(const sl__engine *e) { return &e->cancel; }
 /* The two epoch orders' buffers (and the permutation scratch for world >
  * 1) in the budget: 0, or the smallest block refused. */

@@ -10,7 +10,8 @@
  *
  * The modules, each writing only its own struct (docs/engine.md has the
  * map): config.c the configuration; errlog.c the error records; guard.c
- * the failure guard; lcache.c the sample cache front; gpustage.c the GPU
+ * the failure guard; lcache.c the sample cache front; readahead.c the
+ * read-ahead of remote files; gpustage.c the GPU
  * stage; worker.c the workers; slot.c and refill.c a slot's block and its
  * refill rounds; engine.c the slots, dispatch, commit and delivery (see
  * engine.c for the pipeline's invariants). Live loaders are in the fork
@@ -32,6 +33,7 @@
 #include "pipeline/gpustage.h"
 #include "pipeline/guard.h"
 #include "pipeline/lcache.h"
+#include "pipeline/readahead.h"
 #include "pipeline/slot.h"
 #include "pipeline/state.h"
 #include "pipeline/worker.h"
@@ -47,6 +49,7 @@ struct sl_loader {
     sl__errlog log;          /* the error records */
     sl__guard guard;         /* the failure guard and poisoning (the engine's lock) */
     sl__lcache cache;        /* the sample cache */
+    sl__rahead ra;           /* read-ahead of remote files */
     sl__gstage gs;           /* the GPU stage */
     sl__workers workers;     /* the worker threads */
     sl__engine eng;          /* the slots, dispatch, commit, delivery */
@@ -110,6 +113,9 @@ static int validate(const sl_config *c, char *err, size_t errlen) {
     if (c->worker_nice < 0 || c->worker_nice > 19) BAD("worker_nice %d out of range 0..19", c->worker_nice);
     if ((c->order_begin || c->order_end) && c->order_begin >= c->order_end)
         BAD("order range [%llu, %llu) is empty (0, 0: the whole order)", (ull)c->order_begin, (ull)c->order_end);
+    if (c->io_requests > SL__IO_REQUESTS_MAX) BAD("io_requests %u over %d", c->io_requests, SL__IO_REQUESTS_MAX);
+    if (c->io_hedge != 0 && c->io_hedge != -1) BAD("io_hedge %d is neither 0 (hedge slow reads) nor -1 (never)", c->io_hedge);
+    if (c->io_retries > 100) BAD("io_retries %u over 100", c->io_retries);
     return 0;
 #undef BAD
 }
@@ -172,8 +178,8 @@ static int step_new(const sl_config *cfg, sl_loader **out, char *err, size_t err
         return rc;
     }
     sl__guard_init(&ld->guard, ld->conf.cfg.max_error_rate);
-    sl__engine_init(&ld->eng, ld, &ld->conf, &ld->conf.sampler, &ld->workers, &ld->gs, &ld->cache, &ld->log,
-                    &ld->guard);
+    sl__engine_init(&ld->eng, ld, &ld->conf, &ld->conf.sampler, &ld->workers, &ld->gs, &ld->cache, &ld->ra,
+                    &ld->log, &ld->guard);
     *out = ld;
     return sl__conf_init(&ld->conf, SL_WORKER_BYTES, err, errlen);
 }
@@ -242,7 +248,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     uint64_t used = atomic_load(&c->budget->used) + sl__gstage_host_pending(&ld->gs); /* counted by step_slots */
     uint64_t min_slots = SL_MAX(cfg->min_slots, cfg->prefetch ? cfg->prefetch : 1);
     uint64_t slot_cost = pitch + sizeof(sl_batch);
-    uint64_t cache = sl__lcache_reserve(c); /* kept free of the pipeline (lcache.c) */
+    /* kept free of the pipeline: the sample cache (lcache.c), read-ahead of remote files (readahead.c) */
+    uint64_t lcache = sl__lcache_reserve(c), ahead = sl__rahead_reserve(c), cache = lcache + ahead;
     /* the default ceiling: no more workers than the fixed part's room beside the rest of the minimum */
     uint64_t rest = used + slots_cost(pitch, min_slots) + 4096 + cache, fixed_max = cfg->budget - c->sample_cap;
     sl__conf_fit_workers(&ld->conf, fixed_max > rest ? fixed_max - rest : 0, per_worker);
@@ -262,7 +269,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     p->index_bytes = used;
     p->min_budget = minimum;
     p->index_seconds = c->index_seconds;
-    if (cache && fixed_min + c->sample_cap <= cfg->budget && fixed_min + cache + c->sample_cap > cfg->budget) {
+    if (lcache && fixed_min + ahead + c->sample_cap <= cfg->budget &&
+        fixed_min + cache + c->sample_cap > cfg->budget) { /* the cache is what does not fit */
         char b1[32], b2[32], b3[32], b4[32], b5[32];
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
@@ -271,27 +279,32 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 "pipeline's minimum working set of %s; raise the budget to at least %s, give the cache less, or "
                 "share a node cache (cache_share=node: its own /dev/shm segment, outside the budget)",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(cfg->cache, b2, sizeof b2),
-                sl__fmt_bytes(cache, b3, sizeof b3), sl__fmt_bytes(min_budget_for(fixed_min), b4, sizeof b4),
+                sl__fmt_bytes(lcache, b3, sizeof b3),
+                sl__fmt_bytes(min_budget_for(fixed_min + ahead), b4, sizeof b4),
                 sl__fmt_bytes(minimum, b5, sizeof b5));
         return SL_EBUDGET;
     }
     if (fixed_min + cache + c->sample_cap > cfg->budget || fixed_min + cache > cfg->budget) {
         char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32];
         uint64_t gpu = sl__gstage_fixed(&ld->gs); /* inside used */
+        const char *kept = lcache && ahead ? " + the sample cache's and read-ahead's "
+                           : lcache        ? " + the sample cache's "
+                           : ahead         ? " + read-ahead's "
+                                           : "";
         p->slots = (uint32_t)min_slots;
         p->fixed_bytes = fixed_min;
         sl__msg(err, errlen,
                 "budget %s is below the minimum working set of %s for this pipeline: %llu batch slot(s) of %s "
                 "(batch %u x %s a sample) + %u workers x %s scratch + %s index%s%s%s%s%s, with a quarter of the "
                 "budget kept for one sample's decode; raise the budget to at least %s or lower the batch size, "
-                "sample size or workers%s",
+                "sample size or workers%s%s",
                 sl__fmt_bytes(cfg->budget, b1, sizeof b1), sl__fmt_bytes(minimum, b2, sizeof b2), (ull)min_slots,
                 sl__fmt_bytes(pitch, b3, sizeof b3), c->B, sl__fmt_bytes(c->layout.sample_bytes, b5, sizeof b5),
                 c->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used - gpu, b6, sizeof b6),
                 gpu ? " + " : "", gpu ? sl__fmt_bytes(gpu, b8, sizeof b8) : "",
                 gpu ? " for GPU decode (pinned staging, the host memory of the GPU engine's libraries)" : "",
-                cache ? " + the sample cache's " : "", cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "",
-                sl__fmt_bytes(minimum, b2, sizeof b2), cache ? ", or the cache" : "");
+                kept, cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "", sl__fmt_bytes(minimum, b2, sizeof b2),
+                lcache ? ", or the cache" : "", ahead ? ", or io_readahead" : "");
         return SL_EBUDGET;
     }
     uint32_t nslots;
@@ -364,6 +377,7 @@ static int step_slots(sl_loader *ld, const sl_plan *p, char *err, size_t errlen)
 static void stop_workers(sl_loader *ld, uint32_t n) {
     sl__engine_stop(&ld->eng);
     sl__budget_close(ld->conf.budget);
+    sl__source_cancel_io(ld->conf.src); /* a worker waiting on a remote read returns now */
     sl__workers_join(&ld->workers, n);
     sl__engine_stop_gpu(&ld->eng);
 }
@@ -372,7 +386,8 @@ static void stop_workers(sl_loader *ld, uint32_t n) {
  * returns once every worker runs. */
 static int step_workers(sl_loader *ld, char *err, size_t errlen) {
     const sl__conf *c = &ld->conf;
-    int rc = sl__workers_init(&ld->workers, c, &ld->cache, &ld->gs, sl__engine_cancel(&ld->eng), err, errlen);
+    int rc = sl__workers_init(&ld->workers, c, &ld->cache, &ld->ra, &ld->gs, sl__engine_cancel(&ld->eng), err,
+                              errlen);
     if (rc) return rc;
     /* everything held now is fixed for life but the elastic slots (the GPU
      * engine fixed its pinned pool already) */
@@ -417,6 +432,7 @@ static void free_memory(sl_loader *ld, int in_child) {
      * it is left alone: a node cache's process slot is the parent's, and
      * its locks may have been held by the parent's threads at the fork. */
     if (!in_child) sl__lcache_destroy(&ld->cache);
+    sl__rahead_destroy(&ld->ra, in_child);
     sl__workers_fini(&ld->workers, b, in_child);
     sl__engine_free(&ld->eng); /* slots, region, orders */
     sl__errlog_free(&ld->log, b);
@@ -459,6 +475,7 @@ int sl_loader_create(const sl_config *cfg, sl_loader **out, char *err, size_t er
     if (!rc) rc = step_gpu_size(ld, &plan, err, errlen); /* GPU decode (the engine, its staging), then sizing */
     if (!rc) rc = step_slots(ld, &plan, err, errlen);
     if (!rc) rc = sl__lcache_create(&ld->cache, &ld->conf, err, errlen); /* the sample cache: sizing kept its room */
+    if (!rc) rc = sl__rahead_create(&ld->ra, &ld->conf, &ld->cache, err, errlen); /* read-ahead: the same */
     if (!rc) rc = step_workers(ld, err, errlen);
     if (rc) {
         if (ld && rc == SL_EBUDGET) sl__conf_shared_reason(&ld->conf, err, errlen);
@@ -588,6 +605,7 @@ int sl_loader_stats_sized(const sl_loader *cld, sl_stats *out, size_t out_size) 
     o->index_seconds = ld->conf.index_seconds;
     sl__lcache_stats(&ld->cache, o);
     sl__gstage_stats(&ld->gs, o);
+    sl__rahead_stats(&ld->ra, o); /* the source's I/O engine and the read-ahead */
     sl__abi_out(out, out_size, o, sizeof *o);
     return 0;
 }

@@ -42,11 +42,12 @@ static void trim_decoder(void *ctx) {
     sl__decoder_trim(w->dec, SL_WORKER_DEC_BASE);
 }
 
-static int worker_init(sl__worker *w, sl__workers *ws, const sl__conf *conf, sl__lcache *cache, sl__gstage *gs,
-                       const _Atomic int *cancel, uint32_t id) {
+static int worker_init(sl__worker *w, sl__workers *ws, const sl__conf *conf, sl__lcache *cache,
+                       const sl__rahead *ra, sl__gstage *gs, const _Atomic int *cancel, uint32_t id) {
     memset(w, 0, sizeof *w);
     w->conf = conf;
     w->cache = cache;
+    w->ra = ra;
     w->cancel = cancel;
     w->crew = ws;
     w->id = id;
@@ -122,6 +123,7 @@ static int fill_once(sl__worker *w, sl_batch *s, uint32_t j, uint64_t sample, ui
         const sl__field *f = &c->schema.fields[i];
         uint8_t *dst = sl__layout_at(L, s->base, L->field_out[i], j);
         int64_t *len = L->len_out[i] ? (int64_t *)sl__layout_at(L, s->base, L->len_out[i], j) : NULL;
+        sl__rahead_field(w->ra, &load, i); /* its file may be read ahead (remote sources) */
         rc = sl__lcache_load(w->cache, &load, i, dst, len, reason);
         if (rc) name_field(c, f, reason, SL_REASON_LEN);
     }
@@ -205,11 +207,11 @@ void sl__workers_trim(sl__workers *ws, uint32_t n) {
     ws->n = SL_MIN(n, ws->size);
 }
 
-int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, sl__gstage *gs,
-                     const _Atomic int *cancel, char *err, size_t errlen) {
+int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, const sl__rahead *ra,
+                     sl__gstage *gs, const _Atomic int *cancel, char *err, size_t errlen) {
     int rc;
     for (uint32_t i = 0; i < ws->n; i++) {
-        if ((rc = worker_init(&ws->w[i], ws, conf, cache, gs, cancel, i))) {
+        if ((rc = worker_init(&ws->w[i], ws, conf, cache, ra, gs, cancel, i))) {
             for (uint32_t j = 0; j < i; j++) worker_fini(&ws->w[j]);
             memset(ws->w, 0, sizeof(sl__worker) * ws->n);
             sl__msg(err, errlen, "worker scratch: %s", sl_strerror(rc));

@@ -25,6 +25,7 @@
 #include "pipeline/config.h"
 #include "pipeline/gpustage.h"
 #include "pipeline/lcache.h"
+#include "pipeline/readahead.h"
 #include "pipeline/slot.h"
 #include "sluice.h"
 
@@ -41,6 +42,7 @@ typedef struct sl__workers sl__workers;
 typedef struct sl__worker {
     const sl__conf *conf;
     sl__lcache *cache;       /* every field's load goes through it */
+    const sl__rahead *ra;    /* and takes its file from here when it was read ahead */
     const _Atomic int *cancel; /* the loader is closing: decoders give up */
     sl__workers *crew;       /* its table */
     uint32_t id;
@@ -71,8 +73,8 @@ void sl__workers_trim(sl__workers *ws, uint32_t n);
 /* Every worker's baseline (fixed for life: a stack, a read buffer,
  * decoder room) and its hand on gs. 0, or the failure (nothing held, err
  * says why). */
-int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, sl__gstage *gs,
-                     const _Atomic int *cancel, char *err, size_t errlen);
+int sl__workers_init(sl__workers *ws, const sl__conf *conf, sl__lcache *cache, const sl__rahead *ra,
+                     sl__gstage *gs, const _Atomic int *cancel, char *err, size_t errlen);
 /* Start the threads ("sl-worker-N"), each running run(ctx, worker), by
  * the library's one thread start (base/thread.h: asynchronous signals
  * blocked, so Ctrl-C and friends go to the caller's threads; the stack the

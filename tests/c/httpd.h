@@ -11,7 +11,8 @@
  * body cut short (the full Content-Length announced, half sent, then the
  * connection closed); a connection reset (SO_LINGER 0); a stall (nothing
  * is answered until hd_stop or hd_release); a server that ignores Range
- * (200 and the whole object, for every request).
+ * (200 and the whole object, for every request); HD_MIX: the first three
+ * in turn.
  */
 #ifndef SL_TEST_HTTPD_H
 #define SL_TEST_HTTPD_H
@@ -33,7 +34,7 @@
 #define HD_OBJECTS 64
 #define HD_CONNS 256
 
-enum { HD_OK = 0, HD_503, HD_CUT, HD_RESET, HD_STALL, HD_NORANGE };
+enum { HD_OK = 0, HD_503, HD_CUT, HD_RESET, HD_STALL, HD_NORANGE, HD_MIX /* 503, cut, reset in turn */ };
 
 typedef struct hd_object {
     char path[256];
@@ -154,6 +155,7 @@ static int hd_answer(hd_server *s, int fd, const char *req) {
     if (s->fault == HD_NORANGE) fault = HD_NORANGE;
     else if (s->fault && s->every && k % s->every == 0 && (!s->limit || s->faulted < s->limit)) {
         fault = s->fault;
+        if (fault == HD_MIX) fault = HD_503 + s->faulted % 3;
         s->faulted++;
     }
     if (fault == HD_STALL) {

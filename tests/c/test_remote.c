@@ -1,0 +1,319 @@
+/* ctest: tsan */
+/*
+ * Remote sources through the loader (docs/remote.md), against the
+ * in-process HTTP server of httpd.h: the same batches (checksums) from
+ * http:// shards and local shards for 1 and 8 workers, and from a manifest
+ * whose files are URLs; resume across local and remote; with a tenth of
+ * the requests failed (503, cut bodies, resets) the same bytes and no
+ * error record; an object deleted is one error record naming its URL;
+ * create's refusals; read-ahead serving the workers; a loader destroyed
+ * while every request stalls returns. (s3:// through moto, and the fault
+ * proxy in front of it: tests/python/test_remote.py.)
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "fixture.h"
+#include "httpd.h"
+#include "io/io.h"
+#include "sluice.h"
+#include "tarw.h"
+
+static void read_all(const char *path, buf *out) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    uint8_t chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) b_put(out, chunk, n);
+    fclose(f);
+}
+
+/* The dataset's files as nshards shards, written to dir and served at
+ * /shards/s-00000N.tar too. */
+static void shards(const fx_dataset *d, const char *dir, int nshards, hd_server *srv) {
+    uint32_t per = (d->files + (uint32_t)nshards - 1) / (uint32_t)nshards;
+    for (int s = 0; s < nshards; s++) {
+        buf b = {0};
+        for (uint32_t k = (uint32_t)s * per; k < d->files && k < (uint32_t)(s + 1) * per; k++) {
+            char path[512], name[64], cls[16];
+            buf img = {0};
+            snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
+            read_all(path, &img);
+            snprintf(name, sizeof name, "k%05u.jpg", k);
+            member_n(&b, name, img.p, img.n);
+            snprintf(name, sizeof name, "k%05u.cls", k);
+            snprintf(cls, sizeof cls, "%d\n", d->label[k]);
+            member(&b, name, cls);
+            free(img.p);
+        }
+        end(&b);
+        char path[512], url[64];
+        snprintf(path, sizeof path, "%s/s-%06d.tar", dir, s);
+        b_write(&b, path);
+        snprintf(url, sizeof url, "/shards/s-%06d.tar", s);
+        hd_put(srv, url, b.p, b.n);
+        free(b.p);
+    }
+}
+
+/* The dataset's files at /ds/REL and a manifest /ds/m.csv naming them in
+ * index order, relative to it. */
+static void serve_folder(const fx_dataset *d, hd_server *srv) {
+    buf m = {0};
+    for (uint32_t k = 0; k < d->files; k++) {
+        char path[512], url[300], line[128];
+        buf img = {0};
+        snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
+        read_all(path, &img);
+        snprintf(url, sizeof url, "/ds/%s", d->rel[k]);
+        hd_put(srv, url, img.p, img.n);
+        free(img.p);
+        int n = snprintf(line, sizeof line, "%s,%d\n", d->rel[k], d->label[k]);
+        b_put(&m, line, (size_t)n);
+    }
+    hd_put(srv, "/ds/m.csv", m.p, m.n);
+    free(m.p);
+}
+
+static void cfg_for(sl_config *c, const char *source, uint32_t workers) {
+    sl_config_init(c);
+    c->source = source;
+    c->batch_size = 5;
+    c->size = 32;
+    c->workers = workers;
+    c->budget = 64 << 20;
+    c->seed = 5;
+    c->flags = SL_FLAG_CHECKSUM;
+    c->io_requests = 8;
+}
+
+typedef struct setup {
+    fx_dataset *d;
+    hd_server *srv;
+    char dir[256], local[300], remote[300];
+} setup;
+
+static void up(setup *s, uint32_t n, uint32_t corrupt) {
+    unsetenv("AWS_PROFILE"); /* http needs no AWS configuration; make sure none breaks it */
+    s->d = calloc(1, sizeof *s->d);
+    fx_simple(s->d, n, corrupt, 48, 200);
+    s->srv = hd_start();
+    fx_empty_dir(s->dir, sizeof s->dir);
+    shards(s->d, s->dir, 3, s->srv);
+    serve_folder(s->d, s->srv);
+    snprintf(s->local, sizeof s->local, "%s/s-{000000..000002}.tar", s->dir);
+    hd_url(s->srv, "/shards/s-{000000..000002}.tar", s->remote, sizeof s->remote);
+}
+
+static void down(setup *s) {
+    hd_stop(s->srv);
+    free(s->d);
+}
+
+TEST(http_shards_equal_local_for_1_and_8_workers) {
+    setup s;
+    up(&s, 23, 3);
+    for (int preset = SL_PRESET_TRAIN; preset <= SL_PRESET_VAL; preset++) {
+        sl_config local, r1, r8;
+        cfg_for(&local, s.local, 2);
+        cfg_for(&r1, s.remote, 1);
+        cfg_for(&r8, s.remote, 8);
+        local.preset = r1.preset = r8.preset = preset;
+        uint64_t n0, n1, n8, want = fx_epoch_sum(&local, &n0);
+        CHECK_EQ(fx_epoch_sum(&r1, &n1), want);
+        CHECK_EQ(fx_epoch_sum(&r8, &n8), want);
+        CHECK(n0 == 23 && n1 == 23 && n8 == 23); /* the 3 corrupt ones skipped in each */
+    }
+    /* paths name the URL; the corrupt members are error records; the bytes came over the network */
+    sl_config c;
+    cfg_for(&c, s.remote, 2);
+    sl_loader *ld;
+    char err[512], path[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    CHECK(sl_loader_sample_path(ld, 20, path, sizeof path) != NULL);
+    char want[300];
+    hd_url(s.srv, "/shards/s-000002.tar:k00020", want, sizeof want);
+    CHECK(!strcmp(path, want));
+    sl_batch *b;
+    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK_EQ(st.errors, 3);
+    CHECK(st.net_requests > 0 && st.net_bytes > 0);
+    CHECK_EQ(st.net_failures, 0);
+    CHECK(st.mem[SL_MEM_IO] >= sl__io_reserve(8));
+    CHECK_LE(st.peak_accounted_bytes, c.budget);
+    sl_loader_destroy(ld);
+    down(&s);
+}
+
+TEST(resume_across_local_and_remote) {
+    setup s;
+    up(&s, 30, 0);
+    sl_config local, remote;
+    cfg_for(&local, s.local, 2);
+    cfg_for(&remote, s.remote, 4);
+    fx_check_resume(&local, &remote, 2); /* the state says nothing of where the bytes come from */
+    fx_check_resume(&remote, &local, 3);
+    down(&s);
+}
+
+TEST(faults_same_bytes_no_error_record) {
+    setup s;
+    up(&s, 40, 0);
+    sl_config local, remote;
+    cfg_for(&local, s.local, 2);
+    cfg_for(&remote, s.remote, 3);
+    remote.io_retries = 20;
+    uint64_t want = fx_epoch_sum(&local, NULL);
+    hd_faults(s.srv, HD_MIX, 10, 0); /* a tenth of the requests: 503 SlowDown, a cut body, a reset in turn */
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&remote, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    uint64_t h = 0;
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_loader_next(ld, &b)) == 0) {
+        uint64_t pair[2] = {h, sl_batch_checksum(b)};
+        h = sl_hash64(pair, sizeof pair, 1);
+        sl_loader_release(ld, b);
+    }
+    CHECK_EQ(rc, SL_EEND);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    sl_loader_destroy(ld);
+    CHECK_EQ(h, want);
+    CHECK_EQ(st.errors, 0);
+    CHECK(st.net_retries > 0);
+    CHECK(s.srv->faulted > 0);
+    down(&s);
+}
+
+TEST(manifest_files_over_http_and_a_deleted_object) {
+    setup s;
+    up(&s, 20, 0);
+    char m[300];
+    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    sl_config folder, r1, r4;
+    cfg_for(&folder, s.d->root, 2);
+    cfg_for(&r1, m, 1);
+    cfg_for(&r4, m, 4);
+    uint64_t want = fx_epoch_sum(&folder, NULL);
+    CHECK_EQ(fx_epoch_sum(&r1, NULL), want);
+    CHECK_EQ(fx_epoch_sum(&r4, NULL), want);
+    /* one object deleted: one error record, naming its URL */
+    char gone[300];
+    snprintf(gone, sizeof gone, "/ds/%s", s.d->rel[7]);
+    hd_remove(s.srv, gone);
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&r4, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *b;
+    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK_EQ(st.errors, 1);
+    sl_error_record rec;
+    CHECK_EQ(sl_loader_errors(ld, 0, &rec, 1), 1);
+    CHECK_EQ(rec.index, 7);
+    CHECK_EQ(rec.code, SL_ENOENT);
+    CHECK_STR_CONTAINS(rec.reason, "HTTP 404 NoSuchKey");
+    char path[512], url[400];
+    CHECK(sl_loader_sample_path(ld, rec.index, path, sizeof path) != NULL);
+    CHECK(!strcmp(path, hd_url(s.srv, gone, url, sizeof url)));
+    sl_loader_destroy(ld);
+    down(&s);
+}
+
+TEST(readahead_serves_the_workers) {
+    setup s;
+    up(&s, 40, 0);
+    char m[300];
+    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    sl_config c;
+    cfg_for(&c, m, 2);
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_batch *b;
+    for (int e = 0; e < 2; e++) {
+        while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    }
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK(st.readahead_started > 0);
+    CHECK(st.readahead_hits > 0);
+    CHECK_LE(st.readahead_hits + st.readahead_dropped, st.readahead_started);
+    CHECK_LE(st.peak_accounted_bytes, c.budget);
+    sl_loader_destroy(ld);
+    /* off: nothing read ahead, the same bytes */
+    sl_config off = c;
+    off.io_readahead = SL_READAHEAD_OFF;
+    CHECK_EQ(fx_epoch_sum(&off, NULL), fx_epoch_sum(&c, NULL));
+    down(&s);
+}
+
+TEST(create_refusals_say_which_and_what_to_do) {
+    setup s;
+    up(&s, 10, 0);
+    sl_config c;
+    char err[512], url[300];
+    cfg_for(&c, hd_url(s.srv, "/shards/s-{000000..000003}.tar", url, sizeof url), 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_ENOENT);
+    CHECK_STR_CONTAINS(err, "s-000003.tar: HTTP 404 NoSuchKey: no such object");
+    cfg_for(&c, hd_url(s.srv, "/shards/", url, sizeof url), 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "an http server has no listing");
+    cfg_for(&c, hd_url(s.srv, "/ds/none.jsonl", url, sizeof url), 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_ENOENT);
+    CHECK_STR_CONTAINS(err, "none.jsonl: HTTP 404");
+    cfg_for(&c, "s3://x/shard.tar", 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EINVAL);
+    CHECK_STR_CONTAINS(err, "is not an S3 bucket name");
+    /* a port nobody listens on */
+    hd_server *gone = hd_start();
+    char dead[300];
+    hd_url(gone, "/x.tar", dead, sizeof dead);
+    hd_stop(gone);
+    cfg_for(&c, dead, 1);
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EIO);
+    CHECK_STR_CONTAINS(err, "cannot reach the server");
+    /* a budget too small for the requests in flight */
+    cfg_for(&c, s.remote, 1);
+    c.io_requests = 1024;
+    CHECK_EQ(fx_create_fails(&c, err, sizeof err), SL_EBUDGET);
+    CHECK_STR_CONTAINS(err, "cannot hold 1024 requests in flight");
+    down(&s);
+}
+
+static void *destroy_it(void *arg) {
+    sl_loader_destroy(arg);
+    return NULL;
+}
+
+TEST(destroy_while_every_request_stalls) {
+    setup s;
+    up(&s, 30, 0);
+    char m[300];
+    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    sl_config c;
+    cfg_for(&c, m, 3);
+    c.io_timeout_ms = 600000; /* nothing but the cancel can end the reads */
+    sl_loader *ld;
+    char err[512];
+    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    hd_faults(s.srv, HD_STALL, 1, 0);
+    /* consume until requests stall (progress, not a clock: the 10 ms is a poll) */
+    sl_batch *b;
+    while (atomic_load(&s.srv->stalled) == 0)
+        if (sl_loader_next_timeout(ld, &b, 10) == 0) sl_loader_release(ld, b);
+    pthread_t t;
+    pthread_create(&t, NULL, destroy_it, ld);
+    pthread_join(t, NULL); /* returns: the engine failed the stalled reads */
+    down(&s);
+}
