@@ -54,10 +54,12 @@ extern "C" {
 SL_API const char *sl_version(void);
 SL_API unsigned sl_version_number(void);
 /* What this build decodes, as "key=value;..." with the keys version, jpeg,
- * png, webp, video, nvjpeg in that order; a part not built in says "off"
- * (nvjpeg, when built: the library found at run time, or "not loadable").
+ * png, webp, video, nvjpeg, remote (0.2) in that order; a part not built in says
+ * "off" (nvjpeg, when built: the library found at run time, or "not
+ * loadable"; remote: libcurl for s3:// and http(s):// sources).
  * E.g. "version=0.2.0;jpeg=libjpeg-turbo 2.1.5 (libjpeg API 62);png=libspng
- * 0.7.3;webp=off;video=off;nvjpeg=off". Static, never NULL, thread-safe. */
+ * 0.7.3;webp=off;video=off;nvjpeg=off;remote=off". Static, never NULL,
+ * thread-safe. */
 SL_API const char *sl_build_info(void);
 
 /* ---- errors ------------------------------------------------------------ */

@@ -848,8 +848,9 @@ def decode_image(data, preset=None, size=224, seed=0, epoch=0, index=0, exif=Fal
 def build_info():
     """What this build decodes: a dict with the keys ``version`` ("0.2.0"),
     ``jpeg`` ("libjpeg-turbo 2.1.5 (libjpeg API 62)"), ``png`` ("libspng
-    0.7.3"), ``webp``, ``video`` (FFmpeg's libraries) and ``nvjpeg`` (the
-    library found at run time); a part this build lacks is None. From
+    0.7.3"), ``webp``, ``video`` (FFmpeg's libraries), ``nvjpeg`` (the
+    library found at run time) and ``remote`` (libcurl, for s3:// and
+    http(s):// sources); a part this build lacks is None. From
     sl_build_info()."""
     info = {}
     for item in _sluice.build_info().split(";"):

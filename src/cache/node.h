@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 /* The node cache's segment name for a dataset and job: "/sluice-cache-"
- * + a hash of (the source's real path, size, mtime, inode; seed; variant,
+ * + a hash of (the source's real path, size, mtime, inode, or a URL source's
+ * name, whose version the caller puts in variant; seed; variant,
  * e.g. "encoded" or the decode settings) + a hash of the job key
  * (base/node.h, sl__node_job_key: env TORCHELASTIC_RUN_ID, else
  * MASTER_ADDR:MASTER_PORT, else SLUICE_CACHE_JOB, else the parent pid: the

@@ -62,13 +62,16 @@ int sl__cache_shm_name(char *out, size_t len, const char *source, uint64_t seed,
                        char *err, size_t errlen) {
     char real[PATH_MAX], id[PATH_MAX + 256], job[512];
     struct stat st;
-    if (!source || !realpath(source, real) || stat(real, &st) != 0) {
+    if (source && strstr(source, "://")) { /* a URL: its name; the caller's variant holds its version */
+        snprintf(id, sizeof id, "%s|%llu|%s", source, (unsigned long long)seed, variant ? variant : "");
+    } else if (!source || !realpath(source, real) || stat(real, &st) != 0) {
         sl__msg(err, errlen, "node cache: cannot read the source %s: %s", source ? source : "(null)", strerror(errno));
         return SL_ENOENT;
+    } else {
+        snprintf(id, sizeof id, "%s|%lld|%lld.%09ld|%llu|%llu|%llu|%s", real, (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino,
+                 (unsigned long long)st.st_dev, (unsigned long long)seed, variant ? variant : "");
     }
-    snprintf(id, sizeof id, "%s|%lld|%lld.%09ld|%llu|%llu|%llu|%s", real, (long long)st.st_size,
-             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino,
-             (unsigned long long)st.st_dev, (unsigned long long)seed, variant ? variant : "");
     sl__node_job_key(job, sizeof job);
     snprintf(out, len, "/" SHM_PREFIX "%016llx-%016llx", (unsigned long long)sl__hash64(id, strlen(id), 0),
              (unsigned long long)sl__hash64(job, strlen(job), 0));

@@ -14,6 +14,8 @@
  *            run-time versions) or "off"
  *   nvjpeg   the library dlopen() finds now ("libnvjpeg.so.13") or
  *            "not loadable" (the GPU engine's; docs/gpu.md)
+ *   remote   "libcurl 7.88.1 (OpenSSL/3.0.11)" (SL_HAVE_CURL, run-time
+ *            version: s3:// and http(s):// sources, docs/remote.md) or "off"
  * A part built later defines its SL_HAVE_* macro; until then its key says
  * "off". Values hold no ';' or '='.
  */
@@ -25,6 +27,7 @@
 #include <jpeglib.h>
 
 #include "format/decode.h"
+#include "io/io.h"
 #include "sluice.h"
 
 #ifdef SL_HAVE_SPNG
@@ -104,7 +107,7 @@ static void nvjpeg_info(char *buf, size_t len) {
 }
 
 static void make_build_info(void) {
-    char v[128], video[128], nvjpeg[64];
+    char v[128], video[128], nvjpeg[64], remote[96];
     size_t n, at = (size_t)snprintf(build_info, sizeof build_info, "version=%s", SL_VERSION_STRING);
     const sl__image_format *f = sl__image_formats(&n);
     for (size_t i = 0; i < n && at < sizeof build_info; i++) {
@@ -113,7 +116,9 @@ static void make_build_info(void) {
     }
     video_info(video, sizeof video);
     nvjpeg_info(nvjpeg, sizeof nvjpeg);
-    if (at < sizeof build_info) snprintf(build_info + at, sizeof build_info - at, ";video=%s;nvjpeg=%s", video, nvjpeg);
+    sl__io_version(remote, sizeof remote);
+    if (at < sizeof build_info)
+        snprintf(build_info + at, sizeof build_info - at, ";video=%s;nvjpeg=%s;remote=%s", video, nvjpeg, remote);
 }
 
 const char *sl_build_info(void) {

@@ -42,6 +42,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -77,6 +78,7 @@ int sl__io_wait(sl__io *io, sl__io_req *r) { return r->rc; }
 int sl__io_done(sl__io *io, sl__io_req *r) { return 1; }
 void sl__io_abandon(sl__io *io, sl__io_req *r) {}
 uint64_t sl__io_curl_heap(void) { return 0; }
+void sl__io_version(char *buf, size_t len) { snprintf(buf, len, "off"); }
 
 #else
 
@@ -188,6 +190,14 @@ static void *c_calloc(size_t a, size_t b) {
 }
 
 uint64_t sl__io_curl_heap(void) { return atomic_load(&curl_heap); }
+
+void sl__io_version(char *buf, size_t len) {
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    snprintf(buf, len, "libcurl %s%s%s%s", v->version, v->ssl_version ? " (" : "", v->ssl_version ? v->ssl_version : "",
+             v->ssl_version ? ")" : "");
+    for (char *p = buf; *p; p++)
+        if (*p == ';' || *p == '=') *p = ' ';
+}
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;

@@ -254,6 +254,11 @@ int sl__io_done(sl__io *io, sl__io_req *r);
  * then done, SL_ESTATE unless it finished first). */
 void sl__io_abandon(sl__io *io, sl__io_req *r);
 
+/* "libcurl 7.88.1 (OpenSSL/3.0.11)", the run-time library's version and
+ * TLS backend, or "off" (built without it): for sl_build_info. No ';' or
+ * '=' in it. */
+void sl__io_version(char *buf, size_t len);
+
 /* Bytes libcurl holds now, process-wide, when it allocates through us
  * (the first to initialise it in the process decides): for the test that
  * holds SL__IO_SLOT_BYTES against a measurement. */
@@ -278,9 +283,10 @@ int sl__obj_stat(sl__io *io, const char *name, sl__obj *o, char *err, size_t err
  * reason ("HTTP 503 SlowDown (9 attempts)"). */
 int sl__obj_read(const sl__obj *o, uint64_t off, void *buf, uint64_t n, char *reason, size_t rlen);
 /* The whole object, at most max bytes, into memory counted under cat in b
- * (*size bytes and a NUL). Errors as sl__obj_stat; SL_ELIMIT over max. */
+ * (*size bytes and a NUL); o (may be NULL) gets its size and ETag. Errors
+ * as sl__obj_stat; SL_ELIMIT over max. */
 int sl__obj_read_all(sl__io *io, const char *name, sl__budget *b, int cat, uint64_t max, char **out,
-                     uint64_t *size, char *err, size_t errlen);
+                     uint64_t *size, char *err, size_t errlen, sl__obj *o);
 /* Every object whose key begins with prefix (an s3 name "s3://bucket/dir/"),
  * through ListObjectsV2 and its pages. With delim, objects "below" the next
  * '/' are reported once as a prefix instead (a subfolder). Keys come in

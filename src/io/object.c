@@ -95,7 +95,7 @@ static uint8_t *whole_alloc(void *ctx, uint64_t n) {
 }
 
 int sl__obj_read_all(sl__io *io, const char *name, sl__budget *b, int cat, uint64_t max, char **out, uint64_t *size,
-                     char *err, size_t errlen) {
+                     char *err, size_t errlen, sl__obj *o) {
     *out = NULL;
     *size = 0;
     whole w = {b, cat, max, NULL};
@@ -131,6 +131,13 @@ int sl__obj_read_all(sl__io *io, const char *name, sl__budget *b, int cat, uint6
     w.p[r.len] = 0;
     *out = w.p;
     *size = r.len;
+    if (o) {
+        memset(o, 0, sizeof *o);
+        o->io = io;
+        o->name = name;
+        o->size = r.len;
+        snprintf(o->etag, sizeof o->etag, "%s", r.etag_out);
+    }
     return 0;
 }
 

@@ -105,9 +105,10 @@ static int shm_name(const sl__lcache *lc, char *name, size_t len, char *err, siz
         h = sl__hash64(geo, sizeof geo, h);
         if (c->recipe) h = sl__hash64(c->recipe, sizeof *c->recipe, h);
     }
-    char variant[80];
-    snprintf(variant, sizeof variant, "%s;F=%u;%016llx", c->cache_what == SL_CACHE_DECODED ? "decoded" : "encoded",
-             lc->keys_per_sample, (ull)h);
+    char variant[100];
+    snprintf(variant, sizeof variant, "%s;F=%u;%016llx;%016llx",
+             c->cache_what == SL_CACHE_DECODED ? "decoded" : "encoded", lc->keys_per_sample, (ull)h,
+             (ull)sl__source_version(lc->conf->src)); /* a remote source's objects' ETags */
     return sl__cache_shm_name(name, len, c->source, c->seed, variant, err, errlen);
 }
 

@@ -72,6 +72,7 @@ struct sl__source {
     uint8_t colmap[SL__MAX_COLS]; /* legacy kinds opened with requests: column -> SL__COL_* */
     int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
     sl__io *io;        /* remote values (remote.c): the engine, or NULL */
+    uint64_t version;  /* a remote source's objects' sizes and ETags, hashed (sl__source_version) */
     int url_base;      /* base is a manifest's URL: relative paths resolve against it */
 };
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/hash.h"
 #include "base/util.h"
 #include "source/remote.h"
 #include "source/shards.h"
@@ -95,7 +96,15 @@ int sl__remote_list_shards(sl__source *s, const char *prefix, int (*add)(void *c
 /* ---- a manifest's text ------------------------------------------------------------ */
 
 int sl__remote_text(sl__source *s, const char *url, char **text, uint64_t *size, char *err, size_t errlen) {
-    return sl__obj_read_all(s->io, url, s->b, SL_MEM_INDEX, SIZE_MAX / 2, text, size, err, errlen);
+    sl__obj o;
+    int rc = sl__obj_read_all(s->io, url, s->b, SL_MEM_INDEX, SIZE_MAX / 2, text, size, err, errlen, &o);
+    if (!rc) sl__remote_note_version(s, &o);
+    return rc;
+}
+
+void sl__remote_note_version(sl__source *s, const sl__obj *o) {
+    uint64_t v[2] = {s->version, o->size};
+    s->version = sl__hash64(o->etag, strlen(o->etag), sl__hash64(v, sizeof v, 0x5e1));
 }
 
 /* ---- scanning a shard through windows --------------------------------------------- */
@@ -218,6 +227,7 @@ int sl__remote_scan(sl__source *s, const char *name, sl__obj *o,
     } else {
         o->size = rd.size = r.size;
         snprintf(o->etag, sizeof o->etag, "%s", r.etag_out);
+        sl__remote_note_version(s, o);
         rd.beg = 0, rd.len = r.got;
         if (rd.len == rd.win) prefetch(&rd);
         rc = scan(ctx, &rd, rd.size, err, errlen);

@@ -24,6 +24,8 @@ int sl__remote_kind(const char *url, int *kind, int *form, char *err, size_t err
  * not read: pack it into shards, or write a manifest). */
 int sl__remote_list_shards(sl__source *s, const char *prefix, int (*add)(void *ctx, const char *name, size_t len),
                            void *ctx, char *err, size_t errlen);
+/* Mix object o's size and ETag into s->version. */
+void sl__remote_note_version(sl__source *s, const sl__obj *o);
 /* A manifest's whole text from its URL (counted under SL_MEM_INDEX, a NUL
  * after it). Errors name the URL, the status and what to do. */
 int sl__remote_text(sl__source *s, const char *url, char **text, uint64_t *size, char *err, size_t errlen);

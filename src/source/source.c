@@ -203,6 +203,7 @@ void sl__source_close(sl__source *s) {
 }
 
 sl__io *sl__source_io(const sl__source *s) { return s ? s->io : NULL; }
+uint64_t sl__source_version(const sl__source *s) { return s ? s->version : 0; }
 
 void sl__source_cancel_io(sl__source *s) {
     if (s && s->io) sl__io_cancel(s->io);

@@ -59,6 +59,10 @@ int sl__source_open_cols(sl__budget *b, const char *path, uint32_t threads, cons
  * in b) and stopped by sl__source_close. */
 int sl__source_open_io(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
                        const sl__io_opts *io, sl__source **out, char *err, size_t errlen);
+/* A remote source's version: a hash of its objects' sizes and ETags (the
+ * shards', or the manifest's), 0 for a local source (the node cache names
+ * its segment by it: a dataset replaced under the same URL gets another). */
+uint64_t sl__source_version(const sl__source *s);
 /* The source's I/O engine (NULL: every value is local). */
 sl__io *sl__source_io(const sl__source *s);
 /* Fail every remote read in flight or to come at once (a loader stopping:

@@ -471,18 +471,18 @@ TEST(engine_whole_objects_in_the_budget) {
     char *text = NULL, err[300];
     uint64_t n = 0;
     uint64_t before = atomic_load(&f.b.used);
-    CHECK_OK(sl__obj_read_all(f.io, f.url, &f.b, SL_MEM_INDEX, 1 << 20, &text, &n, err, sizeof err));
+    CHECK_OK(sl__obj_read_all(f.io, f.url, &f.b, SL_MEM_INDEX, 1 << 20, &text, &n, err, sizeof err, NULL));
     CHECK_EQ(n, 200000);
     CHECK(!memcmp(text, f.obj, n) && text[n] == 0);
     CHECK_EQ(atomic_load(&f.b.cat[SL_MEM_INDEX]), sl__alloc_cost(200001));
     sl__free(&f.b, text);
-    CHECK_EQ(sl__obj_read_all(f.io, f.url, &f.b, SL_MEM_INDEX, 1000, &text, &n, err, sizeof err), SL_ELIMIT);
+    CHECK_EQ(sl__obj_read_all(f.io, f.url, &f.b, SL_MEM_INDEX, 1000, &text, &n, err, sizeof err, NULL), SL_ELIMIT);
     CHECK_STR_CONTAINS(err, "over the");
     CHECK_EQ(atomic_load(&f.b.used), before);
     hd_put(f.srv, "/empty", "", 0);
     char url[128];
     CHECK_OK(sl__obj_read_all(f.io, hd_url(f.srv, "/empty", url, sizeof url), &f.b, SL_MEM_INDEX, 1000, &text, &n,
-                              err, sizeof err));
+                              err, sizeof err, NULL));
     CHECK_EQ(n, 0);
     sl__free(&f.b, text);
     sl__obj o;
