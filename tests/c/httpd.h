@@ -68,7 +68,7 @@ HD_FN void hd_put(hd_server *s, const char *path, const void *data, size_t len) 
     free(o->data);
     snprintf(o->path, sizeof o->path, "%s", path);
     o->data = malloc(len ? len : 1);
-    memcpy(o->data, data, len);
+    if (len) memcpy(o->data, data, len);
     o->len = len;
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < len; i++) h = (h ^ o->data[i]) * 1099511628211ull;
