@@ -7,6 +7,7 @@
  *   [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]
  *   [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget SIZE] [--gpu-device N] [--gpu-engines N]
  *   [--worker-nice N]
+ *   [--io-requests N] [--io-readahead SIZE] [--io-timeout-ms N] [--io-retries N] [--no-hedge]
  *   [recipe flags: --size H,W --interpolation --scale --ratio --hflip --crop-pct
  *    --resize --fast --max-scans, cli/recipe.c]
  *
@@ -47,10 +48,14 @@ static void usage(FILE *f) {
             "                    [--cache SIZE [--cache-share none|node] [--cache-what encoded|decoded]]\n"
             "                    [--decode cpu|gpu|prefer-gpu|auto] [--gpu-budget 512M] [--gpu-device N]\n"
             "                    [--gpu-engines 1]\n"
+            "                    [--io-requests 64] [--io-readahead SIZE] [--io-timeout-ms 30000]\n"
+            "                    [--io-retries 8] [--no-hedge]\n"
             "%s"
             "DATASET: an image folder (class folders; DATASET/train if present) or a\n"
             "manifest .csv/.jsonl (path,label; with --fields, .jsonl rows naming each\n"
-            "field's value). --fields: the schema, a JSON object of named fields\n"
+            "field's value), tar shards, or any of these at an s3:// or http(s):// URL\n"
+            "(docs/remote.md: --io-* size the requests in flight, the read-ahead, the\n"
+            "stall timeout and the retries). --fields: the schema, a JSON object of named fields\n"
             "(docs/fields.md). --cache: a sample cache of SIZE (docs/cache.md): a part of\n"
             "the budget, or with --cache-share node one /dev/shm segment for the node's\n"
             "ranks. --decode gpu: every JPEG the GPU engine (nvJPEG) takes decoded by it,\n"
@@ -72,7 +77,8 @@ static const char *const flags[] = {
     "--batches",
     "--seed", "--rank", "--world-size", "--no-shuffle", "--drop-last", "--on-error", "--max-error-rate",
     "--max-pixels", "--max-bytes", "--exif", "--fields", "--json", "--cache", "--cache-share", "--cache-what",
-    "--decode", "--gpu-budget", "--gpu-device", "--gpu-engines", "--help", NULL};
+    "--decode", "--gpu-budget", "--gpu-device", "--gpu-engines",
+    "--io-requests", "--io-readahead", "--io-timeout-ms", "--io-retries", "--no-hedge", "--help", NULL};
 
 typedef struct bench_opts {
     sl_config cfg;
@@ -109,7 +115,8 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         {"--batch", 1, 1u << 20}, {"--prefetch", 1, 1024}, {"--epochs", 1, 1000000},
         {"--batches", 1, UINT64_MAX / 2}, {"--seed", 0, UINT64_MAX}, {"--rank", 0, 1u << 20},
         {"--world-size", 1, 1u << 20}, {"--max-pixels", 1, UINT64_MAX}, {"--gpu-device", 0, 1024},
-        {"--worker-nice", 0, 19}, {"--gpu-engines", 1, 4}, {"--workers-max", 1, 1024}};
+        {"--worker-nice", 0, 19}, {"--gpu-engines", 1, 4}, {"--workers-max", 1, 1024}, {"--io-requests", 1, 1024},
+        {"--io-timeout-ms", 1, 86400000}, {"--io-retries", 1, 100}};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         if (strcmp(a, nums[i].name)) continue;
         if (parse_u64(val, &v) || v < nums[i].lo || v > nums[i].hi) {
@@ -128,7 +135,10 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
         else if (i == 8) cfg->gpu_device = (int)v;
         else if (i == 9) cfg->worker_nice = (int)v;
         else if (i == 10) cfg->gpu_engines = (uint32_t)v;
-        else cfg->workers_max = (uint32_t)v;
+        else if (i == 11) cfg->workers_max = (uint32_t)v;
+        else if (i == 12) cfg->io_requests = (uint32_t)v;
+        else if (i == 13) cfg->io_timeout_ms = (uint32_t)v;
+        else cfg->io_retries = (uint32_t)v;
         return 0;
     }
     if (!strcmp(a, "--preset")) {
@@ -158,6 +168,13 @@ static int option_value(bench_opts *o, const char *a, const char *val) {
             return 0;
         }
         fprintf(stderr, "sluice bench: --workers takes 1..1024 or auto, not '%s'\n", val);
+    } else if (!strcmp(a, "--io-readahead")) {
+        char why[256];
+        if (sl_parse_size_msg(val, &v, why, sizeof why) == 0) {
+            cfg->io_readahead = v ? v : SL_READAHEAD_OFF; /* 0: none */
+            return 0;
+        }
+        fprintf(stderr, "sluice bench: --io-readahead: %s\n", why);
     } else if (!strcmp(a, "--cache")) {
         char why[256] = "0 bytes: give a size above 0, such as 2G";
         if (sl_parse_size_msg(val, &v, why, sizeof why) == 0 && v > 0) {
@@ -225,6 +242,8 @@ static int parse_args(bench_opts *o, int argc, char **argv) {
             o->cfg.drop_last = 1;
         } else if (!strcmp(a, "--exif")) {
             o->cfg.flags |= SL_FLAG_EXIF;
+        } else if (!strcmp(a, "--no-hedge")) {
+            o->cfg.io_hedge = -1;
         } else if (a[0] == '-') {
             if (i + 1 >= argc) {
                 if (sl_cli_flag_known(a, flags, NULL)) fprintf(stderr, "sluice bench: %s needs a value\n", a);
@@ -414,6 +433,12 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
             st->gpu_engines, st->gpu_hw_s, st->gpu_hybrid_s, st->gpu_resize_s, st->gpu_copy_s, st->gpu_hw_calls,
             st->gpu_hw_failed_calls);
     report_json_tuner(f, ld, st);
+    fprintf(f, ", \"net_bytes\": %" PRIu64 ", \"net_requests\": %" PRIu64 ", \"net_retries\": %" PRIu64
+               ", \"net_hedges\": %" PRIu64 ", \"net_timeouts\": %" PRIu64 ", \"net_failures\": %" PRIu64
+               ", \"net_inflight_peak\": %u, \"readahead_started\": %" PRIu64 ", \"readahead_hits\": %" PRIu64
+               ", \"readahead_dropped\": %" PRIu64,
+            st->net_bytes, st->net_requests, st->net_retries, st->net_hedges, st->net_timeouts, st->net_failures,
+            st->net_inflight_peak, st->readahead_started, st->readahead_hits, st->readahead_dropped);
     fprintf(f, ", \"version\": ");
     sl_cli_json_str(f, sl_version());
     fprintf(f, "}\n");
@@ -448,6 +473,11 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                st->cache_shared ? " (node)" : "", st->cache_hits, st->cache_misses, 100 * st->cache_hit_rate,
                sl_format_size(st->cache_bytes, a1, sizeof a1), sl_format_size(st->cache_capacity, a2, sizeof a2),
                st->cache_evictions, sl_format_size(st->storage_bytes_read, a3, sizeof a3));
+    if (st->net_requests)
+        printf("\n  network: %s in %" PRIu64 " requests (%" PRIu64 " retried, %" PRIu64 " hedged, %" PRIu64
+               " failed), %u in flight at most; read ahead %" PRIu64 " files, %" PRIu64 " taken",
+               sl_format_size(st->net_bytes, a1, sizeof a1), st->net_requests, st->net_retries, st->net_hedges,
+               st->net_failures, st->net_inflight_peak, st->readahead_started, st->readahead_hits);
     printf("\n  decode: %s\n", st->decode_reason);
     if (st->decode == SL_DECODE_GPU)
         printf("  GPU %" PRIu64 " samples, CPU %" PRIu64 " (%" PRIu64 " handed back); device pool peak %s of %s, "

@@ -1,6 +1,7 @@
 /*
  * sluice plan DATA [--preset train|val] [--size N] [--batch N] [--budget SIZE]
  *                  [--sample N] [--seed S] [--fields FILE.json] [--json] [--no-python]
+ *                  [--net-limit RATE [--rate N]]
  *
  * Size a pipeline before starting it. plan asks the library how it would
  * size the pipeline (sl_loader_plan: index, slots, worker baselines — the
@@ -12,7 +13,14 @@
  * which rows fit the budget, and the configuration sluice itself chooses
  * (exit 1 when it would refuse the budget, as sluice bench). A schema's
  * samples are sized by their outputs (name, kind, dtype, shape, bytes) and
- * files, never by an image preset. Public API only.
+ * files, never by an image preset. With --net-limit, the sample cache that
+ * keeps the bytes fetched from storage (the network, for s3:// and
+ * http(s):// data) under that rate at --rate samples/s (default: the rate
+ * predicted for sluice's choice): the cache evicts the entry used farthest
+ * ahead, so under fresh permutations it serves cache/dataset of the bytes
+ * (docs/cache.md), and the rest is fetched again every epoch. Samples are
+ * read through sl_source (a file, a shard's member, a remote object).
+ * Public API only.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -46,6 +54,8 @@ typedef struct plan_opts {
     uint32_t size, batch, sample;
     uint64_t budget, seed;
     int json, python;
+    uint64_t net_limit;        /* bytes/s (0: no network row) */
+    double rate;               /* samples/s for it (0: sluice's predicted rate) */
 } plan_opts;
 
 /* One output of a schema's samples, as a batch holds it. */
@@ -84,15 +94,19 @@ typedef struct worker_base {
 } worker_base;
 
 static const char *const flags[] = {"--preset", "--size", "--batch", "--budget", "--sample", "--seed",
-                                    "--fields", "--json", "--no-python", "--help", NULL};
+                                    "--fields", "--json", "--no-python", "--net-limit", "--rate", "--help", NULL};
 
 static void usage(FILE *f) {
     fputs("usage: sluice plan DATA [--preset train|val] [--size 224] [--batch 256] [--budget 512M]\n"
           "                        [--sample 200] [--seed S] [--fields FILE.json] [--json] [--no-python]\n"
+          "                        [--net-limit RATE [--rate N]]\n"
           "  decodes --sample files spread evenly over DATA on one core, then predicts memory\n"
           "  and throughput over workers x prefetch for sluice and a PyTorch DataLoader\n"
           "  --fields     a schema of named fields (docs/fields.md): size schema samples\n"
-          "  --no-python  do not run python3 to measure a DataLoader worker's base memory\n",
+          "  --no-python  do not run python3 to measure a DataLoader worker's base memory\n"
+          "  --net-limit  bytes/s storage (the network, for s3:// or http(s):// data) may serve, e.g.\n"
+          "               200M: the sample cache that keeps the fetches under it (docs/remote.md)\n"
+          "  --rate       samples/s the training takes, for --net-limit (default: sluice's predicted rate)\n",
           f);
 }
 
@@ -126,27 +140,26 @@ static int plan_for(const plan_opts *o, uint32_t workers, uint32_t prefetch, uin
     return sl_loader_plan(&cfg, p, err, errlen);
 }
 
-/* Read a whole regular file of at most max bytes into *buf (grown with
- * realloc), never blocking on what is not one (common.c). */
-static int read_file(const char *path, uint64_t max, unsigned char **buf, size_t *cap, size_t *len) {
-    int fd;
+/* Sample idx's file (value 0: the image), at most max bytes, into *buf
+ * (grown with realloc): a file, a shard's member or a remote object, read
+ * as the loader reads it (sl_source). */
+static int read_value(const sl_source *src, uint64_t idx, uint64_t max, unsigned char **buf, size_t *cap,
+                      size_t *len) {
     uint64_t size;
-    int rc = sl_cli_open_file(path, max, &fd, &size, NULL, 0);
+    int rc = sl_source_file(src, idx, 0, 0, &size, NULL, 0, NULL, 0);
     if (rc) return rc;
+    if (size > max) return SL_ELIMIT;
     if (size > *cap || !*buf) {
         size_t nc = (size_t)MAX(size, (uint64_t)1 << 20);
         unsigned char *p = realloc(*buf, nc);
-        if (!p) {
-            close(fd);
-            return SL_ENOMEM;
-        }
+        if (!p) return SL_ENOMEM;
         *buf = p;
         *cap = nc;
     }
-    rc = sl_cli_read_fd(fd, *buf, size, NULL, 0);
-    close(fd);
-    *len = (size_t)size;
-    return rc;
+    int64_t got = sl_source_read(src, idx, 0, 0, *buf, *cap, NULL, 0);
+    if (got < 0) return (int)got;
+    *len = (size_t)got;
+    return 0;
 }
 
 /* The outputs of b (a batch of one sample) into m->field. */
@@ -245,12 +258,12 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     cfg.workers = 1;
     cfg.prefetch = 1;
     cfg.budget = (uint64_t)1 << 40;
-    sl_loader *ld;
-    int rc = sl_loader_create(&cfg, &ld, err, errlen);
+    sl_source *src;
+    double t_index = sl_cli_now_s();
+    int rc = sl_source_open(&cfg, &src, err, errlen);
     if (rc) return rc;
-    sl_stats st;
-    if (sl_loader_stats(ld, &st) == 0) m->index_s = st.index_seconds;
-    m->dataset = sl_loader_dataset_size(ld);
+    m->index_s = sl_cli_now_s() - t_index;
+    m->dataset = sl_source_len(src);
     uint64_t n = o->sample < m->dataset ? o->sample : m->dataset;
     unsigned char *file = NULL, *out = NULL;
     size_t fcap = 0, ocap = 0;
@@ -264,13 +277,8 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     d.max_bytes = cfg.max_bytes;
     for (uint64_t k = 0; k < n && rc == 0; k++) {
         uint64_t idx = k * m->dataset / n; /* evenly spaced through the index */
-        char path[SL_PATH_MAX];
-        if (!sl_loader_sample_path(ld, idx, path, sizeof path)) {
-            m->failed++;
-            continue;
-        }
-        size_t len;
-        int frc = read_file(path, cfg.max_bytes, &file, &fcap, &len);
+        size_t len = 0;
+        int frc = read_value(src, idx, cfg.max_bytes, &file, &fcap, &len);
         if (frc == SL_ENOMEM) rc = frc;
         sl_image_info info;
         uint32_t w, h, c;
@@ -309,7 +317,7 @@ static int measure_sample(const plan_opts *o, measure *m, char *err, size_t errl
     }
     free(file);
     free(out);
-    sl_loader_destroy(ld);
+    sl_source_close(src);
     if (rc) {
         snprintf(err, errlen, "%s: sampling stopped: %s", o->data, sl_strerror(rc));
         return rc;
@@ -422,7 +430,7 @@ static void json_fields(const measure *m) {
 }
 
 int sl_cli_plan(int argc, char **argv) {
-    plan_opts o = {NULL, NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1};
+    plan_opts o = {NULL, NULL, SL_PRESET_TRAIN, 224, 256, 200, (uint64_t)512 << 20, 0, 0, 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -482,10 +490,20 @@ int sl_cli_plan(int argc, char **argv) {
                 fprintf(stderr, "sluice plan: --budget: %s\n", why);
                 return 2;
             }
-        } else { /* --fields */
+        } else if (!strcmp(a, "--fields")) {
             free(o.fields);
             if (!(o.fields = sl_cli_read_fields("plan", v))) return 2;
             bad = 0;
+        } else if (!strcmp(a, "--net-limit")) {
+            char why[256] = "0 bytes/s: give a rate above 0, such as 200M";
+            bad = 0;
+            if (sl_parse_size_msg(v, &o.net_limit, why, sizeof why) || o.net_limit == 0) {
+                fprintf(stderr, "sluice plan: --net-limit (bytes per second): %s\n", why);
+                return 2;
+            }
+        } else { /* --rate */
+            o.rate = strtod(v, &end);
+            bad = *end != 0 || !(o.rate > 0);
         }
         if (bad) {
             fprintf(stderr, "sluice plan: bad value for %s: %s\n", a, v);
@@ -494,6 +512,10 @@ int sl_cli_plan(int argc, char **argv) {
     }
     if (!o.data) {
         usage(stderr);
+        return 2;
+    }
+    if (o.rate > 0 && !o.net_limit) {
+        fprintf(stderr, "sluice plan: --rate goes with --net-limit\n");
         return 2;
     }
     char err[512] = "";
@@ -619,8 +641,21 @@ int sl_cli_plan(int argc, char **argv) {
             first = 0;
         }
     }
+    /* The cache that keeps the fetches under --net-limit: it serves
+     * cache/dataset of the bytes (farthest-next-use under fresh
+     * permutations), the rest is fetched each epoch: rate x mean x (1 -
+     * C/D) <= limit, plus its index (4 bytes a sample, 64 an entry). */
+    double want_rate = o.rate > 0 ? o.rate : pick_rc == 0 ? MIN((int)pick.workers, ncores) * per_core : 0;
+    double data_bytes = m.enc_mean * (double)m.dataset, demand = want_rate * m.enc_mean;
+    double values = demand <= (double)o.net_limit || demand <= 0 ? 0 : data_bytes * (1 - (double)o.net_limit / demand);
+    double cache_bytes = values > 0 ? values + 4.0 * (double)m.dataset + 64.0 * values / m.enc_mean : 0;
     if (o.json) {
-        printf("],\"choice\":");
+        if (o.net_limit)
+            printf("],\"network\":{\"limit_bytes_per_s\":%llu,\"samples_per_s\":%.1f,\"dataset_bytes\":%.0f,"
+                   "\"fetch_bytes_per_s_without_cache\":%.0f,\"cache_bytes\":%.0f},\"choice\":",
+                   (ull)o.net_limit, want_rate, data_bytes, demand, cache_bytes);
+        else
+            printf("],\"choice\":");
         if (pick_rc == 0) {
             double pred = (double)md.base + (double)pick.slots * md.slot + (double)pick.workers * md.scratch;
             printf("{\"workers\":%u,\"slots\":%u,\"fixed_bytes\":%llu,\"model_bytes\":%.0f,\"samples_per_s\":%.1f}",
@@ -638,6 +673,18 @@ int sl_cli_plan(int argc, char **argv) {
                sl_format_size(o.budget, b, sizeof b), MIN((int)pick.workers, ncores) * per_core);
     } else {
         printf("\nsluice refuses this budget: %s\n", pick_err[0] ? pick_err : sl_strerror(pick_rc));
+    }
+    if (!o.json && o.net_limit) {
+        printf("\nnetwork: the dataset is about %s (%llu samples x %s); at %.0f samples/s the loader fetches %s/s "
+               "without a cache.\n",
+               sl_format_size((uint64_t)data_bytes, a, sizeof a), (ull)m.dataset,
+               sl_format_size((uint64_t)m.enc_mean, b, sizeof b), want_rate, sl_format_size((uint64_t)demand, c, sizeof c));
+        if (cache_bytes > 0)
+            printf("  to stay under %s/s: a sample cache of at least %s (--cache; cache_share=node serves the node's "
+                   "ranks: give it the node's total rate with --rate)\n",
+                   sl_format_size(o.net_limit, d, sizeof d), sl_format_size((uint64_t)cache_bytes, e, sizeof e));
+        else
+            printf("  that is under %s/s already: no cache needed for it\n", sl_format_size(o.net_limit, d, sizeof d));
     }
     free(o.fields);
     if (pick_rc) { /* as sluice bench: a budget the loader would refuse is an error (exit 1) */

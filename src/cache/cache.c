@@ -146,12 +146,12 @@ int sl__cache_lookup(sl__cache *c, uint32_t key, uint64_t now, sl__cache_ref *re
 }
 
 int sl__cache_holds(sl__cache *c, uint32_t key) {
-    sl__chdr *h = c->h;
+    sl__chdr *h = c->seg.h;
     if (key >= h->keys) return 0;
-    sl__cache_lock(c);
+    lock(c);
     uint32_t r = sl__ckeys(h)[key];
     int held = r != SL_NONE && sl__crecs(h)[r].state == REC_READY;
-    sl__cache_unlock(c);
+    unlock(c);
     return held;
 }
 

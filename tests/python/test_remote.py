@@ -358,3 +358,27 @@ def test_peak_rss_within_budget_with_many_requests_on_large_objects(tmp_path):
     assert r["inflight_peak"] >= 8 and r["io_peak"] > 16 << 20, r  # many requests, large buffers
     print("rss:", r)
     assert r["hwm"] - r["base"] <= budget + (48 << 20), r
+
+
+def test_cli_bench_and_plan_over_s3(packed, s3, sluice_exe):
+    """`sluice bench` reports what it fetched; `sluice plan --net-limit` the
+    cache that keeps the fetches under a rate, from samples read over S3."""
+    out = subprocess.run([sluice_exe, "bench", f"s3://{BUCKET}/shards/", "--batch", "8", "--size", "32",
+                          "--budget", "128M", "--workers", "2", "--io-requests", "16", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["samples"] == len(packed["rows"]) and r["errors"] == 0
+    assert r["net_requests"] > 0 and r["net_bytes"] > 0 and r["net_inflight_peak"] <= 16
+    assert r["mem_peak_bytes"]["io"] > 0
+    out = subprocess.run([sluice_exe, "plan", f"s3://{BUCKET}/shards/", "--no-python", "--sample", "16",
+                          "--net-limit", "1M", "--rate", "100", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    p = json.loads(out.stdout)
+    net = p["network"]
+    assert p["sampled"] == 16 and p["failed"] == 0  # read through the library, over S3
+    demand = 100 * p["encoded_bytes_mean"]
+    assert abs(net["fetch_bytes_per_s_without_cache"] - demand) <= 100 * 0.5 + 1  # the mean is printed rounded
+    # the cache's share of the bytes is cache/dataset: what is left fits the limit
+    values = net["dataset_bytes"] * (1 - (1 << 20) / demand)
+    assert 0.99 * values < net["cache_bytes"] < 1.01 * (values + 4 * p["dataset_samples"] + 64 * values / p["encoded_bytes_mean"])
