@@ -37,7 +37,15 @@ int sl__s3_request_url(const sl__aws *a, const char *name, const char *query, ch
 
 /* ---- XML ------------------------------------------------------------------------ */
 
+static int xml_text(const char *t, size_t n, char *out, size_t len);
+
 int sl__xml_text(const char *t, size_t n, char *out, size_t len) {
+    int rc = xml_text(t, n, out, len);
+    if (rc < 0 && len) out[0] = 0; /* never a half-decoded string */
+    return rc;
+}
+
+static int xml_text(const char *t, size_t n, char *out, size_t len) {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         unsigned long c = (unsigned char)t[i];
@@ -250,7 +258,7 @@ int sl__s3_parse_list(const char *t, size_t n, sl__s3_entry_fn entry, sl__s3_pre
 int sl__s3_parse_error(const char *t, size_t n, char *code, size_t clen, char *msg, size_t mlen) {
     if (clen) code[0] = 0;
     if (mlen) msg[0] = 0;
-    int in_error = 0, found = 0;
+    int in_error = 0;
     size_t i = 0;
     while (i < n) {
         const char *lt = memchr(t + i, '<', n - i);
@@ -275,10 +283,19 @@ int sl__s3_parse_error(const char *t, size_t n, char *code, size_t clen, char *m
         size_t dl = is_code ? clen : mlen;
         /* cut to fit: decode at most what fits */
         size_t take = end - i;
-        while (take && sl__xml_text(t + i, take, dst, dl) == SL_EOVERFLOW) take = take > 16 ? take - 16 : 0;
-        if (!take && dl) dst[0] = 0;
-        found |= is_code && code[0];
+        int rc;
+        while (take && (rc = sl__xml_text(t + i, take, dst, dl)) == SL_EOVERFLOW) take = take > 16 ? take - 16 : 0;
+        if ((!take || rc < 0) && dl) dst[0] = 0;
+        for (char *c = dst; *c; c++) /* what a server says reaches terminals and logs: printable only */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
         i = after;
     }
-    return found;
+    /* a code is a word (NoSuchKey, SlowDown): anything else is not one */
+    for (const char *c = code; clen && *c; c++)
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '_' || *c == '-')) {
+            code[0] = 0;
+            break;
+        }
+    return in_error && code[0] != 0;
 }
