@@ -49,6 +49,9 @@
 #                               alternating; DALI and nvImageCodec from the parts of
 #                               tools/host_gpu_peers.sh stashed in PEERS_PARTS (/tmp/gpupeers-parts);
 #                               sizes and rows: the PEERS_* variables of gpu_peers.py
+#   bench/gpu_host.sh remote    issue 21: REMOTE_IMAGES of DATA as tar shards over http:// from loopback,
+#                               20-50 ms added per request, --io-requests REMOTE_REQUESTS, beside the
+#                               same shards local (bench/remote_bench.py; stdlib servers, no network)
 #   bench/gpu_host.sh rss       issue 8: rss_bench.py, RSS growth vs budget, large and ImageNet-like
 #   bench/gpu_host.sh shards    issue 10: tar shards (sluice pack) vs the same SHARDS_IMAGES images
 #                               of DATA as a folder, sluice bench on each, twice
@@ -69,6 +72,7 @@
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
 #   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
+#   REMOTE_IMAGES=5000 REMOTE_REQUESTS=4,16,64,128 (remote step)
 # SHARED: the folder holding peer_torch.py and decode_ceiling.py (default ../shared/bench, else the
 # copy in DEPS/shared/bench). PHOTOS: a folder of photographs the ImageNet-like set is cropped from
 # (default none: bench/make_imagenet_like.py's procedural pictures; ../shared/data/photos gives the
@@ -122,6 +126,7 @@ sl_libs() { # what a program linked with build/libsluice.a needs, from pkg-confi
   for m in jansson spng libwebp libavformat libavcodec libswscale libavutil; do
     pkg-config --exists $m 2>/dev/null && printf '%s ' "$(pkg-config --libs $m)"
   done
+  pkg-config --exists libcurl 2>/dev/null && printf '%s ' "$(pkg-config --libs --static libcurl)"
   echo "-ljpeg -lpthread -lm -ldl"
 }
 
@@ -154,7 +159,7 @@ build)
   [ -n "${SPNG_ROOT:-}" ] && flags+=(-DSPNG_ROOT="$SPNG_ROOT")
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" "${flags[@]}" \
     >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-  grep -E "^-- (PNG|WebP|Video)" "$OUT/build.log" >&2
+  grep -E "^-- (PNG|WebP|Video|Remote)" "$OUT/build.log" >&2
   log "pkg-config: $(command -v pkg-config) $(pkg-config --version)"
   # keep going past a test that does not build here (reported), as long as the library, the command
   # and the Python extension did
@@ -436,6 +441,16 @@ peers)
     PYTHONPATH=$site:$PYTHONPATH $PY bench/gpu_peers.py "$DATA" table --mode "$m" --work "$WORK/peers" \
       --jsonl "$OUT/peers_$m.jsonl" 2> >(quiet) | tee "$OUT/peers_$m.txt" | keep "peers_$m"
   done
+  ;;
+remote)
+  # issue 21: remote shards as requests in flight grow, with latency injected, beside local ones
+  if build/sluice version | grep -q "remote=off"; then
+    echo '{"skipped": "this build has no libcurl (tools/host_deps.sh bundles a static one)"}' | keep remote
+    exit 0
+  fi
+  $PY bench/remote_bench.py "$DATA" --images "${REMOTE_IMAGES:-5000}" --workers "$NWORK" \
+    --requests "${REMOTE_REQUESTS:-4,16,64,128}" --batch 256 --budget 2G --work "$WORK/remote" --keep \
+    --sluice build/sluice | keep remote
   ;;
 rss)
   $PY bench/rss_bench.py --sluice build/sluice --workers "${RSS_WORKERS:-1,4,8,16,32}" --budget "${RSS_BUDGET:-256M}" \

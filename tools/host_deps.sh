@@ -25,6 +25,13 @@
 #                        and libnvcuvid.so.1 at run time) built from Debian 12's ffmpeg source
 #                        package against Debian 12's nv-codec-headers (libffmpeg-nvenc-dev,
 #                        used here only);
+#                        a minimal static libcurl (HTTP and HTTPS through OpenSSL only, PIC:
+#                        s3:// and http(s):// sources) from Debian 12's curl source package,
+#                        with linker scripts libssl.so / libcrypto.so that name the host's
+#                        own libssl.so.3 / libcrypto.so.3 (Ubuntu 24.04 has OpenSSL 3.0 too,
+#                        but no -dev symlinks): Debian's libcurl4 and its runtime closure
+#                        (nghttp2, libssh2, librtmp, libpsl, libidn2, GSSAPI, LDAP, zstd,
+#                        brotli: a dozen libraries the host may lack) are not needed then;
 #                        xz-compressed (12 MB -> 3 MB: the carry limit), unpacked by gpu_host.sh
 #   wheels/              the video peers' wheels for CPython 3.12 manylinux x86_64:
 #                        PyAV, recompressed (zip LZMA: same files and RECORD, ~9 MB less);
@@ -154,6 +161,36 @@ if [ "$(cat "$root/.ffmpeg-flags" 2>/dev/null)" != "$(echo $FF_STATIC)" ]; then 
   echo $FF_STATIC >"$root/.ffmpeg-flags"
 fi
 
+# ---- libcurl, static and minimal, from Debian 12's source package ----------------------
+# HTTP and HTTPS only, through OpenSSL (headers from this machine's libssl-dev, the
+# host's libssl.so.3 at link and run time), no compression (ranges are of stored bytes),
+# no IDN, PSL, HTTP/2, SSH or LDAP: nothing the host must have but OpenSSL 3.
+if [ ! -f "$root/usr/lib/x86_64-linux-gnu/libcurl.a" ]; then
+  [ -f /usr/include/openssl/ssl.h ] || { log "installing libssl-dev"; apt-get install -y -q libssl-dev >/dev/null; }
+  (cd "$work" && ls curl_*.orig.tar.* >/dev/null 2>&1 || apt-get source --download-only -q curl >/dev/null)
+  ctar=$(ls "$work"/curl_*.orig.tar.* | tail -1)
+  cver=$(basename "$ctar" | sed -e 's/^curl_//' -e 's/\.orig\.tar\..*//')
+  [ -d "$work/curl-$cver" ] || tar -xf "$ctar" -C "$work"
+  log "building libcurl $cver (static, HTTP(S) + OpenSSL) with $jobs jobs"
+  (cd "$work/curl-$cver" && { [ -f lib/.libs/libcurl.a ] || {
+    ./configure --prefix=/usr --libdir=/usr/lib/x86_64-linux-gnu --disable-shared --enable-static --with-pic \
+      --with-openssl --without-zlib --without-brotli --without-zstd --without-libidn2 --without-libpsl \
+      --without-nghttp2 --without-ngtcp2 --without-nghttp3 --without-libssh2 --without-librtmp --without-libgsasl \
+      --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 \
+      --disable-imap --disable-smb --disable-smtp --disable-gopher --disable-mqtt --disable-ftp --disable-file \
+      --disable-manual --disable-docs --disable-ntlm --disable-kerberos-auth --disable-negotiate-auth \
+      --with-ca-bundle=/etc/ssl/certs/ca-certificates.crt --with-ca-path=/etc/ssl/certs \
+      >"$work/curl-configure.log" 2>&1 &&
+    nice -n 10 make -j"$jobs" -C lib >"$work/curl-make.log" 2>&1; }; } &&
+    make -C lib install DESTDIR="$root" >>"$work/curl-make.log" 2>&1 &&
+    make -C include install DESTDIR="$root" >>"$work/curl-make.log" 2>&1 &&
+    make install-pkgconfigDATA DESTDIR="$root" >>"$work/curl-make.log" 2>&1) ||
+    { log "libcurl build failed: see $work/curl-*.log"; exit 1; }
+  rm -f "$root"/usr/lib/x86_64-linux-gnu/libcurl.la
+  # -lssl / -lcrypto at link time: the host's OpenSSL 3 (a linker script per library)
+  for l in ssl crypto; do echo "INPUT(lib$l.so.3)" >"$root/usr/lib/x86_64-linux-gnu/lib$l.so"; done
+fi
+
 # Relocatable .pc files: every path from the file's own place (pkg-config and
 # pkgconf both define pcfiledir), so the prefix works wherever it is unpacked.
 for pc in "$root"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$root"/usr/share/pkgconfig/*.pc; do
@@ -212,6 +249,7 @@ fi
   echo "sluice host bundle, made $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   for d in "$work"/debs/*.deb; do dpkg-deb -f "$d" Package Version | paste -sd' '; done
   ls "$work"/ffmpeg_*.orig.tar.xz 2>/dev/null | sed 's|.*/|ffmpeg source: |'
+  ls "$work"/curl_*.orig.tar.* 2>/dev/null | sed 's|.*/|curl source: |'
   echo "ffmpeg decoders: $FF_DECODERS; demuxers: $FF_DEMUXERS; parsers: $FF_PARSERS; hwaccels: $FF_HWACCELS"
   ls "$work"/nvcodec/*.deb 2>/dev/null | sed 's|.*/|nv-codec-headers, for the build only: |'
   ls "$out"/wheels 2>/dev/null | sed 's/^/wheel: /'

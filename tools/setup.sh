@@ -2,7 +2,7 @@
 # Install what sluice needs, if it is missing. Idempotent: a second run
 # installs nothing. Where it cannot install (not root, no apt, no network),
 # it says exactly what is missing and exits non-zero.
-#   tools/setup.sh            build + test needs (numpy, Pillow, pytest; torch, CPU build; Ray)
+#   tools/setup.sh            build + test needs (numpy, Pillow, pytest, moto[server], boto3; torch, CPU build; Ray)
 #   tools/setup.sh --build    build needs only (what `make` alone requires)
 #   tools/setup.sh --demo     build needs + what `make demo` runs (numpy, Pillow)
 #   tools/setup.sh --fuzz     build needs + clang and libFuzzer (`make fuzz`)
@@ -68,6 +68,8 @@ need_deb libavutil-dev /usr/include/x86_64-linux-gnu/libavutil/avutil.h
 # the video tests make their clips with the ffmpeg CLI
 [ $want_py = test ] && need_deb ffmpeg ffmpeg
 need_deb libwebp-dev /usr/include/webp/decode.h
+# s3:// and http(s):// sources (optional in the build, used when found): libcurl with OpenSSL
+need_deb libcurl4-openssl-dev /usr/include/x86_64-linux-gnu/curl/curl.h
 if [ $want_fuzz = 1 ]; then
   need_deb clang clang
   need_deb libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a
@@ -98,7 +100,8 @@ fi
 
 # ---- Python packages ----------------------------------------------------------
 wanted=(numpy:numpy PIL:Pillow)
-[ "$want_py" = test ] && wanted+=(pytest:pytest)
+# the remote-source tests run moto's S3 in server mode and talk to it with boto3
+[ "$want_py" = test ] && wanted+=(pytest:pytest moto.server:moto[server] boto3:boto3)
 missing_in() { # interpreter -> the pip names of the wanted modules it lacks
   local m
   for m in "${wanted[@]}"; do py_has "$1" "${m%%:*}" || printf '%s ' "${m#*:}"; done
@@ -136,7 +139,7 @@ fi
 if [ -n "$missing" ]; then
   echo "setup: installing Python packages into $PY: $missing"
   # shellcheck disable=SC2086  # one word a package
-  pip_install "$PY" $missing || {
+  (set -f; pip_install "$PY" $missing) || { # set -f: moto[server] is a name, not a glob
     echo "setup: pip could not install: $missing (log: /tmp/sluice-pip.log)" >&2; exit 1; }
 fi
 if [ "$want_py" = test ] && ! py_has "$PY" torch; then

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #define HD_FN static __attribute__((unused))
-#define HD_OBJECTS 64
+#define HD_OBJECTS 256
 #define HD_CONNS 256
 
 enum { HD_OK = 0, HD_503, HD_CUT, HD_RESET, HD_STALL, HD_NORANGE, HD_MIX /* 503, cut, reset in turn */ };
@@ -56,6 +56,8 @@ typedef struct hd_server {
     int stopping, released;
     /* faults */
     int fault, every, limit, faulted;
+    uint32_t lat_lo_us, lat_hi_us; /* a delay drawn from [lo, hi] before each answer (benchmarks) */
+    uint64_t rng;
     _Atomic int requests, ranged, concurrent, peak, stalled;
 } hd_server;
 
@@ -64,6 +66,10 @@ HD_FN void hd_put(hd_server *s, const char *path, const void *data, size_t len) 
     hd_object *o = NULL;
     for (int i = 0; i < s->nobj; i++)
         if (!strcmp(s->obj[i].path, path)) o = &s->obj[i];
+    if (!o && s->nobj == HD_OBJECTS) {
+        fprintf(stderr, "httpd: more than %d objects\n", HD_OBJECTS);
+        abort();
+    }
     if (!o) o = &s->obj[s->nobj++];
     free(o->data);
     snprintf(o->path, sizeof o->path, "%s", path);
@@ -87,6 +93,14 @@ HD_FN void hd_remove(hd_server *s, const char *path) {
 HD_FN void hd_faults(hd_server *s, int kind, int every, int limit) {
     pthread_mutex_lock(&s->mu);
     s->fault = kind, s->every = every, s->limit = limit, s->faulted = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Add a delay drawn uniformly from [lo_us, hi_us] before each answer (a
+ * seeded generator: the same delays in the same request order). */
+HD_FN void hd_latency(hd_server *s, uint32_t lo_us, uint32_t hi_us, uint64_t seed) {
+    pthread_mutex_lock(&s->mu);
+    s->lat_lo_us = lo_us, s->lat_hi_us = hi_us, s->rng = seed | 1;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -157,6 +171,16 @@ static int hd_answer(hd_server *s, int fd, const char *req) {
         fault = s->fault;
         if (fault == HD_MIX) fault = HD_503 + s->faulted % 3;
         s->faulted++;
+    }
+    uint32_t delay = 0;
+    if (s->lat_hi_us) {
+        s->rng ^= s->rng << 13, s->rng ^= s->rng >> 7, s->rng ^= s->rng << 17;
+        delay = s->lat_lo_us + (uint32_t)(s->rng % (s->lat_hi_us - s->lat_lo_us + 1));
+    }
+    if (delay) { /* outside the lock: requests wait their delays side by side */
+        pthread_mutex_unlock(&s->mu);
+        usleep(delay);
+        pthread_mutex_lock(&s->mu);
     }
     if (fault == HD_STALL) {
         atomic_fetch_add(&s->stalled, 1);
