@@ -78,7 +78,7 @@ static void load(const char *jsonl) {
 static int open_array(const char *rel, sl__sample_file *f, sl__array_info *a, char *why) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", data_dir, rel);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    *f = (sl__sample_file){.fd = open(path, O_RDONLY | O_CLOEXEC)}; /* a local file: no remote object */
     struct stat st;
     if (f->fd < 0 || fstat(f->fd, &st)) return snprintf(why, 256, "%s: cannot open", path), -1;
     f->offset = 0;

@@ -144,6 +144,7 @@ static int import_opts(sl_video_opts *dst, const sl_video_opts *o, size_t o_size
 
 /* Open path as a sample: its whole file. */
 static int open_file(const char *path, sl__sample_file *f, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f); /* a local file: no remote object */
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (f->fd < 0 || fstat(f->fd, &st) != 0) {

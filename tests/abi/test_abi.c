@@ -109,7 +109,24 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, node_cpus)                                                                                           \
     A(sl_stats, node_loaders)                                                                                        \
     A(sl_stats, node_demand)                                                                                         \
-    A(sl_stats, demand)
+    A(sl_stats, demand)                                                                                              \
+    A(sl_config, io_requests)                                                                                        \
+    A(sl_config, io_timeout_ms)                                                                                      \
+    A(sl_config, io_retries)                                                                                         \
+    A(sl_config, io_hedge)                                                                                           \
+    A(sl_config, io_readahead)                                                                                       \
+    A(sl_stats, net_bytes)                                                                                           \
+    A(sl_stats, net_requests)                                                                                        \
+    A(sl_stats, net_retries)                                                                                         \
+    A(sl_stats, net_hedges)                                                                                          \
+    A(sl_stats, net_timeouts)                                                                                        \
+    A(sl_stats, net_failures)                                                                                        \
+    A(sl_stats, net_inflight)                                                                                        \
+    A(sl_stats, net_inflight_peak)                                                                                   \
+    A(sl_stats, readahead_started)                                                                                   \
+    A(sl_stats, readahead_hits)                                                                                      \
+    A(sl_stats, readahead_dropped)                                                                                   \
+    A(sl_stats, readahead_bytes)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");

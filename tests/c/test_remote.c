@@ -170,6 +170,7 @@ TEST(faults_same_bytes_no_error_record) {
     cfg_for(&local, s.local, 2);
     cfg_for(&remote, s.remote, 3);
     remote.io_retries = 20;
+    remote.io_hedge = -1; /* every fault then shows as a retry (a hedge may otherwise finish first) */
     uint64_t want = fx_epoch_sum(&local, NULL);
     hd_faults(s.srv, HD_MIX, 10, 0); /* a tenth of the requests: 503 SlowDown, a cut body, a reset in turn */
     sl_loader *ld;
