@@ -73,6 +73,7 @@ struct sl__source {
     int media;         /* folder: SL__MEDIA_IMAGE (default) or SL__MEDIA_VIDEO, set before indexing */
     sl__io *io;        /* remote values (remote.c): the engine, or NULL */
     uint64_t version;  /* a remote source's objects' sizes and ETags, hashed (sl__source_version) */
+    uint64_t records_used; /* remote shards indexed from the node's records (remote.c) */
     int url_base;      /* base is a manifest's URL: relative paths resolve against it */
 };
 

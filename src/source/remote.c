@@ -13,14 +13,21 @@
  * read that jumps far ahead (a large member's data skipped) stops that, and
  * each header then costs one request of its own, never the member's bytes.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/util.h"
 #include "source/remote.h"
 #include "source/shards.h"
 #include "source/table.h"
+#include "source/tar.h"
 
 typedef unsigned long long ull;
 
@@ -174,7 +181,7 @@ static int move_to(sl__scan_rd *rd, uint64_t off, char *err, size_t errlen) {
     return 0;
 }
 
-int sl__remote_scan_read(void *arg, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
+static int scan_read(void *arg, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
     sl__scan_rd *rd = arg;
     uint8_t *p = buf;
     while (n) {
@@ -190,9 +197,9 @@ int sl__remote_scan_read(void *arg, uint64_t off, void *buf, size_t n, char *err
     return 0;
 }
 
-int sl__remote_scan(sl__source *s, const char *name, sl__obj *o,
-                    int (*scan)(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen), void *ctx,
-                    char *err, size_t errlen) {
+static int remote_scan(sl__source *s, const char *name, sl__obj *o,
+                       int (*scan)(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen), void *ctx,
+                       char *err, size_t errlen) {
     sl__scan_rd rd;
     memset(&rd, 0, sizeof rd);
     rd.s = s;
@@ -235,6 +242,402 @@ int sl__remote_scan(sl__source *s, const char *name, sl__obj *o,
     prefetch_drop(&rd);
     sl__free(s->b, rd.buf[0]);
     sl__free(s->b, rd.buf[1]);
+    return rc;
+}
+
+/* ---- the node's records of shard scans ---------------------------------------------
+ * A record holds what the tar scanner reported for one version of one shard
+ * (every regular member: name, header offset, data offset, size) and the
+ * bytes of the members of at most SL__RECORD_INLINE bytes (the labels
+ * an index reads), so that a rank that finds it replays the scan through
+ * the same grouper without reading the shard. Its file, in the folder
+ * SLUICE_INDEX_CACHE names (default $XDG_CACHE_HOME/sluice/index, else
+ * ~/.cache/sluice/index; "off": no records), is named by a hash of the
+ * shard's URL, size and ETag (a shard without an ETag gets no record: its
+ * version could not be told), written to a temporary name and renamed, and
+ * checked whole before use (magic, the version it names, every length and
+ * offset inside the file and the shard, a checksum): anything else is
+ * ignored and the shard scanned again. An flock on NAME.lock is held while
+ * a shard is looked up or scanned, so the ranks of a node that start
+ * together scan each shard once (the kernel drops the lock of a rank that
+ * dies). The layout is this machine's (native byte order): records are not
+ * carried between machines.
+ *
+ *   "SLIDX002" | u64 size | char etag[96] | u32 url_len | url | u32 trailer |
+ *   u64 members | { u32 name_len, u32 inline_len, u64 header_offset,
+ *   u64 offset, u64 size, name, inline bytes } ... | u64 hash of all before
+ * (trailer: the shard ended with sluice pack's trailer, which the scan
+ * checked; members: those the grouper got, the trailer not among them). */
+#define SL__RECORD_INLINE 32
+#define RECORD_MAGIC "SLIDX002"
+#define RECORD_MAX ((uint64_t)256 << 20)
+
+typedef struct record {
+    int on;                   /* records are kept */
+    int lockfd;               /* the lock held (-1: none) */
+    char path[4096];          /* NAME.idx */
+    /* the scan's record being written (budgeted) */
+    uint8_t *buf;
+    uint64_t len, cap;
+    int failed;               /* no room to record: the scan goes on unrecorded */
+} record;
+
+static int record_dir(char *out, size_t len) {
+    const char *d = getenv("SLUICE_INDEX_CACHE");
+    if (d && (!*d || !strcmp(d, "off") || !strcmp(d, "0"))) return -1;
+    int n;
+    if (d) n = snprintf(out, len, "%s", d);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME")) n = snprintf(out, len, "%s/sluice/index", getenv("XDG_CACHE_HOME"));
+    else if (getenv("HOME") && *getenv("HOME")) n = snprintf(out, len, "%s/.cache/sluice/index", getenv("HOME"));
+    else return -1;
+    if (n < 0 || (size_t)n >= len) return -1;
+    /* mkdir -p, 0700 */
+    for (char *p = out + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(out, 0700);
+            *p = '/';
+        }
+    struct stat st;
+    return mkdir(out, 0700) == 0 || (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
+}
+
+int sl__remote_records_on(void) {
+    char dir[3000];
+    return record_dir(dir, sizeof dir) == 0;
+}
+
+/* Look up the record of shard name (o: its size and ETag) with its lock
+ * held. rec->on 0: no record will be kept (no folder, no ETag). */
+static void record_lock(const char *name, const sl__obj *o, record *rec) {
+    memset(rec, 0, sizeof *rec);
+    rec->lockfd = -1;
+    char dir[3000];
+    if (!o->etag[0] || record_dir(dir, sizeof dir)) return;
+    uint64_t h = sl__hash64(name, strlen(name), 0x1dc5);
+    h = sl__hash64(&o->size, sizeof o->size, h);
+    h = sl__hash64(o->etag, strlen(o->etag), h);
+    char lock[4096];
+    snprintf(rec->path, sizeof rec->path, "%s/%016llx.idx", dir, (ull)h);
+    snprintf(lock, sizeof lock, "%s/%016llx.lock", dir, (ull)h);
+    rec->lockfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (rec->lockfd < 0) return;
+    int rc;
+    do rc = flock(rec->lockfd, LOCK_EX);
+    while (rc && errno == EINTR);
+    if (rc) {
+        close(rec->lockfd);
+        rec->lockfd = -1;
+        return;
+    }
+    rec->on = 1;
+}
+
+static void record_unlock(sl__source *s, record *rec) {
+    if (rec->lockfd >= 0) {
+        flock(rec->lockfd, LOCK_UN);
+        close(rec->lockfd);
+    }
+    rec->lockfd = -1;
+    sl__free(s->b, rec->buf);
+    rec->buf = NULL;
+}
+
+static int record_put(sl__source *s, record *rec, const void *p, size_t n) {
+    if (rec->failed) return 0;
+    if (rec->len + n > rec->cap) {
+        uint64_t cap = rec->cap ? rec->cap : 64 << 10;
+        while (cap < rec->len + n) cap *= 2;
+        uint8_t *q = cap <= RECORD_MAX ? sl__realloc(s->b, rec->buf, (size_t)cap, SL_MEM_INDEX) : NULL;
+        if (!q) { /* a record is a saving, never a requirement */
+            rec->failed = 1;
+            return 0;
+        }
+        rec->buf = q;
+        rec->cap = cap;
+    }
+    memcpy(rec->buf + rec->len, p, n);
+    rec->len += n;
+    return 0;
+}
+
+/* The scan, recorded: each member the grouper gets goes to the record too
+ * (sl__wds_scan_read's tap). */
+typedef struct tap {
+    sl__source *s;
+    record *rec;
+    sl__scan_rd *rd;
+    uint64_t members;
+} tap;
+
+static int tap_member(void *arg, const sl__tar_member *m, char *err, size_t errlen) {
+    tap *t = arg;
+    if (!t->rec->on) return 0;
+    uint8_t small[SL__RECORD_INLINE];
+    uint32_t hdr[2] = {(uint32_t)m->name_len, m->size <= SL__RECORD_INLINE ? (uint32_t)m->size : 0};
+    uint64_t at[3] = {m->header_offset, m->offset, m->size};
+    if (hdr[1] && scan_read(t->rd, m->offset, small, hdr[1], err, errlen)) return SL_EIO;
+    record_put(t->s, t->rec, hdr, sizeof hdr);
+    record_put(t->s, t->rec, at, sizeof at);
+    record_put(t->s, t->rec, m->name, m->name_len);
+    record_put(t->s, t->rec, small, hdr[1]);
+    t->members++;
+    return 0;
+}
+
+typedef struct shard_job {
+    sl__source *s;
+    record *rec;
+    sl__wds_sample_fn emit;
+    void *ctx;
+    sl__tar_read_fn *read;
+    void **rctx;
+    sl__wds_stats *st;
+} shard_job;
+
+static int scan_recorded(void *arg, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen) {
+    shard_job *j = arg;
+    *j->read = scan_read; /* labels read through the windows */
+    *j->rctx = rd;
+    if (j->rec->on) { /* the record's head: the version it names; the trailer flag and the count, set at the end */
+        uint32_t ul = (uint32_t)strlen(rd->o->name), zero4 = 0;
+        uint64_t zero = 0;
+        record_put(j->s, j->rec, RECORD_MAGIC, 8);
+        record_put(j->s, j->rec, &size, 8);
+        record_put(j->s, j->rec, rd->o->etag, sizeof rd->o->etag);
+        record_put(j->s, j->rec, &ul, 4);
+        record_put(j->s, j->rec, rd->o->name, ul);
+        record_put(j->s, j->rec, &zero4, 4);
+        record_put(j->s, j->rec, &zero, 8);
+    }
+    uint64_t count_at = j->rec->len - 8;
+    tap t = {j->s, j->rec, rd, 0};
+    int rc = sl__wds_scan_read(scan_read, rd, size, j->s->b, j->emit, j->ctx, tap_member, &t, j->st, err, errlen);
+    if (!rc && j->rec->on && !j->rec->failed) {
+        uint32_t trailer = (uint32_t)j->st->trailer;
+        memcpy(j->rec->buf + count_at - 4, &trailer, 4);
+        memcpy(j->rec->buf + count_at, &t.members, 8);
+    }
+    return rc;
+}
+
+/* Write the record (a temporary name, then renamed: readers see it whole or not at all). */
+static void record_write(sl__source *s, record *rec) {
+    if (!rec->on || rec->failed || !rec->buf) return;
+    uint64_t h = sl__hash64(rec->buf, (size_t)rec->len, 0x1dc5);
+    record_put(s, rec, &h, 8);
+    if (rec->failed) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", rec->path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    uint64_t done = 0;
+    while (done < rec->len) {
+        ssize_t w = write(fd, rec->buf + done, (size_t)(rec->len - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (uint64_t)w;
+    }
+    if (close(fd) == 0 && done == rec->len) rename(tmp, rec->path);
+    else unlink(tmp);
+}
+
+/* A record read back: its members in turn (inline bytes for the labels). */
+typedef struct replay {
+    const uint8_t *p, *end;
+    const char *name;
+    uint64_t size;
+} replay;
+
+/* Label reads during a replay: the member's inline bytes. */
+typedef struct replay_rd {
+    const uint8_t *base;      /* the record */
+    int trailer;              /* the shard ends with a trailer (checked when it was scanned) */
+    uint64_t n;               /* members */
+    const uint8_t *first;     /* the first member's entry */
+    const uint8_t *end;
+} replay_rd;
+
+/* Walk the entries from e: the one whose data starts at off with its inline bytes. */
+static int replay_read(void *arg, uint64_t off, void *buf, size_t n, char *err, size_t errlen) {
+    replay_rd *r = arg;
+    const uint8_t *e = r->first;
+    for (uint64_t k = 0; k < r->n; k++) {
+        uint32_t hdr[2];
+        uint64_t at[3];
+        memcpy(hdr, e, 8);
+        memcpy(at, e + 8, 24);
+        if (at[1] == off && hdr[1] >= n) {
+            memcpy(buf, e + 32 + hdr[0], n);
+            return 0;
+        }
+        e += 32 + hdr[0] + hdr[1];
+    }
+    sl__msg(err, errlen, "tar: the record holds no bytes at offset %llu", (ull)off);
+    return SL_EIO;
+}
+
+/* Check the record at rec->path whole: 0 with its bytes (counted, the
+ * caller frees) and where its members begin, or -1 (no record, or one to
+ * ignore). */
+static int record_load(sl__source *s, const record *rec, const char *name, const sl__obj *o, uint8_t **out,
+                       uint64_t *len, replay_rd *rr) {
+    int fd = open(rec->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size < 8 + 8 + 96 + 4 + 8 + 8 ||
+        (uint64_t)st.st_size > RECORD_MAX) {
+        close(fd);
+        return -1;
+    }
+    uint64_t n = (uint64_t)st.st_size, got = 0;
+    uint8_t *b = sl__alloc(s->b, (size_t)n, SL_MEM_INDEX);
+    while (b && got < n) {
+        ssize_t r = read(fd, b + got, (size_t)(n - got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (uint64_t)r;
+    }
+    close(fd);
+    if (!b || got != n) {
+        sl__free(s->b, b);
+        return -1;
+    }
+    /* the whole of it checked before a member is used */
+    uint64_t h, size, members;
+    uint32_t ul;
+    const uint8_t *p = b, *end = b + n - 8;
+    memcpy(&h, end, 8);
+    int ok = h == sl__hash64(b, (size_t)(n - 8), 0x1dc5) && !memcmp(p, RECORD_MAGIC, 8);
+    uint32_t trailer = 0;
+    if (ok) {
+        memcpy(&size, p + 8, 8);
+        memcpy(&ul, p + 16 + 96, 4);
+        ok = size == o->size && !memcmp(p + 16, o->etag, sizeof o->etag) && ul == strlen(name) &&
+             (uint64_t)(end - p) >= 16 + 96 + 4 + (uint64_t)ul + 12 && !memcmp(p + 16 + 96 + 4, name, ul);
+    }
+    if (ok) {
+        p += 16 + 96 + 4 + ul;
+        memcpy(&trailer, p, 4);
+        memcpy(&members, p + 4, 8);
+        p += 12;
+        ok = trailer <= 1;
+        rr->trailer = (int)trailer;
+        rr->base = b, rr->n = members, rr->first = p, rr->end = end;
+        uint64_t last = 0;
+        for (uint64_t k = 0; ok && k < members; k++) {
+            uint32_t hdr[2];
+            uint64_t at[3];
+            if ((uint64_t)(end - p) < 32) { ok = 0; break; }
+            memcpy(hdr, p, 8);
+            memcpy(at, p + 8, 24);
+            ok = hdr[0] > 0 && hdr[0] <= SL_TAR_NAME_MAX && hdr[1] <= SL__RECORD_INLINE &&
+                 (uint64_t)(end - p) >= 32 + (uint64_t)hdr[0] + hdr[1] && at[0] >= last && at[0] < at[1] &&
+                 at[1] <= size && at[2] <= size - at[1] && (hdr[1] == 0 || hdr[1] == at[2]) &&
+                 !memchr(p + 32, 0, hdr[0]);
+            last = at[1] + at[2];
+            p += 32 + hdr[0] + hdr[1];
+        }
+        ok = ok && p == end;
+    }
+    if (!ok) {
+        sl__free(s->b, b);
+        return -1;
+    }
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* Replay a checked record through the grouper (the members it got when
+ * the shard was scanned, whose end block and trailer were checked then). */
+static int record_replay(sl__source *s, shard_job *j, replay_rd *rr, char *err, size_t errlen) {
+    *j->read = replay_read;
+    *j->rctx = rr;
+    sl__wds_grouper *g = sl__alloc(s->b, sizeof *g, SL_MEM_INDEX);
+    if (!g) {
+        int rc = sl__nomem_code(s->b, sizeof *g);
+        sl__msg(err, errlen, "tar: no memory to group members (%s)", sl_strerror(rc));
+        return rc;
+    }
+    sl__wds_group_init(g, s->b, j->emit, j->ctx);
+    char name[SL_TAR_NAME_MAX + 1];
+    const uint8_t *p = rr->first;
+    int rc = 0;
+    for (uint64_t k = 0; k < rr->n && !rc; k++) {
+        uint32_t hdr[2];
+        uint64_t at[3];
+        memcpy(hdr, p, 8);
+        memcpy(at, p + 8, 24);
+        memcpy(name, p + 32, hdr[0]);
+        name[hdr[0]] = 0;
+        sl__tar_member m = {name, hdr[0], at[0], at[1], at[2]};
+        rc = sl__wds_group_add(g, &m, err, errlen);
+        p += 32 + hdr[0] + hdr[1];
+    }
+    if (!rc) rc = sl__wds_group_finish(g, err, errlen);
+    *j->st = (sl__wds_stats){g->samples, g->skipped, !rc && rr->trailer};
+    sl__wds_group_free(g);
+    sl__free(s->b, g);
+    return rc;
+}
+
+int sl__remote_index_shard(sl__source *s, const char *name, sl__obj *o, sl__wds_sample_fn emit, void *ctx,
+                           sl__tar_read_fn *read, void **rctx, sl__wds_stats *st, char *err, size_t errlen) {
+    record rec;
+    shard_job j = {s, &rec, emit, ctx, read, rctx, st};
+    memset(st, 0, sizeof *st);
+    record_lock(name, o, &rec); /* o's size and ETag: from sl__remote_stat_all */
+    uint8_t *b = NULL;
+    uint64_t n = 0;
+    replay_rd rr;
+    int rc;
+    if (rec.on && record_load(s, &rec, name, o, &b, &n, &rr) == 0) {
+        o->io = s->io;
+        o->name = name;
+        sl__remote_note_version(s, o);
+        rc = record_replay(s, &j, &rr, err, errlen);
+        sl__free(s->b, b);
+        s->records_used++;
+    } else {
+        char etag[96];
+        snprintf(etag, sizeof etag, "%s", o->etag);
+        rc = remote_scan(s, name, o, scan_recorded, &j, err, errlen);
+        /* a version other than the one the record was named by: keep no record of it */
+        if (!rc && rec.on && !strcmp(etag, o->etag)) record_write(s, &rec);
+    }
+    record_unlock(s, &rec);
+    return rc;
+}
+
+/* Sizes and ETags of the shards, all asked at once (as many in flight as
+ * the engine allows): the names of their records. */
+int sl__remote_stat_all(sl__source *s, sl__obj *objs, const char *const *names, uint32_t n, char *err,
+                        size_t errlen) {
+    sl__io_req *r = sl__calloc(s->b, n ? n : 1, sizeof *r, SL_MEM_INDEX);
+    if (!r) {
+        sl__msg(err, errlen, "no memory to ask for %u shards' sizes", n);
+        return sl__nomem_code(s->b, (uint64_t)n * sizeof *r);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        r[i].name = names[i];
+        r[i].probe = 1;
+        r[i].retries = 3;
+        sl__io_submit(s->io, &r[i]);
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int x = sl__io_wait(s->io, &r[i]);
+        if (x && !rc) {
+            rc = x;
+            sl__obj_explain(s->io, names[i], &r[i], err, errlen);
+        }
+        if (!x) {
+            objs[i].size = r[i].size;
+            snprintf(objs[i].etag, sizeof objs[i].etag, "%s", r[i].etag_out);
+        }
+    }
+    sl__free(s->b, r);
     return rc;
 }
 

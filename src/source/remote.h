@@ -12,6 +12,7 @@
 
 #include "io/io.h"
 #include "source/index.h"
+#include "source/tar.h"
 
 /* What a URL source is, by its name alone (no request): *kind SL__KIND_TAR
  * with *form (a .tar, a brace pattern, an s3:// prefix: SL__SHARDS_*), or
@@ -29,22 +30,28 @@ void sl__remote_note_version(sl__source *s, const sl__obj *o);
 /* A manifest's whole text from its URL (counted under SL_MEM_INDEX, a NUL
  * after it). Errors name the URL, the status and what to do. */
 int sl__remote_text(sl__source *s, const char *url, char **text, uint64_t *size, char *err, size_t errlen);
-/* Scan one remote shard: stat-free (the first window's answer gives the
- * size and the version), read in windows of SL__SCAN_WINDOW bytes, the
- * next one fetched while the scanner works on this one when the reads run
- * in order (small members); a member's data past the window is skipped by
- * starting the next window at the next header. *o gets the shard's size
- * and ETag (reads of its members then ask for that version). The scan's
- * emit callback may read labels through sl__remote_scan_read(rd, ...)
- * (rd is passed to it as the scan's reader). Windows are counted under
- * SL_MEM_INDEX while the scan runs. */
+/* Index one remote shard (its samples to emit, as sl__wds_scan emits them):
+ * from the node's record of an earlier scan of this version when there is
+ * one (remote.c, "records"), else by a scan through windows of ranged
+ * reads (SL__SCAN_WINDOW bytes, two of them counted under SL_MEM_INDEX
+ * while it runs; the next fetched while the scanner works on this one when
+ * the reads run in order, a header past a large member fetched alone),
+ * recorded for the next time (with sl__wds_scan's checks: the end block,
+ * the trailer). *read / *rctx are set, before any sample is emitted, to the
+ * reader emit may read labels through; *st as sl__wds_scan sets it. o: the shard's
+ * size and ETag when known (sl__remote_stat_all: its record's name); set
+ * to the version indexed (reads of its members then ask for it). The
+ * scanner's reasons come back as they are ("tar: ..."). */
 #define SL__SCAN_WINDOW ((uint64_t)4 << 20)
 typedef struct sl__scan_rd sl__scan_rd;
-int sl__remote_scan(sl__source *s, const char *name, sl__obj *o,
-                    int (*scan)(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen), void *ctx,
-                    char *err, size_t errlen);
-/* n bytes at off of the shard being scanned, through its windows. */
-int sl__remote_scan_read(void *rd, uint64_t off, void *buf, size_t n, char *err, size_t errlen);
+int sl__remote_index_shard(sl__source *s, const char *name, sl__obj *o, sl__wds_sample_fn emit, void *ctx,
+                           sl__tar_read_fn *read, void **rctx, sl__wds_stats *st, char *err, size_t errlen);
+/* Records are kept (SLUICE_INDEX_CACHE is not "off" and its folder can be made). */
+int sl__remote_records_on(void);
+/* Sizes and ETags of n objects, all asked at once: objs[i].size, .etag. 0,
+ * or the first failure with create's sentence. */
+int sl__remote_stat_all(sl__source *s, sl__obj *objs, const char *const *names, uint32_t n, char *err,
+                        size_t errlen);
 /* Open the remote file name (a full URL) as f: one request (its size and
  * version); the object is then f->obj, freed by sl__sample_close. Codes as
  * sl__source_open_file, the reason the HTTP status or curl's error. */

@@ -302,7 +302,8 @@ typedef struct scan_ctx {
     uint32_t shard;
     int fd;
     const char *path;
-    void *rd;        /* a remote shard's windows (remote.c), else NULL */
+    sl__tar_read_fn read; /* a remote shard's reader for labels (remote.c), else NULL: pread fd */
+    void *rctx;
 } scan_ctx;
 
 static int member_label(scan_ctx *c, const char *prefix, const sl__wds_member *m, int64_t *out, char *err,
@@ -315,7 +316,7 @@ static int member_label(scan_ctx *c, const char *prefix, const sl__wds_member *m
         return SL_EPARSE;
     }
     ssize_t got;
-    if (c->rd) got = sl__remote_scan_read(c->rd, m->offset, text, n, err, errlen) ? -1 : (ssize_t)n;
+    if (c->read) got = c->read(c->rctx, m->offset, text, n, err, errlen) ? -1 : (ssize_t)n;
     else do got = pread(c->fd, text, n, (off_t)m->offset);
     while (got < 0 && errno == EINTR);
     if (got != (ssize_t)n) {
@@ -420,25 +421,18 @@ static void note_trailer(sl__shards *h, uint32_t i, const sl__wds_stats *ws) {
     else if (h->trailers == i) h->untrailed = i; /* the first without one */
 }
 
-static int scan_remote(void *ctx, sl__scan_rd *rd, uint64_t size, char *err, size_t errlen) {
-    scan_ctx *c = ctx;
-    c->rd = rd;
-    char why[256] = "";
-    sl__wds_stats ws;
-    int rc = sl__wds_scan_read(sl__remote_scan_read, rd, size, c->s->b, on_sample, c, NULL, NULL, &ws, why, sizeof why);
-    if (!rc) note_trailer(c->s->shards, c->shard, &ws);
-    if (rc) scan_error(c->path, why, err, errlen);
-    return rc;
-}
-
-/* Scan remote shard i through windows of ranged reads (remote.c). */
+/* Index remote shard i: from the node's record of it, or a scan through
+ * windows of ranged reads (remote.c). */
 static int index_remote_shard(sl__source *s, uint32_t i, char *err, size_t errlen) {
     sl__shards *h = s->shards;
     /* its own copy of the name: the names arena may move while keys are interned */
-    char path[SL__URL_MAX];
+    char path[SL__URL_MAX], why[400] = "";
     snprintf(path, sizeof path, "%s", h->names + h->path_off[i]);
-    scan_ctx c = {s, i, -1, path, NULL};
-    int rc = sl__remote_scan(s, path, &h->objs[i], scan_remote, &c, err, errlen);
+    scan_ctx c = {s, i, -1, path, NULL, NULL};
+    sl__wds_stats ws;
+    int rc = sl__remote_index_shard(s, path, &h->objs[i], on_sample, &c, &c.read, &c.rctx, &ws, why, sizeof why);
+    if (!rc) note_trailer(h, i, &ws);
+    if (rc) scan_error(path, why, err, errlen);
     h->objs[i].name = NULL; /* pointed at the copy: set again once the arena is final */
     return rc;
 }
@@ -456,7 +450,7 @@ static int index_shard(sl__source *s, uint32_t i, uint32_t cap, char *err, size_
         if (fd >= 0) close(fd);
         return fd < 0 && e == ENOENT ? SL_ENOENT : SL_EIO;
     }
-    scan_ctx c = {s, i, fd, path, NULL};
+    scan_ctx c = {s, i, fd, path, NULL, NULL};
     char why[256] = "";
     sl__wds_stats ws;
     int rc = sl__wds_scan(fd, (uint64_t)st.st_size, s->b, on_sample, &c, &ws, why, sizeof why);
@@ -506,6 +500,20 @@ static int setup(sl__source *s, const char *path, const sl__colreq *req, uint32_
 static const sl__colreq default_req[2] = {{"jpg;jpeg;png;webp", SL__VAL_FILE, SL__MEDIA_IMAGE},
                                           {"cls;label", SL__VAL_INT, 0}};
 
+/* Every remote shard's size and ETag, asked all at once. */
+static int stat_shards(sl__source *s, char *err, size_t errlen) {
+    sl__shards *h = s->shards;
+    const char **names = sl__alloc(s->b, (size_t)h->nshards * sizeof *names, SL_MEM_INDEX);
+    if (!names) {
+        sl__msg(err, errlen, "no memory for %u shards' names", h->nshards);
+        return sl__nomem_code(s->b, (uint64_t)h->nshards * sizeof *names);
+    }
+    for (uint32_t i = 0; i < h->nshards; i++) names[i] = h->names + h->path_off[i];
+    int rc = sl__remote_stat_all(s, h->objs, names, h->nshards, err, errlen);
+    sl__free(s->b, names);
+    return rc;
+}
+
 int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq *req, uint32_t nreq, char *err,
                      size_t errlen) {
     sl__budget *b = s->b;
@@ -530,6 +538,7 @@ int sl__shards_index(sl__source *s, const char *path, int form, const sl__colreq
         sl__msg(err, errlen, "%s: no memory for %u shards", path, h->nshards);
     }
     if (!rc) rc = setup(s, path, req, nreq, err, errlen);
+    if (!rc && h->objs && sl__remote_records_on()) rc = stat_shards(s, err, errlen); /* the records' names */
     uint32_t cap = fd_cap();
     for (uint32_t i = 0; !rc && i < h->nshards; i++) rc = index_shard(s, i, cap, err, errlen);
     if (!rc && h->trailers && h->trailers < h->nshards) {

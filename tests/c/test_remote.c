@@ -11,7 +11,9 @@
  * proxy in front of it: tests/python/test_remote.py.)
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #include "httpd.h"
 #include "io/io.h"
 #include "sluice.h"
+#include "source/source_impl.h"
 #include "tarw.h"
 
 static void read_all(const char *path, buf *out) {
@@ -98,8 +101,12 @@ typedef struct setup {
     char dir[256], local[300], remote[300];
 } setup;
 
+static char records[256]; /* the node's records of shard scans, a folder of the test's own */
+
 static void up(setup *s, uint32_t n, uint32_t corrupt) {
     unsetenv("AWS_PROFILE"); /* http needs no AWS configuration; make sure none breaks it */
+    fx_empty_dir(records, sizeof records);
+    setenv("SLUICE_INDEX_CACHE", records, 1);
     s->d = calloc(1, sizeof *s->d);
     fx_simple(s->d, n, corrupt, 48, 200);
     s->srv = hd_start();
@@ -317,4 +324,108 @@ TEST(destroy_while_every_request_stalls) {
     pthread_create(&t, NULL, destroy_it, ld);
     pthread_join(t, NULL); /* returns: the engine failed the stalled reads */
     down(&s);
+}
+
+/* Open the remote shards as a source: its sample count and how many shards
+ * came from the node's records. */
+static uint64_t open_count(const char *url, uint64_t *from_records) {
+    sl__budget b;
+    CHECK_OK(sl__budget_init(&b, 64 << 20));
+    sl__source *src;
+    char err[512];
+    if (sl__source_open(&b, url, 1, &src, err, sizeof err)) SL_FAIL("open %s: %s", url, err);
+    uint64_t n = sl__source_count(src);
+    *from_records = src->records_used;
+    sl__source_close(src);
+    CHECK_EQ(atomic_load(&b.used), 0);
+    sl__budget_fini(&b);
+    return n;
+}
+
+/* The one record file of the folder whose name ends in suffix. */
+static void record_path(const char *suffix, char *out, size_t len, int nth) {
+    DIR *d = opendir(records);
+    CHECK(d != NULL);
+    struct dirent *e;
+    int k = 0;
+    out[0] = 0;
+    while ((e = readdir(d)))
+        if (strlen(e->d_name) > strlen(suffix) && !strcmp(e->d_name + strlen(e->d_name) - strlen(suffix), suffix) &&
+            k++ == nth)
+            snprintf(out, len, "%s/%s", records, e->d_name);
+    closedir(d);
+    CHECK(out[0]);
+}
+
+TEST(records_spare_the_next_scan) {
+    setup s;
+    up(&s, 30, 0);
+    uint64_t used, n = open_count(s.remote, &used);
+    CHECK_EQ(n, 30);
+    CHECK_EQ(used, 0); /* scanned, recorded */
+    int before = atomic_load(&s.srv->requests);
+    CHECK_EQ(open_count(s.remote, &used), 30);
+    CHECK_EQ(used, 3);
+    CHECK_EQ(atomic_load(&s.srv->requests) - before, 3); /* one size-and-version request a shard, no scan */
+    sl_config a, b;
+    cfg_for(&a, s.local, 2);
+    cfg_for(&b, s.remote, 3);
+    CHECK_EQ(fx_epoch_sum(&b, NULL), fx_epoch_sum(&a, NULL)); /* the same samples, labels, bytes */
+    /* a record damaged by a byte: ignored, the shard scanned again and recorded anew */
+    char idx[512];
+    record_path(".idx", idx, sizeof idx, 1);
+    int fd = open(idx, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t c;
+    CHECK_EQ(pread(fd, &c, 1, 200), 1);
+    c ^= 0x20;
+    CHECK_EQ(pwrite(fd, &c, 1, 200), 1);
+    close(fd);
+    CHECK_EQ(open_count(s.remote, &used), 30);
+    CHECK_EQ(used, 2);
+    CHECK_EQ(open_count(s.remote, &used), 30);
+    CHECK_EQ(used, 3);
+    /* a shard replaced: another version, another record */
+    buf b3 = {0};
+    member(&b3, "k99999.jpg", "not an image");
+    member(&b3, "k99999.cls", "1\n");
+    end(&b3);
+    hd_put(s.srv, "/shards/s-000002.tar", b3.p, b3.n);
+    free(b3.p);
+    CHECK_EQ(open_count(s.remote, &used), 21); /* 10 + 10 + the new shard's 1 */
+    CHECK_EQ(used, 2);
+    down(&s);
+}
+
+TEST(ranks_starting_together_scan_each_shard_once) {
+    setup s;
+    up(&s, 30, 0);
+    int before = atomic_load(&s.srv->requests);
+    enum { RANKS = 4 };
+    pid_t kids[RANKS];
+    setenv("SL_RANK_URL", s.remote, 1);
+    for (int r = 0; r < RANKS; r++) {
+        if ((kids[r] = fork()) == 0) { /* a rank: a fresh process, as torchrun starts them (exec: no
+                                           threads of this one carried over, which TSan refuses) */
+            execl("/proc/self/exe", "test_remote", "rank_opens_the_source", (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int r = 0; r < RANKS; r++) {
+        int st;
+        CHECK(waitpid(kids[r], &st, 0) == kids[r]);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    /* each rank asks for the 3 shards' sizes; the shards (one window each) are read once */
+    CHECK_EQ(atomic_load(&s.srv->requests) - before, RANKS * 3 + 3);
+    down(&s);
+}
+
+/* The rank of ranks_starting_together_scan_each_shard_once (nothing to do
+ * when run on its own). */
+TEST(rank_opens_the_source) {
+    const char *url = getenv("SL_RANK_URL");
+    if (!url) return;
+    uint64_t used;
+    CHECK_EQ(open_count(url, &used), 30);
 }

@@ -63,6 +63,8 @@ def packed(tmp_path_factory, dataset):
     manifest of its files with relative paths."""
     if not os.access(SLUICE, os.X_OK):
         pytest.skip("build/sluice not built")
+    # the node's records of shard scans (docs/remote.md): a folder of the tests' own, not ~/.cache
+    os.environ["SLUICE_INDEX_CACHE"] = str(tmp_path_factory.mktemp("records"))
     out = str(tmp_path_factory.mktemp("shards"))
     subprocess.run([SLUICE, "pack", dataset, out, "--samples-per-shard", "24"], check=True, capture_output=True)
     rows = []
