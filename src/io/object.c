@@ -94,19 +94,25 @@ static uint8_t *whole_alloc(void *ctx, uint64_t n) {
     return (uint8_t *)w->p;
 }
 
+/* GET the whole of name (with query) into w's budgeted buffer: r's rc. */
+static int get_whole(sl__io *io, const char *name, const char *query, whole *w, sl__io_req *r) {
+    memset(r, 0, sizeof *r);
+    r->name = name;
+    r->query = query;
+    r->len = SL__IO_TO_END;
+    r->alloc = whole_alloc;
+    r->ctx = w;
+    sl__io_submit(io, r);
+    return sl__io_wait(io, r);
+}
+
 int sl__obj_read_all(sl__io *io, const char *name, sl__budget *b, int cat, uint64_t max, char **out, uint64_t *size,
                      char *err, size_t errlen, sl__obj *o) {
     *out = NULL;
     *size = 0;
     whole w = {b, cat, max, NULL};
     sl__io_req r;
-    memset(&r, 0, sizeof r);
-    r.name = name;
-    r.len = SL__IO_TO_END;
-    r.alloc = whole_alloc;
-    r.ctx = &w;
-    sl__io_submit(io, &r);
-    int rc = sl__io_wait(io, &r);
+    int rc = get_whole(io, name, NULL, &w, &r);
     if (rc == SL_EBUDGET && r.len > max) {
         char b1[32];
         sl__msg(err, errlen, "%.300s: %llu bytes, over the %s a manifest may have", name, (sl__ull)r.len,
@@ -165,14 +171,7 @@ int sl__obj_list(sl__io *io, const char *prefix, int delim, sl__budget *b, int c
         if (qn < 0 || (size_t)qn >= sizeof query) return SL_EOVERFLOW;
         whole w = {b, cat, PAGE_MAX, NULL};
         sl__io_req r;
-        memset(&r, 0, sizeof r);
-        r.name = bucket;
-        r.query = query;
-        r.len = SL__IO_TO_END;
-        r.alloc = whole_alloc;
-        r.ctx = &w;
-        sl__io_submit(io, &r);
-        int rc = sl__io_wait(io, &r);
+        int rc = get_whole(io, bucket, query, &w, &r);
         if (rc) {
             sl__free(b, w.p);
             sl__obj_explain(io, prefix, &r, err, errlen);

@@ -136,6 +136,17 @@ static size_t tag_at(const char *t, size_t n, size_t i, int *kind, const char **
 
 static int name_is(const char *name, size_t n, const char *want) { return n == strlen(want) && !memcmp(name, want, n); }
 
+/* The next tag of t[*i, n): 1 with its kind and name (*i past it), 0 at
+ * the end of the text, -1 on markup that is not closed. */
+static int next_tag(const char *t, size_t n, size_t *i, int *kind, const char **name, size_t *nl) {
+    const char *lt = *i < n ? memchr(t + *i, '<', n - *i) : NULL;
+    if (!lt) return 0;
+    size_t next = tag_at(t, n, (size_t)(lt - t), kind, name, nl);
+    if (!next) return -1;
+    *i = next;
+    return 1;
+}
+
 /* The character data of a leaf element whose open tag ends at i: [i, end)
  * up to the next '<', which must close it. *next: after the close tag. 0,
  * or -1 (markup inside, unclosed). */
@@ -173,16 +184,10 @@ int sl__s3_parse_list(const char *t, size_t n, sl__s3_entry_fn entry, sl__s3_pre
     *truncated = 0;
     if (tlen) token[0] = 0;
     etag[0] = 0;
-    size_t i = 0;
-    while (i < n) {
-        const char *lt = memchr(t + i, '<', n - i);
-        if (!lt) break;
-        i = (size_t)(lt - t);
-        int kind;
-        const char *name;
-        size_t nl, next = tag_at(t, n, i, &kind, &name, &nl);
-        if (!next) return SL_EPARSE;
-        i = next;
+    size_t i = 0, nl;
+    int kind, more;
+    const char *name;
+    while ((more = next_tag(t, n, &i, &kind, &name, &nl)) > 0) {
         if (kind == TAG_OTHER || kind == TAG_EMPTY) continue;
         if (kind == TAG_CLOSE) {
             if (depth == 0) return SL_EPARSE;
@@ -252,23 +257,16 @@ int sl__s3_parse_list(const char *t, size_t n, sl__s3_entry_fn entry, sl__s3_pre
             depth--;
         }
     }
-    return root && depth == 0 ? 0 : SL_EPARSE;
+    return more == 0 && root && depth == 0 ? 0 : SL_EPARSE;
 }
 
 int sl__s3_parse_error(const char *t, size_t n, char *code, size_t clen, char *msg, size_t mlen) {
     if (clen) code[0] = 0;
     if (mlen) msg[0] = 0;
-    int in_error = 0;
-    size_t i = 0;
-    while (i < n) {
-        const char *lt = memchr(t + i, '<', n - i);
-        if (!lt) break;
-        i = (size_t)(lt - t);
-        int kind;
-        const char *name;
-        size_t nl, next = tag_at(t, n, i, &kind, &name, &nl);
-        if (!next) break;
-        i = next;
+    int in_error = 0, kind;
+    size_t i = 0, nl;
+    const char *name;
+    while (next_tag(t, n, &i, &kind, &name, &nl) > 0) {
         if (kind != TAG_OPEN) continue;
         if (name_is(name, nl, "Error")) {
             in_error = 1;

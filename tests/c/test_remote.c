@@ -23,41 +23,20 @@
 #include "fixture.h"
 #include "httpd.h"
 #include "io/io.h"
+#include "shards_fixture.h"
 #include "sluice.h"
 #include "source/source_impl.h"
 #include "tarw.h"
 
-static void read_all(const char *path, buf *out) {
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    uint8_t chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) b_put(out, chunk, n);
-    fclose(f);
-}
-
 /* The dataset's files as nshards shards, written to dir and served at
  * /shards/s-00000N.tar too. */
 static void shards(const fx_dataset *d, const char *dir, int nshards, hd_server *srv) {
-    uint32_t per = (d->files + (uint32_t)nshards - 1) / (uint32_t)nshards;
+    sf_write_shards(d, dir, nshards);
     for (int s = 0; s < nshards; s++) {
-        buf b = {0};
-        for (uint32_t k = (uint32_t)s * per; k < d->files && k < (uint32_t)(s + 1) * per; k++) {
-            char path[512], name[64], cls[16];
-            buf img = {0};
-            snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
-            read_all(path, &img);
-            snprintf(name, sizeof name, "k%05u.jpg", k);
-            member_n(&b, name, img.p, img.n);
-            snprintf(name, sizeof name, "k%05u.cls", k);
-            snprintf(cls, sizeof cls, "%d\n", d->label[k]);
-            member(&b, name, cls);
-            free(img.p);
-        }
-        end(&b);
         char path[512], url[64];
+        buf b = {0};
         snprintf(path, sizeof path, "%s/s-%06d.tar", dir, s);
-        b_write(&b, path);
+        sf_read_all(path, &b);
         snprintf(url, sizeof url, "/shards/s-%06d.tar", s);
         hd_put(srv, url, b.p, b.n);
         free(b.p);
@@ -72,7 +51,7 @@ static void serve_folder(const fx_dataset *d, hd_server *srv) {
         char path[512], url[300], line[128];
         buf img = {0};
         snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
-        read_all(path, &img);
+        sf_read_all(path, &img);
         snprintf(url, sizeof url, "/ds/%s", d->rel[k]);
         hd_put(srv, url, img.p, img.n);
         free(img.p);
@@ -84,14 +63,7 @@ static void serve_folder(const fx_dataset *d, hd_server *srv) {
 }
 
 static void cfg_for(sl_config *c, const char *source, uint32_t workers) {
-    sl_config_init(c);
-    c->source = source;
-    c->batch_size = 5;
-    c->size = 32;
-    c->workers = workers;
-    c->budget = 64 << 20;
-    c->seed = 5;
-    c->flags = SL_FLAG_CHECKSUM;
+    sf_cfg(c, source, workers);
     c->io_requests = 8;
 }
 

@@ -20,56 +20,13 @@
 
 #include "files.h"
 #include "fixture.h"
+#include "shards_fixture.h"
 #include "source/shards.h"
 #include "source/tar.h"
 #include "sluice.h"
 #include "tarw.h"
 
-static void read_all(const char *path, buf *out) {
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    uint8_t chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) b_put(out, chunk, n);
-    fclose(f);
-}
-
-/* The dataset's files, in index order, as nshards shards
- * OUT/s-00000N.tar of samples "kNNNNN.jpg" + "kNNNNN.cls". */
-static void write_shards(const fx_dataset *d, const char *out, int nshards) {
-    uint32_t per = (d->files + (uint32_t)nshards - 1) / (uint32_t)nshards;
-    for (int s = 0; s < nshards; s++) {
-        buf b = {0};
-        for (uint32_t k = (uint32_t)s * per; k < d->files && k < (uint32_t)(s + 1) * per; k++) {
-            char path[512], name[64], cls[16];
-            buf img = {0};
-            snprintf(path, sizeof path, "%s/%s", d->root, d->rel[k]);
-            read_all(path, &img);
-            snprintf(name, sizeof name, "k%05u.jpg", k);
-            member_n(&b, name, img.p, img.n);
-            snprintf(name, sizeof name, "k%05u.cls", k);
-            snprintf(cls, sizeof cls, "%d\n", d->label[k]);
-            member(&b, name, cls);
-            free(img.p);
-        }
-        end(&b);
-        char path[512];
-        snprintf(path, sizeof path, "%s/s-%06d.tar", out, s);
-        b_write(&b, path);
-        free(b.p);
-    }
-}
-
-static void cfg_for(sl_config *c, const char *source, uint32_t workers) {
-    sl_config_init(c);
-    c->source = source;
-    c->batch_size = 5;
-    c->size = 32;
-    c->workers = workers;
-    c->budget = 64 << 20;
-    c->seed = 5;
-    c->flags = SL_FLAG_CHECKSUM;
-}
+static void cfg_for(sl_config *c, const char *source, uint32_t workers) { sf_cfg(c, source, workers); }
 
 /* The code and message sl_loader_create gives for source (it must fail). */
 static int create_fails(const char *source, const char *fields, char *err, size_t errlen) {
@@ -83,7 +40,7 @@ static fx_dataset *dataset_and_shards(char *shards, size_t len, int nshards, uin
     fx_dataset *d = calloc(1, sizeof *d);
     fx_simple(d, 23, corrupt, 48, 200);
     fx_empty_dir(shards, len);
-    write_shards(d, shards, nshards);
+    sf_write_shards(d, shards, nshards);
     return d;
 }
 
@@ -251,7 +208,7 @@ TEST(shards_past_the_fd_limit_open_per_read) {
     fx_simple(d, 40, 0, 32, 48);
     char dir[256], pattern[300];
     fx_empty_dir(dir, sizeof dir);
-    write_shards(d, dir, 40);
+    sf_write_shards(d, dir, 40);
     snprintf(pattern, sizeof pattern, "%s/s-{000000..000039}.tar", dir);
     struct rlimit rl;
     CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
