@@ -10,7 +10,8 @@ compiled parts:
     console script and `python -m sluice` exec it (sluice/__main__.py), so
     the installed command is the very program `make` builds as build/sluice.
 libjpeg(-turbo) is required; libspng is used when found (then PNG support is
-built in, SL_HAVE_SPNG=1). Both are looked up with pkg-config, then in the
+built in, SL_HAVE_SPNG=1), FFmpeg, libwebp and libcurl (s3:// and http(s)://
+sources) likewise. Both are looked up with pkg-config, then in the
 usual folders (and JPEG_ROOT / SPNG_ROOT, unpacked packages).
 Offline: `pip install --no-build-isolation .` (uses the installed setuptools).
 """
@@ -124,6 +125,16 @@ def _extension():
         print("sluice: WebP support through libwebp", file=sys.stderr)
     else:
         print("sluice: libwebp not found: WebP samples will be error records", file=sys.stderr)
+    curl = _pkg_config("libcurl")
+    if curl:
+        include_dirs += curl[0]
+        library_dirs += curl[1]
+        libraries += curl[2]
+        macros.append(("SL_HAVE_CURL", "1"))
+        print("sluice: s3:// and http(s):// sources through libcurl", file=sys.stderr)
+    else:
+        print("sluice: libcurl not found (pkg-config): s3:// and http(s):// sources will be refused",
+              file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
     # the library without src/monitor/ (sluice top's readers live in the CLI)
     sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)
