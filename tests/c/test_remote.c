@@ -75,6 +75,14 @@ typedef struct setup {
 
 static char records[256]; /* the node's records of shard scans, a folder of the test's own */
 
+/* Every case needs libcurl; without it URLs are refused (test_io has the
+ * refusal), and a case has nothing to run. */
+static int have_curl(void) {
+    char v[96];
+    sl__io_version(v, sizeof v);
+    return strcmp(v, "off") != 0;
+}
+
 static void up(setup *s, uint32_t n, uint32_t corrupt) {
     unsetenv("AWS_PROFILE"); /* http needs no AWS configuration; make sure none breaks it */
     fx_empty_dir(records, sizeof records);
@@ -95,6 +103,7 @@ static void down(setup *s) {
 }
 
 TEST(http_shards_equal_local_for_1_and_8_workers) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 23, 3);
     for (int preset = SL_PRESET_TRAIN; preset <= SL_PRESET_VAL; preset++) {
@@ -132,6 +141,7 @@ TEST(http_shards_equal_local_for_1_and_8_workers) {
 }
 
 TEST(resume_across_local_and_remote) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 30, 0);
     sl_config local, remote;
@@ -143,6 +153,7 @@ TEST(resume_across_local_and_remote) {
 }
 
 TEST(faults_same_bytes_no_error_record) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 40, 0);
     sl_config local, remote;
@@ -175,6 +186,7 @@ TEST(faults_same_bytes_no_error_record) {
 }
 
 TEST(manifest_files_over_http_and_a_deleted_object) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 20, 0);
     char m[300];
@@ -211,6 +223,7 @@ TEST(manifest_files_over_http_and_a_deleted_object) {
 }
 
 TEST(readahead_serves_the_workers) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 40, 0);
     char m[300];
@@ -239,6 +252,7 @@ TEST(readahead_serves_the_workers) {
 }
 
 TEST(create_refusals_say_which_and_what_to_do) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 10, 0);
     sl_config c;
@@ -277,6 +291,7 @@ static void *destroy_it(void *arg) {
 }
 
 TEST(destroy_while_every_request_stalls) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 30, 0);
     char m[300];
@@ -330,6 +345,7 @@ static void record_path(const char *suffix, char *out, size_t len, int nth) {
 }
 
 TEST(records_spare_the_next_scan) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 30, 0);
     uint64_t used, n = open_count(s.remote, &used);
@@ -370,6 +386,7 @@ TEST(records_spare_the_next_scan) {
 }
 
 TEST(ranks_starting_together_scan_each_shard_once) {
+    if (!have_curl()) return;
     setup s;
     up(&s, 30, 0);
     int before = atomic_load(&s.srv->requests);
