@@ -209,10 +209,10 @@ void sl__source_cancel_io(sl__source *s) {
     if (s && s->io) sl__io_cancel(s->io);
 }
 
-/* The URL a value's path rel (absolute: not relative to the base) names:
- * 1 with it in out, 0 when it names a local file, or SL_EOVERFLOW. */
-static int url_name(const sl__source *s, const char *rel, int absolute, char *out, size_t len) {
-    (void)absolute;
+/* The URL a value's path rel names (itself, or resolved against the
+ * manifest's URL): 1 with it in out, 0 when it names a local file, or
+ * SL_EOVERFLOW. */
+static int url_name(const sl__source *s, const char *rel, char *out, size_t len) {
     if (sl__url_scheme(rel)) {
         size_t n = strlen(rel);
         if (n >= len) return SL_EOVERFLOW;
@@ -288,7 +288,7 @@ int sl__source_path(const sl__source *s, uint64_t i, char *buf, size_t len) {
         char rel[PATH_MAX];
         int n = rel_path(s, i, rel, sizeof rel, &absolute), u;
         if (n < 0) return n;
-        if ((u = url_name(s, rel, absolute, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
+        if ((u = url_name(s, rel, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
     }
     if (c->recs[i - c->first].dir != SL__DIR_NONE && s->base_len) {
         int sep = s->base[s->base_len - 1] != '/';
@@ -416,7 +416,7 @@ int sl__source_open_file(const sl__source *s, uint64_t i, uint32_t col, uint32_t
     }
     if (s->io) {
         char name[SL__URL_MAX];
-        int u = url_name(s, path, absolute, name, sizeof name);
+        int u = url_name(s, path, name, sizeof name);
         if (u < 0) {
             sl__msg(reason, rlen, "URL too long");
             return SL_EIO;
@@ -435,7 +435,7 @@ int sl__source_remote(const sl__source *s, uint64_t i, uint32_t col, uint32_t el
     char rel[PATH_MAX];
     int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute);
     if (n < 0) return n;
-    int u = url_name(s, rel, absolute, name, len);
+    int u = url_name(s, rel, name, len);
     return u < 0 ? u : u ? 2 : 0;
 }
 
@@ -444,7 +444,7 @@ int sl__source_file_path(const sl__source *s, uint64_t i, uint32_t col, uint32_t
     char rel[PATH_MAX];
     int absolute = 0, n = value_rel_path(s, i, col, elem, rel, sizeof rel, &absolute), u;
     if (n < 0) return n;
-    if (s->io && (u = url_name(s, rel, absolute, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
+    if (s->io && (u = url_name(s, rel, buf, len)) != 0) return u < 0 ? u : (int)strlen(buf);
     size_t pre = 0;
     if (!absolute && s->base_len) {
         int sep = s->base[s->base_len - 1] != '/';
@@ -496,21 +496,8 @@ int sl__sample_pread(const sl__sample_file *f, void *buf, uint64_t n, uint64_t o
         int rc = sl__obj_read(f->obj, off, buf, n, reason, rlen);
         return rc == 0 || rc == SL_ENOENT || rc == SL_ESTATE ? rc : SL_EIO;
     }
-    char *p = buf, tmp[64];
-    uint64_t got = 0;
-    while (got < n) {
-        uint64_t want = SL_MIN(n - got, (uint64_t)1 << 30);
-        ssize_t r = pread(f->fd, p + got, (size_t)want, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            sl__msg(reason, rlen, "read of %llu bytes at offset %llu failed: %s", (unsigned long long)(n - got),
-                    (unsigned long long)(off + got), r < 0 ? errno_reason(e, tmp, sizeof tmp) : "file shorter than its size");
-            return r < 0 && sl__transient(e) ? SL_EAGAIN : SL_EIO;
-        }
-        got += (uint64_t)r;
-    }
-    return 0;
+    sl__sample_file part = {.fd = f->fd, .offset = off, .size = n};
+    return sl__sample_read(&part, buf, reason, rlen);
 }
 
 int sl__sample_read(const sl__sample_file *f, void *buf, char *reason, size_t rlen) {
