@@ -348,7 +348,8 @@ def test_stats(dataset):
     assert s["samples"] == N and s["batches"] == N // BS
     assert s["budget_bytes"] == 64 << 20
     assert 0 < s["peak_accounted_bytes"] <= s["budget_bytes"]
-    assert set(s["memory"]) == {"index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host"}
+    assert set(s["memory"]) == {"index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host",
+                                "io"}
     assert s["memory"]["batches"] > 0
     for k in ("samples_per_s", "consumer_wait_s", "workers", "slots", "slots_held", "errors"):
         assert k in s
