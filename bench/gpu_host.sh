@@ -72,7 +72,7 @@
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
 #   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
-#   REMOTE_IMAGES=5000 REMOTE_REQUESTS=4,16,64,128 (remote step)
+#   REMOTE_IMAGES=5000 REMOTE_REQUESTS=4,16,64,128 REMOTE_EPOCHS=3 (remote step)
 # SHARED: the folder holding peer_torch.py and decode_ceiling.py (default ../shared/bench, else the
 # copy in DEPS/shared/bench). PHOTOS: a folder of photographs the ImageNet-like set is cropped from
 # (default none: bench/make_imagenet_like.py's procedural pictures; ../shared/data/photos gives the
@@ -449,7 +449,8 @@ remote)
     exit 0
   fi
   $PY bench/remote_bench.py "$DATA" --images "${REMOTE_IMAGES:-5000}" --workers "$NWORK" \
-    --requests "${REMOTE_REQUESTS:-4,16,64,128}" --batch 256 --budget 2G --work "$WORK/remote" --keep \
+    --requests "${REMOTE_REQUESTS:-4,16,64,128}" --epochs "${REMOTE_EPOCHS:-3}" --batch 256 --budget 2G \
+    --work "$WORK/remote" --keep \
     --sluice build/sluice | keep remote
   ;;
 rss)

@@ -12,7 +12,9 @@ no network: it runs on a host without network access.
 `sluice bench` then reads the local shards (the reference) and the http://
 shards with --io-requests 1, 4, 16, 64, ... , each in its own process, and
 prints one JSON line per run and a table: samples/s, bytes fetched per sample,
-requests per sample, requests in flight at most, peak RSS growth.
+requests per sample, requests in flight at most, peak RSS growth. Every run
+scans its shards at create (SLUICE_INDEX_CACHE=off: no record of an earlier
+run's scan), so the bytes fetched include the scan.
 
     bench/remote_bench.py DATA [--workers N] [--requests 1,4,16,64] [--latency 0.02,0.05]
                           [--images N] [--epochs 1] [--batch 64] [--budget 512M]
@@ -69,7 +71,9 @@ def bench(args, source, extra):
     cmd = [args.sluice, "bench", source, "--batch", str(args.batch), "--budget", args.budget, "--workers",
            str(args.workers), "--epochs", str(args.epochs), "--json"] + extra
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    # every run scans its shards (no node records from the run before: each row pays the same)
+    env = dict(os.environ, SLUICE_INDEX_CACHE="off")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {out.stderr[-2000:]}")
     r = json.loads(out.stdout)
