@@ -384,7 +384,7 @@ TEST(packed_shards_are_checked_by_their_trailer) {
     /* the last member of each shard is the trailer, and it matches */
     snprintf(path, sizeof path, "%s/shard-000001.tar", dir);
     buf b = {0};
-    read_all(path, &b);
+    sf_read_all(path, &b);
     CHECK(b.n > 3 * 512);
     size_t last = b.n - 1024 - 1024; /* trailer header: before its one data block and the end blocks */
     CHECK(strcmp((const char *)b.p + last, SL_WDS_TRAILER) == 0);
