@@ -1,6 +1,6 @@
 /*
  * Remote data as a source (remote.h; docs/remote.md):
- * what a URL names, the shards under an s3:// prefix, a manifest's text,
+ * the shards under an s3:// prefix, a manifest's text,
  * a shard's scan through windows of ranged reads, and the files a
  * manifest names. The requests themselves are the I/O layer's (io/).
  *
@@ -25,32 +25,9 @@
 #include "base/hash.h"
 #include "base/util.h"
 #include "source/remote.h"
-#include "source/shards.h"
-#include "source/table.h"
 #include "source/tar.h"
 
 typedef unsigned long long ull;
-
-/* ---- what a URL names ----------------------------------------------------------- */
-
-int sl__remote_kind(const char *url, int *kind, int *form, char *err, size_t errlen) {
-    sl__url u;
-    *form = 0;
-    if (sl__url_parse(url, &u, err, errlen)) return SL_EINVAL;
-    if (strchr(url, '{') && strchr(url, '}')) *kind = SL__KIND_TAR, *form = SL__SHARDS_PATTERN;
-    else if (sl__url_has_suffix(url, ".tar")) *kind = SL__KIND_TAR, *form = SL__SHARDS_FILE;
-    else if (sl__url_has_suffix(url, ".csv")) *kind = SL__KIND_CSV;
-    else if (sl__url_has_suffix(url, ".jsonl")) *kind = SL__KIND_JSONL;
-    else if (u.scheme == SL__URL_S3) *kind = SL__KIND_TAR, *form = SL__SHARDS_FOLDER;
-    else {
-        sl__msg(err, errlen,
-                "%.300s: an http(s) URL must name a .tar shard, a brace pattern of shards "
-                "(train-{000000..000099}.tar) or a .csv/.jsonl manifest: an http server has no listing",
-                url);
-        return SL_EINVAL;
-    }
-    return 0;
-}
 
 /* ---- shards under an s3:// prefix ------------------------------------------------ */
 
@@ -693,33 +670,4 @@ void sl__remote_close(sl__sample_file *f) {
     if (rf) sl__free(rf->b, rf);
     f->own = NULL;
     f->obj = NULL;
-}
-
-/* ---- does a local manifest name URLs? ------------------------------------------------ */
-
-static int is_url(const char *p, size_t n) {
-    return (n >= 5 && !strncasecmp(p, "s3://", 5)) || (n >= 7 && !strncasecmp(p, "http://", 7)) ||
-           (n >= 8 && !strncasecmp(p, "https://", 8));
-}
-
-int sl__source_names_urls(const sl__source *s) {
-    for (uint32_t c = 0; s->chunks && c < s->nchunks; c++) {
-        const sl__chunk *k = &s->chunks[c];
-        for (uint64_t i = 0; i < k->nrec; i++)
-            if (is_url(k->arena + k->recs[i].off, k->recs[i].len)) return 1;
-    }
-    const sl__table *t = s->tab;
-    if (!t || s->kind != SL__KIND_TABLE) return 0;
-    for (uint64_t row = 0; row < t->nrows; row++)
-        for (uint32_t col = 0; col < t->ncols; col++) {
-            const sl__rec *r = sl__table_at(t, row, col);
-            if (t->types[col] == SL__VAL_FILE && is_url(t->arena + r->off, r->len)) return 1;
-            if (t->types[col] == SL__VAL_FILES)
-                for (uint32_t e = 0; e < r->len; e++) {
-                    sl__rec x;
-                    memcpy(&x, t->arena + r->off + (uint64_t)e * sizeof x, sizeof x);
-                    if (is_url(t->arena + x.off, x.len)) return 1;
-                }
-        }
-    return 0;
 }

@@ -1,8 +1,9 @@
 /*
- * Remote data (remote.c; docs/remote.md): what a URL source is, listing
- * an s3:// prefix, a manifest's text, scanning a remote shard through
- * windows of ranged reads, and opening a remote file. The requests go
- * through the source's I/O engine (io/io.h, s->io).
+ * Remote data (remote.c; docs/remote.md): listing an s3:// prefix, a
+ * manifest's text, indexing a remote shard (through windows of ranged
+ * reads, or the node's record of an earlier scan), and opening a remote
+ * file. The requests go through the source's I/O engine (io/io.h, s->io);
+ * what a URL names is source.c's to decide.
  */
 #ifndef SL_SOURCE_REMOTE_H
 #define SL_SOURCE_REMOTE_H
@@ -14,11 +15,6 @@
 #include "source/index.h"
 #include "source/tar.h"
 
-/* What a URL source is, by its name alone (no request): *kind SL__KIND_TAR
- * with *form (a .tar, a brace pattern, an s3:// prefix: SL__SHARDS_*), or
- * SL__KIND_CSV / SL__KIND_JSONL. SL_EINVAL with a sentence for anything
- * else (an http "folder" cannot be listed). */
-int sl__remote_kind(const char *url, int *kind, int *form, char *err, size_t errlen);
 /* The shards under an s3:// prefix (ListObjectsV2): add(ctx, name, len)
  * for each .tar object directly under it, in S3's order (bytes). A prefix
  * that also holds subfolders is refused (an ImageFolder layout over S3 is
@@ -58,8 +54,5 @@ int sl__remote_stat_all(sl__source *s, sl__obj *objs, const char *const *names, 
 int sl__remote_open(const sl__source *s, const char *name, sl__sample_file *f, char *reason, size_t rlen);
 /* Free what sl__remote_open allocated (f->own). */
 void sl__remote_close(sl__sample_file *f);
-/* 1 when a manifest or table source (already indexed) names a URL in a
- * file value: it then needs an engine though its own path is local. */
-int sl__source_names_urls(const sl__source *s);
 
 #endif

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,6 +96,58 @@ static int set_url_base(sl__source *s, const char *url, char *err, size_t errlen
     return 0;
 }
 
+/* What a URL source is, by its name alone (no request): *kind SL__KIND_TAR
+ * with *form (a .tar, a brace pattern, an s3:// prefix: SL__SHARDS_*), or
+ * SL__KIND_CSV / SL__KIND_JSONL. SL_EINVAL with a sentence for anything
+ * else (an http "folder" cannot be listed). */
+static int url_kind(const char *url, int *kind, int *form, char *err, size_t errlen) {
+    sl__url u;
+    *form = 0;
+    if (sl__url_parse(url, &u, err, errlen)) return SL_EINVAL;
+    if (strchr(url, '{') && strchr(url, '}')) *kind = SL__KIND_TAR, *form = SL__SHARDS_PATTERN;
+    else if (sl__url_has_suffix(url, ".tar")) *kind = SL__KIND_TAR, *form = SL__SHARDS_FILE;
+    else if (sl__url_has_suffix(url, ".csv")) *kind = SL__KIND_CSV;
+    else if (sl__url_has_suffix(url, ".jsonl")) *kind = SL__KIND_JSONL;
+    else if (u.scheme == SL__URL_S3) *kind = SL__KIND_TAR, *form = SL__SHARDS_FOLDER;
+    else {
+        sl__msg(err, errlen,
+                "%.300s: an http(s) URL must name a .tar shard, a brace pattern of shards "
+                "(train-{000000..000099}.tar) or a .csv/.jsonl manifest: an http server has no listing",
+                url);
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+static int is_url(const char *p, size_t n) {
+    return (n >= 5 && !strncasecmp(p, "s3://", 5)) || (n >= 7 && !strncasecmp(p, "http://", 7)) ||
+           (n >= 8 && !strncasecmp(p, "https://", 8));
+}
+
+/* 1 when a manifest or table source (already indexed) names a URL in a
+ * file value: it then needs an engine though its own path is local. */
+static int names_urls(const sl__source *s) {
+    for (uint32_t c = 0; s->chunks && c < s->nchunks; c++) {
+        const sl__chunk *k = &s->chunks[c];
+        for (uint64_t i = 0; i < k->nrec; i++)
+            if (is_url(k->arena + k->recs[i].off, k->recs[i].len)) return 1;
+    }
+    const sl__table *t = s->tab;
+    if (!t || s->kind != SL__KIND_TABLE) return 0;
+    for (uint64_t row = 0; row < t->nrows; row++)
+        for (uint32_t col = 0; col < t->ncols; col++) {
+            const sl__rec *r = sl__table_at(t, row, col);
+            if (t->types[col] == SL__VAL_FILE && is_url(t->arena + r->off, r->len)) return 1;
+            if (t->types[col] == SL__VAL_FILES)
+                for (uint32_t e = 0; e < r->len; e++) {
+                    sl__rec x;
+                    memcpy(&x, t->arena + r->off + (uint64_t)e * sizeof x, sizeof x);
+                    if (is_url(t->arena + x.off, x.len)) return 1;
+                }
+        }
+    return 0;
+}
+
 int sl__source_open_io(sl__budget *b, const char *path, uint32_t threads, const sl__colreq *req, uint32_t nreq,
                        const sl__io_opts *io, sl__source **out, char *err, size_t errlen) {
     *out = NULL;
@@ -105,7 +158,7 @@ int sl__source_open_io(sl__budget *b, const char *path, uint32_t threads, const 
     struct stat st;
     int remote = sl__url_scheme(path) != SL__URL_NONE, form = 0, kind;
     if (remote) {
-        int rc = sl__remote_kind(path, &kind, &form, err, errlen);
+        int rc = url_kind(path, &kind, &form, err, errlen);
         if (rc) return rc;
     } else {
         form = sl__shards_form(path, err, errlen);
@@ -176,7 +229,7 @@ int sl__source_open_io(sl__budget *b, const char *path, uint32_t threads, const 
             rc = sl__manifest_index(s, path, kind, err, errlen);
         }
         /* a local manifest may name URLs: an engine for them */
-        if (!rc && !s->io && sl__source_names_urls(s)) rc = sl__io_new(b, io, &s->io, err, errlen);
+        if (!rc && !s->io && names_urls(s)) rc = sl__io_new(b, io, &s->io, err, errlen);
     }
     if (!rc && req && !s->tab) rc = map_legacy(s, path, req, nreq, err, errlen);
     if (rc) {

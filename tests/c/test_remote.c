@@ -25,7 +25,7 @@
 #include "io/io.h"
 #include "shards_fixture.h"
 #include "sluice.h"
-#include "source/source_impl.h"
+#include "source/index.h"
 #include "tarw.h"
 
 /* The dataset's files as nshards shards, written to dir and served at
