@@ -311,6 +311,39 @@ def test_resume_across_local_and_remote(packed, s3):
     assert head + tail == full
 
 
+
+@pytest.mark.parametrize("W2", [2, 3])
+@pytest.mark.parametrize("cache", [None, "node"])
+def test_four_ranks_resume_on_two_and_three_over_s3(packed, s3, W2, cache, monkeypatch):
+    """Issue 21, item 4 over remote shards: 4 ranks read s3:// shards, stop mid-epoch, their states
+    are merged and resumed on 2 and on 3 ranks (with and without a node cache): every sample of the
+    epoch once over both phases (3 ranks pad the 32 left to 33 by wrapping), each with the bytes an
+    uninterrupted loader over the same shards, local, gives it."""
+    import collections
+
+    from test_elastic import reference, world  # ranks as loaders rank=r, world_size=W, one after another
+
+    remote = f"s3://{BUCKET}/shards/"
+    kw = {}
+    if cache:
+        monkeypatch.setenv("SLUICE_CACHE_JOB", f"test-remote-elastic-{os.getpid()}")
+        kw = dict(cache="4M", cache_share="node")
+    ref = reference(os.path.join(packed["shards"], packed["pattern"]))
+    first, states, err1, _ = world(remote, 4, 2, **kw)  # 4 ranks x 2 batches x 4 = 32 of 64
+    merged = sluice.merge_states(states)
+    assert (merged["batch"], merged["span_end"] - merged["span_begin"]) == (0, 32)
+    rest, _, err2, counts = world(remote, W2, None, start=merged, **kw)
+    assert not err1 and not err2
+    assert len({n for n, _ in counts}) == 1  # every rank the same number of samples (and batches)
+    seen = collections.Counter(k for k, _ in first + rest)
+    want = collections.Counter(range(len(packed["rows"])))
+    if W2 == 3:
+        want[rest[0][0]] += 1
+    assert seen == want
+    for k, img in first + rest:
+        assert img == ref[k], f"sample {k}: other bytes than an uninterrupted loader's over local shards"
+
+
 _RSS_SCRIPT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
