@@ -167,8 +167,8 @@ fi
 # no IDN, PSL, HTTP/2, SSH or LDAP: nothing the host must have but OpenSSL 3.
 if [ ! -f "$root/usr/lib/x86_64-linux-gnu/libcurl.a" ]; then
   [ -f /usr/include/openssl/ssl.h ] || { log "installing libssl-dev"; apt-get install -y -q libssl-dev >/dev/null; }
-  (cd "$work" && ls curl_*.orig.tar.* >/dev/null 2>&1 || apt-get source --download-only -q curl >/dev/null)
-  ctar=$(ls "$work"/curl_*.orig.tar.* | tail -1)
+  (cd "$work" && ls curl_*.orig.tar.?z* >/dev/null 2>&1 || apt-get source --download-only -q curl >/dev/null)
+  ctar=$(ls "$work"/curl_*.orig.tar.?z* | grep -v '\.asc$' | tail -1) # the tarball, not its signature
   cver=$(basename "$ctar" | sed -e 's/^curl_//' -e 's/\.orig\.tar\..*//')
   [ -d "$work/curl-$cver" ] || tar -xf "$ctar" -C "$work"
   log "building libcurl $cver (static, HTTP(S) + OpenSSL) with $jobs jobs"
@@ -249,7 +249,7 @@ fi
   echo "sluice host bundle, made $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   for d in "$work"/debs/*.deb; do dpkg-deb -f "$d" Package Version | paste -sd' '; done
   ls "$work"/ffmpeg_*.orig.tar.xz 2>/dev/null | sed 's|.*/|ffmpeg source: |'
-  ls "$work"/curl_*.orig.tar.* 2>/dev/null | sed 's|.*/|curl source: |'
+  ls "$work"/curl_*.orig.tar.?z* 2>/dev/null | grep -v '\.asc$' | sed 's|.*/|curl source: |'
   echo "ffmpeg decoders: $FF_DECODERS; demuxers: $FF_DEMUXERS; parsers: $FF_PARSERS; hwaccels: $FF_HWACCELS"
   ls "$work"/nvcodec/*.deb 2>/dev/null | sed 's|.*/|nv-codec-headers, for the build only: |'
   ls "$out"/wheels 2>/dev/null | sed 's/^/wheel: /'
