@@ -769,7 +769,7 @@ TEST(gpu_loader_counts_the_engines_host_memory) {
     CHECK_OK(sl_loader_stats(ld, &st));
     printf("gpu_host %llu, fixed %llu; %s\n", (unsigned long long)st.mem[SL_MEM_GPU_HOST],
            (unsigned long long)st.fixed_bytes, st.decode_reason);
-    CHECK_EQ(st.mem_count, SL_MEM_GPU_HOST + 1);
+    CHECK(st.mem_count > SL_MEM_GPU_HOST); /* counted, whatever categories follow it */
     CHECK(st.mem[SL_MEM_GPU_HOST] >= (40u << 20)); /* the ballast, less what the budget counted meanwhile */
     CHECK(st.fixed_bytes >= st.mem[SL_MEM_GPU_HOST] + st.mem[SL_MEM_PINNED]);
     sl_loader_destroy(ld);
