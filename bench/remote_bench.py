@@ -47,7 +47,9 @@ def pack(args, out):
     os.makedirs(out, exist_ok=True)
     src = args.data
     if args.images:  # the first N files, as a manifest
-        rows, root = [], args.data
+        # absolute paths: a manifest's relative ones resolve against its own folder (WORK), and DATA
+        # is relative on the GPU host (.data/inet20k)
+        rows, root = [], os.path.abspath(args.data)
         if os.path.isdir(os.path.join(root, "train")):
             root = os.path.join(root, "train")
         classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
