@@ -10,16 +10,17 @@
  *    image; or grayscale.
  *  - bx_rss(): VmRSS / VmHWM of this process from /proc/self/status, and
  *    bx_reset_peak() (clear_refs 5) so the peak starts now; BX_RSS_MEANINGFUL
- *    (not under a sanitizer); bx_now_s(), bx_sleep_ms().
+ *    (not under a sanitizer); bx_now_s() and bx_sleep_ms() come from
+ *    clock.h.
  *  - bx_fill_slots(): wait, consuming nothing, until every live batch slot
  *    of a loader is filled or held.
  */
 #ifndef SL_BIGIMG_H
 #define SL_BIGIMG_H
 
-#include <time.h>
+#include "fixture.h" /* first: it defines _GNU_SOURCE */
 
-#include "fixture.h"
+#include "clock.h"
 
 /* Under ASan or TSan resident memory includes the sanitizer's shadow and
  * quarantine, which are not the library's (and a memory cgroup would be
@@ -35,17 +36,6 @@
 #define BX_SANITIZED 0
 #endif
 #define BX_RSS_MEANINGFUL (!BX_SANITIZED)
-
-/* Monotonic seconds, and a sleep. */
-FX_FN double bx_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-FX_FN void bx_sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 enum { BX_BASELINE_420 = 0, BX_PROGRESSIVE_444, BX_MULTISCAN_444, BX_GRAY_PROGRESSIVE };
 

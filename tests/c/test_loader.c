@@ -14,136 +14,20 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <sys/resource.h>
-#include <time.h>
 
-#include "check.h"
+#include "dataset.h"
 #include "pipeline/sampler.h"
-#include "fixture.h"
-#include "sluice.h"
+#include "records.h"
+#include "run.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-#define MAXB 1024
-#define MAXS 16384
-
-/* What a run delivered, batch by batch. */
-typedef struct rec {
-    size_t nb, ns;
-    uint64_t epoch[MAXB], batch[MAXB], cks[MAXB], img[MAXB];
-    uint32_t n[MAXB];
-    size_t first[MAXB]; /* offset of the batch's samples in idx/lab */
-    int64_t idx[MAXS], lab[MAXS];
-    int ends;           /* SL_EEND seen */
-    int failed;         /* SL_ESAMPLE seen */
-    int end_after[MAXB]; /* SL_EEND came right after batch i */
-} rec;
-
-static rec *rec_new(void) {
-    rec *r = calloc(1, sizeof *r);
-    CHECK(r != NULL);
-    return r;
-}
-
+/* fx_config over d with seed 7 and batch checksums. */
 static void base_cfg(sl_config *c, const fx_dataset *d) {
-    sl_config_init(c);
-    c->source = d->root;
-    c->batch_size = 4;
-    c->size = 32;
-    c->workers = 2;
+    fx_config(c, d->root);
     c->seed = 7;
-    c->budget = 64u << 20;
     c->flags = SL_FLAG_CHECKSUM;
-}
-
-static sl_loader *open_loader(const sl_config *c) {
-    sl_loader *ld = NULL;
-    char err[512] = "";
-    int rc = sl_loader_create(c, &ld, err, sizeof err);
-    if (rc) SL_FAIL("sl_loader_create: %s (%s)", sl_strerror(rc), err);
-    return ld;
-}
-
-/* Check a batch's fields against each other and the loader, then record it. */
-static void record(sl_loader *ld, rec *r, sl_batch *b) {
-    sl_field img, lab, idx;
-    CHECK_EQ(sl_batch_num_fields(b), 3);
-    CHECK_OK(sl_batch_find(b, "image", &img));
-    CHECK_OK(sl_batch_find(b, "label", &lab));
-    CHECK_OK(sl_batch_find(b, "index", &idx));
-    uint32_t n = sl_batch_len(b);
-    CHECK_EQ(img.shape[0], n);
-    CHECK_EQ(img.dtype, SL_DTYPE_UINT8);
-    CHECK_EQ(lab.dtype, SL_DTYPE_INT64);
-    CHECK_EQ(img.nbytes, (uint64_t)img.shape[0] * img.shape[1] * img.shape[2] * img.shape[3]);
-    CHECK(r->nb < MAXB && r->ns + n <= MAXS);
-    size_t i = r->nb++;
-    r->epoch[i] = sl_batch_epoch(b);
-    r->batch[i] = sl_batch_index(b);
-    r->cks[i] = sl_batch_checksum(b);
-    r->img[i] = fnv(img.data, (size_t)img.nbytes, 0xcbf29ce484222325ull);
-    r->n[i] = n;
-    r->first[i] = r->ns;
-    for (uint32_t j = 0; j < n; j++) {
-        r->idx[r->ns] = ((int64_t *)idx.data)[j];
-        r->lab[r->ns] = ((int64_t *)lab.data)[j];
-        CHECK(r->idx[r->ns] >= 0 && (uint64_t)r->idx[r->ns] < sl_loader_dataset_size(ld));
-        r->ns++;
-    }
-}
-
-/* Take batches until `epochs` epoch ends were seen or `max_batches` were
- * recorded; consumer sleeps `pause_us` per batch. */
-static void drive(sl_loader *ld, rec *r, int epochs, size_t max_batches, long pause_us) {
-    while (r->ends < epochs && r->nb < max_batches) {
-        sl_batch *b = NULL;
-        int rc = sl_loader_next(ld, &b);
-        if (rc == SL_EEND) {
-            if (r->nb) r->end_after[r->nb - 1] = 1;
-            r->ends++;
-            continue;
-        }
-        if (rc == SL_ESAMPLE) {
-            r->failed++;
-            continue;
-        }
-        if (rc) SL_FAIL("sl_loader_next: %s", sl_strerror(rc));
-        record(ld, r, b);
-        if (pause_us) sleep_us(pause_us);
-        sl_loader_release(ld, b);
-    }
-}
-
-/* Batches a[a0 ..) and b[b0 ..) equal for count batches: bytes, labels,
- * indices, numbering. */
-static void same_batches(const rec *a, size_t a0, const rec *b, size_t b0, size_t count, const char *what) {
-    for (size_t k = 0; k < count; k++) {
-        size_t i = a0 + k, j = b0 + k;
-        if (a->epoch[i] != b->epoch[j] || a->batch[i] != b->batch[j] || a->n[i] != b->n[j] ||
-            a->cks[i] != b->cks[j] || a->img[i] != b->img[j])
-            SL_FAIL("%s: batch %zu differs: epoch %llu/%llu batch %llu/%llu n %u/%u checksum %016llx/%016llx", what, k,
-                    (unsigned long long)a->epoch[i], (unsigned long long)b->epoch[j], (unsigned long long)a->batch[i],
-                    (unsigned long long)b->batch[j], a->n[i], b->n[j], (unsigned long long)a->cks[i],
-                    (unsigned long long)b->cks[j]);
-        for (uint32_t s = 0; s < a->n[i]; s++) {
-            if (a->idx[a->first[i] + s] != b->idx[b->first[j] + s] || a->lab[a->first[i] + s] != b->lab[b->first[j] + s])
-                SL_FAIL("%s: batch %zu sample %u: index %lld/%lld", what, k, s, (long long)a->idx[a->first[i] + s],
-                        (long long)b->idx[b->first[j] + s]);
-        }
-    }
 }
 
 /* The sampler's order for (n, world, rank, seed, epoch, shuffle, drop_last). Caller frees. */
@@ -171,55 +55,29 @@ static void check_paths(sl_loader *ld, const fx_dataset *d) {
     }
 }
 
-/* Error records of epochs below `epochs` (workers may have begun the next
- * one), each (sample, epoch) at most once: a sample the committer takes as
- * a refill may also have been decoded by a worker for a batch opened ahead,
- * and must still be recorded once (this caught such duplicates). */
-static size_t distinct_errors(sl_loader *ld, uint64_t epochs) {
-    sl_error_record e[256];
-    size_t n = sl_loader_errors(ld, 0, e, 256), count = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (e[i].epoch >= epochs) continue;
-        for (size_t j = 0; j < i; j++)
-            if (e[j].index == e[i].index && e[j].epoch == e[i].epoch)
-                SL_FAIL("sample %llu recorded twice in epoch %llu", (unsigned long long)e[i].index,
-                        (unsigned long long)e[i].epoch);
-        count++;
-    }
-    return count;
-}
-
 /* ---- budget under concurrency ---------------------------------------------- */
 
 typedef struct watcher {
-    sl_loader *ld;
-    _Atomic int stop;
     uint64_t max_seen, samples;
-    double budget_wait_s;
 } watcher;
 
-/* Sample the accounted bytes as fast as possible while the consumer runs. */
-static void *watch(void *arg) {
+/* Sample the accounted bytes as fast as possible while the consumer runs
+ * (an fx_poller's call). */
+static void watch(sl_loader *ld, void *arg) {
     watcher *w = arg;
-    while (!atomic_load(&w->stop)) {
-        sl_stats st;
-        CHECK_OK(sl_loader_stats(w->ld, &st));
-        if (st.accounted_bytes > st.budget_bytes)
-            SL_FAIL("accounted %llu > budget %llu", (unsigned long long)st.accounted_bytes,
-                    (unsigned long long)st.budget_bytes);
-        uint64_t sum = 0;
-        for (uint32_t c = 0; c < st.mem_count; c++) sum += st.mem[c];
-        (void)sum; /* categories are read one by one: only their peaks are checked (below) */
-        if (st.accounted_bytes > w->max_seen) w->max_seen = st.accounted_bytes;
-        w->samples++;
-        sched_yield();
-    }
-    return NULL;
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    if (st.accounted_bytes > st.budget_bytes)
+        SL_FAIL("accounted %llu > budget %llu", (unsigned long long)st.accounted_bytes,
+                (unsigned long long)st.budget_bytes);
+    uint64_t sum = 0;
+    for (uint32_t c = 0; c < st.mem_count; c++) sum += st.mem[c];
+    (void)sum; /* categories are read one by one: only their peaks are checked (below) */
+    if (st.accounted_bytes > w->max_seen) w->max_seen = st.accounted_bytes;
+    w->samples++;
 }
 
-/* Smallest budget sl_loader_create accepts for cfg (bisection). */
-
-static void budget_under_concurrency(long pause_us, int preset) {
+static void budget_under_concurrency(int pause_ms, int preset) {
     fx_opts o;
     fx_defaults(&o);
     o.images = 40;
@@ -227,9 +85,7 @@ static void budget_under_concurrency(long pause_us, int preset) {
     o.quality = 95;
     o.min_side = 200;
     o.max_side = 640;
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_make(&o, d);
+    fx_dataset *d = fx_new_opts(&o);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 8;
@@ -238,14 +94,13 @@ static void budget_under_concurrency(long pause_us, int preset) {
     cfg.preset = preset;
     uint64_t minimum = fx_min_budget(cfg);
     cfg.budget = minimum + (2u << 20); /* room for about one grown sample at a time: the rest wait */
-    sl_loader *ld = open_loader(&cfg);
-    watcher w = {ld, 0, 0, 0, 0};
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, watch, &w), 0);
-    rec *r = rec_new();
-    drive(ld, r, 2, MAXB, pause_us);
-    atomic_store(&w.stop, 1);
-    CHECK_EQ(pthread_join(t, NULL), 0);
+    sl_loader *ld = fx_open(&cfg);
+    watcher w = {0, 0};
+    fx_poller p;
+    fx_poll_start(&p, ld, watch, &w);
+    fx_run *r = fx_run_new();
+    fx_drive(ld, r, 2, FX_MAXB, pause_ms);
+    fx_poll_stop(&p);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.budget_bytes, cfg.budget);
@@ -271,42 +126,39 @@ static void budget_under_concurrency(long pause_us, int preset) {
 }
 
 TEST(budget_never_exceeded_fast_consumer) { budget_under_concurrency(0, SL_PRESET_TRAIN); }
-TEST(budget_never_exceeded_slow_consumer) { budget_under_concurrency(4000, SL_PRESET_VAL); }
+TEST(budget_never_exceeded_slow_consumer) { budget_under_concurrency(4, SL_PRESET_VAL); }
 
 /* ---- determinism ------------------------------------------------------------ */
 
 static void same_for_worker_counts(int preset, uint32_t corrupt) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 26, corrupt, 64, 640);
+    fx_dataset *d = fx_new(26, corrupt, 64, 640);
     const uint32_t workers[3] = {1, 2, 8};
-    rec *r[3];
+    fx_run *r[3];
     for (int i = 0; i < 3; i++) {
         sl_config cfg;
         base_cfg(&cfg, d);
         cfg.preset = preset;
         cfg.workers = workers[i];
-        sl_loader *ld = open_loader(&cfg);
+        sl_loader *ld = fx_open(&cfg);
         if (i == 0) check_paths(ld, d);
-        r[i] = rec_new();
-        drive(ld, r[i], 2, MAXB, 0);
+        r[i] = fx_run_epochs(ld, 2);
         /* error records of the two epochs (workers may have begun epoch 2) */
-        CHECK_EQ(distinct_errors(ld, 2), 2 * corrupt);
+        CHECK_EQ(fx_records(ld, 0, 2, NULL, SIZE_MAX), 2 * corrupt);
         sl_loader_destroy(ld);
     }
     uint64_t combined[3];
     for (int i = 0; i < 3; i++) {
-        combined[i] = 0xcbf29ce484222325ull;
+        combined[i] = FX_FNV_BASIS;
         for (size_t k = 0; k < r[i]->nb; k++) {
             CHECK(r[i]->cks[k] != 0);
-            combined[i] = fnv(&r[i]->cks[k], 8, combined[i]);
+            combined[i] = fx_fnv(&r[i]->cks[k], 8, combined[i]);
         }
     }
     CHECK_EQ(r[0]->ns, 2 * (d->files - corrupt));
     for (int i = 1; i < 3; i++) {
         CHECK_EQ(r[i]->nb, r[0]->nb);
         CHECK_EQ(combined[i], combined[0]);
-        same_batches(r[0], 0, r[i], 0, r[0]->nb, "workers 1 vs more");
+        fx_same_batches(r[0], 0, r[i], 0, r[0]->nb, "workers 1 vs more");
     }
     fprintf(stderr, "%zu batches, combined checksum %016llx for workers 1, 2, 8\n", r[0]->nb,
             (unsigned long long)combined[0]);
@@ -356,9 +208,7 @@ static int threads_at_nice(int nice) {
 /* The CPU workers run worker_nice below the process (default 10); the
  * caller's thread keeps its priority; out of range is refused. */
 TEST(workers_run_below_the_process_priority) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 12, 0, 64, 64);
+    fx_dataset *d = fx_new(12, 0, 64, 64);
     errno = 0;
     int base = getpriority(PRIO_PROCESS, 0);
     CHECK(!(base == -1 && errno));
@@ -375,7 +225,7 @@ TEST(workers_run_below_the_process_priority) {
     for (int k = 0; k < 3; k++) {
         cfg.worker_nice = settings[k];
         int before = threads_at_nice(base + settings[k]);
-        sl_loader *ld = open_loader(&cfg);
+        sl_loader *ld = fx_open(&cfg);
         sl_batch *b;
         CHECK_OK(sl_loader_next(ld, &b)); /* every worker has started */
         if (settings[k]) CHECK_EQ(threads_at_nice(base + settings[k]) - before, 3);
@@ -392,9 +242,7 @@ TEST(workers_run_below_the_process_priority) {
 }
 
 TEST(in_order_no_shuffle) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 23, 0, 64, 320);
+    fx_dataset *d = fx_new(23, 0, 64, 320);
     for (int drop_last = 0; drop_last < 2; drop_last++) {
         sl_config cfg;
         base_cfg(&cfg, d);
@@ -402,12 +250,11 @@ TEST(in_order_no_shuffle) {
         cfg.batch_size = 5;
         cfg.workers = 4;
         cfg.drop_last = drop_last;
-        sl_loader *ld = open_loader(&cfg);
+        sl_loader *ld = fx_open(&cfg);
         uint64_t nb = drop_last ? 23 / 5 : (23 + 4) / 5;
         CHECK_EQ(sl_loader_len(ld), nb);
         CHECK_EQ(sl_loader_num_samples(ld), 23);
-        rec *r = rec_new();
-        drive(ld, r, 2, MAXB, 0);
+        fx_run *r = fx_run_epochs(ld, 2);
         CHECK_EQ(r->nb, 2 * nb);
         size_t s = 0;
         for (size_t i = 0; i < r->nb; i++) {
@@ -428,16 +275,13 @@ TEST(in_order_no_shuffle) {
 }
 
 TEST(in_order_shuffle_matches_sampler) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 21, 0, 64, 200);
+    fx_dataset *d = fx_new(21, 0, 64, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 3;
     cfg.seed = 12345;
-    sl_loader *ld = open_loader(&cfg);
-    rec *r = rec_new();
-    drive(ld, r, 3, MAXB, 0);
+    sl_loader *ld = fx_open(&cfg);
+    fx_run *r = fx_run_epochs(ld, 3);
     size_t s = 0;
     for (uint64_t e = 0; e < 3; e++) {
         uint64_t per;
@@ -460,9 +304,7 @@ TEST(in_order_shuffle_matches_sampler) {
 /* ---- shards ----------------------------------------------------------------- */
 
 static void shards(uint32_t world, int drop_last, uint32_t n) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, n, 0, 64, 160);
+    fx_dataset *d = fx_new(n, 0, 64, 160);
     for (uint64_t epoch = 0; epoch < 2; epoch++) {
         uint32_t *count = calloc(n, sizeof *count);
         CHECK(count != NULL);
@@ -474,15 +316,14 @@ static void shards(uint32_t world, int drop_last, uint32_t n) {
             cfg.world_size = world;
             cfg.rank = rank;
             cfg.drop_last = drop_last;
-            sl_loader *ld = open_loader(&cfg);
+            sl_loader *ld = fx_open(&cfg);
             CHECK_OK(sl_loader_set_epoch(ld, epoch));
             uint64_t want_per;
             uint32_t *want = expected_order(n, rank, world, 1, drop_last, cfg.seed, epoch, &want_per);
             CHECK_EQ(sl_loader_num_samples(ld), want_per);
             if (rank == 0) per = want_per;
             CHECK_EQ(want_per, per); /* equal length on every rank */
-            rec *r = rec_new();
-            drive(ld, r, 1, MAXB, 0);
+            fx_run *r = fx_run_epochs(ld, 1);
             CHECK_EQ(r->ns, per - (drop_last ? per % 3 : 0));
             for (size_t j = 0; j < r->ns; j++) {
                 CHECK_EQ(r->idx[j], want[j]);
@@ -536,13 +377,13 @@ TEST(shards_world3_exact) { shards(3, 0, 21); }
 /* Take k batches, save the state, destroy; a new loader (other worker
  * count) restores it and must deliver exactly the rest of the reference
  * run. */
-static void resume_at(const fx_dataset *d, const sl_config *base, const rec *ref, int epochs, size_t k) {
+static void resume_at(const fx_dataset *d, const sl_config *base, const fx_run *ref, int epochs, size_t k) {
     sl_config cfg = *base;
-    sl_loader *a = open_loader(&cfg);
-    rec *ra = rec_new();
-    drive(a, ra, epochs, k, 0);
+    sl_loader *a = fx_open(&cfg);
+    fx_run *ra = fx_run_new();
+    fx_drive(a, ra, epochs, k, 0);
     CHECK_EQ(ra->nb, k);
-    same_batches(ref, 0, ra, 0, k, "before the save");
+    fx_same_batches(ref, 0, ra, 0, k, "before the save");
     sl_state st;
     CHECK_OK(sl_loader_get_state(a, &st));
     CHECK_EQ(st.version, SL_STATE_VERSION);
@@ -550,37 +391,27 @@ static void resume_at(const fx_dataset *d, const sl_config *base, const rec *ref
     sl_loader_destroy(a);
 
     cfg.workers = base->workers == 1 ? 3 : 1;
-    sl_loader *b = open_loader(&cfg);
+    sl_loader *b = fx_open(&cfg);
     CHECK_OK(sl_loader_set_state(b, &st));
-    rec *rb = rec_new();
+    fx_run *rb = fx_run_new();
     /* the epochs still to run: the saved one (unless it is already over) and those after */
     int left = epochs - (int)st.epoch;
-    drive(b, rb, left, MAXB, 0);
+    fx_drive(b, rb, left, FX_MAXB, 0);
     if (rb->nb != ref->nb - k)
         SL_FAIL("resumed after %zu batches (epoch %llu batch %llu tail %llu): %zu batches, expected %zu", k,
                 (unsigned long long)st.epoch, (unsigned long long)st.batch, (unsigned long long)st.tail, rb->nb,
                 ref->nb - k);
-    same_batches(ref, k, rb, 0, rb->nb, "resumed");
+    fx_same_batches(ref, k, rb, 0, rb->nb, "resumed");
     sl_loader_destroy(b);
     free(ra);
     free(rb);
 }
 
-static rec *reference(const sl_config *cfg, int epochs) {
-    sl_loader *ld = open_loader(cfg);
-    rec *r = rec_new();
-    drive(ld, r, epochs, MAXB, 0);
-    sl_loader_destroy(ld);
-    return r;
-}
-
 TEST(resume_mid_epoch) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 30, 0, 64, 320);
+    fx_dataset *d = fx_new(30, 0, 64, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
-    rec *ref = reference(&cfg, 2);
+    fx_run *ref = fx_reference(&cfg, 2);
     CHECK_EQ(ref->nb, 16);
     resume_at(d, &cfg, ref, 2, 1);
     resume_at(d, &cfg, ref, 2, 3);
@@ -590,12 +421,10 @@ TEST(resume_mid_epoch) {
 }
 
 TEST(resume_epoch_boundary) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 30, 0, 64, 320);
+    fx_dataset *d = fx_new(30, 0, 64, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
-    rec *ref = reference(&cfg, 3);
+    fx_run *ref = fx_reference(&cfg, 3);
     CHECK_EQ(ref->nb, 24);
     resume_at(d, &cfg, ref, 3, 0);  /* before anything */
     resume_at(d, &cfg, ref, 3, 8);  /* after the last batch of epoch 0 */
@@ -603,20 +432,18 @@ TEST(resume_epoch_boundary) {
     resume_at(d, &cfg, ref, 3, 23); /* one before the very end */
 
     /* after SL_EEND itself: the state names the next epoch's start */
-    sl_loader *a = open_loader(&cfg);
-    rec *ra = rec_new();
-    drive(a, ra, 1, MAXB, 0);
+    sl_loader *a = fx_open(&cfg);
+    fx_run *ra = fx_run_epochs(a, 1);
     sl_state st;
     CHECK_OK(sl_loader_get_state(a, &st));
     CHECK_EQ(st.epoch, 1);
     CHECK_EQ(st.batch, 0);
     sl_loader_destroy(a);
-    sl_loader *b = open_loader(&cfg);
+    sl_loader *b = fx_open(&cfg);
     CHECK_OK(sl_loader_set_state(b, &st));
-    rec *rb = rec_new();
-    drive(b, rb, 2, MAXB, 0);
+    fx_run *rb = fx_run_epochs(b, 2);
     CHECK_EQ(rb->nb, 16);
-    same_batches(ref, 8, rb, 0, 16, "resumed after SL_EEND");
+    fx_same_batches(ref, 8, rb, 0, 16, "resumed after SL_EEND");
     sl_loader_destroy(b);
     free(ra);
     free(rb);
@@ -627,13 +454,11 @@ TEST(resume_epoch_boundary) {
 /* Corrupt files make batches refill from the tail: every save point must
  * still resume exactly (the state carries the tail). */
 TEST(resume_with_corrupt_every_point) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 22, 6, 64, 200);
+    fx_dataset *d = fx_new(22, 6, 64, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 3;
-    rec *ref = reference(&cfg, 2);
+    fx_run *ref = fx_reference(&cfg, 2);
     CHECK_EQ(ref->ns, 2 * 22);
     for (size_t k = 0; k <= ref->nb; k++) resume_at(d, &cfg, ref, 2, k);
     free(ref);
@@ -641,14 +466,12 @@ TEST(resume_with_corrupt_every_point) {
 }
 
 TEST(resume_drop_last_corrupt) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 25, 4, 64, 200);
+    fx_dataset *d = fx_new(25, 4, 64, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.drop_last = 1;
     cfg.batch_size = 3;
-    rec *ref = reference(&cfg, 2);
+    fx_run *ref = fx_reference(&cfg, 2);
     for (size_t i = 0; i < ref->nb; i++) CHECK_EQ(ref->n[i], 3);
     CHECK_EQ(ref->ns, 2 * 24); /* 25 good, 24 fit in full batches */
     for (size_t k = 0; k <= ref->nb; k += 2) resume_at(d, &cfg, ref, 2, k);
@@ -659,26 +482,23 @@ TEST(resume_drop_last_corrupt) {
 /* set_state on a loader that is already running (and across epochs):
  * rewinds to the saved point. */
 TEST(resume_across_epochs_same_loader) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 19, 3, 64, 200);
+    fx_dataset *d = fx_new(19, 3, 64, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.batch_size = 5;
-    rec *ref = reference(&cfg, 3);
-    sl_loader *ld = open_loader(&cfg);
-    rec *r = rec_new();
-    drive(ld, r, 3, 6, 0); /* into epoch 1 */
+    fx_run *ref = fx_reference(&cfg, 3);
+    sl_loader *ld = fx_open(&cfg);
+    fx_run *r = fx_run_new();
+    fx_drive(ld, r, 3, 6, 0); /* into epoch 1 */
     sl_state st;
     CHECK_OK(sl_loader_get_state(ld, &st));
     CHECK_EQ(st.epoch, 1);
-    rec *more = rec_new();
-    drive(ld, more, 3, 5, 0); /* run on into epoch 2 */
+    fx_run *more = fx_run_new();
+    fx_drive(ld, more, 3, 5, 0); /* run on into epoch 2 */
     CHECK_OK(sl_loader_set_state(ld, &st));
-    rec *rest = rec_new();
-    drive(ld, rest, 2, MAXB, 0); /* epochs 1 and 2 remain */
+    fx_run *rest = fx_run_epochs(ld, 2); /* epochs 1 and 2 remain */
     CHECK_EQ(rest->nb, ref->nb - 6);
-    same_batches(ref, 6, rest, 0, rest->nb, "rewound");
+    fx_same_batches(ref, 6, rest, 0, rest->nb, "rewound");
     sl_loader_destroy(ld);
     free(r);
     free(more);
@@ -702,19 +522,16 @@ static int is_permutation(const int64_t *idx, size_t n) {
 }
 
 TEST(set_epoch_semantics) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 20, 0, 64, 200);
+    fx_dataset *d = fx_new(20, 0, 64, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
-    sl_loader *ld = open_loader(&cfg);
-    rec *r = rec_new();
-    drive(ld, r, 1, MAXB, 0);
+    sl_loader *ld = fx_open(&cfg);
+    fx_run *r = fx_run_epochs(ld, 1);
     /* auto-advance: after SL_EEND the next call starts epoch 1 */
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.epoch, 1);
-    drive(ld, r, 2, MAXB, 0);
+    fx_drive(ld, r, 2, FX_MAXB, 0);
     CHECK_EQ(r->ns, 40);
     CHECK_EQ(r->epoch[5], 1);
     CHECK_EQ(r->batch[5], 0);
@@ -724,20 +541,18 @@ TEST(set_epoch_semantics) {
 
     /* set_epoch(0) replays epoch 0 exactly, bytes included */
     CHECK_OK(sl_loader_set_epoch(ld, 0));
-    rec *again = rec_new();
-    drive(ld, again, 1, MAXB, 0);
-    same_batches(r, 0, again, 0, 5, "epoch 0 replayed");
+    fx_run *again = fx_run_epochs(ld, 1);
+    fx_same_batches(r, 0, again, 0, 5, "epoch 0 replayed");
     /* set_epoch in the middle of an epoch, with a batch held: the held
      * batch stays valid, the next one is batch 0 of the new epoch */
     sl_batch *held;
     CHECK_OK(sl_loader_next(ld, &held)); /* epoch 1 batch 0 */
     sl_field img;
     CHECK_OK(sl_batch_find(held, "image", &img));
-    uint64_t h = fnv(img.data, (size_t)img.nbytes, 1);
+    uint64_t h = fx_fnv(img.data, (size_t)img.nbytes, 1);
     CHECK_OK(sl_loader_set_epoch(ld, 5));
-    rec *e5 = rec_new();
-    drive(ld, e5, 1, MAXB, 0);
-    CHECK_EQ(fnv(img.data, (size_t)img.nbytes, 1), h);
+    fx_run *e5 = fx_run_epochs(ld, 1);
+    CHECK_EQ(fx_fnv(img.data, (size_t)img.nbytes, 1), h);
     CHECK_EQ(sl_batch_epoch(held), 1);
     sl_loader_release(ld, held);
     CHECK_EQ(e5->epoch[0], 5);
@@ -749,38 +564,30 @@ TEST(set_epoch_semantics) {
     sl_loader_destroy(ld);
 
     /* same seed, new loader: the same orders; another seed: another */
-    sl_loader *same = open_loader(&cfg);
-    rec *rs = rec_new();
-    drive(same, rs, 2, MAXB, 0);
-    same_batches(r, 0, rs, 0, 10, "same seed");
-    sl_loader_destroy(same);
+    fx_run *rs = fx_reference(&cfg, 2);
+    fx_same_batches(r, 0, rs, 0, 10, "same seed");
     cfg.seed = 8;
-    sl_loader *other = open_loader(&cfg);
-    rec *ro = rec_new();
-    drive(other, ro, 1, MAXB, 0);
+    fx_run *ro = fx_reference(&cfg, 1);
     CHECK(memcmp(r->idx, ro->idx, 20 * sizeof(int64_t)) != 0);
-    sl_loader_destroy(other);
     free(r), free(again), free(e5), free(rs), free(ro), free(d);
 }
 
 /* ---- a consumer that never gives batches back -------------------------------- */
 
 TEST(held_consumer_gets_eheld) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 30, 0, 64, 320);
+    fx_dataset *d = fx_new(30, 0, 64, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.prefetch = 3;
     cfg.workers = 4;
-    sl_loader *ld = open_loader(&cfg);
+    sl_loader *ld = fx_open(&cfg);
     sl_batch *b[3];
     uint64_t h[3];
     for (int i = 0; i < 3; i++) {
         CHECK_OK(sl_loader_next(ld, &b[i]));
         sl_field f;
         CHECK_OK(sl_batch_find(b[i], "image", &f));
-        h[i] = fnv(f.data, (size_t)f.nbytes, 1);
+        h[i] = fx_fnv(f.data, (size_t)f.nbytes, 1);
     }
     sl_batch *x = (sl_batch *)1;
     CHECK_EQ(sl_loader_next(ld, &x), SL_EHELD);
@@ -789,9 +596,9 @@ TEST(held_consumer_gets_eheld) {
     CHECK_OK(sl_loader_stats(ld, &s0));
     CHECK_EQ(s0.slots, 3);
     CHECK_EQ(s0.slots_held, 3);
-    sleep_us(100000); /* workers have nothing to fill: nothing may grow */
+    bx_sleep_ms(100); /* workers have nothing to fill: nothing may grow */
     for (int i = 0; i < 1000; i++) CHECK_EQ(sl_loader_next(ld, &x), SL_EHELD);
-    sleep_us(50000);
+    bx_sleep_ms(50);
     CHECK_OK(sl_loader_stats(ld, &s1));
     CHECK_EQ(s1.accounted_bytes, s0.accounted_bytes);
     CHECK_EQ(s1.batches, 3);
@@ -799,7 +606,7 @@ TEST(held_consumer_gets_eheld) {
     for (int i = 0; i < 3; i++) { /* held batches untouched */
         sl_field f;
         CHECK_OK(sl_batch_find(b[i], "image", &f));
-        CHECK_EQ(fnv(f.data, (size_t)f.nbytes, 1), h[i]);
+        CHECK_EQ(fx_fnv(f.data, (size_t)f.nbytes, 1), h[i]);
         CHECK_EQ(sl_batch_index(b[i]), i);
     }
     /* give one back: delivery goes on in order */
@@ -812,8 +619,7 @@ TEST(held_consumer_gets_eheld) {
     sl_loader_release(ld, b[0]);
     sl_loader_release(ld, b[2]);
     sl_loader_release(ld, n3);
-    rec *r = rec_new();
-    drive(ld, r, 1, MAXB, 0);
+    fx_run *r = fx_run_epochs(ld, 1);
     CHECK_EQ(r->nb, 8 - 4);
     CHECK_EQ(r->batch[0], 4);
     sl_loader_destroy(ld);
@@ -828,17 +634,14 @@ static int expected_code(int kind) {
 }
 
 TEST(skip_policy_every_good_sample_once) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 27, 7, 64, 320);
+    fx_dataset *d = fx_new(27, 7, 64, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 3;
     cfg.batch_size = 5;
-    sl_loader *ld = open_loader(&cfg);
+    sl_loader *ld = fx_open(&cfg);
     check_paths(ld, d);
-    rec *r = rec_new();
-    drive(ld, r, 2, MAXB, 0);
+    fx_run *r = fx_run_epochs(ld, 2);
     size_t s = 0;
     for (int e = 0; e < 2; e++) {
         uint32_t seen[64] = {0};
@@ -876,7 +679,7 @@ TEST(skip_policy_every_good_sample_once) {
     /* every bad file named in each epoch, no good one ever */
     for (uint32_t k = 0; k < d->files; k++)
         for (int e = 0; e < 2; e++) CHECK_EQ(named[e][k], d->kind[k] == FX_GOOD ? 0 : 1);
-    CHECK_EQ(distinct_errors(ld, 2), 14);
+    CHECK_EQ(fx_records(ld, 0, 2, NULL, SIZE_MAX), 14);
     CHECK_EQ(sl_loader_errors(ld, 10, recs, 64), n - 10); /* paging */
     sl_loader_destroy(ld);
     free(r);
@@ -884,15 +687,13 @@ TEST(skip_policy_every_good_sample_once) {
 }
 
 TEST(raise_policy_then_continues) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 18, 4, 64, 200); /* 22 files: batches of 4 -> 6 nominal, last of 2 */
+    fx_dataset *d = fx_new(18, 4, 64, 200); /* 22 files: batches of 4 -> 6 nominal, last of 2 */
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.shuffle = 0;
     cfg.on_error = SL_ON_ERROR_RAISE;
     cfg.workers = 3;
-    sl_loader *ld = open_loader(&cfg);
+    sl_loader *ld = fx_open(&cfg);
     for (int e = 0; e < 2; e++) {
         for (uint64_t k = 0; k < 6; k++) {
             int bad = 0;
@@ -949,9 +750,7 @@ static double parse_minimum(const char *msg, double *unit) {
 }
 
 TEST(memory_minimum_message) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 12, 0, 64, 160);
+    fx_dataset *d = fx_new(12, 0, 64, 160);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 2;
@@ -975,9 +774,8 @@ TEST(memory_minimum_message) {
     /* exactly the minimum: a working pipeline (small samples fit in the
      * workers' baselines), inside its budget */
     cfg.budget = m;
-    ld = open_loader(&cfg);
-    rec *r = rec_new();
-    drive(ld, r, 2, MAXB, 0);
+    ld = fx_open(&cfg);
+    fx_run *r = fx_run_epochs(ld, 2);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.errors, 0);
@@ -997,37 +795,35 @@ TEST(destroy_while_busy) {
     o.noise = 1;
     o.min_side = 320;
     o.max_side = 640;
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_make(&o, d);
+    fx_dataset *d = fx_new_opts(&o);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 8;
     for (int round = 0; round < 4; round++) {
         /* right after create: workers are starting on the first batches */
-        sl_loader_destroy(open_loader(&cfg));
+        sl_loader_destroy(fx_open(&cfg));
         /* after one batch: workers busy filling the next ones */
-        sl_loader *ld = open_loader(&cfg);
+        sl_loader *ld = fx_open(&cfg);
         sl_batch *b;
         CHECK_OK(sl_loader_next(ld, &b));
         sl_loader_release(ld, b);
         sl_loader_destroy(ld);
         /* while the consumer holds batches */
-        ld = open_loader(&cfg);
+        ld = fx_open(&cfg);
         sl_batch *h1, *h2;
         CHECK_OK(sl_loader_next(ld, &h1));
         CHECK_OK(sl_loader_next(ld, &h2));
-        sleep_us(1000 * round);
+        bx_sleep_ms(round);
         sl_loader_destroy(ld);
     }
     /* while workers wait for budget: tight budget, large files */
     sl_config tight = cfg;
     tight.budget = fx_min_budget(cfg) + (512u << 10);
     for (int round = 0; round < 3; round++) {
-        sl_loader *ld = open_loader(&tight);
+        sl_loader *ld = fx_open(&tight);
         sl_batch *b;
         CHECK_OK(sl_loader_next(ld, &b));
-        sleep_us(2000 * round);
+        bx_sleep_ms(2 * round);
         sl_loader_destroy(ld);
     }
     free(d);
@@ -1036,41 +832,27 @@ TEST(destroy_while_busy) {
 /* The consumer and a thread reading stats, errors and state concurrently
  * with the workers (TSan: the read-side API is safe to call from another
  * thread). */
-typedef struct reader {
-    sl_loader *ld;
-    _Atomic int stop;
-} reader;
-
-static void *read_side(void *arg) {
-    reader *r = arg;
-    while (!atomic_load(&r->stop)) {
-        sl_stats st;
-        sl_state s;
-        sl_error_record e[4];
-        CHECK_OK(sl_loader_stats(r->ld, &st));
-        CHECK_OK(sl_loader_get_state(r->ld, &s));
-        (void)sl_loader_errors(r->ld, 0, e, 4);
-        CHECK_LE(st.accounted_bytes, st.budget_bytes);
-        sched_yield();
-    }
-    return NULL;
+static void read_side(sl_loader *ld, void *arg) {
+    (void)arg;
+    sl_stats st;
+    sl_state s;
+    sl_error_record e[4];
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK_OK(sl_loader_get_state(ld, &s));
+    (void)sl_loader_errors(ld, 0, e, 4);
+    CHECK_LE(st.accounted_bytes, st.budget_bytes);
 }
 
 TEST(concurrent_readers) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 24, 4, 64, 320);
+    fx_dataset *d = fx_new(24, 4, 64, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 4;
-    sl_loader *ld = open_loader(&cfg);
-    reader rd = {ld, 0};
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, read_side, &rd), 0);
-    rec *r = rec_new();
-    drive(ld, r, 2, MAXB, 0);
-    atomic_store(&rd.stop, 1);
-    CHECK_EQ(pthread_join(t, NULL), 0);
+    sl_loader *ld = fx_open(&cfg);
+    fx_poller p;
+    fx_poll_start(&p, ld, read_side, NULL);
+    fx_run *r = fx_run_epochs(ld, 2);
+    fx_poll_stop(&p);
     CHECK_EQ(r->ns, 48);
     sl_loader_destroy(ld);
     free(r);
