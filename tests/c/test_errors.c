@@ -15,24 +15,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "base/mem.h"
-#include "fixture.h"
-#include "sluice.h"
+#include "dataset.h"
+#include "records.h"
+#include "run.h"
 
 static const int all_codes[] = {SL_EINVAL, SL_ENOMEM,     SL_EBUDGET, SL_ENOENT, SL_EIO,     SL_EEMPTY,
                                 SL_EPARSE, SL_EFORMAT,    SL_ECORRUPT, SL_ELIMIT, SL_EUNSUPPORTED, SL_EHELD,
                                 SL_ESAMPLE, SL_EEND,      SL_ESTATE,  SL_EOVERFLOW, SL_ESYS,  SL_ETIMEDOUT,
                                 SL_EERRORS, SL_EAGAIN};
-
-static void base_cfg(sl_config *c, const char *source) {
-    sl_config_init(c);
-    c->source = source;
-    c->batch_size = 4;
-    c->size = 32;
-    c->workers = 2;
-    c->budget = 64u << 20;
-}
 
 /* sl_loader_create must fail with code; returns the message. */
 static const char *create_fails(const sl_config *c, int code) {
@@ -49,56 +40,17 @@ static const char *create_fails(const sl_config *c, int code) {
     return err;
 }
 
-static sl_loader *open_loader(const sl_config *c) {
-    sl_loader *ld = NULL;
-    char err[512] = "";
-    int rc = sl_loader_create(c, &ld, err, sizeof err);
-    if (rc) SL_FAIL("sl_loader_create: %s (%s)", sl_strerror(rc), err);
-    return ld;
-}
-
-/* Run epoch 0; return its error records (up to max; each sample at most
- * once) and their count (workers may have begun epoch 1: left out). */
+/* Epoch 0 run to its end: its error records, each sample at most once
+ * (up to max; workers may have begun epoch 1: left out). */
 static size_t epoch_errors(sl_loader *ld, sl_error_record *out, size_t max) {
-    sl_batch *b;
-    int rc;
-    while ((rc = sl_loader_next(ld, &b)) == 0 || rc == SL_ESAMPLE) sl_loader_release(ld, b);
-    CHECK_EQ(rc, SL_EEND);
-    sl_error_record all[64];
-    size_t n = sl_loader_errors(ld, 0, all, 64), k = 0;
-    for (size_t i = 0; i < n && k < max; i++) {
-        if (all[i].epoch != 0) continue;
-        for (size_t j = 0; j < k; j++)
-            if (out[j].index == all[i].index) SL_FAIL("sample %llu recorded twice", (unsigned long long)all[i].index);
-        out[k++] = all[i];
-    }
-    return k;
-}
-
-/* The record for the file whose path ends with name (must exist). */
-static const sl_error_record *record_for(sl_loader *ld, const sl_error_record *r, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++) {
-        char buf[1024];
-        const char *p = sl_loader_sample_path(ld, r[i].index, buf, sizeof buf);
-        CHECK(p != NULL);
-        size_t pl = strlen(p), nl = strlen(name);
-        if (pl >= nl && !strcmp(p + pl - nl, name)) return &r[i];
-    }
-    SL_FAIL("no error record for %s", name);
-}
-
-static void put_bytes(const char *dir, const char *rel, const void *p, size_t n) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    fx_write(path, p, n);
+    fx_finish_epoch(ld);
+    return fx_records(ld, 0, 1, out, max);
 }
 
 /* A real JPEG with its SOF0 marker changed: lossless (SOF3) or 12-bit. */
 static unsigned char *patched_jpeg(int what, unsigned long *len) {
     unsigned char *j = fx_jpeg_bytes(64, 48, 3, 0, 90, len);
-    size_t i = 2;
-    while (i + 4 < *len && !(j[i] == 0xFF && j[i + 1] == 0xC0)) i++;
-    CHECK(i + 4 < *len);
+    size_t i = fx_jpeg_marker(j, *len, 0xC0);
     if (what == 0) j[i + 1] = 0xC3; /* lossless */
     else j[i + 4] = 12;             /* sample precision */
     return j;
@@ -107,13 +59,11 @@ static unsigned char *patched_jpeg(int what, unsigned long *len) {
 /* ---- SL_EINVAL ---------------------------------------------------------------- */
 
 TEST(einval_config_fields) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 8, 0, 64, 96);
+    fx_dataset *d = fx_new(8, 0, 64, 96);
     sl_config c;
 #define BAD(field_expr, part)                                                                            \
     do {                                                                                                 \
-        base_cfg(&c, d->root);                                                                           \
+        fx_config(&c, d->root);                                                                          \
         field_expr;                                                                                      \
         const char *m = create_fails(&c, SL_EINVAL);                                                     \
         CHECK_STR_CONTAINS(m, part);                                                                     \
@@ -138,7 +88,7 @@ TEST(einval_config_fields) {
     /* NULL arguments */
     sl_loader *ld = NULL;
     CHECK_EQ(sl_loader_create(NULL, &ld, NULL, 0), SL_EINVAL);
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     CHECK_EQ(sl_loader_create(&c, NULL, NULL, 0), SL_EINVAL);
     sl_batch *b;
     CHECK_EQ(sl_loader_next(NULL, &b), SL_EINVAL);
@@ -153,7 +103,7 @@ TEST(einval_config_fields) {
     CHECK_EQ(sl_parse_size("12Q", &v), SL_EINVAL);
     CHECK_EQ(sl_parse_size(NULL, &v), SL_EINVAL);
     /* a loader: bad field index and name, NULL out */
-    ld = open_loader(&c);
+    ld = fx_open(&c);
     CHECK_EQ(sl_loader_next(ld, NULL), SL_EINVAL);
     CHECK_OK(sl_loader_next(ld, &b));
     sl_field f;
@@ -187,39 +137,37 @@ TEST(einval_config_fields) {
 
 TEST(enoent_missing_source) {
     sl_config c;
-    base_cfg(&c, "/nonexistent/sluice/data");
+    fx_config(&c, "/nonexistent/sluice/data");
     CHECK_STR_CONTAINS(create_fails(&c, SL_ENOENT), "/nonexistent/sluice/data");
-    base_cfg(&c, "/nonexistent/sluice/list.csv");
+    fx_config(&c, "/nonexistent/sluice/list.csv");
     create_fails(&c, SL_ENOENT);
-    base_cfg(&c, "/nonexistent/sluice/list.jsonl");
+    fx_config(&c, "/nonexistent/sluice/list.jsonl");
     create_fails(&c, SL_ENOENT);
 }
 
 /* A manifest row naming a missing file (SL_ENOENT) and one naming a
  * folder (SL_EIO, not a regular file) are error records; the rest loads. */
 TEST(enoent_eio_sample_records) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
     fx_opts o;
     fx_defaults(&o);
     o.images = 6;
     o.manifest = 1;
-    fx_make(&o, d);
+    fx_dataset *d = fx_new_opts(&o);
     FILE *f = fopen(d->manifest, "a");
     CHECK(f != NULL);
     const char *base = strrchr(d->root, '/') + 1;
     fprintf(f, "%s/c00/missing.jpg,0\n%s/c01,1\n", base, base); /* a file that is not there; a folder */
     CHECK_EQ(fclose(f), 0);
     sl_config c;
-    base_cfg(&c, d->manifest);
-    sl_loader *ld = open_loader(&c);
+    fx_config(&c, d->manifest);
+    sl_loader *ld = fx_open(&c);
     CHECK_EQ(sl_loader_dataset_size(ld), 8);
     sl_error_record r[8];
     size_t n = epoch_errors(ld, r, 8);
     CHECK_EQ(n, 2);
-    const sl_error_record *m = record_for(ld, r, n, "c00/missing.jpg");
+    const sl_error_record *m = fx_record_for(ld, r, n, "c00/missing.jpg");
     CHECK_EQ(m->code, SL_ENOENT);
-    const sl_error_record *dir = record_for(ld, r, n, "/c01");
+    const sl_error_record *dir = fx_record_for(ld, r, n, "/c01");
     CHECK_EQ(dir->code, SL_EIO);
     CHECK_STR_CONTAINS(dir->reason, "directory");
     CHECK(strcmp(sl_strerror(SL_EIO), sl_strerror(SL_ENOENT)) != 0);
@@ -233,17 +181,15 @@ TEST(eempty) {
     char dir[256];
     fx_empty_dir(dir, sizeof dir);
     sl_config c;
-    base_cfg(&c, dir);
+    fx_config(&c, dir);
     create_fails(&c, SL_EEMPTY); /* no class folders */
     char cls[300];
     snprintf(cls, sizeof cls, "%s/cat", dir);
     CHECK_EQ(mkdir(cls, 0755), 0);
     create_fails(&c, SL_EEMPTY); /* a class folder without images */
     /* fewer samples than one batch with drop_last */
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 5, 0, 64, 96);
-    base_cfg(&c, d->root);
+    fx_dataset *d = fx_new(5, 0, 64, 96);
+    fx_config(&c, d->root);
     c.batch_size = 8;
     c.drop_last = 1;
     CHECK_STR_CONTAINS(create_fails(&c, SL_EEMPTY), "drop_last");
@@ -253,7 +199,7 @@ TEST(eempty) {
     c.rank = 5;
     create_fails(&c, SL_EEMPTY);
     c.drop_last = 0; /* without drop_last the rank pads by wrapping: fine */
-    sl_loader_destroy(open_loader(&c));
+    sl_loader_destroy(fx_open(&c));
     free(d);
 }
 
@@ -269,11 +215,11 @@ TEST(eparse_bad_manifest) {
         {"d.jsonl", "[1, 2, 3]\n"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        put_bytes(dir, bad[i][0], bad[i][1], strlen(bad[i][1]));
+        fx_put(dir, bad[i][0], bad[i][1], strlen(bad[i][1]));
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, bad[i][0]);
         sl_config c;
-        base_cfg(&c, path);
+        fx_config(&c, path);
         const char *m = create_fails(&c, SL_EPARSE);
         CHECK_STR_CONTAINS(m, "line");
     }
@@ -297,8 +243,7 @@ TEST(sample_codes_via_image_decode) {
     /* ECORRUPT: a JPEG cut right after its headers */
     unsigned long jl;
     unsigned char *j = fx_jpeg_bytes(200, 150, 5, 0, 90, &jl);
-    size_t sos = 2;
-    while (!(j[sos] == 0xFF && j[sos + 1] == 0xDA)) sos++;
+    size_t sos = fx_jpeg_marker(j, jl, 0xDA);
     err[0] = 0;
     CHECK_EQ(sl_image_decode(j, sos + 30, &o, out, sizeof out, err, sizeof err), SL_ECORRUPT);
     CHECK(err[0] != 0);
@@ -324,39 +269,36 @@ TEST(sample_codes_via_image_decode) {
 }
 
 TEST(sample_codes_as_records) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 6, 0, 64, 96);
+    fx_dataset *d = fx_new(6, 0, 64, 96);
     const char text[] = "not an image at all";
-    put_bytes(d->root, "c00/text.jpg", text, sizeof text);
+    fx_put(d->root, "c00/text.jpg", text, sizeof text);
     unsigned long jl;
     unsigned char *j = fx_jpeg_bytes(200, 150, 5, 0, 90, &jl);
-    size_t sos = 2;
-    while (!(j[sos] == 0xFF && j[sos + 1] == 0xDA)) sos++;
-    put_bytes(d->root, "c00/cut.jpg", j, sos + 30);
+    size_t sos = fx_jpeg_marker(j, jl, 0xDA);
+    fx_put(d->root, "c00/cut.jpg", j, sos + 30);
     free(j);
     j = fx_jpeg_bytes(400, 300, 6, 0, 90, &jl); /* over max_pixels below */
-    put_bytes(d->root, "c01/big.jpg", j, jl);
+    fx_put(d->root, "c01/big.jpg", j, jl);
     free(j);
     j = patched_jpeg(0, &jl);
-    put_bytes(d->root, "c01/lossless.jpg", j, jl);
+    fx_put(d->root, "c01/lossless.jpg", j, jl);
     free(j);
     j = patched_jpeg(1, &jl);
-    put_bytes(d->root, "c02/twelve.jpg", j, jl);
+    fx_put(d->root, "c02/twelve.jpg", j, jl);
     free(j);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.max_pixels = 300 * 300;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_error_record r[16];
     size_t n = epoch_errors(ld, r, 16);
     CHECK_EQ(n, 5);
-    CHECK_EQ(record_for(ld, r, n, "c00/text.jpg")->code, SL_EFORMAT);
-    CHECK_EQ(record_for(ld, r, n, "c00/cut.jpg")->code, SL_ECORRUPT);
-    CHECK_EQ(record_for(ld, r, n, "c01/big.jpg")->code, SL_ELIMIT);
-    CHECK_STR_CONTAINS(record_for(ld, r, n, "c01/big.jpg")->reason, "max_pixels");
-    CHECK_EQ(record_for(ld, r, n, "c01/lossless.jpg")->code, SL_EUNSUPPORTED);
-    CHECK_EQ(record_for(ld, r, n, "c02/twelve.jpg")->code, SL_EUNSUPPORTED);
+    CHECK_EQ(fx_record_for(ld, r, n, "c00/text.jpg")->code, SL_EFORMAT);
+    CHECK_EQ(fx_record_for(ld, r, n, "c00/cut.jpg")->code, SL_ECORRUPT);
+    CHECK_EQ(fx_record_for(ld, r, n, "c01/big.jpg")->code, SL_ELIMIT);
+    CHECK_STR_CONTAINS(fx_record_for(ld, r, n, "c01/big.jpg")->reason, "max_pixels");
+    CHECK_EQ(fx_record_for(ld, r, n, "c01/lossless.jpg")->code, SL_EUNSUPPORTED);
+    CHECK_EQ(fx_record_for(ld, r, n, "c02/twelve.jpg")->code, SL_EUNSUPPORTED);
     for (size_t i = 0; i < n; i++) CHECK(r[i].reason[0] != 0);
     sl_loader_destroy(ld);
     free(d);
@@ -366,11 +308,9 @@ TEST(sample_codes_as_records) {
 
 
 TEST(ebudget_below_minimum) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 6, 0, 64, 96);
+    fx_dataset *d = fx_new(6, 0, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.budget = 1u << 20;
     const char *m = create_fails(&c, SL_EBUDGET);
     CHECK_STR_CONTAINS(m, "minimum");
@@ -387,24 +327,22 @@ TEST(ebudget_below_minimum) {
  * budget): an SL_EBUDGET error record at once (never a wait), the others
  * load. One such file in 31 is not "ordinary" (create accepts the budget). */
 TEST(ebudget_sample_never_fits) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 30, 0, 64, 96);
+    fx_dataset *d = fx_new(30, 0, 64, 96);
     unsigned long jl;
     unsigned char *j = fx_jpeg_bytes(1280, 960, 9, 1, 98, &jl); /* noise: megabytes, over a quarter of the minimum budget */
     CHECK(jl > (1u << 20));
-    put_bytes(d->root, "c01/huge_file.jpg", j, jl);
+    fx_put(d->root, "c01/huge_file.jpg", j, jl);
     free(j);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.budget = fx_min_budget(c);
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_error_record r[4];
     size_t n = epoch_errors(ld, r, 4);
     for (size_t i = 0; i < n; i++)
         if (n != 1) fprintf(stderr, "record: sample %llu %s: %s\n", (unsigned long long)r[i].index, sl_strerror(r[i].code), r[i].reason);
     CHECK_EQ(n, 1);
-    const sl_error_record *e = record_for(ld, r, n, "c01/huge_file.jpg");
+    const sl_error_record *e = fx_record_for(ld, r, n, "c01/huge_file.jpg");
     CHECK_EQ(e->code, SL_EBUDGET);
     CHECK_STR_CONTAINS(e->reason, "scratch");
     CHECK_STR_CONTAINS(e->reason, "a quarter of the budget");
@@ -419,13 +357,11 @@ TEST(ebudget_sample_never_fits) {
 /* ---- SL_EHELD, SL_ESAMPLE, SL_EEND --------------------------------------------- */
 
 TEST(eheld_eend) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 10, 0, 64, 96);
+    fx_dataset *d = fx_new(10, 0, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.prefetch = 2;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *a, *b, *x;
     CHECK_OK(sl_loader_next(ld, &a));
     CHECK_OK(sl_loader_next(ld, &b));
@@ -445,14 +381,12 @@ TEST(eheld_eend) {
 }
 
 TEST(esample_raise) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 7, 1, 64, 96);
+    fx_dataset *d = fx_new(7, 1, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.on_error = SL_ON_ERROR_RAISE;
     c.shuffle = 0;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     int codes[3];
     for (int i = 0; i < 3; i++) {
         sl_batch *b = NULL;
@@ -475,13 +409,11 @@ TEST(esample_raise) {
 /* ---- SL_ESTATE ------------------------------------------------------------------- */
 
 TEST(estate_mismatched_state) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 12, 0, 64, 96);
+    fx_dataset *d = fx_new(12, 0, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.seed = 3;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *b;
     CHECK_OK(sl_loader_next(ld, &b));
     sl_loader_release(ld, b);
@@ -527,11 +459,9 @@ TEST(eoverflow) {
     CHECK_EQ(sl_parse_size("18446744073709551616", &v), SL_EOVERFLOW);
     CHECK_OK(sl_parse_size("16777215T", &v)); /* just below 2^64 */
     CHECK_EQ(v, 16777215ull << 40);
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 4, 0, 64, 96);
+    fx_dataset *d = fx_new(4, 0, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.batch_size = 1u << 20;
     c.size = 16384;
     c.flags = SL_FLAG_KEEP_ALPHA;
@@ -545,11 +475,9 @@ TEST(eoverflow) {
  * far larger than needed: the budget is never the reason, so the code must
  * be SL_ENOMEM, with nothing leaked (ASan) and a message. */
 TEST(enomem_create_injection) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 6, 0, 64, 96);
+    fx_dataset *d = fx_new(6, 0, 64, 96);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.budget = 1ull << 30;
     int ok = 0, enomem = 0;
     for (long n = 0; n < 10000 && !ok; n++) {
@@ -577,21 +505,19 @@ TEST(enomem_create_injection) {
  * sample's fault: waited out and retried (worker.c), the sample is
  * delivered and nothing is recorded. */
 TEST(enomem_sample_retried) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 3, 0, 64, 96);
+    fx_dataset *d = fx_new(3, 0, 64, 96);
     unsigned long jl;
     unsigned char *j = fx_jpeg_bytes(640, 480, 9, 1, 98, &jl);
     CHECK(jl > (300u << 10));
-    put_bytes(d->root, "c02/zz_big.jpg", j, jl); /* the last sample */
+    fx_put(d->root, "c02/zz_big.jpg", j, jl); /* the last sample */
     free(j);
     sl_config c;
-    base_cfg(&c, d->root);
+    fx_config(&c, d->root);
     c.shuffle = 0;
     c.workers = 1;
     c.batch_size = 1;
     c.prefetch = 1;
-    sl_loader *ld = open_loader(&c);
+    sl_loader *ld = fx_open(&c);
     sl_batch *b;
     for (int i = 0; i < 3; i++) { /* the small ones; the worker then waits for the slot */
         CHECK_OK(sl_loader_next(ld, &b));
@@ -616,9 +542,7 @@ TEST(enomem_sample_retried) {
  * EAGAIN; create must return SL_ESYS, join the workers it started and free
  * everything. */
 TEST(esys_thread_creation) {
-    fx_dataset *d = calloc(1, sizeof *d);
-    CHECK(d != NULL);
-    fx_simple(d, 4, 0, 64, 96);
+    fx_dataset *d = fx_new(4, 0, 64, 96);
     fflush(NULL);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -629,7 +553,7 @@ TEST(esys_thread_creation) {
         struct rlimit rl = {0, 0};
         if (setrlimit(RLIMIT_NPROC, &rl) != 0) _exit(78);
         sl_config c;
-        base_cfg(&c, d->root);
+        fx_config(&c, d->root);
         c.workers = 3;
         sl_loader *ld = NULL;
         char err[512] = "";
