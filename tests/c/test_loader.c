@@ -30,6 +30,19 @@ static void base_cfg(sl_config *c, const fx_dataset *d) {
     c->flags = SL_FLAG_CHECKSUM;
 }
 
+/* Images of pure noise (large files: read buffers must grow past the
+ * baseline), sides min_side..640. */
+static fx_dataset *noise_set(uint32_t images, uint32_t quality, uint32_t min_side) {
+    fx_opts o;
+    fx_defaults(&o);
+    o.images = images;
+    o.noise = 1;
+    o.quality = quality;
+    o.min_side = min_side;
+    o.max_side = 640;
+    return fx_new_opts(&o);
+}
+
 /* The sampler's order for (n, world, rank, seed, epoch, shuffle, drop_last). Caller frees. */
 static uint32_t *expected_order(uint64_t n, uint32_t rank, uint32_t world, int shuffle, int drop_last, uint64_t seed,
                                 uint64_t epoch, uint64_t *per_rank) {
@@ -78,14 +91,7 @@ static void watch(sl_loader *ld, void *arg) {
 }
 
 static void budget_under_concurrency(int pause_ms, int preset) {
-    fx_opts o;
-    fx_defaults(&o);
-    o.images = 40;
-    o.noise = 1; /* large files: read buffers must grow past the baseline */
-    o.quality = 95;
-    o.min_side = 200;
-    o.max_side = 640;
-    fx_dataset *d = fx_new_opts(&o);
+    fx_dataset *d = noise_set(40, 95, 200);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 8;
@@ -789,13 +795,7 @@ TEST(memory_minimum_message) {
 /* ---- destroy at awkward moments ------------------------------------------------- */
 
 TEST(destroy_while_busy) {
-    fx_opts o;
-    fx_defaults(&o);
-    o.images = 30;
-    o.noise = 1;
-    o.min_side = 320;
-    o.max_side = 640;
-    fx_dataset *d = fx_new_opts(&o);
+    fx_dataset *d = noise_set(30, 85, 320);
     sl_config cfg;
     base_cfg(&cfg, d);
     cfg.workers = 8;
