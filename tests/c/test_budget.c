@@ -14,17 +14,12 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "threads.h"
 #include "base/mem.h"
 #include "base/util.h"
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#include "budget_fixture.h"
 
 static uint64_t used(sl__budget *b) { return atomic_load(&b->used); }
 
@@ -45,8 +40,7 @@ TEST(try_and_release) {
     CHECK_OK(sl__budget_wait(&b, 1000, SL_MEM_SCRATCH)); /* fits: no waiting */
     sl__budget_release(&b, 1000, SL_MEM_SCRATCH);
     sl__budget_release(&b, 0, SL_MEM_SCRATCH);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 TEST(peak_and_categories) {
@@ -80,8 +74,7 @@ TEST(peak_and_categories) {
     sl__budget_release(&b, 40, SL_MEM_OTHER);
     sl__budget_release(&b, 10, SL_MEM_SCRATCH);
     sl__budget_release(&b, 50, SL_MEM_DECODER);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 /* A request larger than limit - fixed can never be granted: SL_EBUDGET at
@@ -102,44 +95,20 @@ TEST(headroom_refusal) {
     sl__budget_fini(&b);
 }
 
-typedef struct waiter {
-    sl__budget *b;
-    uint64_t n;
-    int rc;
-    _Atomic int done;
-    _Atomic int *order; /* global completion counter */
-    int place;          /* which completion this was */
-} waiter;
-
-static void *wait_thread(void *arg) {
-    waiter *w = arg;
-    w->rc = sl__budget_wait(w->b, w->n, SL_MEM_SCRATCH);
-    w->place = atomic_fetch_add(w->order, 1);
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
-static void wait_until_waiters(sl__budget *b, int n) {
-    for (int i = 0; i < 10000 && atomic_load(&b->waiters) < n; i++) sleep_ms(1);
-    CHECK_EQ(atomic_load(&b->waiters), n);
-}
-
 TEST(wait_blocks_until_release) {
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1000));
     CHECK_OK(sl__budget_try(&b, 900, SL_MEM_BATCHES));
-    _Atomic int order = 0;
-    waiter w = {&b, 500, -99, 0, &order, -1};
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, wait_thread, &w), 0);
-    wait_until_waiters(&b, 1);
-    sleep_ms(20);
+    bf_waiter w;
+    bf_wait_start(&w, &b, 500);
+    bf_until_waiters(&b, 1);
+    bx_sleep_ms(20);
     CHECK_EQ(atomic_load(&w.done), 0); /* still waiting: 500 does not fit */
     /* while anyone waits, try-requests fail even where they would fit */
     CHECK_EQ(sl__budget_try(&b, 50, SL_MEM_SCRATCH), SL_EBUDGET);
     CHECK(sl__budget_has_waiters(&b));
     sl__budget_release(&b, 500, SL_MEM_BATCHES);
-    CHECK_EQ(pthread_join(t, NULL), 0);
+    bf_wait_join(&w);
     CHECK_OK(w.rc);
     CHECK_EQ(used(&b), 900);
     CHECK(!sl__budget_has_waiters(&b));
@@ -155,26 +124,24 @@ TEST(fifo_waits) {
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1000));
     CHECK_OK(sl__budget_try(&b, 1000, SL_MEM_BATCHES));
-    _Atomic int order = 0;
-    waiter big = {&b, 800, -99, 0, &order, -1}, small = {&b, 100, -99, 0, &order, -1};
-    pthread_t tb, ts;
-    CHECK_EQ(pthread_create(&tb, NULL, wait_thread, &big), 0);
-    wait_until_waiters(&b, 1);
-    CHECK_EQ(pthread_create(&ts, NULL, wait_thread, &small), 0);
-    wait_until_waiters(&b, 2);
+    bf_waiter big, small;
+    bf_wait_start(&big, &b, 800);
+    bf_until_waiters(&b, 1);
+    bf_wait_start(&small, &b, 100);
+    bf_until_waiters(&b, 2);
     sl__budget_release(&b, 200, SL_MEM_BATCHES); /* room for small, not for big */
-    sleep_ms(50);
+    bx_sleep_ms(50);
     CHECK_EQ(atomic_load(&small.done), 0); /* not served past the head */
     CHECK_EQ(atomic_load(&big.done), 0);
     CHECK_EQ(used(&b), 800);
     sl__budget_release(&b, 600, SL_MEM_BATCHES); /* 200 used: big fits, and then small does not */
-    CHECK_EQ(pthread_join(tb, NULL), 0);
+    bf_wait_join(&big);
     CHECK_OK(big.rc);
     CHECK_EQ(used(&b), 1000);
-    sleep_ms(20);
+    bx_sleep_ms(20);
     CHECK_EQ(atomic_load(&small.done), 0);
     sl__budget_release(&b, 100, SL_MEM_BATCHES); /* now small */
-    CHECK_EQ(pthread_join(ts, NULL), 0);
+    bf_wait_join(&small);
     CHECK_OK(small.rc);
     CHECK_EQ(big.place, 0);
     CHECK_EQ(small.place, 1);
@@ -182,8 +149,7 @@ TEST(fifo_waits) {
     CHECK_EQ(atomic_load(&b.peak), 1000);
     sl__budget_release(&b, 900, SL_MEM_SCRATCH);
     sl__budget_release(&b, 100, SL_MEM_BATCHES);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 /* close wakes every waiter with SL_ESTATE; later waits fail at once. */
@@ -191,32 +157,25 @@ TEST(close_wakes_waiters) {
     sl__budget b;
     CHECK_OK(sl__budget_init(&b, 1000));
     CHECK_OK(sl__budget_try(&b, 1000, SL_MEM_BATCHES));
-    _Atomic int order = 0;
-    waiter w[3];
-    pthread_t t[3];
-    for (int i = 0; i < 3; i++) {
-        w[i] = (waiter){&b, 100u * (i + 1), -99, 0, &order, -1};
-        CHECK_EQ(pthread_create(&t[i], NULL, wait_thread, &w[i]), 0);
-    }
-    wait_until_waiters(&b, 3);
+    bf_waiter w[3];
+    for (int i = 0; i < 3; i++) bf_wait_start(&w[i], &b, 100u * (i + 1));
+    bf_until_waiters(&b, 3);
     sl__budget_close(&b);
     for (int i = 0; i < 3; i++) {
-        CHECK_EQ(pthread_join(t[i], NULL), 0);
+        bf_wait_join(&w[i]);
         CHECK_EQ(w[i].rc, SL_ESTATE);
     }
     CHECK_EQ(used(&b), 1000); /* nothing granted */
     sl__budget_release(&b, 500, SL_MEM_BATCHES);
     /* closed: a wait that would have to queue fails at once */
     CHECK_OK(sl__budget_try(&b, 100, SL_MEM_SCRATCH));
-    waiter late = {&b, 900, -99, 0, &order, -1};
-    pthread_t tl;
-    CHECK_EQ(pthread_create(&tl, NULL, wait_thread, &late), 0);
-    CHECK_EQ(pthread_join(tl, NULL), 0);
+    bf_waiter late;
+    bf_wait_start(&late, &b, 900);
+    bf_wait_join(&late);
     CHECK_EQ(late.rc, SL_ESTATE);
     sl__budget_release(&b, 100, SL_MEM_SCRATCH);
     sl__budget_release(&b, 500, SL_MEM_BATCHES);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 /* What the allocator counts: small blocks at least n + header (usable
@@ -278,8 +237,7 @@ TEST(alloc_over_budget) {
     CHECK_EQ(used(&b), u);
     CHECK_LE(atomic_load(&b.peak), 1 << 20);
     sl__free(&b, p);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 /* sl__mem_fail_after(n): the n+1-th allocation fails (the budget left
@@ -315,8 +273,7 @@ TEST(fail_injection) {
     sl__free(&b, a[0]);
     sl__free(&b, a[1]);
     sl__free(&b, a[3]);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 typedef struct aw {
@@ -345,14 +302,13 @@ TEST(alloc_wait) {
     aw a = {&b, 300 << 10, NULL, 0};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, alloc_wait_thread, &a), 0);
-    wait_until_waiters(&b, 1);
+    bf_until_waiters(&b, 1);
     sl__free(&b, hold);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK(a.p != NULL);
     CHECK_EQ(used(&b), sl__alloc_cost(300 << 10));
     sl__free(&b, a.p);
-    CHECK_EQ(used(&b), 0);
-    sl__budget_fini(&b);
+    bf_end(&b);
 }
 
 /* Threads take and give back random amounts with try and wait while an
@@ -426,13 +382,7 @@ TEST(concurrent_never_over_limit) {
 
 TEST(children_draw_on_their_root) {
     sl__budget root, a, b;
-    CHECK_OK(sl__budget_init(&root, 1000));
-    CHECK_OK(sl__budget_init(&a, 1000));
-    CHECK_OK(sl__budget_init(&b, 1000));
-    sl__budget_attach(&a, &root);
-    sl__budget_attach(&b, &root);
-    sl__budget_unbind_limit(&a);
-    sl__budget_unbind_limit(&b);
+    bf_family(&root, &a, &b, 1000);
     CHECK_OK(sl__budget_try(&a, 600, SL_MEM_BATCHES));
     CHECK_OK(sl__budget_fix(&a, 600));
     CHECK_EQ(atomic_load(&root.fixed), 600);
@@ -461,13 +411,7 @@ TEST(children_draw_on_their_root) {
  * leaves takes its room with it. */
 TEST(floor_is_fixed_plus_the_largest_room) {
     sl__budget root, a, b;
-    CHECK_OK(sl__budget_init(&root, 1000));
-    CHECK_OK(sl__budget_init(&a, 1000));
-    CHECK_OK(sl__budget_init(&b, 1000));
-    sl__budget_attach(&a, &root);
-    sl__budget_attach(&b, &root);
-    sl__budget_unbind_limit(&a);
-    sl__budget_unbind_limit(&b);
+    bf_family(&root, &a, &b, 1000);
     CHECK_OK(sl__budget_try(&a, 300, SL_MEM_BATCHES));
     CHECK_OK(sl__budget_fix(&a, 300));
     CHECK_OK(sl__budget_try(&b, 100, SL_MEM_BATCHES));
@@ -504,28 +448,24 @@ TEST(child_limit_binds_until_unbound) {
     sl__budget_fini(&root);
 }
 
-static void start(pthread_t *t, waiter *w) { CHECK_EQ(pthread_create(t, NULL, wait_thread, w), 0); }
-
 TEST(growth_lets_waiters_through_in_order) {
     sl__budget r;
     CHECK_OK(sl__budget_init(&r, 1000));
     CHECK_OK(sl__budget_try(&r, 800, SL_MEM_BATCHES));
-    _Atomic int order = 0;
-    waiter big = {&r, 300, -99, 0, &order, -1}, small = {&r, 100, -99, 0, &order, -1};
-    pthread_t tb, ts;
-    start(&tb, &big);
-    wait_until_waiters(&r, 1);
-    start(&ts, &small); /* fits now, but big came first */
-    wait_until_waiters(&r, 2);
-    sleep_ms(20);
+    bf_waiter big, small;
+    bf_wait_start(&big, &r, 300);
+    bf_until_waiters(&r, 1);
+    bf_wait_start(&small, &r, 100); /* fits now, but big came first */
+    bf_until_waiters(&r, 2);
+    bx_sleep_ms(20);
     CHECK_EQ(atomic_load(&small.done), 0);
     CHECK_OK(sl__budget_set_limit(&r, 1100, 1, NULL, 0)); /* room for one of them: the first */
-    CHECK_EQ(pthread_join(tb, NULL), 0);
+    bf_wait_join(&big);
     CHECK_OK(big.rc);
-    sleep_ms(20);
+    bx_sleep_ms(20);
     CHECK_EQ(atomic_load(&small.done), 0);
     CHECK_OK(sl__budget_set_limit(&r, 1200, 1, NULL, 0));
-    CHECK_EQ(pthread_join(ts, NULL), 0);
+    bf_wait_join(&small);
     CHECK_OK(small.rc);
     CHECK_EQ(used(&r), 1200);
     sl__budget_fini(&r);
@@ -542,20 +482,18 @@ TEST(governor_shrink_parks_a_request_until_growth) {
     CHECK_OK(sl__budget_set_limit(&r, 500, 0, NULL, 0)); /* governor: ceiling stays 1000 */
     CHECK_EQ(atomic_load(&r.ceiling), 1000);
     CHECK(sl__budget_has_waiters(&r)); /* over its limit: holders must give back */
-    _Atomic int order = 0;
-    waiter big = {&r, 500, -99, 0, &order, -1}, small = {&r, 100, -99, 0, &order, -1};
-    pthread_t tb, ts;
-    start(&tb, &big); /* 500 > 500 - 200: parked */
-    wait_until_waiters(&r, 1);
-    start(&ts, &small);
-    wait_until_waiters(&r, 2);
+    bf_waiter big, small;
+    bf_wait_start(&big, &r, 500); /* 500 > 500 - 200: parked */
+    bf_until_waiters(&r, 1);
+    bf_wait_start(&small, &r, 100);
+    bf_until_waiters(&r, 2);
     sl__budget_release(&r, 700, SL_MEM_SCRATCH); /* under the limit again */
-    CHECK_EQ(pthread_join(ts, NULL), 0);        /* the small one was not held up */
+    bf_wait_join(&small);                        /* the small one was not held up */
     CHECK_OK(small.rc);
-    sleep_ms(30);
+    bx_sleep_ms(30);
     CHECK_EQ(atomic_load(&big.done), 0);
     CHECK_OK(sl__budget_set_limit(&r, 1000, 0, NULL, 0));
-    CHECK_EQ(pthread_join(tb, NULL), 0);
+    bf_wait_join(&big);
     CHECK_OK(big.rc);
     CHECK_EQ(used(&r), 800);
     sl__budget_fini(&r);
@@ -566,16 +504,12 @@ TEST(parked_request_gives_up_after_the_stall) {
     CHECK_OK(sl__budget_init(&r, 1000));
     r.stall_ns = 200 * 1000000ull;
     CHECK_OK(sl__budget_set_limit(&r, 300, 0, NULL, 0));
-    _Atomic int order = 0;
-    waiter w = {&r, 600, -99, 0, &order, -1};
-    pthread_t t;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    start(&t, &w);
-    CHECK_EQ(pthread_join(t, NULL), 0);
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    bf_waiter w;
+    double t0 = bx_now_s();
+    bf_wait_start(&w, &r, 600);
+    bf_wait_join(&w);
+    double s = bx_now_s() - t0;
     CHECK_EQ(w.rc, SL_EBUDGET);
-    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
     CHECK(s >= 0.19); /* waited for growth, then gave up: never forever */
     CHECK_EQ(atomic_load(&r.waiters), 0);
     sl__budget_fini(&r);
@@ -587,13 +521,11 @@ TEST(user_shrink_refuses_what_can_never_fit) {
     sl__budget r;
     CHECK_OK(sl__budget_init(&r, 1000));
     CHECK_OK(sl__budget_try(&r, 900, SL_MEM_SCRATCH));
-    _Atomic int order = 0;
-    waiter w = {&r, 600, -99, 0, &order, -1};
-    pthread_t t;
-    start(&t, &w);
-    wait_until_waiters(&r, 1);
+    bf_waiter w;
+    bf_wait_start(&w, &r, 600);
+    bf_until_waiters(&r, 1);
     CHECK_OK(sl__budget_set_limit(&r, 500, 1, NULL, 0));
-    CHECK_EQ(pthread_join(t, NULL), 0);
+    bf_wait_join(&w);
     CHECK_EQ(w.rc, SL_EBUDGET);
     CHECK_EQ(sl__budget_wait(&r, 501, SL_MEM_SCRATCH), SL_EBUDGET);
     sl__budget_release(&r, 900, SL_MEM_SCRATCH);
@@ -748,7 +680,6 @@ TEST(shrink_asks_consumers_to_give_back) {
     sl__budget_remove_consumer(&r, &a.c);
     sl__budget_remove_consumer(&r, &b.c);
     sl__budget_release(&r, a.held + b.held, SL_MEM_BATCHES);
-    CHECK_EQ(used(&r), 0);
-    sl__budget_fini(&r);
+    bf_end(&r);
 }
 
