@@ -39,39 +39,25 @@
 
 enum { BX_BASELINE_420 = 0, BX_PROGRESSIVE_444, BX_MULTISCAN_444, BX_GRAY_PROGRESSIVE };
 
+/* bx_jpeg's layout, set on the compressor (fx_jpeg_tuned's tune). */
+FX_FN void bx_layout(struct jpeg_compress_struct *c, int layout) {
+    if (layout == BX_GRAY_PROGRESSIVE) jpeg_set_colorspace(c, JCS_GRAYSCALE);
+    if (layout != BX_BASELINE_420)
+        for (int i = 0; i < c->num_components; i++) c->comp_info[i].h_samp_factor = c->comp_info[i].v_samp_factor = 1;
+    static jpeg_scan_info scans[3]; /* read when the compression starts */
+    if (layout == BX_PROGRESSIVE_444 || layout == BX_GRAY_PROGRESSIVE) jpeg_simple_progression(c);
+    if (layout == BX_MULTISCAN_444) {
+        for (int i = 0; i < 3; i++) scans[i] = (jpeg_scan_info){1, {i, 0, 0, 0}, 0, 63, 0, 0};
+        c->scan_info = scans;
+        c->num_scans = 3;
+    }
+}
+
 /* A JPEG in memory (malloc'd by libjpeg; the caller frees). */
 FX_FN unsigned char *bx_jpeg(uint32_t w, uint32_t h, int layout, uint64_t seed, unsigned long *len) {
     uint8_t *px = fx_texture(w, h, seed, 0);
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    unsigned char *out = NULL;
-    *len = 0;
-    jpeg_mem_dest(&c, &out, len);
-    c.image_width = w;
-    c.image_height = h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 90, TRUE);
-    if (layout == BX_GRAY_PROGRESSIVE) jpeg_set_colorspace(&c, JCS_GRAYSCALE);
-    if (layout != BX_BASELINE_420)
-        for (int i = 0; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-    static jpeg_scan_info scans[3];
-    if (layout == BX_PROGRESSIVE_444 || layout == BX_GRAY_PROGRESSIVE) jpeg_simple_progression(&c);
-    if (layout == BX_MULTISCAN_444) {
-        for (int i = 0; i < 3; i++) scans[i] = (jpeg_scan_info){1, {i, 0, 0, 0}, 0, 63, 0, 0};
-        c.scan_info = scans;
-        c.num_scans = 3;
-    }
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < h) {
-        JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * 3);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
+    unsigned char *out;
+    fx_jpeg_tuned(px, w, h, 90, bx_layout, layout, &out, len);
     free(px);
     return out;
 }

@@ -124,9 +124,12 @@ FX_FN uint8_t *fx_texture(uint32_t w, uint32_t h, uint64_t seed, int noise) {
     return px;
 }
 
-/* Compress an RGB image into memory; *out is malloc'd by libjpeg. */
-FX_FN void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsigned char **out,
-                    unsigned long *len) {
+/* Compress an RGB image into memory; *out is malloc'd by libjpeg. tune,
+ * when not NULL, sets what it likes (colour space, sampling, scans) after
+ * the defaults and the quality, before the compression starts. */
+FX_FN void fx_jpeg_tuned(const uint8_t *px, uint32_t w, uint32_t h, int quality,
+                         void (*tune)(struct jpeg_compress_struct *c, int arg), int arg, unsigned char **out,
+                         unsigned long *len) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
@@ -140,6 +143,7 @@ FX_FN void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsig
     c.in_color_space = JCS_RGB;
     jpeg_set_defaults(&c);
     jpeg_set_quality(&c, quality, TRUE);
+    if (tune) tune(&c, arg);
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < h) {
         JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * 3);
@@ -147,6 +151,13 @@ FX_FN void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsig
     }
     jpeg_finish_compress(&c);
     jpeg_destroy_compress(&c);
+}
+
+/* Compress an RGB image into memory with libjpeg's defaults; *out is
+ * malloc'd by libjpeg. */
+FX_FN void fx_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int quality, unsigned char **out,
+                    unsigned long *len) {
+    fx_jpeg_tuned(px, w, h, quality, NULL, 0, out, len);
 }
 
 FX_FN void fx_write(const char *path, const void *p, size_t n) {
