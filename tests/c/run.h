@@ -53,25 +53,24 @@ FX_FN int fx_create_fails(const sl_config *c, char *err, size_t errlen) {
     return rc;
 }
 
+/* What sl_loader_create says to cfg with `budget` (a loader it makes is
+ * destroyed). */
+FX_FN int fx_create_rc(sl_config cfg, uint64_t budget) {
+    cfg.budget = budget;
+    sl_loader *ld = NULL;
+    int rc = sl_loader_create(&cfg, &ld, NULL, 0);
+    sl_loader_destroy(ld);
+    return rc;
+}
+
 /* The smallest budget sl_loader_create accepts for cfg (bisection; every
  * refusal must be SL_EBUDGET). */
 FX_FN uint64_t fx_min_budget(sl_config cfg) {
     uint64_t lo = 1, hi = (uint64_t)1 << 32; /* lo fails, hi succeeds */
-    for (;;) {
-        cfg.budget = hi;
-        sl_loader *ld = NULL;
-        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
-        sl_loader_destroy(ld);
-        if (rc == 0) break;
-        CHECK_EQ(rc, SL_EBUDGET);
-        hi *= 2;
-    }
+    for (int rc; (rc = fx_create_rc(cfg, hi)) != 0; hi *= 2) CHECK_EQ(rc, SL_EBUDGET);
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        cfg.budget = mid;
-        sl_loader *ld = NULL;
-        int rc = sl_loader_create(&cfg, &ld, NULL, 0);
-        sl_loader_destroy(ld);
+        int rc = fx_create_rc(cfg, mid);
         if (rc == 0) hi = mid;
         else {
             CHECK_EQ(rc, SL_EBUDGET);
