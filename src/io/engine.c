@@ -41,7 +41,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/thread.h"
 #include "base/util.h"
 #include "io/io.h"
 
@@ -819,15 +819,10 @@ int sl__io_new(sl__budget *b, const sl__io_opts *o, sl__io **out, char *err, siz
         rc = SL_ESYS;
         goto fail;
     }
-    /* the thread starts with every asynchronous signal blocked (signals
-     * go to the caller's threads; libcurl's resolver threads inherit it) */
-    sigset_t all, old;
-    sigfillset(&all);
-    static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
-    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int prc = pthread_create(&io->thread, NULL, io_main, io);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* the library's one thread start (base/thread.h): asynchronous signals
+     * blocked, so they go to the caller's threads (libcurl's resolver
+     * threads inherit the mask) */
+    int prc = sl__thread_start(&io->thread, io_main, io, 0, "sl-io");
     if (prc) {
         pthread_mutex_destroy(&io->mu);
         pthread_cond_destroy(&io->cv);
