@@ -22,7 +22,10 @@
 #include "base/util.h"
 #include "io/io.h"
 
-enum { E_FREE = 0, E_FETCH, E_TAKEN };
+/* E_START: claimed by sl__ra_start, its request not yet submitted (no one
+ * else touches it); E_FETCH: submitted, a worker may take it; E_TAKEN: a
+ * worker's (or a drop's) alone */
+enum { E_FREE = 0, E_START, E_FETCH, E_TAKEN };
 
 struct sl__ra_entry {
     int state;
@@ -112,7 +115,7 @@ int sl__ra_start(sl__ra *ra, uint64_t key, uint64_t t, const sl__obj *obj, const
         pthread_mutex_unlock(&ra->mu);
         return SL_EBUDGET;
     }
-    e->state = E_FETCH;
+    e->state = E_START; /* E_FETCH once its request is submitted: none may wait on it before */
     e->key = key;
     e->t = t;
     e->counted = cost;
@@ -146,6 +149,9 @@ int sl__ra_start(sl__ra *ra, uint64_t key, uint64_t t, const sl__obj *obj, const
     }
     atomic_fetch_add_explicit(&ra->started, 1, memory_order_relaxed);
     sl__io_submit(ra->io, &e->req);
+    pthread_mutex_lock(&ra->mu);
+    e->state = E_FETCH;
+    pthread_mutex_unlock(&ra->mu);
     return 0;
 }
 
