@@ -51,6 +51,7 @@ B=${CHECK_BATCH:-64}
 N=${CHECK_BATCHES:-30}
 RT=${RUN_TIMEOUT:-90}
 mkdir -p "$OUT" "$WORK"
+. bench/host_env.sh # the bundle's prefix (build, suites: the same environment)
 . bench/results.sh
 cap() { # seconds: at most that, and no later than CHECK_STOP_AT (at least 1)
   local t=$1
