@@ -21,6 +21,7 @@
 #include "base/scratch.h"
 #include "cache/cache.h"
 #include "format/decode.h"
+#include "io/readahead.h"
 #include "ops/array.h"
 #include "ops/ops.h"
 #include "sluice.h"

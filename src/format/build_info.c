@@ -27,7 +27,7 @@
 #include <jpeglib.h>
 
 #include "format/decode.h"
-#include "io/io.h"
+#include "io/engine.h"
 #include "sluice.h"
 
 #ifdef SL_HAVE_SPNG

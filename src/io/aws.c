@@ -1,8 +1,8 @@
 /*
- * Credentials, region and endpoint as the AWS tools find them (io.h, "AWS
- * configuration"). Read once when an engine starts; the files are small
- * text read into a bounded stack buffer (a file over 64 KiB is read up to
- * that: credentials files never come near it).
+ * Credentials, region and endpoint as the AWS tools find them (aws.h).
+ * Read once when an engine starts; the files are small text read into a
+ * bounded stack buffer (a file over 64 KiB is read up to that: credentials
+ * files never come near it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/url.h"
 
 #define INI_MAX (64 << 10)
 

@@ -1,5 +1,5 @@
 /*
- * The engine (io.h, "the engine"): one I/O thread drives libcurl's multi
+ * The engine (engine.h): one I/O thread drives libcurl's multi
  * interface for every request of a source.
  *
  * A request (sl__io_req, the caller's) is queued under mu, then owned by
@@ -41,6 +41,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,10 @@
 
 #include "base/thread.h"
 #include "base/util.h"
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/engine.h"
+#include "io/s3.h"
+#include "io/url.h"
 
 uint64_t sl__io_reserve(uint32_t requests) { return (uint64_t)requests * SL__IO_SLOT_BYTES + (64 << 10); }
 

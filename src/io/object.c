@@ -1,5 +1,5 @@
 /*
- * What sources need of a remote object (io.h, "objects"): its size, a read
+ * What sources need of a remote object (object.h): its size, a read
  * of a range, a manifest's whole text, the keys under a prefix, and the
  * sentence for a failure at create (which failure, and what to change).
  * Each is one or a few requests through the engine, waited for on the
@@ -8,7 +8,11 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/engine.h"
+#include "io/object.h"
+#include "io/s3.h"
+#include "io/url.h"
 
 void sl__obj_explain(const sl__io *io, const char *name, const sl__io_req *r, char *err, size_t errlen) {
     const sl__aws *a = sl__io_aws(io);
@@ -115,7 +119,7 @@ int sl__obj_read_all(sl__io *io, const char *name, sl__budget *b, int cat, uint6
     int rc = get_whole(io, name, NULL, &w, &r);
     if (rc == SL_EBUDGET && r.len > max) {
         char b1[32];
-        sl__msg(err, errlen, "%.300s: %llu bytes, over the %s a manifest may have", name, (sl__ull)r.len,
+        sl__msg(err, errlen, "%.300s: %llu bytes, over the %s a manifest may have", name, (unsigned long long)r.len,
                 sl__fmt_bytes(max, b1, sizeof b1));
         rc = SL_ELIMIT;
     } else if (rc == SL_EBUDGET) {

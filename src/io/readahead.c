@@ -1,5 +1,5 @@
 /*
- * Read-ahead (io.h, "read-ahead"): remote files fetched before a worker
+ * Read-ahead (readahead.h): remote files fetched before a worker
  * asks for them, along the order the sampler knows.
  *
  * A table of `entries` records, each free or holding one file: its key,
@@ -16,11 +16,15 @@
  * read in flight is waited for or abandoned outside mu. Lock order: a
  * caller's locks, mu, the engine's.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
-#include "io/io.h"
+#include "io/engine.h"
+#include "io/object.h"
+#include "io/readahead.h"
+#include "io/url.h"
 
 /* E_START: claimed by sl__ra_start, its request not yet submitted (no one
  * else touches it); E_FETCH: submitted, a worker may take it; E_TAKEN: a

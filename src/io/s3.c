@@ -1,5 +1,5 @@
 /*
- * S3 (io.h, "S3"): request URLs, and a bounded reader of the two XML
+ * S3 (s3.h): request URLs, and a bounded reader of the two XML
  * documents S3 sends us, a ListObjectsV2 page and an error body. The
  * reader is written for hostile input: no recursion, no allocation, every
  * field bounded, entities decoded by a whitelist; what it does not
@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/s3.h"
+#include "io/url.h"
 
 /* ---- request URLs ------------------------------------------------------------- */
 

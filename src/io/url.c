@@ -1,5 +1,5 @@
 /*
- * Names of remote objects (io.h, "names"): the scheme, a URL's parts,
+ * Names of remote objects (url.h): the scheme, a URL's parts,
  * resolving a manifest's relative paths, percent-encoding. Pure functions
  * of their arguments: no allocation, no I/O.
  */
@@ -7,7 +7,7 @@
 #include <strings.h>
 
 #include "base/util.h"
-#include "io/io.h"
+#include "io/url.h"
 
 static const struct {
     const char *prefix;

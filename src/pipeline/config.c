@@ -11,6 +11,7 @@
 #include "base/budget.h"
 #include "base/cpus.h"
 #include "base/util.h"
+#include "io/engine.h"
 
 typedef unsigned long long ull;
 

@@ -38,7 +38,7 @@ typedef struct sl__conf {
     sl__budget *budget;      /* everything the loader holds is counted here (&own_budget) */
     sl__budget own_budget;   /* with cfg.shared_budget, a child of the shared one */
     int shared;              /* own_budget is a child of cfg.shared_budget's (we hold a reference) */
-    sl__source *src;         /* a remote one owns its I/O engine (io/io.h), which locks itself */
+    sl__source *src;         /* a remote one owns its I/O engine (io/engine.h), which locks itself */
     sl__schema schema;       /* the fields (fields/field.h) */
     sl__layout layout;       /* where each output lives in a slot */
     sl__sampler sampler;

@@ -26,6 +26,7 @@
 #include "base/budget.h"
 #include "base/fork.h"
 #include "base/util.h"
+#include "io/engine.h"
 #include "pipeline/admit.h"
 #include "pipeline/config.h"
 #include "pipeline/engine.h"

@@ -21,6 +21,9 @@
  * taken with try-requests, so read-ahead never competes with a worker's
  * growth and never waits.
  */
+#include "io/engine.h"
+#include "io/object.h"
+#include "io/url.h"
 #include "pipeline/readahead.h"
 
 #include <string.h>

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "fields/field.h"
-#include "io/io.h"
+#include "io/readahead.h"
 #include "pipeline/config.h"
 #include "pipeline/lcache.h"
 #include "sluice.h"

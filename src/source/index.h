@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "base/mem.h"
+#include "io/engine.h"
 #include "source/types.h"
 
 /* A name in a chunk's arena: bytes [off, off+len). For a sample, dir is the

@@ -24,6 +24,9 @@
 
 #include "base/hash.h"
 #include "base/util.h"
+#include "io/engine.h"
+#include "io/s3.h"
+#include "io/url.h"
 #include "source/remote.h"
 #include "source/tar.h"
 

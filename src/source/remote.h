@@ -2,7 +2,7 @@
  * Remote data (remote.c; docs/remote.md): listing an s3:// prefix, a
  * manifest's text, indexing a remote shard (through windows of ranged
  * reads, or the node's record of an earlier scan), and opening a remote
- * file. The requests go through the source's I/O engine (io/io.h, s->io);
+ * file. The requests go through the source's I/O engine (io/engine.h, s->io);
  * what a URL names is source.c's to decide.
  */
 #ifndef SL_SOURCE_REMOTE_H
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/io.h"
+#include "io/object.h"
 #include "source/index.h"
 #include "source/tar.h"
 

@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "io/url.h"
 #include "source/folder.h"
 #include "source/remote.h"
 #include "source/table.h"

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/mem.h"
+#include "io/object.h"
 #include "source/index.h"
 
 /* What path names: SL__SHARDS_FILE (a .tar

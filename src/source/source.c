@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "io/url.h"
 #include "source/folder.h"
 #include "source/index.h"
 #include "source/manifest.h"

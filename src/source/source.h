@@ -18,7 +18,8 @@
  *    URL names shards (a .tar, a brace pattern, an s3:// prefix holding
  *    .tar objects) or a manifest; a manifest's relative paths resolve
  *    against its URL, and any manifest may name URLs. Such a source owns an
- *    I/O engine (io/io.h) for its life; its samples are read by ranged GETs.
+ *    I/O engine (io/engine.h) for its life; its samples are read by ranged
+ *    GETs.
  *
  * Values. A sample has values in columns. Opened without columns, a source
  * has two: SL__COL_FILE (the sample's file) and SL__COL_LABEL (its integer
@@ -31,7 +32,8 @@
 #include <stdint.h>
 
 #include "base/mem.h"
-#include "io/io.h"
+#include "io/engine.h"
+#include "io/object.h"
 #include "source/types.h"
 
 /* Index path. threads: how many threads may scan folders (0 = 1). On

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "io/io.h"
+#include "io/object.h"
 
 typedef struct sl__source sl__source;
 

@@ -18,7 +18,11 @@
 #include "base/util.h"
 #include "check.h"
 #include "httpd.h"
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/engine.h"
+#include "io/object.h"
+#include "io/s3.h"
+#include "io/url.h"
 
 typedef unsigned long long ull;
 

@@ -22,7 +22,7 @@
 #include "files.h"
 #include "fixture.h"
 #include "httpd.h"
-#include "io/io.h"
+#include "io/engine.h"
 #include "shards_fixture.h"
 #include "sluice.h"
 #include "source/index.h"

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/io.h"
+#include "io/aws.h"
+#include "io/s3.h"
+#include "io/url.h"
 
 static int on_entry(void *ctx, const sl__s3_entry *e) {
     size_t *n = ctx;
