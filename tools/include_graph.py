@@ -3,12 +3,12 @@
 and by file, circles among the modules of one folder, and a crude listing
 of which file writes which field of a folder's structs.
 
-    tools/include_graph.py                       # every section, folders pipeline, cache, source
+    tools/include_graph.py                       # every section, folders pipeline, source, cache, io
     tools/include_graph.py folders               # one line per folder: the folders it includes
     tools/include_graph.py files pipeline        # one line per file: what it includes
     tools/include_graph.py circles pipeline source cache
     tools/include_graph.py writes pipeline       # field -> files writing it, per struct
-    tools/include_graph.py check pipeline source cache  # exit 1 on a circle or a shared header
+    tools/include_graph.py check pipeline source cache io  # exit 1 on a circle or a shared header
 
 A module is a stem: X.c and X.h together. Module A uses module B when a file
 of A includes B's header, or calls (names) a function or variable that a
@@ -565,7 +565,7 @@ def section_writes(folder):
 
 def main(argv):
     what = argv[1] if len(argv) > 1 else "all"
-    which = argv[2:] or ["pipeline", "source", "cache"]
+    which = argv[2:] or ["pipeline", "source", "cache", "io"]
     if what in ("folders", "all"):
         section_folders()
     if what in ("files", "all"):
