@@ -23,13 +23,10 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+/* run.h's fx_config in batches of 8, with batch checksums. */
 static void small_cfg(sl_config *c, const char *root) {
-    sl_config_init(c);
-    c->source = root;
+    fx_config(c, root);
     c->batch_size = 8;
-    c->size = 32;
-    c->workers = 2;
-    c->budget = 64u << 20;
     c->flags = SL_FLAG_CHECKSUM;
 }
 
@@ -80,12 +77,6 @@ static unsigned char *progressive_jpeg(uint32_t w, uint32_t h, unsigned long *le
     return out;
 }
 
-static void put_bytes(const char *root, const char *rel, const void *p, size_t n) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", root, rel);
-    fx_write(path, p, n);
-}
-
 /* ---- refusals that depend only on the sample and the configuration ----------- */
 
 /* A tight budget, large progressive images among small ones: the same
@@ -98,9 +89,9 @@ TEST(tight_budget_same_bytes_any_worker_count) {
     /* ~100 MiB of coefficients: more than a quarter of what 64 workers and
      * their stacks need, so every worker count refuses them alike */
     unsigned char *j = progressive_jpeg(4500, 3000, &jl);
-    put_bytes(d->root, "c00/big_a.jpg", j, jl);
-    put_bytes(d->root, "c01/big_b.jpg", j, jl);
-    put_bytes(d->root, "c02/big_c.jpg", j, jl);
+    fx_put(d->root, "c00/big_a.jpg", j, jl);
+    fx_put(d->root, "c01/big_b.jpg", j, jl);
+    fx_put(d->root, "c02/big_c.jpg", j, jl);
     free(j);
     sl_config c;
     small_cfg(&c, d->root);
@@ -143,7 +134,7 @@ TEST(create_refuses_budget_for_ordinary_samples) {
     char rel[64];
     for (int i = 0; i < 12; i++) {
         snprintf(rel, sizeof rel, "c%02d/photo_%02d.jpg", i % 3, i);
-        put_bytes(d->root, rel, j, jl);
+        fx_put(d->root, rel, j, jl);
     }
     free(j);
     sl_config c;
