@@ -13,12 +13,10 @@
 
 #include "check.h"
 
+/* run.h's fx_config with `workers` workers in `budget`, seed 3. */
 static sl_config config(const fx_dataset *d, uint32_t workers, uint64_t budget) {
     sl_config c;
-    sl_config_init(&c);
-    c.source = d->root;
-    c.batch_size = 4;
-    c.size = 32;
+    fx_config(&c, d->root);
     c.workers = workers;
     c.budget = budget;
     c.seed = 3;

@@ -9,9 +9,6 @@
  *  - The governor's policy (sl__gov_decide), on readings made up here.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
-#include <time.h>
-
 #include "fixture.h"
 #include "base/budget.h"
 #include "base/governor.h"
@@ -20,18 +17,12 @@
 
 #define MIB ((uint64_t)1 << 20)
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- loaders on one budget ----------------------------------------------------- */
 
+/* run.h's fx_config at 64 px on the shared budget b. */
 static sl_config small_cfg(const fx_dataset *d, sl_budget *b, uint32_t workers) {
     sl_config cfg;
-    sl_config_init(&cfg);
-    cfg.source = d->root;
-    cfg.batch_size = 4;
+    fx_config(&cfg, d->root);
     cfg.size = 64;
     cfg.workers = workers;
     cfg.shared_budget = b;
@@ -39,21 +30,20 @@ static sl_config small_cfg(const fx_dataset *d, sl_budget *b, uint32_t workers) 
     return cfg;
 }
 
+/* The shared budget's use, read by an fx_poller while the loaders run:
+ * never over its limit; the most seen. */
 typedef struct observe {
     sl_budget *b;
-    _Atomic int stop;
     uint64_t max_used;
 } observe;
 
-static void *observer(void *arg) {
-    observe *o = arg;
-    while (!atomic_load(&o->stop)) {
-        sl_budget_info st;
-        CHECK_OK(sl_budget_stats(o->b, &st));
-        if (st.used > st.limit) SL_FAIL("shared used %llu over limit %llu", (unsigned long long)st.used, (unsigned long long)st.limit);
-        if (st.used > o->max_used) o->max_used = st.used;
-    }
-    return NULL;
+static void observe_budget(sl_loader *ld, void *ctx) {
+    (void)ld;
+    observe *o = ctx;
+    sl_budget_info st;
+    CHECK_OK(sl_budget_stats(o->b, &st));
+    if (st.used > st.limit) SL_FAIL("shared used %llu over limit %llu", (unsigned long long)st.used, (unsigned long long)st.limit);
+    if (st.used > o->max_used) o->max_used = st.used;
 }
 
 /* Stats once the workers have gone quiet (every slot filled: they idle
@@ -66,7 +56,7 @@ static void settled(sl_budget *b, sl_budget_info *st) {
         for (uint32_t k = 0; k < st->loaders && k < SL_BUDGET_STATS_LOADERS; k++) sum += st->loader_used[k];
         if (sum == st->used && st->used == last) return;
         last = st->used;
-        sleep_ms(10);
+        bx_sleep_ms(10);
     }
     SL_FAIL("shared budget use did not settle");
 }
@@ -92,9 +82,9 @@ TEST(two_loaders_one_budget) {
     rc = sl_loader_create(&cfg, &val, err, sizeof err);
     if (rc) SL_FAIL("val: %s", err);
     sl_budget_destroy(b); /* the loaders keep it alive */
-    observe o = {b, 0, 0};
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, observer, &o), 0);
+    observe o = {b, 0};
+    fx_poller p;
+    fx_poll_start(&p, train, observe_budget, &o);
     run_epoch(train);
     run_epoch(val);
     sl_stats s1, s2;
@@ -113,8 +103,7 @@ TEST(two_loaders_one_budget) {
      * keeps for one sample's growth (a quarter of what it was given) */
     uint64_t room = SL_MAX(s1.budget_bytes / 4, s2.budget_bytes / 4);
     CHECK_EQ(sl__budget_floor(sl__shared_core(b)), SL_MIN(st.fixed + room, st.ceiling));
-    atomic_store(&o.stop, 1);
-    CHECK_EQ(pthread_join(t, NULL), 0);
+    fx_poll_stop(&p);
     CHECK(o.max_used > s1.fixed_bytes);
     sl_loader_destroy(train);
     settled(b, &st); /* val still holds it */
@@ -156,12 +145,18 @@ TEST(loader_over_what_is_left_is_refused_with_numbers) {
 
 static const uint64_t S = 1000000000ull; /* a second in ns */
 
+/* The governor's options with a 64 MiB margin, and its state before the
+ * first decision. */
+static void gov_start(sl_governor_opts *o, sl__gov_state *st) {
+    sl_governor_opts_init(o);
+    o->margin = 64 * MIB;
+    memset(st, 0, sizeof *st);
+}
+
 TEST(governor_shrinks_at_once_and_grows_slowly) {
     sl_governor_opts o;
-    sl_governor_opts_init(&o);
-    o.margin = 64 * MIB;
     sl__gov_state st;
-    memset(&st, 0, sizeof st);
+    gov_start(&o, &st);
     char why[112];
     sl__gov_budget b = {512 * MIB, 512 * MIB, 64 * MIB, 400 * MIB};
     sl__gov_reading r = {1, 1024 * MIB, 1000 * MIB, 0, 0, 0, 0, 0};
@@ -197,10 +192,8 @@ TEST(governor_shrinks_at_once_and_grows_slowly) {
 
 TEST(governor_sheds_on_events_pressure_and_machine) {
     sl_governor_opts o;
-    sl_governor_opts_init(&o);
-    o.margin = 64 * MIB;
     sl__gov_state st;
-    memset(&st, 0, sizeof st);
+    gov_start(&o, &st);
     char why[112];
     sl__gov_budget b = {800 * MIB, 800 * MIB, 0, 100 * MIB};
     sl__gov_reading r = {1, 4096 * MIB, 200 * MIB, 5, 0, 0, 0, 0};
