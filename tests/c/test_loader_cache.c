@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "bigimg.h"
+#include "threads.h" /* tx_stat_state */
 
 #include "cache/cache.h"
 
@@ -298,15 +299,11 @@ static int wait_ranks(node_out *out, _Atomic int *v, int n) {
  * the file table, are still being torn down; each thread drops the table
  * before it leaves /proc/PID/task. */
 static int exited(int pid) {
-    char path[64], buf[256];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X') return 0;
+    char state = tx_stat_state(path);
+    if (state == 0) return 1;
+    if (state != 'Z' && state != 'X') return 0;
     snprintf(path, sizeof path, "/proc/%d/task", pid);
     DIR *d = opendir(path);
     if (!d) return 1;

@@ -40,19 +40,27 @@ FX_FN int tx_read(long tid, tx_thread *t) {
     return 0;
 }
 
-/* The state letter of thread tid from /proc (R running, S sleeping, ...;
- * 0: it ended). */
-FX_FN char tx_state(long tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+/* The state letter of a /proc stat file, a process's (/proc/PID/stat) or
+ * a thread's (R running, S sleeping, Z zombie, ...; 0: it ended, before
+ * or while the file was read). */
+FX_FN char tx_stat_state(const char *path) {
+    char buf[512];
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
+    if (n == 0) return 0;
     buf[n] = 0;
     const char *p = strrchr(buf, ')'); /* after the name, which may hold anything */
     CHECK(p && p[1] == ' ');
     return p[2];
+}
+
+/* The state letter of thread tid of this process (0: it ended). */
+FX_FN char tx_state(long tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    return tx_stat_state(path);
 }
 
 /* Every thread of the process now: how many (at most max in out). */
