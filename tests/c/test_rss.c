@@ -23,14 +23,28 @@
 
 #define SLACK ((uint64_t)48 << 20)
 
+/* A fresh ImageFolder root (removed at exit) in root, with one empty
+ * class folder, root/c0, in dir. */
+static void one_class_root(char *root, size_t len, char *dir, size_t dlen) {
+    fx_empty_dir(root, len);
+    snprintf(dir, dlen, "%s/c0", root);
+    CHECK(mkdir(dir, 0755) == 0);
+}
+
+/* sl_config's defaults (its size among them) over root: batches of 4 by
+ * `workers` workers in `budget`. */
+static void rss_cfg(sl_config *c, const char *root, uint32_t workers, uint64_t budget) {
+    sl_config_init(c);
+    c->source = root;
+    c->batch_size = 4;
+    c->workers = workers;
+    c->budget = budget;
+}
+
 /* An ImageFolder of large and tiny images; returns its root. */
 static void make_big_set(char *root, size_t len) {
-    snprintf(root, len, "/tmp/sl_rss_XXXXXX");
-    if (!mkdtemp(root)) SL_FAIL("mkdtemp: %s", strerror(errno));
-    fx_track(root);
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/c0", root);
-    CHECK(mkdir(dir, 0755) == 0);
+    one_class_root(root, len, dir, sizeof dir);
     struct {
         uint32_t w, h;
         int layout, count;
@@ -56,14 +70,12 @@ static sl_loader *run_measured(const sl_config *cfg, int epochs, uint64_t *base,
     malloc_trim(0); /* what making the files took goes back before the baseline */
     int have_peak = bx_reset_peak() == 0;
     *base = bx_rss();
-    sl_loader *ld;
-    char err[512] = "";
-    int rc = sl_loader_create(cfg, &ld, err, sizeof err);
-    if (rc) SL_FAIL("create: %s: %s", sl_strerror(rc), err);
+    sl_loader *ld = fx_open(cfg);
     uint64_t max_rss = 0;
     *samples = 0;
     for (int e = 0; e < epochs; e++) {
         sl_batch *b;
+        int rc;
         while ((rc = sl_loader_next(ld, &b)) == 0) {
             *samples += sl_batch_len(b);
             sl_loader_release(ld, b);
@@ -80,11 +92,7 @@ static void run_bound(uint32_t workers, uint64_t budget, int epochs) {
     char root[256];
     make_big_set(root, sizeof root);
     sl_config cfg;
-    sl_config_init(&cfg);
-    cfg.source = root;
-    cfg.batch_size = 4;
-    cfg.workers = workers;
-    cfg.budget = budget;
+    rss_cfg(&cfg, root, workers, budget);
     cfg.flags |= SL_FLAG_CHECKSUM;
     uint64_t base, hwm, samples;
     sl_loader *ld = run_measured(&cfg, epochs, &base, &hwm, &samples);
@@ -121,11 +129,7 @@ TEST(rss_bound_16_workers_tight_budget_three_epochs) { run_bound(16, (uint64_t)1
  * by at most budget + 48 MiB for 1, 2 and 16 workers. */
 static void webp_groups_bound(uint32_t workers) {
     char root[256], dir[300], path[400];
-    snprintf(root, sizeof root, "/tmp/sl_rss_webp_XXXXXX");
-    if (!mkdtemp(root)) SL_FAIL("mkdtemp: %s", strerror(errno));
-    fx_track(root);
-    snprintf(dir, sizeof dir, "%s/c0", root);
-    CHECK(mkdir(dir, 0755) == 0);
+    one_class_root(root, sizeof root, dir, sizeof dir);
     size_t len;
     uint8_t *webp = ww_groups_webp(1024, 1024, 65536, &len);
     for (int k = 0; k < 16; k++) {
@@ -142,11 +146,7 @@ static void webp_groups_bound(uint32_t workers) {
     free(webp);
     uint64_t budget = (uint64_t)128 << 20;
     sl_config cfg;
-    sl_config_init(&cfg);
-    cfg.source = root;
-    cfg.batch_size = 4;
-    cfg.workers = workers;
-    cfg.budget = budget;
+    rss_cfg(&cfg, root, workers, budget);
     cfg.max_error_rate = 1;
     uint64_t base, hwm, samples;
     sl_loader *ld = run_measured(&cfg, 1, &base, &hwm, &samples);
