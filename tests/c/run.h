@@ -210,11 +210,10 @@ FX_FN void fx_finish_epoch(sl_loader *ld) {
 
 /* ---- checksums and resume ---------------------------------------------------- */
 
-/* A hash of one epoch's batch checksums (cfg needs SL_FLAG_CHECKSUM), and
- * the samples delivered (samples may be NULL). The case fails if create
- * does. */
-FX_FN uint64_t fx_epoch_sum(const sl_config *c, uint64_t *samples) {
-    sl_loader *ld = fx_open(c);
+/* A hash of the batch checksums of ld's next epoch, taken to its end (its
+ * configuration needs SL_FLAG_CHECKSUM), and the samples delivered
+ * (samples may be NULL). */
+FX_FN uint64_t fx_loader_sum(sl_loader *ld, uint64_t *samples) {
     uint64_t h = 0, n = 0;
     sl_batch *b;
     int rc;
@@ -225,8 +224,16 @@ FX_FN uint64_t fx_epoch_sum(const sl_config *c, uint64_t *samples) {
         sl_loader_release(ld, b);
     }
     CHECK_EQ(rc, SL_EEND);
-    sl_loader_destroy(ld);
     if (samples) *samples = n;
+    return h;
+}
+
+/* fx_loader_sum of one epoch of a new loader for c, then destroyed. The
+ * case fails if create does. */
+FX_FN uint64_t fx_epoch_sum(const sl_config *c, uint64_t *samples) {
+    sl_loader *ld = fx_open(c);
+    uint64_t h = fx_loader_sum(ld, samples);
+    sl_loader_destroy(ld);
     return h;
 }
 

@@ -71,6 +71,7 @@ typedef struct setup {
     fx_dataset *d;
     hd_server *srv;
     char dir[256], local[300], remote[300];
+    char manifest[300]; /* the URL of /ds/m.csv */
 } setup;
 
 static char records[256]; /* the node's records of shard scans, a folder of the test's own */
@@ -83,7 +84,10 @@ static int have_curl(void) {
     return strcmp(v, "off") != 0;
 }
 
-static void up(setup *s, uint32_t n, uint32_t corrupt) {
+/* A case's dataset of n good files and `corrupt` bad ones, local and served
+ * (shards and folder); 0 without libcurl (the case has nothing to run). */
+static int up(setup *s, uint32_t n, uint32_t corrupt) {
+    if (!have_curl()) return 0;
     unsetenv("AWS_PROFILE"); /* http needs no AWS configuration; make sure none breaks it */
     fx_empty_dir(records, sizeof records);
     setenv("SLUICE_INDEX_CACHE", records, 1);
@@ -95,6 +99,8 @@ static void up(setup *s, uint32_t n, uint32_t corrupt) {
     serve_folder(s->d, s->srv);
     snprintf(s->local, sizeof s->local, "%s/s-{000000..000002}.tar", s->dir);
     hd_url(s->srv, "/shards/s-{000000..000002}.tar", s->remote, sizeof s->remote);
+    hd_url(s->srv, "/ds/m.csv", s->manifest, sizeof s->manifest);
+    return 1;
 }
 
 static void down(setup *s) {
@@ -102,10 +108,16 @@ static void down(setup *s) {
     free(s->d);
 }
 
+/* The local shards by 2 workers, and the same shards over http by
+ * remote_workers. */
+static void local_and_remote(const setup *s, sl_config *local, sl_config *remote, uint32_t remote_workers) {
+    cfg_for(local, s->local, 2);
+    cfg_for(remote, s->remote, remote_workers);
+}
+
 TEST(http_shards_equal_local_for_1_and_8_workers) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 23, 3);
+    if (!up(&s, 23, 3)) return;
     for (int preset = SL_PRESET_TRAIN; preset <= SL_PRESET_VAL; preset++) {
         sl_config local, r1, r8;
         cfg_for(&local, s.local, 2);
@@ -120,15 +132,13 @@ TEST(http_shards_equal_local_for_1_and_8_workers) {
     /* paths name the URL; the corrupt members are error records; the bytes came over the network */
     sl_config c;
     cfg_for(&c, s.remote, 2);
-    sl_loader *ld;
-    char err[512], path[512];
-    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_loader *ld = fx_open(&c);
+    char path[512];
     CHECK(sl_loader_sample_path(ld, 20, path, sizeof path) != NULL);
     char want[300];
     hd_url(s.srv, "/shards/s-000002.tar:k00020", want, sizeof want);
     CHECK(!strcmp(path, want));
-    sl_batch *b;
-    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    fx_finish_epoch(ld);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.errors, 3);
@@ -141,40 +151,26 @@ TEST(http_shards_equal_local_for_1_and_8_workers) {
 }
 
 TEST(resume_across_local_and_remote) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 30, 0);
+    if (!up(&s, 30, 0)) return;
     sl_config local, remote;
-    cfg_for(&local, s.local, 2);
-    cfg_for(&remote, s.remote, 4);
+    local_and_remote(&s, &local, &remote, 4);
     fx_check_resume(&local, &remote, 2); /* the state says nothing of where the bytes come from */
     fx_check_resume(&remote, &local, 3);
     down(&s);
 }
 
 TEST(faults_same_bytes_no_error_record) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 40, 0);
+    if (!up(&s, 40, 0)) return;
     sl_config local, remote;
-    cfg_for(&local, s.local, 2);
-    cfg_for(&remote, s.remote, 3);
+    local_and_remote(&s, &local, &remote, 3);
     remote.io_retries = 20;
     remote.io_hedge = -1; /* every fault then shows as a retry (a hedge may otherwise finish first) */
     uint64_t want = fx_epoch_sum(&local, NULL);
     hd_faults(s.srv, HD_MIX, 10, 0); /* a tenth of the requests: 503 SlowDown, a cut body, a reset in turn */
-    sl_loader *ld;
-    char err[512];
-    if (sl_loader_create(&remote, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    uint64_t h = 0;
-    sl_batch *b;
-    int rc;
-    while ((rc = sl_loader_next(ld, &b)) == 0) {
-        uint64_t pair[2] = {h, sl_batch_checksum(b)};
-        h = sl_hash64(pair, sizeof pair, 1);
-        sl_loader_release(ld, b);
-    }
-    CHECK_EQ(rc, SL_EEND);
+    sl_loader *ld = fx_open(&remote);
+    uint64_t h = fx_loader_sum(ld, NULL);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     sl_loader_destroy(ld);
@@ -186,15 +182,12 @@ TEST(faults_same_bytes_no_error_record) {
 }
 
 TEST(manifest_files_over_http_and_a_deleted_object) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 20, 0);
-    char m[300];
-    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    if (!up(&s, 20, 0)) return;
     sl_config folder, r1, r4;
     cfg_for(&folder, s.d->root, 2);
-    cfg_for(&r1, m, 1);
-    cfg_for(&r4, m, 4);
+    cfg_for(&r1, s.manifest, 1);
+    cfg_for(&r4, s.manifest, 4);
     uint64_t want = fx_epoch_sum(&folder, NULL);
     CHECK_EQ(fx_epoch_sum(&r1, NULL), want);
     CHECK_EQ(fx_epoch_sum(&r4, NULL), want);
@@ -202,11 +195,8 @@ TEST(manifest_files_over_http_and_a_deleted_object) {
     char gone[300];
     snprintf(gone, sizeof gone, "/ds/%s", s.d->rel[7]);
     hd_remove(s.srv, gone);
-    sl_loader *ld;
-    char err[512];
-    if (sl_loader_create(&r4, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    sl_batch *b;
-    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    sl_loader *ld = fx_open(&r4);
+    fx_finish_epoch(ld);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK_EQ(st.errors, 1);
@@ -223,20 +213,12 @@ TEST(manifest_files_over_http_and_a_deleted_object) {
 }
 
 TEST(readahead_serves_the_workers) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 40, 0);
-    char m[300];
-    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    if (!up(&s, 40, 0)) return;
     sl_config c;
-    cfg_for(&c, m, 2);
-    sl_loader *ld;
-    char err[512];
-    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
-    sl_batch *b;
-    for (int e = 0; e < 2; e++) {
-        while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
-    }
+    cfg_for(&c, s.manifest, 2);
+    sl_loader *ld = fx_open(&c);
+    for (int e = 0; e < 2; e++) fx_finish_epoch(ld);
     sl_stats st;
     CHECK_OK(sl_loader_stats(ld, &st));
     CHECK(st.readahead_started > 0);
@@ -252,9 +234,8 @@ TEST(readahead_serves_the_workers) {
 }
 
 TEST(create_refusals_say_which_and_what_to_do) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 10, 0);
+    if (!up(&s, 10, 0)) return;
     sl_config c;
     char err[512], url[300];
     cfg_for(&c, hd_url(s.srv, "/shards/s-{000000..000003}.tar", url, sizeof url), 1);
@@ -291,17 +272,12 @@ static void *destroy_it(void *arg) {
 }
 
 TEST(destroy_while_every_request_stalls) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 30, 0);
-    char m[300];
-    hd_url(s.srv, "/ds/m.csv", m, sizeof m);
+    if (!up(&s, 30, 0)) return;
     sl_config c;
-    cfg_for(&c, m, 3);
+    cfg_for(&c, s.manifest, 3);
     c.io_timeout_ms = 600000; /* nothing but the cancel can end the reads */
-    sl_loader *ld;
-    char err[512];
-    if (sl_loader_create(&c, &ld, err, sizeof err)) SL_FAIL("create: %s", err);
+    sl_loader *ld = fx_open(&c);
     hd_faults(s.srv, HD_STALL, 1, 0);
     /* consume until requests stall (progress, not a clock: the 10 ms is a poll) */
     sl_batch *b;
@@ -345,9 +321,8 @@ static void record_path(const char *suffix, char *out, size_t len, int nth) {
 }
 
 TEST(records_spare_the_next_scan) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 30, 0);
+    if (!up(&s, 30, 0)) return;
     uint64_t used, n = open_count(s.remote, &used);
     CHECK_EQ(n, 30);
     CHECK_EQ(used, 0); /* scanned, recorded */
@@ -356,8 +331,7 @@ TEST(records_spare_the_next_scan) {
     CHECK_EQ(used, 3);
     CHECK_EQ(atomic_load(&s.srv->requests) - before, 3); /* one size-and-version request a shard, no scan */
     sl_config a, b;
-    cfg_for(&a, s.local, 2);
-    cfg_for(&b, s.remote, 3);
+    local_and_remote(&s, &a, &b, 3);
     CHECK_EQ(fx_epoch_sum(&b, NULL), fx_epoch_sum(&a, NULL)); /* the same samples, labels, bytes */
     /* a record damaged by a byte: ignored, the shard scanned again and recorded anew */
     char idx[512];
@@ -386,9 +360,8 @@ TEST(records_spare_the_next_scan) {
 }
 
 TEST(ranks_starting_together_scan_each_shard_once) {
-    if (!have_curl()) return;
     setup s;
-    up(&s, 30, 0);
+    if (!up(&s, 30, 0)) return;
     int before = atomic_load(&s.srv->requests);
     enum { RANKS = 4 };
     pid_t kids[RANKS];
