@@ -340,8 +340,9 @@ static void fx_down(fixture *f) {
     sl__budget_fini(&f->b);
 }
 
-/* n reads of pseudo-random ranges, all submitted at once, then checked. */
-static void many_reads(fixture *f, int n, uint64_t max_len) {
+/* n reads of pseudo-random ranges, all submitted at once, then checked;
+ * the engine's counters after them. */
+static sl__io_stats many_reads(fixture *f, int n, uint64_t max_len) {
     sl__io_req *r = calloc((size_t)n, sizeof *r);
     uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
     uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -361,6 +362,9 @@ static void many_reads(fixture *f, int n, uint64_t max_len) {
     }
     free(bufs);
     free(r);
+    sl__io_stats st;
+    sl__io_stats_get(f->io, &st);
+    return st;
 }
 
 TEST(engine_ranged_reads) {
@@ -368,9 +372,7 @@ TEST(engine_ranged_reads) {
     fixture f;
     sl__io_opts o = {.requests = 8, .no_hedge = 1}; /* one request a read: no duplicate of a slow one */
     fx_up(&f, 3 << 20, &o);
-    many_reads(&f, 200, 300 << 10);
-    sl__io_stats st;
-    sl__io_stats_get(f.io, &st);
+    sl__io_stats st = many_reads(&f, 200, 300 << 10);
     if (st.requests != 200)
         SL_FAIL("%llu requests for 200 reads (%llu retries, %llu hedges, %llu timeouts)", (ull)st.requests,
                 (ull)st.retries, (ull)st.hedges, (ull)st.timeouts);
@@ -385,9 +387,7 @@ static void faulty(int kind, int every) {
     sl__io_opts o = {.requests = 6, .retries = 20, .no_hedge = 1}; /* a fault met by a hedge would need no retry */
     fx_up(&f, 1 << 20, &o);
     hd_faults(f.srv, kind, every, 0);
-    many_reads(&f, 120, 200 << 10);
-    sl__io_stats st;
-    sl__io_stats_get(f.io, &st);
+    sl__io_stats st = many_reads(&f, 120, 200 << 10);
     CHECK(st.retries > 0);
     CHECK_EQ(st.failures, 0);
     fx_down(&f);
@@ -425,9 +425,7 @@ TEST(engine_hedges_a_stalled_read) {
     fx_up(&f, 1 << 20, &o);
     many_reads(&f, 16, 64 << 10); /* history for the averages */
     hd_faults(f.srv, HD_STALL, 1, 1); /* the next request stalls until the end */
-    many_reads(&f, 8, 64 << 10);
-    sl__io_stats st;
-    sl__io_stats_get(f.io, &st);
+    sl__io_stats st = many_reads(&f, 8, 64 << 10);
     CHECK_EQ(atomic_load(&f.srv->stalled), 1);
     CHECK(st.hedges >= 1);
     CHECK(st.hedge_wins >= 1);
@@ -441,9 +439,7 @@ TEST(engine_stall_timeout_retries) {
     sl__io_opts o = {.requests = 4, .timeout_ms = 300, .no_hedge = 1};
     fx_up(&f, 1 << 20, &o);
     hd_faults(f.srv, HD_STALL, 2, 3);
-    many_reads(&f, 12, 64 << 10);
-    sl__io_stats st;
-    sl__io_stats_get(f.io, &st);
+    sl__io_stats st = many_reads(&f, 12, 64 << 10);
     CHECK(st.timeouts >= 3);
     CHECK_EQ(st.hedges, 0);
     CHECK_EQ(st.failures, 0);
