@@ -3,13 +3,18 @@
  * children that draw on it, bytes granted and fixed, the end of a case
  * (nothing left counted), and threads blocked in sl__budget_wait, counted
  * in the order they were served. Each case is its own process, so the
- * completion counter is one per process.
+ * completion counter is one per process. And a loader's creation with
+ * each allocation failing in turn (base/mem.h's sl__mem_fail_after; not in
+ * run.h, which test_abi includes against the shared library, where the
+ * library's internals are hidden).
  */
 #ifndef SL_TEST_BUDGET_FIXTURE_H
 #define SL_TEST_BUDGET_FIXTURE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+
+#include "sluice.h"
 
 #include "base/mem.h"
 #include "check.h"
@@ -33,6 +38,35 @@ BF_FN void bf_family(sl__budget *root, sl__budget *a, sl__budget *b, uint64_t li
 BF_FN void bf_end(sl__budget *b) {
     CHECK_EQ(atomic_load(&b->used), 0);
     sl__budget_fini(b);
+}
+
+/* ---- a loader's creation, every allocation failing in turn ------------------- */
+
+/* sl_loader_create of cfg with allocation n failing, for n = 0, 1, ...
+ * until it succeeds. cfg's budget must be far larger than needed: the
+ * budget is never the reason, so every failure must be SL_ENOMEM with a
+ * sentence, and leak nothing (ASan). each, when not NULL, is called after
+ * every try with what create returned. At least 4 allocations must have
+ * failed; the loader that opened is returned (the caller destroys it). */
+BF_FN sl_loader *bf_open_failing_each_alloc(const sl_config *cfg, void (*each)(int rc)) {
+    int failed = 0;
+    for (long n = 0; n < 10000; n++) {
+        sl__mem_fail_after(n);
+        sl_loader *ld = NULL;
+        char err[512] = "";
+        int rc = sl_loader_create(cfg, &ld, err, sizeof err);
+        sl__mem_fail_after(-1);
+        if (each) each(rc);
+        if (rc == 0) {
+            CHECK(failed > 3);
+            return ld;
+        }
+        if (rc != SL_ENOMEM)
+            SL_FAIL("allocation %ld failed: %s (%s), expected %s", n, sl_strerror(rc), err, sl_strerror(SL_ENOMEM));
+        CHECK(err[0] != 0);
+        failed++;
+    }
+    SL_FAIL("sl_loader_create still failed after %d failed allocations", failed);
 }
 
 /* ---- threads in sl__budget_wait ------------------------------------------------ */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/mem.h"
+#include "budget_fixture.h"
 #include "dataset.h"
 #include "records.h"
 #include "run.h"
@@ -479,25 +480,7 @@ TEST(enomem_create_injection) {
     sl_config c;
     fx_config(&c, d->root);
     c.budget = 1ull << 30;
-    int ok = 0, enomem = 0;
-    for (long n = 0; n < 10000 && !ok; n++) {
-        sl__mem_fail_after(n);
-        sl_loader *ld = NULL;
-        char err[512] = "";
-        int rc = sl_loader_create(&c, &ld, err, sizeof err);
-        sl__mem_fail_after(-1);
-        if (rc == 0) {
-            ok = 1;
-            sl_loader_destroy(ld);
-            break;
-        }
-        if (rc != SL_ENOMEM)
-            SL_FAIL("allocation %ld failed: %s (%s), expected %s", n, sl_strerror(rc), err, sl_strerror(SL_ENOMEM));
-        CHECK(err[0] != 0);
-        enomem++;
-    }
-    CHECK(ok);
-    CHECK(enomem > 3);
+    sl_loader_destroy(bf_open_failing_each_alloc(&c, NULL));
     free(d);
 }
 

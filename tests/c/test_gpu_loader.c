@@ -14,6 +14,7 @@
  */
 #include "fixture.h" /* first: it defines _GNU_SOURCE */
 #include "bigimg.h"   /* BX_RSS_MEANINGFUL */
+#include "budget_fixture.h"
 #include "threads.h"
 
 #include <math.h>
@@ -889,33 +890,19 @@ TEST(gpu_loader_default_decides_before_opening) {
     free(d);
 }
 
+/* After each try: a failed create closed the device (host_close checks it). */
+static void device_closed_unless_open(int rc) { CHECK(the_host == NULL || rc == 0); }
+
 TEST(gpu_loader_create_fails_cleanly_at_every_allocation) {
     fx_dataset *d = fx_new(12, 0, 64, 200);
     use_host((host_opts){0});
     sl_config c = base_config(d, SL_DECODE_GPU, 2);
     c.budget = 1ull << 30;
-    int ok = 0, failed = 0;
-    for (long n = 0; n < 10000 && !ok; n++) {
-        sl__mem_fail_after(n);
-        sl_loader *ld = NULL;
-        char err[512] = "";
-        int rc = sl_loader_create(&c, &ld, err, sizeof err);
-        sl__mem_fail_after(-1);
-        CHECK(the_host == NULL || rc == 0); /* a failed create closed the device (host_close checks it) */
-        if (rc == 0) {
-            ok = 1;
-            sl_stats st;
-            CHECK_OK(sl_loader_stats(ld, &st));
-            CHECK_EQ(st.decode, SL_DECODE_GPU);
-            sl_loader_destroy(ld);
-            break;
-        }
-        if (rc != SL_ENOMEM) SL_FAIL("allocation %ld failed: %s (%s), expected %s", n, sl_strerror(rc), err, sl_strerror(SL_ENOMEM));
-        CHECK(err[0] != 0);
-        failed++;
-    }
-    CHECK(ok);
-    CHECK(failed > 3);
+    sl_loader *ld = bf_open_failing_each_alloc(&c, device_closed_unless_open);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    CHECK_EQ(st.decode, SL_DECODE_GPU);
+    sl_loader_destroy(ld);
     free(d);
 }
 
