@@ -49,31 +49,20 @@ static run run_epoch(sl_loader *ld) {
     return r;
 }
 
+static void progressive(struct jpeg_compress_struct *c, int arg) {
+    (void)arg;
+    jpeg_simple_progression(c);
+}
+
 /* A progressive JPEG of w x h (flat grey: small file, big decode need:
  * its whole-image coefficient buffer). Caller frees. */
 static unsigned char *progressive_jpeg(uint32_t w, uint32_t h, unsigned long *len) {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    unsigned char *out = NULL;
-    *len = 0;
-    jpeg_mem_dest(&c, &out, len);
-    c.image_width = w;
-    c.image_height = h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 50, TRUE);
-    jpeg_simple_progression(&c);
-    jpeg_start_compress(&c, TRUE);
-    uint8_t *row = malloc((size_t)w * 3);
-    CHECK(row != NULL);
-    memset(row, 128, (size_t)w * 3);
-    while (c.next_scanline < h) jpeg_write_scanlines(&c, &row, 1);
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    free(row);
+    uint8_t *px = malloc((size_t)w * h * 3);
+    CHECK(px != NULL);
+    memset(px, 128, (size_t)w * h * 3);
+    unsigned char *out;
+    fx_jpeg_tuned(px, w, h, 50, progressive, 0, &out, len);
+    free(px);
     return out;
 }
 
