@@ -44,7 +44,7 @@
 #define BLOCK 64          /* samples read and encoded between two writes */
 #define MAX_MEMBERS 32    /* per sample */
 /* The last member of every shard: its sample count and size, which the
- * loader checks (src/source/tar.h, SL_WDS_TRAILER, has the format).
+ * loader checks (src/source/wds.h, SL_WDS_TRAILER, has the format).
  * WebDataset readers skip it: a top-level "__NAME__" is their metadata. */
 #define SL_SHARD_TRAILER "__sluice_shard__"
 
@@ -356,7 +356,7 @@ static void shard_abandon(shard_writer *w) {
 }
 
 /* Finish the open shard: the trailer (its sample count and the bytes
- * before it, which a reader checks: tar.h, SL_WDS_TRAILER), tar's end
+ * before it, which a reader checks: wds.h, SL_WDS_TRAILER), tar's end
  * blocks, then flushed to the disk and renamed from NAME.tar.partial to
  * NAME.tar, so a NAME.tar is always whole: a pack killed midway leaves
  * the .partial, which a shard folder refuses, never a shorter shard. */

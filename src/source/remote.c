@@ -29,6 +29,7 @@
 #include "io/url.h"
 #include "source/remote.h"
 #include "source/tar.h"
+#include "source/wds.h"
 
 typedef unsigned long long ull;
 

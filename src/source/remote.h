@@ -14,6 +14,7 @@
 #include "io/object.h"
 #include "source/index.h"
 #include "source/tar.h"
+#include "source/wds.h"
 
 /* The shards under an s3:// prefix (ListObjectsV2): add(ctx, name, len)
  * for each .tar object directly under it, in S3's order (bytes). A prefix

@@ -58,6 +58,7 @@
 #include "source/remote.h"
 #include "source/table.h"
 #include "source/tar.h"
+#include "source/wds.h"
 
 typedef unsigned long long ull;
 

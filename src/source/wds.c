@@ -12,7 +12,7 @@
 #include "base/util.h"
 #include "source/index.h"
 #include "source/jsonrow.h"
-#include "source/tar.h"
+#include "source/wds.h"
 
 typedef unsigned long long ull;
 

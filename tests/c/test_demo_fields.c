@@ -18,7 +18,7 @@
 #include "base/util.h"
 #include "format/array.h"
 #include "ops/array.h"
-#include "source/tar.h"
+#include "source/wds.h"
 
 static const char *demo(void) { return fx_demo_fields("--pairs 6 --scans 16"); }
 

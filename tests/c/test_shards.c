@@ -23,6 +23,7 @@
 #include "shards_fixture.h"
 #include "source/shards.h"
 #include "source/tar.h"
+#include "source/wds.h"
 #include "sluice.h"
 #include "tarw.h"
 

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "base/util.h"
 #include "source/tar.h"
+#include "source/wds.h"
 #include "tarw.h"
 
 /* A pax 'x' header holding one record key=value (value of vlen bytes). */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "source/tar.h"
+#include "source/wds.h"
 
 typedef struct seen {
     size_t len;
