@@ -245,6 +245,10 @@ uint64_t sl__video_skips_asked(void);
  * whose packets carry no or wrong timestamps): skipping stops, and a pass
  * that had skipped runs again without. Process-wide. */
 void sl__video_distrust_times(int on);
+/* Tests: on, a pass reads on after the last target as before the early
+ * end (video_decode.c); and the passes that ended early so far. */
+void sl__video_no_early_end(int on);
+uint64_t sl__video_early_ends(void);
 /* Tests: the software H.264 decoder starts passes as an NVDEC session's
  * does: no flush where the pass's first packet is an IDR picture, the
  * earlier pass's frames dropped by generation (video_impl.h). */

@@ -30,6 +30,17 @@
  * time is guessed (no pts, or best_effort_timestamp differs) nothing more
  * is skipped in the clip, and a pass that had skipped runs again.
  *
+ * The end of a pass: reading stops at the first packet decoded after the
+ * last target's time (dts > that time), and the decoder is drained. Packets
+ * come in decoding order (dts never goes back) and none is shown before it
+ * is decoded (pts >= dts), so that packet and every later one show after
+ * the last target: the frames on screen at the targets are all in the
+ * packets already sent, after the frames they reference. Without the stop
+ * the decoder would take packets until its reorder delay let out a frame
+ * shown after the last target (one to three more reference frames with
+ * B-frames). Both premises are checked on every packet read; a stream
+ * that breaks one, or whose frame times are guessed, is read on as before.
+ *
  * Conversion: swscale reads the crop box straight from the decoder's
  * frame (plane pointers offset to the box, its origin aligned down to the
  * chroma grid as ffmpeg's crop filter does), converts YUV to RGB with the
@@ -83,6 +94,10 @@ uint64_t sl__video_skips_asked(void) { return 0; }
 
 void sl__video_distrust_times(int on) { (void)on; }
 
+void sl__video_no_early_end(int on) { (void)on; }
+
+uint64_t sl__video_early_ends(void) { return 0; }
+
 #else /* SL_HAVE_FFMPEG */
 
 #include <libavcodec/avcodec.h>
@@ -135,6 +150,9 @@ typedef struct vdec {
     uint32_t nsent;
     int skipped;   /* this pass asked the decoder to skip a frame */
     int skip_off;  /* no skipping: the stream's frame times are not its packets' */
+    int64_t last_dts; /* of the last stream packet read this pass (AV_NOPTS_VALUE: none yet) */
+    int end_off;      /* no early end: a packet broke its premises (dts went back, pts before dts) */
+    int ended;        /* this pass stopped reading after the last target (the decoder drained) */
     int ok;        /* the clip decoded (a session keeps its decoder only then) */
     sl__video_soft *soft; /* passes start without a flush (NULL: flushed); the session's or own */
     sl__video_soft own;
@@ -174,6 +192,13 @@ void sl__video_soft_counts(uint64_t *resets, uint64_t *flushes) {
 /* Tests: every frame's time counts as guessed. */
 static int distrust_times;
 void sl__video_distrust_times(int on) { distrust_times = on; }
+
+/* Tests: passes read to the end of the stream or the last target's
+ * settling frame, as before the early end; and how many passes ended early. */
+static int no_early_end;
+void sl__video_no_early_end(int on) { no_early_end = on; }
+static _Atomic uint64_t early_ends;
+uint64_t sl__video_early_ends(void) { return atomic_load(&early_ends); }
 
 static void *quota_alloc(sl__quota *q, size_t n) {
     if (fail_after >= 0 && fail_after-- == 0) return NULL;
@@ -490,7 +515,7 @@ static int on_frame(vdec *d) {
     int held = d->prev->buf[0] != NULL;
     if (f->pts == AV_NOPTS_VALUE || f->pts != pts || distrust_times) { /* a guessed time: packet times say nothing */
         d->skip_off = 1;
-        if (d->skipped) return UNSURE;
+        if (d->skipped || d->ended) return UNSURE;
     }
     if (pts == AV_NOPTS_VALUE) pts = held ? d->last_pts + 1 : d->info->start_pts;
     if (!held && d->sought && pts > d->when[d->next]) return MISSED;
@@ -612,6 +637,20 @@ static int send_stream_packet(vdec *d, AVPacket *pkt) {
     return rc;
 }
 
+/* Whether pkt and every later packet show after the last target, so that
+ * the pass stops reading (see the head of the file). Remembers pkt's dts.
+ * Only once a frame has come out (a target before the stream's first frame
+ * takes that frame), and not for a session's decoder (a drain costs it a
+ * flush before the next clip, video_impl.h). */
+static int ends_before(vdec *d, const AVPacket *pkt) {
+    if (pkt->dts == AV_NOPTS_VALUE || pkt->pts == AV_NOPTS_VALUE || pkt->pts < pkt->dts ||
+        (d->last_dts != AV_NOPTS_VALUE && pkt->dts < d->last_dts))
+        d->end_off = 1;
+    d->last_dts = pkt->dts;
+    return !d->end_off && !d->skip_off && !no_early_end && !d->hw && !d->soft && d->prev->buf[0] &&
+           pkt->dts > d->when[d->groups - 1];
+}
+
 /* Seek (seek_ts, or the stream's start when AV_NOPTS_VALUE after a first
  * pass) and decode until every target is settled. 0, MISSED, UNSURE or
  * an error. */
@@ -631,26 +670,34 @@ static int pass(vdec *d, int64_t seek_ts, int rewind) {
         d->owed = 1;
     }
     av_frame_unref(d->prev);
-    d->nsent = 0, d->skipped = 0;
+    d->nsent = 0, d->skipped = 0, d->ended = 0, d->last_dts = AV_NOPTS_VALUE;
     while (rc == 0) {
         if (d->cancel && atomic_load(d->cancel)) return fail(d, SL_ESTATE, "video decode cancelled", 0);
         err = av_read_frame(fmt, d->pkt);
         if (err == AVERROR_EOF) break;
         if (err < 0) return fail(d, err == AVERROR(ENOMEM) ? SL_ENOMEM : SL_ECORRUPT, "cannot read the video", err);
-        if (d->pkt->stream_index == d->info->stream) rc = send_stream_packet(d, d->pkt);
+        if (d->pkt->stream_index == d->info->stream) {
+            if (ends_before(d, d->pkt)) {
+                av_packet_unref(d->pkt);
+                d->ended = 1, atomic_fetch_add(&early_ends, 1);
+                break;
+            }
+            rc = send_stream_packet(d, d->pkt);
+        }
         av_packet_unref(d->pkt);
     }
-    if (rc == 0) rc = send(d, NULL); /* end of stream: drain the reordered frames */
+    if (rc == 0) rc = send(d, NULL); /* end of stream or of what the clip needs: drain the reordered frames */
     if (rc == DONE) return 0;
     if (rc) return rc;
     if (!d->prev->buf[0]) return fail(d, SL_ECORRUPT, "no frame could be decoded", 0);
     /* Targets past the last frame: the plan's padding (indices clamped to
      * the header's last frame) gets that frame; a stream that ends more
      * than SL__VIDEO_END_SLACK frames before a frame its header promised is
-     * truncated or corrupt. */
+     * truncated or corrupt. After an early end the last frame sent before
+     * the last target's time is the one on screen then (the stream goes on). */
     int64_t slack = av_rescale((int64_t)2 * SL__VIDEO_END_SLACK * d->info->rate_den, d->info->tb_den,
                                2 * (int64_t)d->info->rate_num * d->info->tb_num);
-    if (d->when[d->groups - 1] > d->last_pts + slack) {
+    if (!d->ended && d->when[d->groups - 1] > d->last_pts + slack) {
         sl__msg(d->reason, d->rlen, "video ends before frame %lld that its header promises (%lld frames): truncated?",
                 (long long)d->plan->frame[d->order[d->first[d->groups - 1]]], (long long)d->info->frames);
         return SL_ECORRUPT;

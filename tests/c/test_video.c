@@ -210,6 +210,44 @@ TEST(nonref_frames_no_target_shows_are_skipped) {
     close(f.fd);
 }
 
+/* A pass stops reading at the first packet decoded after the last
+ * target's time and drains the decoder: the same bytes as reading on until
+ * a frame shown after it comes out, on B-pyramid, open-GOP and other
+ * streams at many offsets, train and val, and in containers whose packets
+ * may lack a decoding time (mkv: read on where so). */
+TEST(early_end_gives_the_same_bytes) {
+    if (!vx_ready()) return;
+    const char *paths[4] = {
+        vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 -bf 3 -pix_fmt yuv420p"),
+        vx_make("open.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 12 -bf 2 -pix_fmt yuv420p "
+                                                        "-x264-params open-gop=1"),
+        vx_make("bpyr.mkv", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset veryfast -g 25 -bf 3 -pix_fmt yuv420p"),
+        vx_standard()};
+    sl__clip_spec specs[4] = {vx_spec(16, 2, 24, SL_PRESET_TRAIN), vx_spec(6, 3, 24, SL_PRESET_TRAIN),
+                              vx_spec(9, 1, 24, SL_PRESET_TRAIN), vx_spec(8, 2, 24, SL_PRESET_VAL)};
+    uint64_t e0 = sl__video_early_ends();
+    for (int p = 0; p < 4; p++) {
+        sl__sample_file f = vx_open(paths[p]);
+        for (int s = 0; s < 4; s++)
+            for (uint64_t index = 0; index < (s == 3 ? 1u : 12u); index++) {
+                vx_clip early, read_on;
+                CHECK_OK(vx_decode(&f, &specs[s], index, &early));
+                sl__video_no_early_end(1);
+                int rc = vx_decode(&f, &specs[s], index, &read_on);
+                sl__video_no_early_end(0);
+                CHECK_OK(rc);
+                if (memcmp(early.out, read_on.out, early.plan.out_bytes) != 0)
+                    SL_FAIL("%s, spec %d, clip %llu (frames %lld..%lld): the early end changed the bytes", paths[p], s,
+                            (unsigned long long)index, (long long)early.plan.frame[0],
+                            (long long)early.plan.frame[early.plan.frames - 1]);
+                vx_free(&early), vx_free(&read_on);
+            }
+        close(f.fd);
+    }
+    printf("passes ended early: %llu\n", (unsigned long long)(sl__video_early_ends() - e0));
+    CHECK(sl__video_early_ends() > e0);
+}
+
 /* Passes that start without a flush (an NVDEC session's H.264 decoder,
  * whose flush makes a new NVDEC decoder): the second pass of a clip
  * (frame times distrusted after skips) starts at its IDR keyframe with the
