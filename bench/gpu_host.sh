@@ -34,6 +34,13 @@
 #                               FFmpeg on their LD_LIBRARY_PATH only), DataLoader + PyAV; bundle:
 #                               tools/host_deps.sh --torchcodec (or DEPS=.devcarry/video from
 #                               tools/host_deps.sh --out .devcarry/video --no-shared --torchcodec)
+#   bench/gpu_host.sh videocpu  issue 23, item 2: the CPU path against its CPU peers on the videogpu
+#                               step's 720p set (VIDEOCPU_SET, made if missing): bench/video_cpu.sh,
+#                               the clip decoder alone on one thread (early end on and off), then
+#                               VIDEOCPU_ROUNDS (2) rounds of VIDEOCPU_PEERS (sluice CPU, DataLoader +
+#                               PyAV, DataLoader + torchcodec CPU, DataLoader + sluice.decode_video) in
+#                               turn (NWORK workers, warm-up 2 x NWORK batches, 4 x NWORK timed),
+#                               medians and sluice over the best peer
 #   bench/gpu_host.sh fields    issue 10: make_fields_bench.py pairs + LiDAR; fields_peers.py: `cat`,
 #                               DataLoader np.load/np.fromfile, sluice.Loader(fields=), one process
 #                               each
@@ -363,6 +370,24 @@ videogpu)
   done
   rm -f "$OUT/peer.out" # a call brings back 8 files at most
   "$0" summary
+  ;;
+videocpu)
+  [ -x build/sluice ] && ls build/libsluice.a python/sluice/_sluice*.so >/dev/null 2>&1 || "$0" build || exit 1
+  IFS=: read -r size crop clips secs <<<"${VIDEOCPU_SET:-1280x720:224:24:5-10}"
+  d=$WORK/videogpu-$size-$clips-$secs # the videogpu step's set
+  if [ ! -f "$d/.done" ]; then
+    timeout 200 $PY bench/make_video_set.py "$d" --clips "$clips" --classes 4 --size "$size" --seconds "$secs" \
+      --jobs "$(nproc)" >&2 || { log "making $d failed"; exit 1; }
+    touch "$d/.done"
+  fi
+  bin=$WORK/video_cpu
+  cc -std=gnu11 -O2 -Iinclude -Isrc bench/video_cpu.c build/libsluice.a $(sl_libs) -o "$bin" >&2 ||
+    { log "bench/video_cpu.c did not link: the decoder alone is not measured"; bin=; }
+  sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peer (never for sluice)
+  if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
+  PEERS=${VIDEOCPU_PEERS:-sluice pyav torchcodec sluice-decode} PY=$PY WORKERS=$NWORK SIZE=$crop OUT=$OUT/videocpu TABLE_DIR=$WORK VIDEO_CPU_BIN=$bin \
+    TORCHCODEC_LD=$(cd "$sl_ff/lib" 2>/dev/null && pwd) bench/video_cpu.sh "$d" "${VIDEOCPU_ROUNDS:-2}" \
+    2> >(quiet) | keep "videocpu_$size"
   ;;
 fields)
   F=$WORK/fields

@@ -2,7 +2,8 @@
 # Install what sluice needs, if it is missing. Idempotent: a second run
 # installs nothing. Where it cannot install (not root, no apt, no network),
 # it says exactly what is missing and exits non-zero.
-#   tools/setup.sh            build + test needs (numpy, Pillow, pytest, moto[server], boto3; torch, CPU build; Ray)
+#   tools/setup.sh            build + test needs (numpy, Pillow, pytest, moto[server], boto3; torch, CPU build; Ray;
+#                             PyAV for the video benchmarks)
 #   tools/setup.sh --build    build needs only (what `make` alone requires)
 #   tools/setup.sh --demo     build needs + what `make demo` runs (numpy, Pillow)
 #   tools/setup.sh --fuzz     build needs + clang and libFuzzer (`make fuzz`)
@@ -164,5 +165,13 @@ if [ "$want_py" = test ] && ! py_has "$PY" ray.data; then
   echo "setup: installing $RAY_SPEC (for the sluice.ray tests) into $PY"
   pip_install "$PY" --timeout 30 --retries 1 "$RAY_SPEC" || \
     echo "setup: could not install $RAY_SPEC (log: /tmp/sluice-pip.log): the Ray tests will be skipped" >&2
+fi
+# PyAV (its wheel brings its own FFmpeg), the DataLoader peer of the video
+# benchmarks (bench/video_cpu.sh, bench/video_peers.py); no test needs it.
+# Where pip cannot get it that peer is skipped, saying so.
+if [ "$want_py" = test ] && ! py_has "$PY" av; then
+  echo "setup: installing av (PyAV, the video benchmarks' peer) into $PY"
+  pip_install "$PY" --timeout 30 --retries 1 av || \
+    echo "setup: could not install av (log: /tmp/sluice-pip.log): the video benchmarks will skip their PyAV peer" >&2
 fi
 exit 0
