@@ -385,9 +385,9 @@ videocpu)
     { log "bench/video_cpu.c did not link: the decoder alone is not measured"; bin=; }
   sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peer (never for sluice)
   if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
-  PEERS=${VIDEOCPU_PEERS:-sluice pyav torchcodec sluice-decode} PY=$PY WORKERS=$NWORK SIZE=$crop OUT=$OUT/videocpu TABLE_DIR=$WORK VIDEO_CPU_BIN=$bin \
-    TORCHCODEC_LD=$(cd "$sl_ff/lib" 2>/dev/null && pwd) bench/video_cpu.sh "$d" "${VIDEOCPU_ROUNDS:-2}" \
-    2> >(quiet) | keep "videocpu_$size"
+  PEERS=${VIDEOCPU_PEERS:-sluice pyav torchcodec sluice-decode} PY=$PY WORKERS=$NWORK SIZE=$crop \
+    OUT=$OUT/videocpu TABLE_DIR=$WORK VIDEO_CPU_BIN=$bin TORCHCODEC_LD=$(cd "$sl_ff/lib" 2>/dev/null && pwd) \
+    bench/video_cpu.sh "$d" "${VIDEOCPU_ROUNDS:-2}" 2> >(quiet) | keep "videocpu_$size"
   ;;
 fields)
   F=$WORK/fields

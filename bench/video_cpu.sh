@@ -19,9 +19,10 @@
 #   environment: WORKERS (nproc) BATCH (8) WARMUP (2 x WORKERS: a DataLoader with prefetch 2 has that
 #   many batches in flight, all of them done before the timed ones start) BATCHES (4 x WORKERS)
 #   PEERS ("sluice pyav torchcodec") FRAMES (16) STRIDE (2) SIZE (224) BUDGET (4G) OUT (/tmp/video_cpu)
-#   PY (python3) BUILD (build) TABLE_DIR (OUT: the sluice runs' .jsonl tables) VIDEO_CPU_BIN (bench/video_cpu.c built already: bench/gpu_host.sh
-#   videocpu links it against the bundle) TORCHCODEC_LD (a folder put first on the torchcodec
-#   peer's LD_LIBRARY_PATH only: the shared FFmpeg it loads)
+#   PY (python3) BUILD (build) TABLE_DIR (OUT: the sluice runs' .jsonl tables) VIDEO_CPU_BIN
+#   (bench/video_cpu.c built already: bench/gpu_host.sh videocpu links it against the bundle)
+#   TORCHCODEC_LD (a folder put first on the torchcodec peer's LD_LIBRARY_PATH only: the shared
+#   FFmpeg it loads)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SET=${1:?usage: bench/video_cpu.sh SET [ROUNDS]}

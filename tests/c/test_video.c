@@ -178,14 +178,23 @@ TEST(same_plan_same_bytes) {
     close(f.fd);
 }
 
+/* 3 s of 64x48 H.264 with B-frames: x264's B-pyramid in a GOP of 50, and
+ * an open GOP of 12 (its keyframes are not IDR pictures). */
+static const char *bpyramid_clip(void) {
+    return vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 -bf 3 -pix_fmt yuv420p");
+}
+static const char *open_gop_clip(void) {
+    return vx_make("open.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 12 -bf 2 -pix_fmt yuv420p "
+                                                           "-x264-params open-gop=1");
+}
+
 /* Strided targets in a clip with non-reference B-frames: frames no target
  * shows are skipped, and each target is the frame a stride-1 clip over the
  * same span gives (where every frame of the span is a target, so none in
  * it is skipped). */
 TEST(nonref_frames_no_target_shows_are_skipped) {
     if (!vx_ready()) return;
-    sl__sample_file f = vx_open(vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 "
-                                                                               "-bf 3 -pix_fmt yuv420p"));
+    sl__sample_file f = vx_open(bpyramid_clip());
     sl__clip_spec spec = vx_spec(6, 4, 24, SL_PRESET_VAL), every = vx_spec(21, 1, 24, SL_PRESET_VAL);
     vx_clip strided, all;
     uint64_t before = sl__video_skips_asked();
@@ -210,6 +219,23 @@ TEST(nonref_frames_no_target_shows_are_skipped) {
     close(f.fd);
 }
 
+/* Clip `index` of f decoded as the module does it and again with a test
+ * hook on (hook(1) ... hook(0)): the same bytes, else the failure says
+ * `what` with the clip's frames. */
+static void same_bytes_with(void (*hook)(int), const char *path, const sl__sample_file *f, const sl__clip_spec *spec,
+                            int s, uint64_t index, const char *what) {
+    vx_clip a, b;
+    CHECK_OK(vx_decode(f, spec, index, &a));
+    hook(1);
+    int rc = vx_decode(f, spec, index, &b);
+    hook(0);
+    CHECK_OK(rc);
+    if (memcmp(a.out, b.out, a.plan.out_bytes) != 0)
+        SL_FAIL("%s, spec %d, clip %llu (frames %lld..%lld): %s", path, s, (unsigned long long)index,
+                (long long)a.plan.frame[0], (long long)a.plan.frame[a.plan.frames - 1], what);
+    vx_free(&a), vx_free(&b);
+}
+
 /* A pass stops reading at the first packet decoded after the last
  * target's time and drains the decoder: the same bytes as reading on until
  * a frame shown after it comes out, on B-pyramid, open-GOP and other
@@ -218,9 +244,8 @@ TEST(nonref_frames_no_target_shows_are_skipped) {
 TEST(early_end_gives_the_same_bytes) {
     if (!vx_ready()) return;
     const char *paths[4] = {
-        vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 -bf 3 -pix_fmt yuv420p"),
-        vx_make("open.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 12 -bf 2 -pix_fmt yuv420p "
-                                                        "-x264-params open-gop=1"),
+        bpyramid_clip(),
+        open_gop_clip(),
         vx_make("bpyr.mkv", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset veryfast -g 25 -bf 3 -pix_fmt yuv420p"),
         vx_standard()};
     sl__clip_spec specs[4] = {vx_spec(16, 2, 24, SL_PRESET_TRAIN), vx_spec(6, 3, 24, SL_PRESET_TRAIN),
@@ -229,19 +254,9 @@ TEST(early_end_gives_the_same_bytes) {
     for (int p = 0; p < 4; p++) {
         sl__sample_file f = vx_open(paths[p]);
         for (int s = 0; s < 4; s++)
-            for (uint64_t index = 0; index < (s == 3 ? 1u : 12u); index++) {
-                vx_clip early, read_on;
-                CHECK_OK(vx_decode(&f, &specs[s], index, &early));
-                sl__video_no_early_end(1);
-                int rc = vx_decode(&f, &specs[s], index, &read_on);
-                sl__video_no_early_end(0);
-                CHECK_OK(rc);
-                if (memcmp(early.out, read_on.out, early.plan.out_bytes) != 0)
-                    SL_FAIL("%s, spec %d, clip %llu (frames %lld..%lld): the early end changed the bytes", paths[p], s,
-                            (unsigned long long)index, (long long)early.plan.frame[0],
-                            (long long)early.plan.frame[early.plan.frames - 1]);
-                vx_free(&early), vx_free(&read_on);
-            }
+            for (uint64_t index = 0; index < (s == 3 ? 1u : 12u); index++)
+                same_bytes_with(sl__video_no_early_end, paths[p], &f, &specs[s], s, index,
+                                "the early end changed the bytes");
         close(f.fd);
     }
     printf("passes ended early: %llu\n", (unsigned long long)(sl__video_early_ends() - e0));
@@ -257,9 +272,8 @@ TEST(early_end_gives_the_same_bytes) {
 TEST(passes_without_a_flush_give_the_same_bytes) {
     if (!vx_ready()) return;
     const char *paths[3] = {
-        vx_make("bpyr.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 50 -bf 3 -pix_fmt yuv420p"),
-        vx_make("open.mp4", VX_SRC("64x48", "25", "3") " -c:v libx264 -preset medium -g 12 -bf 2 -pix_fmt yuv420p "
-                                                        "-x264-params open-gop=1"),
+        bpyramid_clip(),
+        open_gop_clip(),
         vx_standard()};
     sl__clip_spec specs[3] = {vx_spec(6, 4, 24, SL_PRESET_VAL), vx_spec(8, 2, 24, SL_PRESET_TRAIN),
                               vx_spec(16, 3, 24, SL_PRESET_TRAIN)};
@@ -269,18 +283,9 @@ TEST(passes_without_a_flush_give_the_same_bytes) {
     for (int p = 0; p < 3; p++) {
         sl__sample_file f = vx_open(paths[p]);
         for (int s = 0; s < 3; s++)
-            for (uint64_t index = 0; index < 6; index++) {
-                vx_clip hard, soft;
-                CHECK_OK(vx_decode(&f, &specs[s], index, &hard));
-                sl__video_soft_seeks(1);
-                int rc = vx_decode(&f, &specs[s], index, &soft);
-                sl__video_soft_seeks(0);
-                CHECK_OK(rc);
-                if (memcmp(hard.out, soft.out, hard.plan.out_bytes) != 0)
-                    SL_FAIL("%s, spec %d, clip %llu: the bytes differ without a flush", paths[p], s,
-                            (unsigned long long)index);
-                vx_free(&hard), vx_free(&soft);
-            }
+            for (uint64_t index = 0; index < 6; index++)
+                same_bytes_with(sl__video_soft_seeks, paths[p], &f, &specs[s], s, index,
+                                "the bytes differ without a flush");
         close(f.fd);
     }
     sl__video_distrust_times(0);
