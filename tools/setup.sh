@@ -2,8 +2,8 @@
 # Install what sluice needs, if it is missing. Idempotent: a second run
 # installs nothing. Where it cannot install (not root, no apt, no network),
 # it says exactly what is missing and exits non-zero.
-#   tools/setup.sh            build + test needs (numpy, Pillow, pytest, moto[server], boto3; torch, CPU build; Ray;
-#                             PyAV for the video benchmarks)
+#   tools/setup.sh            build + test needs (numpy, Pillow, pytest, moto[server], boto3; torch, CPU build; Ray)
+#   tools/setup.sh --bench    the test needs + PyAV, the video benchmarks' DataLoader peer (no test needs it)
 #   tools/setup.sh --build    build needs only (what `make` alone requires)
 #   tools/setup.sh --demo     build needs + what `make demo` runs (numpy, Pillow)
 #   tools/setup.sh --fuzz     build needs + clang and libFuzzer (`make fuzz`)
@@ -22,13 +22,14 @@
 # from pip's configured sources or PyTorch's CPU index. Where neither has it,
 # setup says so and the torch tests skip; it never pulls the CUDA build.
 set -u
-want_py=test want_fuzz=0
+want_py=test want_fuzz=0 want_bench=0
 case "${1:-}" in
   "") ;;
+  --bench) want_bench=1 ;;
   --build) want_py=none ;;
   --demo) want_py=demo ;;
   --fuzz) want_py=none want_fuzz=1 ;;
-  *) echo "usage: tools/setup.sh [--build | --demo | --fuzz]" >&2; exit 2 ;;
+  *) echo "usage: tools/setup.sh [--build | --demo | --fuzz | --bench]" >&2; exit 2 ;;
 esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE_PY=${PYTHON:-python3}
@@ -169,7 +170,7 @@ fi
 # PyAV (its wheel brings its own FFmpeg), the DataLoader peer of the video
 # benchmarks (bench/video_cpu.sh, bench/video_peers.py); no test needs it.
 # Where pip cannot get it that peer is skipped, saying so.
-if [ "$want_py" = test ] && ! py_has "$PY" av; then
+if [ "$want_bench" = 1 ] && ! py_has "$PY" av; then
   echo "setup: installing av (PyAV, the video benchmarks' peer) into $PY"
   pip_install "$PY" --timeout 30 --retries 1 av || \
     echo "setup: could not install av (log: /tmp/sluice-pip.log): the video benchmarks will skip their PyAV peer" >&2
