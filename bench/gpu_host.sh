@@ -107,14 +107,7 @@ rec() { # name, then a command printing one JSON line last: keep that line
   echo "{\"run\": \"$name\", \"result\": ${line:-null}}" | tee -a "$OUT/results.jsonl"
 }
 quiet() { grep -v -e UserWarning -e 'super().__init__' -e 'warnings.warn' >&2; }
-sl_libs() { # what a program linked with build/libsluice.a needs, from pkg-config
-  local m
-  for m in jansson spng libwebp libavformat libavcodec libswscale libavutil; do
-    pkg-config --exists $m 2>/dev/null && printf '%s ' "$(pkg-config --libs $m)"
-  done
-  pkg-config --exists libcurl 2>/dev/null && printf '%s ' "$(pkg-config --libs --static libcurl)"
-  echo "-ljpeg -lpthread -lm -ldl"
-}
+. bench/link.sh # sl_libs: what a program linked with build/libsluice.a needs
 
 case "${1:-}" in
 deps)

@@ -13,14 +13,8 @@ DATA=${1:?usage: bench/recipe_cost.sh DATA [N] [SIZE]}
 N=${2:-100}
 SIZE=${3:-224}
 BIN=build/recipe_cost
-libs() { # what a program linked with build/libsluice.a needs (as bench/gpu_host.sh's sl_libs)
-  local m
-  for m in jansson spng libwebp libavformat libavcodec libswscale libavutil; do
-    if pkg-config --exists $m 2>/dev/null; then printf '%s ' "$(pkg-config --libs $m)"; fi
-  done
-  echo "-ljpeg -lpthread -lm -ldl"
-}
-cc -O2 -g bench/recipe_cost.c -Iinclude build/libsluice.a $(libs) -o "$BIN"
+. bench/link.sh # sl_libs
+cc -O2 -g bench/recipe_cost.c -Iinclude build/libsluice.a $(sl_libs) -o "$BIN"
 LIST=$(mktemp)
 trap 'rm -f "$LIST" "$LIST".cg' EXIT
 # (sed reads its input whole: head would make sort die of SIGPIPE, fatal under pipefail)

@@ -46,7 +46,6 @@ if [ -z "$BIN" ]; then
   . bench/lib.sh
   BIN=$OUT/video_cpu
   gcc -std=gnu11 -O2 -Iinclude -Isrc bench/video_cpu.c $SL_LINK \
-    $(pkg-config --libs libavformat libavcodec libswscale libavutil libcurl jansson 2>/dev/null) \
     -o "$BIN" 2>"$OUT/video_cpu_build.log" || BIN=
 fi
 if [ -n "$BIN" ]; then
