@@ -73,7 +73,7 @@
 #   VIDEO_PEERS="sluice pyav tvio torchcodec opencv" VIDEO_BATCH=8 VIDEO_WARMUP=NWORK
 #   VIDEO_BATCHES=2*NWORK (timed; the clip list is repeated until an epoch holds them) VIDEO_EPOCHS=2
 #   VIDEOGPU_SETS="1280x720:224:24:5-10 1920x1080:224:16:5-8" (size:crop:clips:seconds)
-#   VIDEOGPU_PEERS="sluice-gpu sluice torchcodec torchcodec-cuda pyav" VIDEOGPU_REPS=2 VIDEOGPU_WARMUP=8
+#   VIDEOGPU_PEERS="sluice-gpu sluice torchcodec torchcodec-cuda pyav" VIDEOGPU_REPS=2 VIDEOGPU_WARMUP=NWORK
 #   VIDEOGPU_BATCHES=16 VIDEOGPU_BUDGET=4G VIDEOGPU_GPU_BUDGET=3G VIDEOGPU_DEADLINE=450 (s from the
 #   step's start: later runs are skipped, the summary still prints) RUN_TIMEOUT=100 (each process)
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
@@ -348,7 +348,7 @@ videogpu)
         case $peer in torchcodec*) ld=$(cd "$sl_ff/lib" 2>/dev/null && pwd);; esac
         log "videogpu $size r$rep: $peer"
         LD_LIBRARY_PATH=${ld:+$ld:}${LD_LIBRARY_PATH:-} timeout "$T" $PY bench/video_peers.py "$d" --peers "$peer" \
-          --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" --warmup "${VIDEOGPU_WARMUP:-8}" \
+          --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" --warmup "${VIDEOGPU_WARMUP:-$NWORK}" \
           --batches "${VIDEOGPU_BATCHES:-16}" --epochs 1 --budget "${VIDEOGPU_BUDGET:-4G}" \
           --gpu-budget "${VIDEOGPU_GPU_BUDGET:-3G}" --table-dir "$WORK" >"$OUT/peer.out" 2> >(quiet)
         rc=$?
