@@ -97,44 +97,31 @@ def _extension():
     library_dirs = list(jpeg[1]) + jansson[1]
     libraries = list(jpeg[2]) + jansson[2]
     macros = [("_GNU_SOURCE", "1")]  # as CMake: CPU_COUNT, pthread_setname_np, ...
-    if spng:
-        include_dirs += spng[0]
-        library_dirs += spng[1]
-        libraries += spng[2]
-        macros.append(("SL_HAVE_SPNG", "1"))
-        print("sluice: PNG support through libspng", file=sys.stderr)
-    else:
-        print("sluice: libspng not found: PNG samples will be error records", file=sys.stderr)
+    # the optional libraries: each found one adds its paths and macro, and says so
     ffmpeg = [_pkg_config(n) for n in ("libavformat", "libavcodec", "libswscale", "libavutil")]
-    if all(ffmpeg):
-        for inc, libdirs, libs in ffmpeg:
+    webp = _find(["libwebp"], "webp/decode.h", "webp", "WEBP_ROOT")
+    curl = _pkg_config("libcurl")
+    optional = [
+        ([spng] if spng else None, "SL_HAVE_SPNG", "PNG support through libspng",
+         "libspng not found: PNG samples will be error records"),
+        (ffmpeg if all(ffmpeg) else None, "SL_HAVE_FFMPEG", "video clips through FFmpeg's libraries",
+         "FFmpeg's libraries not found (pkg-config): video samples will be error records"),
+        ([webp] if webp else None, "SL_HAVE_WEBP",
+         "WebP support through libwebp", "libwebp not found: WebP samples will be error records"),
+        ([curl] if curl else None, "SL_HAVE_CURL",
+         "s3:// and http(s):// sources through libcurl",
+         "libcurl not found (pkg-config): s3:// and http(s):// sources will be refused"),
+    ]
+    for found, macro, yes, no in optional:
+        if not found:
+            print("sluice: " + no, file=sys.stderr)
+            continue
+        for inc, libdirs, libs in found:
             include_dirs += inc
             library_dirs += libdirs
             libraries += libs
-        macros.append(("SL_HAVE_FFMPEG", "1"))
-        print("sluice: video clips through FFmpeg's libraries", file=sys.stderr)
-    else:
-        print("sluice: FFmpeg's libraries not found (pkg-config): video samples will be error records",
-              file=sys.stderr)
-    webp = _find(["libwebp"], "webp/decode.h", "webp", "WEBP_ROOT")
-    if webp:
-        include_dirs += webp[0]
-        library_dirs += webp[1]
-        libraries += webp[2]
-        macros.append(("SL_HAVE_WEBP", "1"))
-        print("sluice: WebP support through libwebp", file=sys.stderr)
-    else:
-        print("sluice: libwebp not found: WebP samples will be error records", file=sys.stderr)
-    curl = _pkg_config("libcurl")
-    if curl:
-        include_dirs += curl[0]
-        library_dirs += curl[1]
-        libraries += curl[2]
-        macros.append(("SL_HAVE_CURL", "1"))
-        print("sluice: s3:// and http(s):// sources through libcurl", file=sys.stderr)
-    else:
-        print("sluice: libcurl not found (pkg-config): s3:// and http(s):// sources will be refused",
-              file=sys.stderr)
+        macros.append((macro, "1"))
+        print("sluice: " + yes, file=sys.stderr)
     libraries += ["pthread", "m", "dl"]
     # the library without src/monitor/ (sluice top's readers live in the CLI)
     sources = sorted(f for f in glob.glob("src/**/*.c", recursive=True)
