@@ -17,6 +17,17 @@ PER_CLASS = 16
 SIZES = [(64, 48), (80, 80), (120, 90), (50, 100), (300, 200)]
 
 
+def skip_without_ffmpeg(clip):
+    """Skip the calling fixture's tests where this build has no FFmpeg (probing clip says so)."""
+    import sluice
+    try:
+        sluice.probe_video(clip)
+    except sluice.DecodeError as e:
+        if e.code_name == "SL_EUNSUPPORTED":
+            pytest.skip("built without FFmpeg")
+        raise
+
+
 def _image(rng, w, h):
     from PIL import Image
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import sluice
+from conftest import skip_without_ffmpeg
 
 pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="no ffmpeg CLI to make clips")
 
@@ -52,12 +53,7 @@ def clips(tmp_path_factory):
     # x264's defaults: B-pyramid (some B-frames are references, some not), GOP 50
     _ffmpeg(*_src(dur=4), "-c:v", "libx264", "-preset", "medium", "-g", "50", "-bf", "3", "-pix_fmt", "yuv420p",
             p["pyramid"])
-    try:
-        sluice.probe_video(p["mp4"])
-    except sluice.DecodeError as e:
-        if e.code_name == "SL_EUNSUPPORTED":
-            pytest.skip("built without FFmpeg")
-        raise
+    skip_without_ffmpeg(p["mp4"])
     return p
 
 

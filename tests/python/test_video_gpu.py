@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import sluice
+from conftest import skip_without_ffmpeg
 
 try:
     from sluice import _gpu
@@ -109,12 +110,7 @@ def clips(tmp_path_factory):
                                   options={"preset": "ultrafast"} if codec != "libvpx-vp9" else {"deadline": "realtime"})
         except Exception:  # an encoder this FFmpeg lacks: the cases that need it say so
             pass
-    try:
-        sluice.probe_video(out["h264"])
-    except sluice.DecodeError as e:
-        if e.code_name == "SL_EUNSUPPORTED":
-            pytest.skip("built without FFmpeg")
-        raise
+    skip_without_ffmpeg(out["h264"])
     return out
 
 
