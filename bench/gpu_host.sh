@@ -87,7 +87,7 @@
 # datasets (default .data).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DEPS=${DEPS:-.devcarry}
+DEPS=${DEPS:-.devcarry} # (bench/host_env.sh, sourced below, takes the same default)
 SHARED=${SHARED:-$([ -d ../shared/bench ] && echo ../shared/bench || echo "$DEPS/shared/bench")}
 WORK=${WORK:-.data}
 DATA=${DATA:-$WORK/inet20k}

@@ -4,6 +4,10 @@
 # C suite's test_abi builds sluice 0.1 with -lspng, which the linker finds
 # through LIBRARY_PATH only.
 DEPS=${DEPS:-.devcarry}
+# once a process tree: gpu_check.sh's build step runs gpu_host.sh, which
+# would otherwise put the same prefix on every path a second time
+if [ "${SL_HOST_ENV:-}" = "$DEPS" ]; then return 0; fi
+export SL_HOST_ENV=$DEPS
 # The bundle's prefix first for pkg-config (its own pkgconf, and the .pc files
 # for CMake) and the linker (-lspng, -lwebp; FFmpeg is static); at run time
 # what we build finds libjansson.so.4, libspng.so.0 and libwebp.so.7 through
