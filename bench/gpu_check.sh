@@ -160,9 +160,13 @@ suite_c|suites)
   ;;
 suite_python)
   SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout -k 5 "$(cap "${SUITE_TIMEOUT:-300}")" $PY -m pytest -q \
-    -p no:cacheprovider -rfE tests/python >"$OUT/suite_python.log" 2>&1
+    -p no:cacheprovider -rfE -o faulthandler_timeout="${SUITE_STALL:-120}" --durations=12 tests/python \
+    >"$OUT/suite_python.log" 2>&1
   echo "rc $?" >>"$OUT/suite_python.log"
-  { grep -E "^(FAILED|ERROR) " "$OUT/suite_python.log"; tail -2 "$OUT/suite_python.log"; } | tee "$OUT/suite_python.txt"
+  # failures, the slowest tests, the summary; a test past SUITE_STALL seconds has its threads' stacks in the log
+  { grep -E "^(FAILED|ERROR) " "$OUT/suite_python.log"; sed -n '/slowest .*durations/,/^$/p' "$OUT/suite_python.log";
+    grep -m3 -E "^Timeout \(|^Thread 0x|^Current thread" "$OUT/suite_python.log"; tail -2 "$OUT/suite_python.log"; } |
+    tee "$OUT/suite_python.txt"
   ;;
 summary)
   $PY bench/gpu_check_summary.py "$OUT" | tee "$OUT/summary.txt"

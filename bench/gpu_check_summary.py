@@ -77,6 +77,10 @@ def rss_table(rows):
                 if budget == "min" and r is None:
                     continue  # nothing was refused at 256M
                 why = (r or {}).get("last_line", "")
+                log = (r or {}).get("log", "")
+                if "failed" in (r or {}) and os.path.isfile(log):  # the refusal is above sluice bench's hint line
+                    with open(log, errors="replace") as f:
+                        why = next((ln.strip() for ln in f if minimum_named(ln)), why)
                 if isinstance(r, dict) and "failed" in r and minimum_named(why):
                     r = {"refused": why}  # sluice bench said why on stderr
                 if not isinstance(r, dict) or "failed" in r:
@@ -85,8 +89,10 @@ def rss_table(rows):
                     ok_all = False
                     continue
                 if "refused" in r or (how == "bench" and r.get("samples", 1) == 0):
+                    again = budget == "min"  # refused at the minimum an earlier refusal named: wrong
+                    ok_all &= not again
                     print(f"  {mode:5s} {budget:>7s} {how:7s} {'-':>10s} {'-':>9s}  refused (minimum "
-                          f"{minimum_named(r.get('refused', '')) or '?'})")
+                          f"{minimum_named(r.get('refused', '')) or '?'}){'  WRONG: at the minimum named' if again else ''}")
                     continue
                 bud = r.get("budget_bytes") or (int(budget[:-1]) * MIB if budget != "min" else 0)
                 lim = bud / MIB + 48

@@ -356,6 +356,12 @@ uint64_t sl__gstage_fixed(const sl__gstage *g) {
     return (g->mode == SL_DECODE_GPU ? g->opened : 0) + g->host_pending + g->host_counted;
 }
 
+uint64_t sl__gstage_more_at(const sl__gstage *g, uint64_t b) {
+    if (g->mode != SL_DECODE_GPU || g->video || g->conf->cfg.gpu_staging) return 0;
+    uint64_t s = SL_MIN(DEFAULT_STAGING, b / 8), pin = sl__gpu_min_pinned(g->max_batch);
+    return s > g->staging_cap ? sl__map_cost(pin + s) - sl__map_cost(pin + g->staging_cap) : 0;
+}
+
 int sl__gstage_decides(const sl__conf *conf) {
     return conf->cfg.decode == SL_DECODE_PREFER_GPU || conf->cfg.decode == SL_DECODE_AUTO;
 }

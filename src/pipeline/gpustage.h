@@ -158,6 +158,10 @@ uint64_t sl__gstage_host_pending(const sl__gstage *g);
 /* The GPU stage's part of the budget's fixed bytes, counted or pending
  * (pinned region, tables, its libraries' host memory), for messages. */
 uint64_t sl__gstage_fixed(const sl__gstage *g);
+/* What the stage would count beyond its count now under a budget of b: the default pinned staging
+ * is an eighth of the budget (up to 64 MiB), so the minimum sizing names must hold the staging of
+ * that minimum. 0 with gpu_staging set, for video, off the GPU. */
+uint64_t sl__gstage_more_at(const sl__gstage *g, uint64_t b);
 /* Sizing refused the budget with the GPU stage in it (min_budget: the
  * minimum it named): with decode=auto or prefer-gpu close the stage and
  * return 1, so the CPU path sizes again (what the attempt left resident is

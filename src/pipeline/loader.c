@@ -258,6 +258,10 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
     uint64_t workers_b = per_worker * c->nworkers;
     uint64_t fixed_min = used + workers_b + slots_cost(pitch, min_slots) + 4096;
     uint64_t minimum = min_budget_for(fixed_min + cache);
+    /* the GPU stage's default staging grows with the budget: the minimum named holds its own staging
+     * (a fixed point; each round adds about a sixth of the last, the staging is capped) */
+    for (uint64_t m; (m = min_budget_for(fixed_min + cache + sl__gstage_more_at(&ld->gs, minimum))) > minimum;)
+        minimum = m;
     memset(p, 0, sizeof *p);
     p->dataset_size = c->sampler.n;
     p->samples_per_rank = c->sampler.per_rank;
@@ -303,7 +307,8 @@ static int step_size(sl_loader *ld, sl_plan *p, char *err, size_t errlen) {
                 sl__fmt_bytes(pitch, b3, sizeof b3), c->B, sl__fmt_bytes(c->layout.sample_bytes, b5, sizeof b5),
                 c->nworkers, sl__fmt_bytes(per_worker, b4, sizeof b4), sl__fmt_bytes(used - gpu, b6, sizeof b6),
                 gpu ? " + " : "", gpu ? sl__fmt_bytes(gpu, b8, sizeof b8) : "",
-                gpu ? " for GPU decode (pinned staging, the host memory of the GPU engine's libraries)" : "",
+                gpu ? " for GPU decode (pinned staging, an eighth of the budget up to 64 MiB unless gpu_staging says, and "
+                      "the host memory of the GPU engine's libraries)" : "",
                 kept, cache ? sl__fmt_bytes(cache, b7, sizeof b7) : "", sl__fmt_bytes(minimum, b2, sizeof b2),
                 lcache ? ", or the cache" : "", ahead ? ", or io_readahead" : "");
         return SL_EBUDGET;

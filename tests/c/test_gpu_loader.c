@@ -890,6 +890,53 @@ TEST(gpu_loader_default_decides_before_opening) {
     free(d);
 }
 
+/* The minimum a refusal names is a budget the same configuration is taken at: the default pinned
+ * staging is an eighth of the budget (up to 64 MiB), so the minimum holds the staging it would have
+ * itself, not the refused budget's (two H100s, 32 workers: 256 MiB refused naming 383.7 MiB, which
+ * was refused in turn naming 405.2 MiB). */
+TEST(gpu_loader_minimum_named_holds_its_own_staging) {
+    fx_dataset *d = fx_new(12, 0, 64, 200);
+    use_host((host_opts){.ballast = 48u << 20}); /* open adds 48 MiB of resident memory */
+    sl_config c = base_config(d, SL_DECODE_GPU, 2);
+    char err[600] = "";
+    for (int fixed = 0; fixed < 2; fixed++) {
+        c.gpu_staging = fixed ? 8u << 20 : 0; /* 0: an eighth of the budget */
+        c.budget = 64u << 20;                 /* plan counts the libraries' reserve: far below the minimum */
+        sl_plan p, q;
+        CHECK_OK(sl_loader_plan(&c, &p, err, sizeof err));
+        CHECK(p.min_budget > c.budget);
+        c.budget = p.min_budget;
+        CHECK_OK(sl_loader_plan(&c, &q, err, sizeof err));
+        printf("gpu_staging %s: minimum at 64 MiB %llu, at that minimum %llu\n", fixed ? "8 MiB" : "default",
+               (unsigned long long)p.min_budget, (unsigned long long)q.min_budget);
+        CHECK(q.min_budget <= p.min_budget);
+        CHECK(p.min_budget - q.min_budget < (1u << 20)); /* and no more than it needs */
+    }
+    if (!BX_RSS_MEANINGFUL) { /* create measures the open's resident growth: sanitizer shadow memory */
+        printf("create at the minimum named: in plain builds only\n");
+        free(d);
+        return;
+    }
+    /* create: opened, measured, refused naming a minimum; at that minimum (rounded up to
+     * 0.1 MiB, as it prints), taken on the GPU */
+    c.gpu_staging = 0;
+    c.budget = 64u << 20;
+    sl_loader *ld = NULL;
+    CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
+    const char *at = strstr(err, "raise the budget to at least ");
+    CHECK(at != NULL);
+    double mib = strtod(at + strlen("raise the budget to at least "), NULL);
+    CHECK(mib > 64);
+    c.budget = (uint64_t)((mib + 0.1) * (1 << 20));
+    ld = fx_open(&c);
+    sl_stats st;
+    CHECK_OK(sl_loader_stats(ld, &st));
+    printf("decode=gpu at %.1f MiB (named at 64 MiB): %s\n", mib + 0.1, st.decode_reason);
+    CHECK_EQ(st.decode, SL_DECODE_GPU);
+    sl_loader_destroy(ld);
+    free(d);
+}
+
 /* After each try: a failed create closed the device (host_close checks it). */
 static void device_closed_unless_open(int rc) { CHECK(the_host == NULL || rc == 0); }
 
