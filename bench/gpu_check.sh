@@ -32,7 +32,8 @@
 #                                   results.jsonl, summary.txt, suite_c.txt, suite_python.txt and
 #                                   every log in logs.tgz (a device call returns 8 files)
 # Environment: OUT (/tmp/sluice-check), WORK (.data), DEPS, NWORK ($(nproc)), STEP_TIMEOUT (240 s a
-# step; a suite: SUITE_TIMEOUT + 30), RUN_TIMEOUT (90 s a process), SUITE_TIMEOUT (300 s a suite).
+# step; a suite: SUITE_TIMEOUT + 30), RUN_TIMEOUT (90 s a process), SUITE_TIMEOUT (300 s a suite),
+# SUITE_STALL (120 s: a Python test running longer has its stacks in the log), SUITE_PYTEST_ARGS.
 # Every limit is cut to what is left before CHECK_STOP_AT (epoch seconds; `all` sets it from
 # CHECK_END), so a step that runs out leaves nothing running behind it and the summary still prints.
 set -uo pipefail
@@ -160,7 +161,7 @@ suite_c|suites)
   ;;
 suite_python)
   SLUICE_BUILD=$PWD/build SL_GPU_TEST_DATA=$SET timeout -k 5 "$(cap "${SUITE_TIMEOUT:-300}")" $PY -m pytest -q \
-    -p no:cacheprovider -rfE -o faulthandler_timeout="${SUITE_STALL:-120}" --durations=12 tests/python \
+    -p no:cacheprovider -rfE -o faulthandler_timeout="${SUITE_STALL:-120}" --durations=12 ${SUITE_PYTEST_ARGS:-} tests/python \
     >"$OUT/suite_python.log" 2>&1
   echo "rc $?" >>"$OUT/suite_python.log"
   # failures, the slowest tests, the summary; a test past SUITE_STALL seconds has its threads' stacks in the log
