@@ -48,7 +48,7 @@
 #                               Ray Data read_images + map_batches, a plain loader: img/s, time to
 #                               first batch, object store peak, tree PSS (RAY_MODEL RAY_STEPS
 #                               RAY_WORKERS RAY_BUDGET RAY_FLAGS); installs Ray from the parts of
-#                               tools/host_ray_wheels.sh (.devcarry/ray) when the host lacks it
+#                               tools/host_ray_wheels.sh (its stash, /tmp/sluice-ray-parts) when the host lacks it
 #   bench/gpu_host.sh peers     issue 20: bench/gpu_peers.py, every loader side by side in one table
 #                               per mode (PEERS_MODES, default "loaders": loader-only img/s,
 #                               tree PSS and device memory; ResNet fed by each loader beside the

@@ -8,28 +8,34 @@
 #       pyarrow, stay behind), recompresses them (zip LZMA: the same files and RECORD, pip reads
 #       both), packs them into one tar and splits it into parts of at most PART_MB (60) MiB, as a
 #       call to the device machine carries 64 MiB at most: OUT/part-aa, part-ab, ... and OUT/MANIFEST.
-#   tools/host_ray_wheels.sh install [--out .devcarry/ray] [--python python3]
+#   tools/host_ray_wheels.sh stash [--out .devcarry/ray] [--to /tmp/sluice-ray-parts]
+#       THERE: copies the parts (and MANIFEST) this call carried out of the repository, where the
+#       next call's carry does not remove them.
+#   tools/host_ray_wheels.sh install [--out /tmp/sluice-ray-parts] [--python python3]
 #       THERE: joins the parts, unpacks the wheels and installs RAY_SPEC offline
 #       (pip --no-index --find-links), taking what the host has where it is recent enough.
 #
-# Carrying the parts: one call a part, each naming only its part in carry (a carried path that
-# a call does not name stays on the warm machine), then a call that runs `install`:
-#   run(carry=[".devcarry/ray/part-aa", ".devcarry/ray/MANIFEST"], command="true")
-#   run(carry=[".devcarry/ray/part-ab"], command="true")
-#   run(command="tools/host_ray_wheels.sh install && ...")
+# Carrying the parts (PART_MB=50: about 68 MiB in two parts, each beside the tree within the 64 MiB a
+# call carries): one call a part, each stashing what it carried (a call's carry replaces the ignored
+# paths it names and removes those it does not, so a part carried by the call before is gone), then
+# a call that installs; gpu_host.sh ray installs from the stash when the host lacks Ray:
+#   run(carry=[".devcarry/ray/part-aa", ".devcarry/ray/MANIFEST"], command="tools/host_ray_wheels.sh stash")
+#   run(carry=[".devcarry/ray/part-ab"], command="tools/host_ray_wheels.sh stash && bench/gpu_host.sh ray")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RAY_SPEC=${RAY_SPEC:-"ray[data,train]==2.60.0"}
-PART_MB=${PART_MB:-60}
+PART_MB=${PART_MB:-50}
 HOST_HAS="numpy pandas pyarrow"  # large, on the host (KINDS.md, "Python packages already there")
 mode=${1:-}; shift || true
-out=.devcarry/ray work=/var/tmp/sluice-ray-wheels py=python3
+out=.devcarry/ray work=/var/tmp/sluice-ray-wheels py=python3 to=/tmp/sluice-ray-parts
+[ "$mode" = install ] && out=$to
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2;;
     --work) work=$2; shift 2;;
     --python) py=$2; shift 2;;
-    *) sed -n 2,20p "$0"; exit 2;;
+    --to) to=$2; shift 2;;
+    *) sed -n 2,23p "$0"; exit 2;;
   esac
 done
 log() { echo "== host_ray_wheels: $*" >&2; }
@@ -57,6 +63,11 @@ pack)
   } >"$out/MANIFEST"
   cat "$out/MANIFEST"
   ;;
+stash)
+  ls "$out"/part-* >/dev/null 2>&1 || { log "no part in $out: this call carried none"; exit 1; }
+  mkdir -p "$to" && cp "$out"/part-* "$to"/ && { [ ! -f "$out/MANIFEST" ] || cp "$out/MANIFEST" "$to"/; }
+  ls -l "$to"
+  ;;
 install)
   [ -f "$out/part-aa" ] || { log "no $out/part-aa: carry the parts first (see the head of this script)"; exit 1; }
   dest=${TMPDIR:-/tmp}/sluice-ray-wheels
@@ -67,5 +78,5 @@ install)
   "$py" -c 'import ray, ray.data, ray.train; print("ray", ray.__version__)'
   ;;
 *)
-  sed -n 2,20p "$0"; exit 2;;
+  sed -n 2,23p "$0"; exit 2;;
 esac

@@ -81,6 +81,16 @@ def test_read_every_sample_once_same_bytes(ray_local, dataset):
     assert [int(r["index"]) for r in ds3.take_all()] != order
 
 
+def test_read_takes_a_relative_path_from_the_drivers_folder(ray_local, dataset, monkeypatch):
+    # a read task's working directory is the raylet's (on another node, wherever `ray start` ran)
+    parent, name = os.path.split(os.path.abspath(os.fspath(dataset)))
+    monkeypatch.chdir(parent)
+    ref, _ = reference(dataset, 0)
+    ds = sluice.ray.read(name, leases=2, **OPTS)
+    assert sluice.ray.data._find_datasource(ds)._source == os.path.join(parent, name)
+    check_exactly_once(ds.take_all(), ref)
+
+
 def test_read_blocks_within_target_and_torch_batches(ray_local, dataset):
     torch = pytest.importorskip("torch")
     ctx = ray.data.DataContext.get_current()

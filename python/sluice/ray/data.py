@@ -138,6 +138,8 @@ class SluiceDatasource(Datasource):
     def __init__(self, source, *, epoch=0, leases=None, batch_size=None, retries=3, **loader_options):
         super().__init__()
         self._source = os.fspath(source)
+        if "://" not in self._source:  # read tasks run where Ray puts them: not in the driver's folder
+            self._source = os.path.abspath(self._source)
         self._epoch = sluice._int("epoch", epoch)
         self._leases = None if leases is None else sluice._int("leases", leases, 1, sluice._U32)
         self._batch_size = None if batch_size is None else sluice._int("batch_size", batch_size, 1, sluice._U32)
