@@ -173,7 +173,7 @@ summary)
   $PY bench/gpu_check_summary.py "$OUT" | tee "$OUT/summary.txt"
   ;;
 all|"")
-  log "host: $(nproc) CPUs, $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
+  log "host: $(nproc) CPUs ($(lscpu 2>/dev/null | awk -F: '/^Thread\(s\) per core/ {gsub(/ /, "", $2); print $2}') threads a core), $(nvidia-smi -L 2>/dev/null | tr '\n' ' ')"
   start=$(date +%s)
   export CHECK_STOP_AT=$((start + ${CHECK_END:-560}))
   for s in ${CHECK_STEPS:-build data determinism rss suite_c suite_python}; do

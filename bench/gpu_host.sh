@@ -457,6 +457,9 @@ rss)
   ;;
 all)
   log "host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GiB"
+  # hyper-threads or cores: what a loader keeping every vCPU busy competes with (issue 23's CPU ratio)
+  log "cpu topology: $(lscpu 2>/dev/null | grep -E '^(Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)):' |
+    sed 's/  */ /g' | paste -sd ';' -)"
   start=$(date +%s)
   for s in ${ALL_STEPS:-build video fields rss data shards images plan}; do
     if [ $(($(date +%s) - start)) -gt "${ALL_DEADLINE:-500}" ]; then # leave the summary time to print
