@@ -75,7 +75,8 @@
 #   VIDEOGPU_SETS="1280x720:224:24:5-10 1920x1080:224:16:5-8" (size:crop:clips:seconds)
 #   VIDEOGPU_PEERS="sluice-gpu sluice torchcodec torchcodec-cuda pyav" VIDEOGPU_REPS=2 VIDEOGPU_WARMUP=NWORK
 #   VIDEOGPU_BATCHES=16 VIDEOGPU_BUDGET=4G VIDEOGPU_GPU_BUDGET=3G VIDEOGPU_DEADLINE=450 (s from the
-#   step's start: later runs are skipped, the summary still prints) RUN_TIMEOUT=100 (each process)
+#   step's start: later runs are skipped, the summary still prints) VIDEOGPU_TESTS=1 (0: no tests first)
+#   RUN_TIMEOUT=100 (each process)
 #   FIELDS_PAIRS_GB=3 FIELDS_SCANS=800 FIELDS_PAIRS_BATCHES=40 FIELDS_LIDAR_BATCHES=150 FIELDS_BUDGET=8G
 #   SHARDS_IMAGES=5000 (0: no shards row)
 #   RSS_WORKERS=1,4,8,16,32 RSS_LARGE=16 RSS_IMAGENET=2000 RSS_BUDGET=256M RSS_EPOCHS=2
@@ -310,10 +311,12 @@ videogpu)
   sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peers (never for sluice)
   if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
   T=${RUN_TIMEOUT:-100}
-  (cd build && timeout 120 ctest -R 'test_video_gpu|test_gpu_video_loader' --output-on-failure) 2>&1 | tail -25 |
-    tee "$OUT/videogpu_ctest.txt" >&2
-  SLUICE_BUILD=$PWD/build timeout 240 $PY -m pytest -q -p no:cacheprovider -rs tests/python/test_video_gpu.py 2>&1 |
-    tail -40 | tee "$OUT/videogpu_pytest.txt" >&2
+  if [ "${VIDEOGPU_TESTS:-1}" = 1 ]; then # (0: the table alone; the tests take about 3 minutes of the call)
+    (cd build && timeout 120 ctest -R 'test_video_gpu|test_gpu_video_loader' --output-on-failure) 2>&1 | tail -25 |
+      tee "$OUT/videogpu_ctest.txt" >&2
+    SLUICE_BUILD=$PWD/build timeout 240 $PY -m pytest -q -p no:cacheprovider -rs tests/python/test_video_gpu.py 2>&1 |
+      tail -40 | tee "$OUT/videogpu_pytest.txt" >&2
+  fi
   for set in ${VIDEOGPU_SETS:-1280x720:224:24:5-10 1920x1080:224:16:5-8}; do
     IFS=: read -r size crop clips secs <<<"$set"
     d=$WORK/videogpu-$size-$clips-$secs
