@@ -108,6 +108,12 @@ rec() { # name, then a command printing one JSON line last: keep that line
   echo "{\"run\": \"$name\", \"result\": ${line:-null}}" | tee -a "$OUT/results.jsonl"
 }
 quiet() { grep -v -e UserWarning -e 'super().__init__' -e 'warnings.warn' >&2; }
+ff_shared_lib() { # the bundle's shared FFmpeg for the torchcodec peers (never for sluice), unpacked once: its lib folder
+  if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$DEPS/ffmpeg-shared/lib" ]; then
+    tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"
+  fi
+  (cd "$DEPS/ffmpeg-shared/lib" 2>/dev/null && pwd)
+}
 . bench/link.sh # sl_libs: what a program linked with build/libsluice.a needs
 
 case "${1:-}" in
@@ -308,8 +314,7 @@ videogpu)
   } 2>&1 | tee "$OUT/nvdec_env.txt" >&2
   [ -x build/sluice ] && ls python/sluice/_gpu*.so >/dev/null 2>&1 || "$0" build || exit 1
   log "GPU video: $($PY -c 'import sluice._gpu as g; print(g.video_available(), g.available())' 2>&1)"
-  sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peers (never for sluice)
-  if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
+  ff_lib=$(ff_shared_lib)
   T=${RUN_TIMEOUT:-100}
   if [ "${VIDEOGPU_TESTS:-1}" = 1 ]; then # (0: the table alone; the tests take about 3 minutes of the call)
     (cd build && timeout 120 ctest -R 'test_video_gpu|test_gpu_video_loader' --output-on-failure) 2>&1 | tail -25 |
@@ -348,7 +353,7 @@ videogpu)
           continue
         fi
         ld=
-        case $peer in torchcodec*) ld=$(cd "$sl_ff/lib" 2>/dev/null && pwd);; esac
+        case $peer in torchcodec*) ld=$ff_lib;; esac
         log "videogpu $size r$rep: $peer"
         LD_LIBRARY_PATH=${ld:+$ld:}${LD_LIBRARY_PATH:-} timeout "$T" $PY bench/video_peers.py "$d" --peers "$peer" \
           --size "$crop" --workers "$NWORK" --batch "${VIDEO_BATCH:-8}" --warmup "${VIDEOGPU_WARMUP:-$NWORK}" \
@@ -379,10 +384,8 @@ videocpu)
   bin=$WORK/video_cpu
   cc -std=gnu11 -O2 -Iinclude -Isrc bench/video_cpu.c build/libsluice.a $(sl_libs) -o "$bin" >&2 ||
     { log "bench/video_cpu.c did not link: the decoder alone is not measured"; bin=; }
-  sl_ff=$DEPS/ffmpeg-shared # the shared FFmpeg for the torchcodec peer (never for sluice)
-  if [ -f "$DEPS/ffmpeg-shared.tar.xz" ] && [ ! -d "$sl_ff/lib" ]; then tar -xJf "$DEPS/ffmpeg-shared.tar.xz" -C "$DEPS"; fi
   PEERS=${VIDEOCPU_PEERS:-sluice pyav torchcodec sluice-decode} PY=$PY WORKERS=$NWORK SIZE=$crop \
-    OUT=$OUT/videocpu TABLE_DIR=$WORK VIDEO_CPU_BIN=$bin TORCHCODEC_LD=$(cd "$sl_ff/lib" 2>/dev/null && pwd) \
+    OUT=$OUT/videocpu TABLE_DIR=$WORK VIDEO_CPU_BIN=$bin TORCHCODEC_LD=$(ff_shared_lib) \
     bench/video_cpu.sh "$d" "${VIDEOCPU_ROUNDS:-2}" 2> >(quiet) | keep "videocpu_$size"
   ;;
 fields)

@@ -6,7 +6,7 @@
 #       HERE (PyPI reachable): downloads RAY_SPEC's wheels for CPython 3.12 manylinux x86_64,
 #       keeps those the host lacks or may hold too old (the big three it has, numpy, pandas and
 #       pyarrow, stay behind), recompresses them (zip LZMA: the same files and RECORD, pip reads
-#       both), packs them into one tar and splits it into parts of at most PART_MB (60) MiB, as a
+#       both), packs them into one tar and splits it into parts of at most PART_MB (50) MiB, as a
 #       call to the device machine carries 64 MiB at most: OUT/part-aa, part-ab, ... and OUT/MANIFEST.
 #   tools/host_ray_wheels.sh stash [--out .devcarry/ray] [--to /tmp/sluice-ray-parts]
 #       THERE: copies the parts (and MANIFEST) this call carried out of the repository, where the

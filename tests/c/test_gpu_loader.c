@@ -923,9 +923,9 @@ TEST(gpu_loader_minimum_named_holds_its_own_staging) {
     c.budget = 64u << 20;
     sl_loader *ld = NULL;
     CHECK_EQ(sl_loader_create(&c, &ld, err, sizeof err), SL_EBUDGET);
-    const char *at = strstr(err, "raise the budget to at least ");
+    const char *named = "raise the budget to at least ", *at = strstr(err, named);
     CHECK(at != NULL);
-    double mib = strtod(at + strlen("raise the budget to at least "), NULL);
+    double mib = strtod(at + strlen(named), NULL);
     CHECK(mib > 64);
     c.budget = (uint64_t)((mib + 0.1) * (1 << 20));
     ld = fx_open(&c);
