@@ -16,7 +16,13 @@
     gpu_decode.py DATA loaders  [--loaders sluice,sluice-gpu,tvio,tvcuda] [--batches 60]
         loader-only images/s, each loader as its users run it
     gpu_decode.py DATA train    [--arch resnet18] [--loaders synthetic,sluice,...] [--steps 60]
-        ResNet training images/s fed by each loader (bf16 autocast, channels_last)
+                                [--trace-steps N] [--worker-nice N]
+        ResNet training images/s fed by each loader (bf16 autocast, channels_last); over the timed
+        window, the cores each thread group kept busy and the share of the wall it waited on the
+        run queue ("runq:NAME"), and sluice's counters ("win_*"); --trace-steps: that many more
+        steps under torch.profiler, GPU time per step by owner (model, nvJPEG, sluice, copies)
+    gpu_decode.py DATA contend  [--loaders sluice-gpuonly] [--workers 8]
+        the model on synthetic data while a thread drains the loader: both rates at once
 
 Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
   synthetic   one random batch already on the GPU, reused: the ceiling
@@ -26,7 +32,8 @@ Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
               arrive in device memory through DLPack
   sluice-gpuonly  the same with decode="gpu": every JPEG the GPU takes goes to it
   sluice-default  sluice.torch.Loader's default (decode="prefer-gpu": as "gpu" where the
-              engine runs); --gpu-engines N: the sluice GPU loaders' engines (1)
+              engine runs); --gpu-engines N: the sluice GPU loaders' engines (1);
+              --workers 0: workers="auto" (the tuner)
   tvio        DataLoader, --workers processes, torchvision.io.decode_image +
               v2.RandomResizedCrop + flip, pin_memory
   tvcuda      DataLoader reading bytes (--workers, pin_memory), then per batch
@@ -69,6 +76,35 @@ def read(path):
 
 def emit(d):
     print(json.dumps(d), flush=True)
+
+
+def thread_cpu():
+    """CPU seconds of this process's threads, summed by name (the loader's are sl-worker-N, sl-gpu-N)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        rest = st[st.rindex(")") + 2:].split()
+        cpu = (int(rest[11]) + int(rest[12])) / tick
+        grp = "main" if int(tid) == os.getpid() else name.rstrip("0123456789").rstrip("-") or name
+        out[grp] = out.get(grp, 0.0) + cpu
+        try:  # run-queue wait: runnable, not running (ns)
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out["runq:" + grp] = out.get("runq:" + grp, 0.0) + int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def cores_used(before, after, dt):
+    """Cores each thread group kept busy between two thread_cpu() readings, over dt seconds."""
+    return {k: round((v - before.get(k, 0.0)) / dt, 2) for k, v in sorted(after.items())
+            if (v - before.get(k, 0.0)) / dt >= 0.01}
 
 
 # ---- the engine alone ------------------------------------------------------------
@@ -260,7 +296,9 @@ def sluice_batches(a, root, files, labels, decode="cpu"):
     import sluice.torch as st
 
     extra = {} if decode == "cpu" else {"gpu_budget": f"{a.gpu_budget}M", "gpu_engines": a.gpu_engines}
-    ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers, budget="4G",
+    if a.worker_nice is not None:
+        extra["worker_nice"] = a.worker_nice
+    ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers or "auto", budget="4G",
                    seed=SEED, drop_last=True, decode=decode, **extra)
     a._ld = ld
     epoch = 0
@@ -369,11 +407,96 @@ def sluice_report(a):
             "gpu_hw_failed_calls": s.get("gpu_hw_failed_calls", 0)}
 
 
+WINDOW_KEYS = ("gpu_samples", "cpu_samples", "gpu_hw_s", "gpu_hybrid_s", "gpu_resize_s", "gpu_copy_s",
+               "gpu_hw_calls", "consumer_wait_s")
+
+
+def sluice_counters(a):
+    ld = getattr(a, "_ld", None)
+    if ld is None:
+        return None
+    s = ld.stats()
+    return {k: s.get(k, 0) for k in WINDOW_KEYS}
+
+
+def sluice_window(a, s0, dt):
+    """The sluice counters over the timed window only: per second of it (the GPU phases: the share
+    of the window each phase's GPU time took, summed over engines), and per engine call."""
+    if s0 is None:
+        return {}
+    s1 = sluice_counters(a)
+    d = {k: s1[k] - s0[k] for k in WINDOW_KEYS}
+    calls = max(d["gpu_hw_calls"], 1)
+    w = {"win_" + k: round(d[k] / dt, 3) for k in ("gpu_hw_s", "gpu_hybrid_s", "gpu_resize_s", "gpu_copy_s",
+                                                   "consumer_wait_s")}
+    w.update({"win_gpu_samples_per_s": round(d["gpu_samples"] / dt, 1),
+              "win_cpu_samples_per_s": round(d["cpu_samples"] / dt, 1),
+              "win_ms_per_hw_call": {k: round(1e3 * d[k] / calls, 2) for k in ("gpu_hw_s", "gpu_resize_s")},
+              "win_samples_per_hw_call": round(d["gpu_samples"] / calls, 1)})
+    return w
+
+
+def bench_contend(a, name, root, files, labels):
+    """The model on synthetic data in this thread while another thread drains the loader: how much
+    each slows the other when neither waits for the other (the training row's decomposition). The
+    draining thread shares the GIL with the training loop, which bounds its rate."""
+    import torchvision
+
+    torch.backends.cudnn.benchmark = True
+    model = getattr(torchvision.models, a.arch)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    mean, std = MEAN.cuda(), STD.cuda()
+    xs = torch.randint(0, 256, (a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
+    ys = torch.randint(0, 100, (a.batch,), device="cuda")
+    it = LOADERS[name](a, root, files, labels)
+    for _ in range(a.warmup):
+        next(it)
+    stop, got = threading.Event(), [0]
+
+    def drain():
+        with torch.cuda.stream(torch.cuda.Stream()):
+            while not stop.is_set():
+                x, _ = next(it)
+                got[0] += x.shape[0]
+
+    def step():
+        x = ((xs.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), ys)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    th = threading.Thread(target=drain, daemon=True)
+    th.start()
+    time.sleep(1.0)
+    s0, c0, g0 = sluice_counters(a), thread_cpu(), got[0]
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    g1, c1 = got[0], thread_cpu()
+    r = {"run": "contend", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
+         "model_images_per_s": round(a.steps * a.batch / dt, 1), "loader_images_per_s": round((g1 - g0) / dt, 1),
+         "cores": cores_used(c0, c1, dt)}
+    r.update(sluice_window(a, s0, dt))
+    stop.set()
+    th.join(timeout=30)
+    r.update(sluice_report(a))
+    emit(r)
+
+
 def bench_loader(a, name, root, files, labels):
     it = LOADERS[name](a, root, files, labels)
     for _ in range(a.warmup):
         x, y = next(it)
     torch.cuda.synchronize()
+    s0 = sluice_counters(a)
+    c0 = thread_cpu()
     t0 = time.perf_counter()
     for _ in range(a.batches):
         x, y = next(it)
@@ -381,7 +504,9 @@ def bench_loader(a, name, root, files, labels):
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     r = {"run": "loader", "loader": name, "workers": a.workers, "batch": a.batch,
-         "images_per_s": round(a.batches * a.batch / dt, 1), "seconds": round(dt, 2)}
+         "images_per_s": round(a.batches * a.batch / dt, 1), "seconds": round(dt, 2),
+         "cores": cores_used(c0, thread_cpu(), dt)}
+    r.update(sluice_window(a, s0, dt))
     r.update(sluice_report(a))
     emit(r)
     del it
@@ -412,32 +537,93 @@ def bench_train(a, name, root, files, labels):
         for _ in range(a.warmup):
             step()
         torch.cuda.synchronize()
+        s0 = sluice_counters(a)
+        c0 = thread_cpu()
         t0 = time.perf_counter()
         for _ in range(a.steps):
             step()
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
+        c1 = thread_cpu()
+        if a.trace_steps:
+            r_trace = trace_steps(a, step)
     r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
+         "worker_nice": a.worker_nice,
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
-         "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated()}
+         "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cores": cores_used(c0, c1, dt)}
+    r.update(sluice_window(a, s0, dt))
+    if a.trace_steps:
+        r["trace"] = r_trace
     r.update(sluice_report(a))
     emit(r)
+
+
+def _union(iv):
+    """Total length covered by intervals [(t0, t1)] (microseconds)."""
+    tot, end = 0.0, None
+    for t0, t1 in sorted(iv):
+        if end is None or t0 > end:
+            tot += t1 - t0
+            end = t1
+        elif t1 > end:
+            tot += t1 - end
+            end = t1
+    return tot
+
+
+def trace_steps(a, step):
+    """a.trace_steps more steps under torch.profiler (CUPTI sees every kernel of the process: the
+    model's, nvJPEG's and sluice's NVRTC kernels sl_*): per step, GPU time by owner, the union of
+    all GPU activity (busy) and of the model's kernels alone, against the wall."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(a.trace_steps):
+            step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    owners, iv_all, iv_model, top = {}, [], [], {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        t0, t1 = e.time_range.start, e.time_range.end
+        name = e.name
+        low = name.lower()
+        own = ("sluice" if name.startswith("sl_") else "nvjpeg" if "nvjpeg" in low or "jpeg" in low
+               else "memcpy" if "memcpy" in low else "memset" if "memset" in low else "model")
+        owners[own] = owners.get(own, 0.0) + (t1 - t0)
+        iv_all.append((t0, t1))
+        if own == "model":
+            iv_model.append((t0, t1))
+        if own not in ("model",):
+            k = (own, name[:60])
+            top[k] = top.get(k, 0.0) + (t1 - t0)
+    n = a.trace_steps
+    return {"steps": n, "wall_ms_per_step": round(1e3 * wall / n, 2),
+            "gpu_busy_ms_per_step": round(_union(iv_all) / 1e3 / n, 2),
+            "model_busy_ms_per_step": round(_union(iv_model) / 1e3 / n, 2),
+            "ms_per_step_by_owner": {k: round(v / 1e3 / n, 3) for k, v in sorted(owners.items())},
+            "top_other": [[k[0], k[1], round(v / 1e3 / n, 3)] for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]]}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("data")
-    p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train"])
+    p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train", "contend"])
     p.add_argument("--images", type=int, default=2000)
     p.add_argument("--loaders", default="sluice,sluice-gpu,sluice-gpuonly,tvio,tvcuda")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--workers", type=int, default=os.cpu_count(), help="the sluice loaders' workers; 0: auto (the tuner)")
     p.add_argument("--batches", type=int, default=60)
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--engines", type=int, default=2, help="GPU engines (each its own nvJPEG state and stream)")
     p.add_argument("--arch", default="resnet18")
+    p.add_argument("--worker-nice", type=int, default=None, help="the sluice loaders' worker_nice (default: theirs)")
+    p.add_argument("--trace-steps", type=int, default=0, help="train: that many more steps under torch.profiler")
     p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device memory per engine (the loaders: gpu_budget)")
     p.add_argument("--pinned", type=int, default=96, help="MiB of pinned pool per engine")
     p.add_argument("--gpu-engines", type=int, default=1, help="the sluice GPU loaders' decode engines (gpu_engines)")
@@ -452,7 +638,7 @@ def main():
         {"engine": bench_engine, "diff": bench_diff, "memory": bench_memory}[a.what](a, files)
         return
     for name in a.loaders.split(","):
-        (bench_loader if a.what == "loaders" else bench_train)(a, name, root, files, labels)
+        {"loaders": bench_loader, "train": bench_train, "contend": bench_contend}[a.what](a, name, root, files, labels)
         if getattr(a, "_ld", None) is not None:
             a._ld.close()
         a._ld = None

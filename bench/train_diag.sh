@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 20: where a training row fed by sluice loses images/s against its synthetic ceiling, in one
+# device call (bench/README.md, "GPU host, 2026-11-27, second session"). Every row is one
+# bench/gpu_decode.py process (ResNet-18, bf16 autocast, channels_last, batch 256) printing one JSON
+# line with, over its timed window: the CPU each thread group kept busy and the share of the wall it
+# waited on the run queue (runq:NAME), the GPU phases' time per second and per engine call, the
+# samples the GPU and the CPU decoded per second, and the consumer's wait.
+#
+#   DIAG_STEPS="rows trace nice" bench/train_diag.sh
+#     rows   synthetic, decode gpu and auto at 8/16/auto workers, gpu with two engines, and `contend`:
+#            the model on synthetic data while a thread drains the loader (each slowing the other,
+#            neither waiting for the other)
+#     trace  the same loop 12 steps more under torch.profiler: per step, the GPU time of the model's
+#            kernels, nvJPEG's, sluice's (sl_*) and the copies, the union of all GPU activity (busy)
+#            against the wall
+#     nice   the CPU-heavy rows at worker_nice 10 (the default) and 19
+#
+# Environment: DEPS (the bundle, .devvideo), OUT (/tmp/train-diag), IMAGES (6,000: the set made by
+# gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DEPS=${DEPS:-.devvideo} OUT=${OUT:-/tmp/train-diag}
+mkdir -p "$OUT"
+lscpu | grep -E 'Model name|Thread|Core|Socket|^CPU\(s\)' >"$OUT/lscpu.txt"
+OUT=$OUT/check IMAGES=${IMAGES:-6000} CHECK_STEPS='build data' bench/gpu_check.sh all >"$OUT/setup.log" 2>&1 ||
+  { tail -20 "$OUT/setup.log"; exit 1; }
+SET=.data/check${IMAGES:-6000}
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+G="timeout -k 5 ${ROW_T:-90} python3 bench/gpu_decode.py $SET"
+TR="--arch resnet18 --batch 256 --steps ${STEPS:-60} --warmup 10"
+R=$OUT/rows.jsonl
+row() { echo "== $*" >&2; "$@" 2>>"$OUT/err.log" | tee -a "$R"; }
+for step in ${DIAG_STEPS:-rows trace nice}; do
+  case $step in
+  rows)
+    row $G train $TR --loaders synthetic
+    row $G loaders --loaders sluice-gpuonly --workers 8 --batches 60
+    for w in 8 16 0; do
+      row $G train $TR --loaders sluice-gpuonly --workers $w
+      row $G train $TR --loaders sluice-gpu --workers $w
+    done
+    row $G train $TR --loaders sluice-gpuonly --workers 8 --gpu-engines 2
+    row $G contend $TR --loaders sluice-gpuonly --workers 8
+    ;;
+  trace)
+    for l in synthetic "sluice-gpuonly --workers 8" "sluice-gpu --workers 16" "sluice --workers 16" \
+      "sluice-gpuonly --workers 16 --gpu-engines 2"; do
+      row $G train $TR --trace-steps 12 --loaders $l
+    done
+    ;;
+  nice)
+    for n in 10 19; do
+      for l in "sluice-gpu --workers 16" "sluice --workers 16" "sluice-gpuonly --workers 8" "sluice-gpu --workers 0"; do
+        row $G train $TR --worker-nice $n --loaders $l
+      done
+    done
+    ;;
+  *) echo "train_diag.sh: unknown step $step" >&2; exit 2;;
+  esac
+done
+python3 - "$R" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+keys = ["run", "loader", "workers", "gpu_engines", "worker_nice", "images_per_s", "model_images_per_s",
+        "loader_images_per_s", "consumer_wait_fraction", "gpu_share", "win_gpu_samples_per_s",
+        "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "trace"]
+for line in open(sys.argv[1]):
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    print({k: d[k] for k in keys if d.get(k) is not None})
+EOF
