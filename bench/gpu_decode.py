@@ -609,6 +609,10 @@ def trace_steps(a, step):
 
 
 def main():
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # bench/offcpu.py reads the stacks
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("data")
     p.add_argument("what", choices=["engine", "diff", "memory", "loaders", "train", "contend"])

@@ -392,6 +392,7 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     run_hw(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hw, e->stream);
     if ((rc = launch(e, n, status, &m, NULL, 0)) == 0 && cu->cuEventRecord(e->ev1, e->stream)) rc = SL_EIO;
+    e->ev1_set = rc == 0;
     uint64_t hw = 0, hyb = 0, again = 0;
     for (uint32_t i = 0; i < n; i++) {
         hw += status[i] == SL_GPU_DONE && e->work[i].route == ROUTE_HW;
@@ -428,7 +429,9 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
     if (!e || !e->inflight) return 0;
     const sl__cuda_api *cu = e->cu;
     cu->cuCtxSetCurrent(e->ctx);
-    sl_CUresult r = cu->cuStreamSynchronize(e->stream);
+    /* ev1 is the stream's last work: sleep on it (a blocking event) rather than spin */
+    sl_CUresult r = e->ev1_set ? cu->cuEventSynchronize(e->ev1) : cu->cuStreamSynchronize(e->stream);
+    e->ev1_set = 0;
     double t_hyb = 0, t_hw = 0, t_resize = 0;
     if (!r && e->inflight_gpu) {
         t_hyb = elapsed_s(cu, e->ev0, e->ev_hyb);

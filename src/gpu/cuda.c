@@ -107,6 +107,7 @@ static const char *bind_driver(void *dl) {
     REQ(dl, cuStreamSynchronize, "cuStreamSynchronize");
     REQ(dl, cuEventCreate, "cuEventCreate");
     REQ(dl, cuEventDestroy, "cuEventDestroy_v2");
+    REQ(dl, cuEventSynchronize, "cuEventSynchronize");
     REQ(dl, cuEventRecord, "cuEventRecord");
     REQ(dl, cuEventElapsedTime, "cuEventElapsedTime");
     REQ(dl, cuModuleLoadData, "cuModuleLoadData");

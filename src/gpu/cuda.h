@@ -35,6 +35,8 @@ typedef struct sl_CUevent_st *sl_CUevent;
 #define SL_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define SL_CU_STREAM_NON_BLOCKING 0x1
 #define SL_CU_EVENT_DEFAULT 0x0
+#define SL_CU_EVENT_BLOCKING_SYNC 0x1 /* cuEventSynchronize sleeps until the GPU signals, not spins */
+#define SL_CU_EVENT_DISABLE_TIMING 0x2
 
 /* ---- nvJPEG (nvjpeg.h) -------------------------------------------------- */
 typedef int sl_nvjStatus;           /* nvjpegStatus_t, NVJPEG_STATUS_SUCCESS = 0 */
@@ -116,6 +118,7 @@ typedef struct sl__cuda_api {
     sl_CUresult (*cuStreamSynchronize)(sl_CUstream);
     sl_CUresult (*cuEventCreate)(sl_CUevent *, unsigned);
     sl_CUresult (*cuEventDestroy)(sl_CUevent);
+    sl_CUresult (*cuEventSynchronize)(sl_CUevent);
     sl_CUresult (*cuEventRecord)(sl_CUevent, sl_CUstream);
     sl_CUresult (*cuEventElapsedTime)(float *, sl_CUevent, sl_CUevent);
     sl_CUresult (*cuModuleLoadData)(sl_CUmodule *, const void *);

@@ -22,6 +22,7 @@ typedef struct cuda_dev {
     sl__gpu_engine *engines[SL_GPU_MAX_ENGINES];
     uint32_t nengines;
     sl_CUstream *lanes; /* nlanes streams, counted in host */
+    sl_CUevent *lane_ev; /* one blocking event per lane: a copy's end, slept on */
     uint32_t nlanes;
     sl_CUdeviceptr region;
     sl__gpu_video *v;   /* or video: the NVDEC sessions */
@@ -93,7 +94,8 @@ static int lane_copy(cuda_dev *d, uint32_t lane, int kind, uint64_t dev_dst, voi
     if (!r) r = kind == COPY_HTOD   ? cu->cuMemcpyHtoDAsync(dev_dst, host_src, n, s)
                 : kind == COPY_DTOD ? cu->cuMemcpyDtoDAsync(dev_dst, dev_src, n, s)
                                     : cu->cuMemcpyDtoHAsync(host_dst, dev_src, n, s);
-    if (!r) r = cu->cuStreamSynchronize(s);
+    if (!r) r = cu->cuEventRecord(d->lane_ev[lane], s);
+    if (!r) r = cu->cuEventSynchronize(d->lane_ev[lane]); /* sleeps: no spinning beside the model's launches */
     return r ? SL_EIO : 0;
 }
 
@@ -163,8 +165,11 @@ static void dev_close(void *ctx) {
         cu->cuStreamSynchronize(d->lanes[i]);
         cu->cuStreamDestroy(d->lanes[i]);
     }
+    for (uint32_t i = 0; d->lane_ev && i < d->nlanes; i++)
+        if (d->lane_ev[i]) cu->cuEventDestroy(d->lane_ev[i]);
     if (d->region) cu->cuMemFree(d->region);
     sl__free(d->host, d->lanes);
+    sl__free(d->host, d->lane_ev);
     for (uint32_t k = d->nengines; k-- > 0;) sl__gpu_engine_free(d->engines[k]); /* engine 0 last: the context */
     sl__gpu_video_free(d->v);                                                     /* or the video engine's */
     sl__free(d->host, d);
@@ -174,7 +179,8 @@ static void dev_close(void *ctx) {
  * a model's stream of greater priority goes first. */
 static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
-    if (!d->lanes) {
+    d->lane_ev = sl__calloc(d->host, n, sizeof *d->lane_ev, SL_MEM_OTHER);
+    if (!d->lanes || !d->lane_ev) {
         sl__msg(err, errlen, "the host budget cannot hold %u copy streams", n);
         return SL_EBUDGET;
     }
@@ -186,6 +192,11 @@ static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
         if (r) {
             d->lanes[i] = NULL;
             sl__msg(err, errlen, "cuStreamCreateWithPriority: %s", sl__cu_errname(d->cu, r));
+            return SL_EIO;
+        }
+        if ((r = d->cu->cuEventCreate(&d->lane_ev[i], SL_CU_EVENT_BLOCKING_SYNC | SL_CU_EVENT_DISABLE_TIMING))) {
+            d->lane_ev[i] = NULL;
+            sl__msg(err, errlen, "cuEventCreate: %s", sl__cu_errname(d->cu, r));
             return SL_EIO;
         }
     }

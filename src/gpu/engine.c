@@ -110,7 +110,9 @@ static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     sl_CUevent *ev[4] = {&e->ev0, &e->ev_hyb, &e->ev_hw, &e->ev1};
     for (int i = 0; i < 4; i++)
-        if ((r = cu->cuEventCreate(ev[i], SL_CU_EVENT_DEFAULT))) {
+        /* the end event is what sl__gpu_wait sleeps on: blocking, so the GPU thread does not spin
+         * in the driver beside the training loop's launches (docs/gpu.md) */
+        if ((r = cu->cuEventCreate(ev[i], i == 3 ? SL_CU_EVENT_BLOCKING_SYNC : SL_CU_EVENT_DEFAULT))) {
             *ev[i] = NULL;
             return cu_fail(e, r, SL_EIO, "cuEventCreate", err, errlen);
         }

@@ -43,6 +43,7 @@ struct sl__gpu_engine {
     sl_CUcontext ctx;        /* the device's primary context, retained */
     sl_CUstream stream;
     sl_CUevent ev0, ev_hyb, ev_hw, ev1; /* the batch in flight: start, hybrid done, hardware done, end */
+    int ev1_set;                        /* ev1 recorded after the batch's last work: wait on it */
     sl__gpu_kernels k;
     sl_CUdeviceptr dev_base; /* the device pool's region */
     void *pin_base;          /* the pinned region: nvJPEG's pool, then the staging pool */
