@@ -440,12 +440,7 @@ def bench_contend(a, name, root, files, labels):
     """The model on synthetic data in this thread while another thread drains the loader: how much
     each slows the other when neither waits for the other (the training row's decomposition). The
     draining thread shares the GIL with the training loop, which bounds its rate."""
-    import torchvision
-
-    torch.backends.cudnn.benchmark = True
-    model = getattr(torchvision.models, a.arch)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    mean, std = MEAN.cuda(), STD.cuda()
+    fit = train_step(a)
     xs = torch.randint(0, 256, (a.batch, 3, 224, 224), dtype=torch.uint8, device="cuda")
     ys = torch.randint(0, 100, (a.batch,), device="cuda")
     it = LOADERS[name](a, root, files, labels)
@@ -460,12 +455,7 @@ def bench_contend(a, name, root, files, labels):
                 got[0] += x.shape[0]
 
     def step():
-        x = ((xs.float() - mean) / std).contiguous(memory_format=torch.channels_last)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), ys)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        fit(xs, ys)
 
     for _ in range(a.warmup):
         step()
@@ -512,23 +502,33 @@ def bench_loader(a, name, root, files, labels):
     del it
 
 
-def bench_train(a, name, root, files, labels):
+def train_step(a):
+    """One training step of a.arch (bf16 autocast, channels_last, SGD) on a uint8 CUDA batch:
+    the loop every train and contend row runs."""
     import torchvision
 
     torch.backends.cudnn.benchmark = True
     model = getattr(torchvision.models, a.arch)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     mean, std = MEAN.cuda(), STD.cuda()
-    it = LOADERS[name](a, root, files, labels)
 
-    def step():
-        x, y = next(it)
+    def fit(x, y):
         x = ((x.float() - mean) / std).contiguous(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
+    return fit
+
+
+def bench_train(a, name, root, files, labels):
+    fit = train_step(a)
+    it = LOADERS[name](a, root, files, labels)
+
+    def step():
+        fit(*next(it))
 
     # the model's stream: the default (priority 0, the device's least, as the engine's streams), or
     # one of the greatest priority, which the GPU schedules before the engine's work

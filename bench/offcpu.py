@@ -97,7 +97,7 @@ def main():
             child.send_signal(signal.SIGUSR1)
             next_dump = time.monotonic() + 0.25
         time.sleep(a.every)
-    out, _ = "", child.wait()
+    child.wait()
     err.seek(0)
     text = err.read()
     frames = collections.Counter(main_frames(text, child.pid))
