@@ -31,6 +31,14 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+#define SL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SL_TSAN 1
+#endif
+#endif
+
 #define MAGIC 0x61726e61u
 #define MIN_BLOCK (SL_ARENA_HDR + SL_ARENA_ALIGN) /* a free block holds its links */
 
@@ -79,6 +87,12 @@ int sl__arena_reserve(sl__arena *a, size_t bytes) {
     }
     if (want != a->mapped) {
         void *m;
+#ifdef SL_TSAN
+        /* TSan does not intercept mremap: a region moved by it keeps the
+         * shadow of whatever thread last used its new addresses, which TSan
+         * then reports as a race. Nothing is live here, so map afresh. */
+        unmap_all(a);
+#endif
         if (a->base) {
             UNPOISON(a->base, a->mapped);
             m = mremap(a->base, a->mapped, want, MREMAP_MAYMOVE);
