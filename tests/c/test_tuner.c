@@ -226,7 +226,9 @@ TEST(sleeping_consumer_parks_a_worker) {
 }
 
 TEST(free_consumer_keeps_every_worker) {
-    fx_simple(&ds, 400, 0, 48, 96);
+    /* images large enough that the workers are the bottleneck in every window even where the
+     * consumer's thread loses its core for a while to another process (CI runs tests in parallel) */
+    fx_simple(&ds, 400, 0, 240, 320);
     sl_config c = tuned();
     sl_loader *ld = fx_open(&c);
     CHECK_EQ(epoch(ld, 0), SL_EEND);
