@@ -548,7 +548,7 @@ def bench_train(a, name, root, files, labels):
         if a.trace_steps:
             r_trace = trace_steps(a, step)
     r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
-         "worker_nice": a.worker_nice,
+         "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS", "1") != "0",
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cores": cores_used(c0, c1, dt)}
     r.update(sluice_window(a, s0, dt))

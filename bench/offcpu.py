@@ -8,10 +8,15 @@ for each thread whose name starts with one of --threads ("main": the process's f
 state (/proc/PID/task/TID/stat), the system call it is in (/proc/.../syscall) and the kernel
 function it sleeps in (/proc/.../wchan), and every 0.25 s sends SIGUSR1: a Python program that
 registered faulthandler for it (bench/gpu_decode.py does) prints every thread's Python stack to its
-stderr, which this script reads back. Prints one JSON line: per thread group, the share of samples
-in each (state, syscall, wchan), and the most common innermost Python frames of the main thread.
-Needs no debugger (the GPU host has none); Linux only.
+stderr, which this script reads back. With --probe LIB (bench/stackprobe.c built as a shared
+library), CMD runs with LIB preloaded, and each time the main thread is caught in a futex it gets
+SIGUSR2 (tgkill) and LIB records its native stack: whose lock it sleeps on. Prints one JSON line:
+per thread group, the share of samples in each (state, syscall, wchan), the most common innermost
+Python frames of the main thread and, with --probe, its most common native callers of the futex
+(the first frames outside libc and libpthread) and stacks. Needs no debugger (the GPU host has
+none); Linux only.
 """
+import ctypes
 import argparse
 import collections
 import json
@@ -72,26 +77,62 @@ def main_frames(text, pid):
     return frames
 
 
+NATIVE_SKIP = ("libc.so", "libpthread", "ld-linux", "libstackprobe", "stackprobe")
+
+
+def native_summary(path, main_tid):
+    """The probe's samples of the main thread: the first frames outside libc (whose lock), the
+    libraries of the stack in order (the owner even where symbols are missing), whole stacks."""
+    callers, libs, stacks, n = collections.Counter(), collections.Counter(), collections.Counter(), 0
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return {"native_samples": 0}
+    for ln in lines:
+        tid, _, frames = ln.partition("\t")
+        if tid != str(main_tid):
+            continue
+        n += 1
+        fr = frames.split(";")
+        callers[" <- ".join([f for f in fr if not f.startswith(NATIVE_SKIP)][:3]) or "?"] += 1
+        libs[" <- ".join(dict.fromkeys(f.split(":")[0].split("+")[0] for f in fr[:12]))] += 1
+        stacks[" <- ".join(fr[:8])] += 1
+    return {"native_samples": n,
+            "native_callers": [[k, v] for k, v in callers.most_common(12)],
+            "native_libs": [[k, v] for k, v in libs.most_common(8)],
+            "native_stacks": [[k, v] for k, v in stacks.most_common(6)]}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--delay", type=float, default=20)
     p.add_argument("--seconds", type=float, default=6)
     p.add_argument("--every", type=float, default=0.002)
     p.add_argument("--threads", default="main,pt_autograd")
+    p.add_argument("--probe", help="bench/stackprobe.c built as a shared library: native stacks in futex")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     a = p.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
         p.error("no command")
     err = tempfile.TemporaryFile(mode="w+")
-    child = subprocess.Popen(cmd, stderr=err)
+    env, probe_out = dict(os.environ), None
+    if a.probe:
+        probe_out = tempfile.mktemp(prefix="stackprobe.")
+        env["LD_PRELOAD"] = os.path.abspath(a.probe) + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        env["STACKPROBE_OUT"] = probe_out
+    libc = ctypes.CDLL(None, use_errno=True)
+    child = subprocess.Popen(cmd, stderr=err, env=env)
     prefixes = a.threads.split(",")
     counts = collections.defaultdict(collections.Counter)
     time.sleep(a.delay)
     end, next_dump, n = time.monotonic() + a.seconds, 0.0, 0
     while time.monotonic() < end and child.poll() is None:
         for tid, grp in threads(child.pid, prefixes).items():
-            counts[grp][sample(child.pid, tid)] += 1
+            what = sample(child.pid, tid)
+            counts[grp][what] += 1
+            if probe_out and tid == str(child.pid) and what.startswith("S futex"):
+                libc.syscall(234, child.pid, child.pid, signal.SIGUSR2)  # tgkill: this thread only
         n += 1
         if time.monotonic() >= next_dump:
             child.send_signal(signal.SIGUSR1)
@@ -105,6 +146,8 @@ def main():
          "threads": {g: {k: round(v / max(sum(c.values()), 1), 3) for k, v in c.most_common(12)}
                      for g, c in counts.items()},
          "main_python": [[f, v] for f, v in frames.most_common(10)], "dumps": sum(frames.values())}
+    if probe_out:
+        r.update(native_summary(probe_out, child.pid))
     print(json.dumps(r), flush=True)
     tail = [ln for ln in text.splitlines() if not ln.startswith(("Thread 0x", "Current thread", "  File"))]
     sys.stdout.write("".join(ln + "\n" for ln in tail[-5:] if ln.strip()))

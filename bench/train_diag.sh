@@ -14,6 +14,12 @@
 #            kernels, nvJPEG's, sluice's (sl_*) and the copies, the union of all GPU activity (busy)
 #            against the wall
 #     nice   the CPU-heavy rows at worker_nice 10 (the default) and 19
+#     pin    the rows that upload CPU-decoded samples (decode auto, the default) with the slots'
+#            host memory page-locked (the library's default) and pageable (SLUICE_GPU_PIN_SLOTS=0),
+#            in turns, twice
+#     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
+#            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
+#            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
 #
 # Environment: DEPS (the bundle, .devvideo), OUT (/tmp/train-diag), IMAGES (6,000: the set made by
 # gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most).
@@ -55,12 +61,30 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
       done
     done
     ;;
+  pin)
+    row $G train $TR --loaders synthetic
+    for r in 1 2; do
+      for l in "sluice-gpu --workers 16" "sluice-default --workers 0" "sluice-gpuonly --workers 8"; do
+        row $G train $TR --loaders $l
+        row env SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
+      done
+    done
+    ;;
+  probe)
+    cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
+    P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so --"
+    T="python3 bench/gpu_decode.py $SET train --arch resnet18 --batch 256 --steps 1200 --warmup 10"
+    for l in synthetic "sluice-gpu --workers 16" "sluice-gpuonly --workers 16 --gpu-engines 2"; do
+      $P $T --loaders $l 2>>"$OUT/err.log" | tee -a "$OUT/offcpu.jsonl"
+    done
+    SLUICE_GPU_PIN_SLOTS=0 $P $T --loaders sluice-gpu --workers 16 2>>"$OUT/err.log" | tee -a "$OUT/offcpu.jsonl"
+    ;;
   *) echo "train_diag.sh: unknown step $step" >&2; exit 2;;
   esac
 done
 python3 - "$R" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
-keys = ["run", "loader", "workers", "gpu_engines", "worker_nice", "images_per_s", "model_images_per_s",
+keys = ["run", "loader", "workers", "gpu_engines", "worker_nice", "pin_slots", "images_per_s", "model_images_per_s",
         "loader_images_per_s", "consumer_wait_fraction", "gpu_share", "win_gpu_samples_per_s",
         "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "trace"]
 for line in open(sys.argv[1]):

@@ -97,6 +97,8 @@ static const char *bind_driver(void *dl) {
     REQ(dl, cuMemFree, "cuMemFree_v2");
     REQ(dl, cuMemHostAlloc, "cuMemHostAlloc");
     REQ(dl, cuMemFreeHost, "cuMemFreeHost");
+    REQ(dl, cuMemHostRegister, "cuMemHostRegister_v2");
+    REQ(dl, cuMemHostUnregister, "cuMemHostUnregister");
     REQ(dl, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     REQ(dl, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     REQ(dl, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");

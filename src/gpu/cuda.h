@@ -37,6 +37,7 @@ typedef struct sl_CUevent_st *sl_CUevent;
 #define SL_CU_EVENT_DEFAULT 0x0
 #define SL_CU_EVENT_BLOCKING_SYNC 0x1 /* cuEventSynchronize sleeps until the GPU signals, not spins */
 #define SL_CU_EVENT_DISABLE_TIMING 0x2
+#define SL_CU_MEMHOSTREGISTER_PORTABLE 0x1 /* pinned for every context, not only the current one */
 
 /* ---- nvJPEG (nvjpeg.h) -------------------------------------------------- */
 typedef int sl_nvjStatus;           /* nvjpegStatus_t, NVJPEG_STATUS_SUCCESS = 0 */
@@ -108,6 +109,8 @@ typedef struct sl__cuda_api {
     sl_CUresult (*cuMemFree)(sl_CUdeviceptr);
     sl_CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
     sl_CUresult (*cuMemFreeHost)(void *);
+    sl_CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
+    sl_CUresult (*cuMemHostUnregister)(void *);
     sl_CUresult (*cuMemcpyHtoDAsync)(sl_CUdeviceptr, const void *, size_t, sl_CUstream);
     sl_CUresult (*cuMemcpyDtoH)(void *, sl_CUdeviceptr, size_t);
     sl_CUresult (*cuMemcpyDtoDAsync)(sl_CUdeviceptr, sl_CUdeviceptr, size_t, sl_CUstream);

@@ -25,6 +25,7 @@ typedef struct cuda_dev {
     sl_CUevent *lane_ev; /* one blocking event per lane: a copy's end, slept on */
     uint32_t nlanes;
     sl_CUdeviceptr region;
+    void *pinned;       /* the host memory pin page-locked, or NULL */
     sl__gpu_video *v;   /* or video: the NVDEC sessions */
 } cuda_dev;
 
@@ -111,6 +112,21 @@ static int dev_download(void *ctx, uint32_t lane, void *dst, uint64_t src, size_
     return lane_copy(ctx, lane, COPY_DTOH, 0, dst, src, NULL, n);
 }
 
+static int dev_pin(void *ctx, void *host, size_t n, char *err, size_t errlen) {
+    cuda_dev *d = ctx;
+    if (d->pinned || !host || !n) return SL_EINVAL;
+    sl_CUresult r = d->cu->cuCtxSetCurrent(d->ctx);
+    if (!r) r = d->cu->cuMemHostRegister(host, n, SL_CU_MEMHOSTREGISTER_PORTABLE);
+    if (r) {
+        char b[16];
+        sl__msg(err, errlen, "cuMemHostRegister of the %s slot region: %s", sl__fmt_bytes(n, b, sizeof b),
+                sl__cu_errname(d->cu, r));
+        return SL_EIO;
+    }
+    d->pinned = host;
+    return 0;
+}
+
 static void *dev_stage_alloc(void *ctx, size_t n) { return sl__gpu_stage_alloc(((cuda_dev *)ctx)->e, n); }
 static void dev_stage_free(void *ctx, void *p) { sl__gpu_stage_free(((cuda_dev *)ctx)->e, p); }
 /* Engine 0's stats with every other engine's counts and times added. */
@@ -168,6 +184,7 @@ static void dev_close(void *ctx) {
     for (uint32_t i = 0; d->lane_ev && i < d->nlanes; i++)
         if (d->lane_ev[i]) cu->cuEventDestroy(d->lane_ev[i]);
     if (d->region) cu->cuMemFree(d->region);
+    if (d->pinned) cu->cuMemHostUnregister(d->pinned); /* the lanes are idle: no copy reads it */
     sl__free(d->host, d->lanes);
     sl__free(d->host, d->lane_ev);
     for (uint32_t k = d->nengines; k-- > 0;) sl__gpu_engine_free(d->engines[k]); /* engine 0 last: the context */
@@ -238,10 +255,11 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     if (cfg->video) {
         *out = (sl__gpu_dev){d,        SL_DEVICE_CUDA, cfg->device, 0,    NULL,        dev_region, dev_upload,
-                             dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip};
+                             dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip, dev_pin};
         return 0;
     }
     *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    d->nengines, dev_decode, dev_region, dev_upload,
-                         dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close, NULL};
+                         dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close, NULL,
+                         dev_pin};
     return 0;
 }

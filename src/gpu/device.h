@@ -21,7 +21,8 @@
  * Threads: decode is called by one thread per engine at a time (the
  * loader's GPU threads, one for each); upload, move and download by one
  * thread per lane at a time (each worker is a lane, the committer has its
- * own); stage_alloc, stage_free and stats from any thread.
+ * own); stage_alloc, stage_free and stats from any thread; pin before the
+ * threads start.
  */
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
@@ -79,6 +80,14 @@ typedef struct sl__gpu_dev {
     int (*clip)(void *ctx, uint32_t lane, const sl__sample_file *f, const sl__video_info *info,
                 const sl__clip_plan *plan, sl__quota *q, const _Atomic int *cancel, int wait, uint64_t dst,
                 char *reason, size_t rlen);
+    /* Page-lock the n host bytes at host that uploads read from (the batch
+     * slots' region), once, before any upload: a copy from them is then one
+     * DMA the driver only queues, where a pageable one is staged through the
+     * driver's own buffers, under its locks, for as long as it takes (the
+     * model's launches wait on them). close unlocks them; the caller frees
+     * the memory after close. 0, or SL_EIO with err (uploads stay pageable).
+     * NULL: the device has no use for it. */
+    int (*pin)(void *ctx, void *host, size_t n, char *err, size_t errlen);
 } sl__gpu_dev;
 
 typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err,

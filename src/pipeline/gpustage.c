@@ -66,6 +66,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -430,6 +431,19 @@ int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen) {
     return fall_back(g, rc, why, err, errlen);
 }
 
+int sl__gstage_wants_pin(const sl__gstage *g) {
+    const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
+    return g->on && g->dev.pin && !(env && !strcmp(env, "0"));
+}
+
+void sl__gstage_pin(sl__gstage *g, void *base, size_t len) {
+    char why[200];
+    g->host_pinned = g->dev.pin(g->dev.ctx, base, len, why, sizeof why) == 0;
+    size_t at = strlen(g->reason); /* stats' decode_reason says it (no thread runs yet) */
+    if (!g->host_pinned)
+        snprintf(g->reason + at, sizeof g->reason - at, "; uploads pageable: %s", why);
+}
+
 /* ---- staging --------------------------------------------------------------- */
 
 /* A staging block for n bytes, or NULL: the CPU decodes the sample. With
@@ -781,8 +795,9 @@ void sl__gstage_close(sl__gstage *g, int in_child) {
         return;
     }
     if (g->on) drain(g); /* the threads are gone: what they left queued */
-    if (g->dev.close) g->dev.close(g->dev.ctx);
+    if (g->dev.close) g->dev.close(g->dev.ctx); /* unpins the slots' host memory */
     memset(&g->dev, 0, sizeof g->dev);
+    g->host_pinned = 0;
     if (g->conf) free_tables(g);
     if (g->planned_pinned) sl__budget_release(g->conf->budget, g->planned_pinned, SL_MEM_PINNED);
     g->planned_pinned = 0;

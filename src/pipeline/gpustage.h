@@ -87,6 +87,7 @@ typedef struct sl__gstage {
     uint32_t field, out;     /* the schema field it decodes, and its output */
     uint64_t sample_bytes, slot_bytes; /* one sample's output; one slot's batch (B x sample) */
     uint64_t region, region_bytes;     /* device memory of the slots (0 until sl__gstage_slots) */
+    int host_pinned;                   /* the slots' host memory is page-locked (sl__gstage_pin) */
     uint64_t pool_bytes;     /* the engine's device pool */
     uint32_t sessions;       /* video: NVDEC sessions */
     char back_reason[120];   /* video: why the last clip handed to the CPU went there (smu) */
@@ -171,6 +172,12 @@ int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget);
  * (with auto or prefer-gpu, a budget that moved since sizing closes the
  * stage: the CPU path), then the device memory of nslots batches. */
 int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
+/* Whether the slots' host memory is to be page-locked for the uploads of
+ * CPU-decoded samples (the device can, and SLUICE_GPU_PIN_SLOTS is not 0);
+ * then sl__gstage_pin with the region, before the threads start. A pin
+ * that fails leaves the uploads pageable: slower, the same bytes. */
+int sl__gstage_wants_pin(const sl__gstage *g);
+void sl__gstage_pin(sl__gstage *g, void *base, size_t len);
 /* Start one GPU thread per engine running main(call), each call's owner
  * set to arg (the engine's loop); join them once the loop was told to
  * stop (also the ones that started when start failed). */

@@ -413,6 +413,11 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     if ((rc = sl__admit_check(c, &ld->workers.w[0], err, errlen))) return rc;
+    if (sl__gstage_wants_pin(&ld->gs)) { /* CPU-decoded samples reach the GPU by DMA (gpu/device.h: pin) */
+        void *base;
+        size_t len;
+        if (sl__engine_pin(&ld->eng, &base, &len) == 0) sl__gstage_pin(&ld->gs, base, len); /* slots fixed for life */
+    }
     sl__engine_tune(&ld->eng, c->tuned, c->nworkers, c->cores); /* every worker takes work until it moves */
     sl__gstage_workers(&ld->gs, &ld->eng.tuner.active);
     sl__engine_open(&ld->eng); /* the first epoch's order */

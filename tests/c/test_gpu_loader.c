@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
+#include "base/hash.h"
 #include "gpu/cuda.h"
 #include "gpu/device.h"
 #include "gpu/split.h"
@@ -47,6 +48,10 @@ typedef struct host_dev {
     uint8_t *region;
     uint64_t region_bytes;
     uint8_t *ballast;
+    const uint8_t *pinned; /* the host memory pin was given (uploads must read from it), and its bytes */
+    size_t pinned_len;
+    int pins;
+    uint64_t uploads;     /* host -> "device" copies (atomic: from every lane) */
     pthread_mutex_t mu;   /* live, samples, refused, calls */
     long live;            /* allocations not freed yet (region, staging blocks) */
     uint64_t samples, refused, again;
@@ -189,8 +194,22 @@ static int host_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, siz
 
 /* The copies, checked against the lanes the loader asked for (a lane is a CUDA stream there) */
 static int host_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
-    CHECK(lane < ((host_dev *)ctx)->lanes);
+    host_dev *h = ctx;
+    CHECK(lane < h->lanes);
+    if (h->pinned) /* from inside the page-locked memory, as a DMA needs */
+        CHECK((const uint8_t *)src >= h->pinned && (const uint8_t *)src + n <= h->pinned + h->pinned_len);
+    __atomic_fetch_add(&h->uploads, 1, __ATOMIC_RELAXED);
     return hd_upload(ctx, lane, dst, src, n);
+}
+
+/* Records what it is given: once, before any upload, page-aligned. */
+static int host_pin(void *ctx, void *host, size_t n, char *err, size_t errlen) {
+    host_dev *h = ctx;
+    (void)err, (void)errlen;
+    CHECK(h->pins == 0 && h->uploads == 0 && host != NULL && n > 0);
+    CHECK_EQ((uintptr_t)host % 4096, 0);
+    h->pinned = host, h->pinned_len = n, h->pins++;
+    return 0;
 }
 
 static int host_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
@@ -262,7 +281,7 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     the_host = h;
     *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,         cfg->engines,    host_decode,
                          host_region, host_upload,   host_move, host_download,    host_stage_alloc,
-                         host_stage_free, host_stats, host_close, NULL};
+                         host_stage_free, host_stats, host_close, NULL, host_pin};
     return 0;
 }
 
@@ -578,6 +597,37 @@ TEST(gpu_loader_auto_splits_between_the_engines) {
     CHECK_LE(n, st.gpu_samples + st.cpu_samples);
     free(b.px);
     sl_loader_destroy(ld);
+    free(d);
+}
+
+/* The slots' host memory is page-locked once for the uploads of CPU-decoded
+ * samples, and every upload reads from it; SLUICE_GPU_PIN_SLOTS=0 leaves
+ * it pageable; the bytes are the same either way. */
+TEST(gpu_loader_uploads_read_the_pinned_slots) {
+    fx_dataset *d = fx_new(96, 2, 64, 300);
+    uint64_t sum[2] = {0, 0};
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("SLUICE_GPU_PIN_SLOTS", "0", 1);
+        use_host((host_opts){.refuse_width = d->w[3]}); /* some samples decoded on the CPU, uploaded */
+        sl_config c = base_config(d, SL_DECODE_GPU, 3);
+        sl_loader *ld = fx_open(&c);
+        seen b = {0};
+        uint64_t n = 0;
+        while (next(ld, &b) == 0) n += b.n, sum[off] = sl__hash64(b.px, (size_t)b.n * PX, sum[off]);
+        CHECK_EQ(n, 96);
+        CHECK(the_host->uploads > 0);
+        CHECK_EQ(the_host->pins, off ? 0 : 1);
+        void *base;
+        size_t len;
+        if (!off) { /* the slots' whole region, fixed for life */
+            CHECK_OK(sl_loader_slot_region(ld, &base, &len));
+            CHECK(the_host->pinned == base && the_host->pinned_len == len);
+        }
+        free(b.px);
+        sl_loader_destroy(ld);
+    }
+    unsetenv("SLUICE_GPU_PIN_SLOTS");
+    CHECK_EQ(sum[0], sum[1]);
     free(d);
 }
 
