@@ -549,6 +549,7 @@ def bench_train(a, name, root, files, labels):
             r_trace = trace_steps(a, step)
     r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
          "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS", "1") != "0",
+         "ab": os.environ.get("SLUICE_AB"), "sluice_from": os.path.dirname(sluice.__file__),
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cores": cores_used(c0, c1, dt)}
     r.update(sluice_window(a, s0, dt))

@@ -17,12 +17,16 @@
 #     pin    the rows that upload CPU-decoded samples (decode auto, the default) with the slots'
 #            host memory page-locked (the library's default) and pageable (SLUICE_GPU_PIN_SLOTS=0),
 #            in turns, twice
+#     ab     the rows that upload CPU-decoded samples (auto 16 workers, the default) with this tree's
+#            library beside BASE's (a `git archive` tarball of an older commit, built in /tmp/sluice-base
+#            with the same bundle): BASE as it is, BASE with SLUICE_GPU_PIN_SLOTS=0, this tree, in
+#            turns, twice
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
 #            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
 #
 # Environment: DEPS (the bundle, .devvideo), OUT (/tmp/train-diag), IMAGES (6,000: the set made by
-# gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most).
+# gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most), BASE (ab).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEPS=${DEPS:-.devvideo} OUT=${OUT:-/tmp/train-diag}
@@ -70,6 +74,22 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
       done
     done
     ;;
+  ab)
+    [ -f "${BASE:-}" ] || { echo "train_diag.sh ab: BASE names no tarball" >&2; exit 2; }
+    B=/tmp/sluice-base
+    rm -rf $B && mkdir -p $B && tar -xzf "$BASE" -C $B || exit 1
+    (. bench/host_env.sh && cmake -S $B -B $B/build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v python3)" \
+      >"$OUT/base-build.log" 2>&1 && cmake --build $B/build -j "$(nproc)" --target _sluice _gpu >>"$OUT/base-build.log" 2>&1) ||
+      { tail -20 "$OUT/base-build.log"; exit 1; }
+    row $G train $TR --loaders synthetic
+    for r in 1 2; do
+      for l in "sluice-gpu --workers 16" "sluice-default --workers 0"; do
+        row env PYTHONPATH=$B/python SLUICE_AB=base $G train $TR --loaders $l
+        row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
+        row env SLUICE_AB=new $G train $TR --loaders $l
+      done
+    done
+    ;;
   probe)
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
     P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so --"
@@ -84,7 +104,7 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
 done
 python3 - "$R" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
-keys = ["run", "loader", "workers", "gpu_engines", "worker_nice", "pin_slots", "images_per_s", "model_images_per_s",
+keys = ["run", "ab", "loader", "workers", "gpu_engines", "worker_nice", "pin_slots", "images_per_s", "model_images_per_s",
         "loader_images_per_s", "consumer_wait_fraction", "gpu_share", "win_gpu_samples_per_s",
         "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "trace"]
 for line in open(sys.argv[1]):

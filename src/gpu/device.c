@@ -85,6 +85,13 @@ static int dev_region(void *ctx, uint64_t bytes, uint64_t *base, char *err, size
 
 enum { COPY_HTOD, COPY_DTOD, COPY_DTOH };
 
+/* Wait for what the lane's stream holds (r: the queueing's result). */
+static int lane_wait(cuda_dev *d, uint32_t lane, sl_CUresult r) {
+    if (!r) r = d->cu->cuEventRecord(d->lane_ev[lane], d->lanes[lane]);
+    if (!r) r = d->cu->cuEventSynchronize(d->lane_ev[lane]); /* sleeps: no spinning beside the model's launches */
+    return r ? SL_EIO : 0;
+}
+
 /* Run one copy on the lane's stream and wait for it. */
 static int lane_copy(cuda_dev *d, uint32_t lane, int kind, uint64_t dev_dst, void *host_dst, uint64_t dev_src,
                      const void *host_src, size_t n) {
@@ -95,9 +102,17 @@ static int lane_copy(cuda_dev *d, uint32_t lane, int kind, uint64_t dev_dst, voi
     if (!r) r = kind == COPY_HTOD   ? cu->cuMemcpyHtoDAsync(dev_dst, host_src, n, s)
                 : kind == COPY_DTOD ? cu->cuMemcpyDtoDAsync(dev_dst, dev_src, n, s)
                                     : cu->cuMemcpyDtoHAsync(host_dst, dev_src, n, s);
-    if (!r) r = cu->cuEventRecord(d->lane_ev[lane], s);
-    if (!r) r = cu->cuEventSynchronize(d->lane_ev[lane]); /* sleeps: no spinning beside the model's launches */
-    return r ? SL_EIO : 0;
+    return lane_wait(d, lane, r);
+}
+
+/* n copies host -> device queued on the lane's stream, one wait for all. */
+static int dev_upload_runs(void *ctx, uint32_t lane, uint32_t n, const uint64_t *dst, const void *const *src,
+                           const size_t *len) {
+    cuda_dev *d = ctx;
+    if (lane >= d->nlanes) return SL_EINVAL;
+    sl_CUresult r = d->cu->cuCtxSetCurrent(d->ctx);
+    for (uint32_t i = 0; i < n && !r; i++) r = d->cu->cuMemcpyHtoDAsync(dst[i], src[i], len[i], d->lanes[lane]);
+    return lane_wait(d, lane, r);
 }
 
 static int dev_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
@@ -255,11 +270,12 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     if (cfg->video) {
         *out = (sl__gpu_dev){d,        SL_DEVICE_CUDA, cfg->device, 0,    NULL,        dev_region, dev_upload,
-                             dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip, dev_pin};
+                             dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip, dev_pin,
+                             dev_upload_runs};
         return 0;
     }
     *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    d->nengines, dev_decode, dev_region, dev_upload,
                          dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close, NULL,
-                         dev_pin};
+                         dev_pin,    dev_upload_runs};
     return 0;
 }

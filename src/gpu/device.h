@@ -19,10 +19,10 @@
  * counted in the host budget given to open.
  *
  * Threads: decode is called by one thread per engine at a time (the
- * loader's GPU threads, one for each); upload, move and download by one
- * thread per lane at a time (each worker is a lane, the committer has its
- * own); stage_alloc, stage_free and stats from any thread; pin before the
- * threads start.
+ * loader's GPU threads, one for each); upload, upload_runs, move and
+ * download by one thread per lane at a time (each worker is a lane, the
+ * committer has its own); stage_alloc, stage_free and stats from any
+ * thread; pin before the threads start.
  */
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
@@ -88,6 +88,11 @@ typedef struct sl__gpu_dev {
      * the memory after close. 0, or SL_EIO with err (uploads stay pageable).
      * NULL: the device has no use for it. */
     int (*pin)(void *ctx, void *host, size_t n, char *err, size_t errlen);
+    /* n copies host -> device (src[i] to dst[i], len[i] bytes; no two
+     * overlap) on the lane, complete on return: readable from any stream.
+     * One wait for them all. 0 or SL_EIO. */
+    int (*upload_runs)(void *ctx, uint32_t lane, uint32_t n, const uint64_t *dst, const void *const *src,
+                       const size_t *len);
 } sl__gpu_dev;
 
 typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err,

@@ -594,6 +594,15 @@ static uint32_t decoded(const sl_batch *s, uint32_t B) {
     return n;
 }
 
+/* Position j of slot ctx was decoded on the CPU but its copy to the
+ * device failed: a failed sample, recorded by the commit as any other. */
+static void upload_lost(void *ctx, uint32_t j) {
+    sl_batch *s = ctx;
+    s->ok[j] = 0;
+    s->err[j] = (uint8_t)-SL_EIO;
+    sl__msg(s->reasons + (size_t)j * SL_REASON_LEN, SL_REASON_LEN, "copying the decoded image to the GPU failed");
+}
+
 /* A commit pass: settle holes (a refill round, refill.c, if any can be
  * filled: returns 1 and the batch goes on filling), else decide n and
  * whether the epoch ends here (returns 0). Runs outside mu by the one
@@ -601,6 +610,8 @@ static uint32_t decoded(const sl_batch *s, uint32_t B) {
 static int commit_slot(sl__engine *e, sl_batch *s) {
     const sl__conf *c = e->conf;
     uint64_t B = c->B, k = s->batch, T = e->tail, top = T, P = e->pad, bottom = P;
+    /* the CPU-decoded images to the device first: a failed copy fails its samples, as a decode would */
+    sl__gstage_flush(e->gs, s->id, s->base, s->ok, SL_MAX(s->nominal, (uint32_t)B), upload_lost, s);
     if (s->rf_passes == 0) commit_nominal(e, s, T);
     uint32_t m = c->cfg.on_error == SL_ON_ERROR_SKIP ? sl__refill_pass(s, c, e->gs, e->log, &T, &P) : 0;
     if (sl__guard_pass(e->guard, s->epoch, s->nerr, decoded(s, (uint32_t)B), m == 0)) {

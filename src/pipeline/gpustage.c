@@ -23,10 +23,19 @@
  * reproducible.
  *
  * Completion. A position is done (its pending count drops) when its pixels
- * are on the device: the GPU thread after its call returned (the engine
- * waited for the stream), a worker after its synchronous upload. So a batch
- * is READY exactly as on the CPU path, and the device batch is complete
- * for any stream then. What the engine hands back (not a JPEG it takes,
+ * are written: the GPU thread's after its call returned (the engine waited
+ * for the stream), on the device; a worker's CPU decode in the slot's host
+ * block, marked host_only. The committer, which alone settles a batch,
+ * uploads a batch's host_only positions (runs of neighbours, one lane,
+ * one wait: sl__gstage_flush) before anything else of the commit, so a
+ * batch is READY exactly as on the CPU path, and the device batch is
+ * complete for any stream then. (One thread's few copies a batch, from
+ * page-locked slots, where a copy and a wait from every worker for every
+ * sample held the CUDA driver's locks thousands of times a second against
+ * the training loop's launches: bench/README.md, "GPU host, 2026-11-27,
+ * third session".) A video clip the worker decodes is uploaded by it.
+ *
+ * Handbacks. What the engine hands back (not a JPEG it takes,
  * corrupt data, pool full) is claimed by workers before any other work and
  * decoded on the CPU from the file: a corrupt file becomes the CPU path's
  * error record.
@@ -226,8 +235,13 @@ static int open_sync(sl__gstage *g) {
  * budget, freed in one place (free_tables). */
 static int open_tables(sl__gstage *g) {
     uint32_t m = g->max_batch, E = g->engines;
-    sl__part parts[2 + 8 * SL_GPU_MAX_ENGINES] = {{&g->q, g->qcap, sizeof *g->q}, {&g->back, g->qcap, sizeof *g->back}};
-    size_t np = 2;
+    sl__part parts[6 + 8 * SL_GPU_MAX_ENGINES] = {{&g->q, g->qcap, sizeof *g->q},
+                                                  {&g->back, g->qcap, sizeof *g->back},
+                                                  {&g->host_only, g->qcap, sizeof *g->host_only},
+                                                  {&g->fl_dst, g->conf->B, sizeof *g->fl_dst},
+                                                  {&g->fl_src, g->conf->B, sizeof *g->fl_src},
+                                                  {&g->fl_len, g->conf->B, sizeof *g->fl_len}};
+    size_t np = 6;
     for (uint32_t k = 0; k < E; k++) {
         sl__gcall *c = &g->calls[k];
         const sl__part call[8] = {{&c->cur, m, sizeof *c->cur},      {&c->status, m, sizeof *c->status},
@@ -244,6 +258,8 @@ static void free_tables(sl__gstage *g) {
     sl__free(g->conf->budget, g->tables);
     g->tables = NULL;
     g->q = g->back = NULL;
+    g->host_only = NULL;
+    g->fl_dst = NULL, g->fl_src = NULL, g->fl_len = NULL;
     for (uint32_t k = 0; k < SL_GPU_MAX_ENGINES; k++) {
         sl__gcall *c = &g->calls[k];
         c->cur = NULL, c->status = c->cstatus = NULL, c->which = NULL, c->data = NULL, c->len = NULL;
@@ -601,16 +617,20 @@ int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *r
         return 0;
     }
     if (*rc) return 0;
-    const sl__layout *L = &g->conf->layout;
     uint32_t j = h->pos;
-    uint64_t c0 = sl__now_ns();
-    int up = g->dev.upload(g->dev.ctx, h->lane, dev_addr(g, h->slot_id, j), sl__layout_at(L, base, g->out, j),
-                           g->sample_bytes);
-    atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
-    if (up) {
-        sl__msg(reason, SL_REASON_MAX, "copying the decoded image to the GPU failed");
-        *rc = SL_EIO;
-        return 0;
+    if (!g->video) {
+        g->host_only[h->slot_id * g->conf->B + j] = 1; /* the commit's flush uploads it */
+    } else {
+        const sl__layout *L = &g->conf->layout;
+        uint64_t c0 = sl__now_ns();
+        int up = g->dev.upload(g->dev.ctx, h->lane, dev_addr(g, h->slot_id, j), sl__layout_at(L, base, g->out, j),
+                               g->sample_bytes);
+        atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
+        if (up) {
+            sl__msg(reason, SL_REASON_MAX, "copying the decoded clip to the GPU failed");
+            *rc = SL_EIO;
+            return 0;
+        }
     }
     atomic_fetch_add(&g->cpu_samples, 1);
     uint64_t dt = sl__now_ns() - t0_ns, old = atomic_load(&g->cpu_ns);
@@ -653,10 +673,43 @@ void sl__gstage_reset(sl__gstage *g) {
 
 void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
     if (!g->on) return;
+    if (!g->video) {
+        uint8_t *mark = g->host_only + (size_t)slot_id * g->conf->B;
+        int host = mark[a];
+        mark[b] = mark[a], mark[a] = 0;
+        if (host) return; /* the host block's move carried it: the flush uploads it from b */
+    }
     uint64_t c0 = sl__now_ns();
     if (g->dev.move(g->dev.ctx, g->conf->nworkers, dev_addr(g, slot_id, b), dev_addr(g, slot_id, a), g->sample_bytes))
         atomic_store(&g->failed, 1);
     atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
+}
+
+uint32_t sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
+                          void (*lost)(void *ctx, uint32_t j), void *ctx) {
+    if (!g->on || g->video) return 0;
+    const sl__layout *L = &g->conf->layout;
+    uint8_t *mark = g->host_only + (size_t)slot_id * g->conf->B;
+    uint32_t runs = 0, failed = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (!mark[j] || !ok[j]) continue;
+        uint64_t at = dev_addr(g, slot_id, j);
+        if (runs && g->fl_dst[runs - 1] + g->fl_len[runs - 1] == at) {
+            g->fl_len[runs - 1] += g->sample_bytes;
+        } else {
+            g->fl_dst[runs] = at, g->fl_src[runs] = sl__layout_at(L, base, g->out, j);
+            g->fl_len[runs++] = g->sample_bytes;
+        }
+    }
+    uint64_t c0 = sl__now_ns();
+    if (runs && g->dev.upload_runs(g->dev.ctx, g->conf->nworkers, runs, g->fl_dst, g->fl_src, g->fl_len)) {
+        atomic_store(&g->failed, 1); /* the device is gone: nothing more is offered */
+        for (uint32_t j = 0; j < n; j++)
+            if (mark[j] && ok[j]) lost(ctx, j), failed++;
+    }
+    atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
+    memset(mark, 0, n);
+    return failed;
 }
 
 int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t *hash, uint32_t n) {
@@ -744,6 +797,7 @@ void sl__gstage_settle(sl__gstage *g, sl__gcall *c, uint32_t n, int rc, const ch
         stage_release(g, it);
         if (it->gen != gen) continue; /* a reset waits for this call, then frees the slot */
         if (c->status[i] == SL_GPU_DONE) {
+            g->host_only[it->item.pos] = 0; /* on the device: a mark left by a reset's fill is stale */
             atomic_fetch_add(&g->gpu_samples, 1);
             done(ctx, it->slot);
         } else {

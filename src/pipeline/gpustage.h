@@ -6,10 +6,13 @@
  * it instead of decoding; the GPU threads (one per engine, gpu_engines)
  * take calls of up to max_batch samples from the one queue and decode them
  * straight into the slots' device memory; what the
- * engine hands back is claimed by workers first (handbacks). CPU-decoded
- * positions are uploaded by the worker that decoded them, so a position is
- * complete on the device when its pending count drops; compaction moves
- * device positions too (sl__gstage_move).
+ * engine hands back is claimed by workers first (handbacks). An image the
+ * worker decoded on the CPU stays in the slot's host block (host_only) and
+ * the committer uploads all of a batch's at once (sl__gstage_flush), before
+ * it settles the batch, so a batch is complete on the device when it is
+ * READY; compaction moves a position's flag, or its device bytes
+ * (sl__gstage_move). A video clip decoded on the CPU is uploaded by its
+ * worker.
  *
  * The stage knows slots only by id and as opaque pointers it hands back;
  * the engine runs each GPU thread's loop (take, run, settle) and holds the
@@ -110,7 +113,13 @@ typedef struct sl__gstage {
     _Atomic int failed;      /* the device stopped: nothing more is offered */
     uint32_t engines;        /* GPU threads, one per engine of the device */
     sl__gcall calls[SL_GPU_MAX_ENGINES];
-    void *tables;            /* one block: q, back and every call's arrays */
+    void *tables;            /* one block: q, back, host_only and every call's arrays */
+    uint8_t *host_only;      /* by position (slot id * B + j), images only: its pixels are in the slot's
+                                host block only (a CPU decode), for the committer's flush; written by
+                                whoever settles the position, read and cleared by the committer */
+    uint64_t *fl_dst;        /* the flush's runs, B at most (the committer's) */
+    const void **fl_src;
+    size_t *fl_len;
     /* stats */
     _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
     _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
@@ -209,9 +218,10 @@ void sl__gstage_hand_init(sl__ghand *h, sl__gstage *g, uint32_t lane);
 /* Worker side, around one fill of position j of slot s (id slot_id):
  * begin sets the defer hook (cpu_only: a handback, never offered); end
  * settles it: returns 1 when the GPU took the sample (queue it with
- * sl__gstage_push, under the engine's lock), else 0 after uploading a CPU
- * decode (rc 0: the output is at base, the slot's block) to the device; a
- * failed upload becomes rc, with reason (SL_REASON_MAX bytes) saying so. */
+ * sl__gstage_push, under the engine's lock), else 0 after settling a CPU
+ * decode (rc 0: the output is at base, the slot's block): an image is
+ * marked for the commit's flush, a video clip uploaded now (a failed upload
+ * becomes rc, with reason, SL_REASON_MAX bytes, saying so). */
 void sl__gstage_begin(sl__ghand *h, sl_batch *s, uint32_t slot_id, uint32_t j, uint64_t sample, uint64_t epoch,
                       int cpu_only);
 int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *reason);
@@ -228,8 +238,16 @@ int sl__gstage_take_back(sl__gstage *g, uint64_t gen, sl_batch **s, uint32_t *j,
  * handbacks. */
 void sl__gstage_reset(sl__gstage *g);
 /* The committer moves position a of slot slot_id to b on the device too
- * (lane: the committer's). */
+ * (lane: the committer's), or only its host_only mark. */
 void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b);
+/* The committer, at the start of each commit pass of slot slot_id (host
+ * block base; positions [0, n), ok[j] the decoded ones): upload every ok
+ * position still host_only, one copy a run of neighbours, complete on
+ * return. If the copy fails, the stage stops offering and lost(ctx, j) is
+ * called for each of those positions (the caller fails them as a decode
+ * would); returns their count. */
+uint32_t sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
+                          void (*lost)(void *ctx, uint32_t j), void *ctx);
 /* SL_FLAG_CHECKSUM, the committer: fold the device bytes of the n delivered
  * positions of slot slot_id into hash[0, n) (copied back through the
  * field's place in the slot's host block base). 0, or SL_EIO (the device

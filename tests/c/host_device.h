@@ -16,6 +16,12 @@ FX_FN int hd_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, siz
     return 0;
 }
 
+FX_FN int hd_upload_runs(void *ctx, uint32_t lane, uint32_t n, const uint64_t *dst, const void *const *src,
+                         const size_t *len) {
+    for (uint32_t i = 0; i < n; i++) hd_upload(ctx, lane, dst[i], src[i], len[i]);
+    return 0;
+}
+
 FX_FN int hd_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
     return hd_upload(ctx, lane, dst, (const void *)(uintptr_t)src, n);
 }
