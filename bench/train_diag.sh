@@ -19,8 +19,8 @@
 #            in turns, twice
 #     ab     the rows that upload CPU-decoded samples (auto 16 workers, the default) with this tree's
 #            library beside BASE's (a `git archive` tarball of an older commit, built in /tmp/sluice-base
-#            with the same bundle): BASE as it is, BASE with SLUICE_GPU_PIN_SLOTS=0, this tree, in
-#            turns, twice
+#            with the same bundle, once a machine): BASE as it is, BASE with SLUICE_GPU_PIN_SLOTS=0, this
+#            tree, in turns, AB_ROUNDS (2) times
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
 #            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
@@ -76,13 +76,17 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     ;;
   ab)
     [ -f "${BASE:-}" ] || { echo "train_diag.sh ab: BASE names no tarball" >&2; exit 2; }
-    B=/tmp/sluice-base
-    rm -rf $B && mkdir -p $B && tar -xzf "$BASE" -C $B || exit 1
-    (. bench/host_env.sh && cmake -S $B -B $B/build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v python3)" \
-      >"$OUT/base-build.log" 2>&1 && cmake --build $B/build -j "$(nproc)" --target _sluice _gpu >>"$OUT/base-build.log" 2>&1) ||
-      { tail -20 "$OUT/base-build.log"; exit 1; }
+    B=/tmp/sluice-base sum=$(sha256sum <"$BASE")
+    if [ "$(cat $B/.from 2>/dev/null)" != "$sum" ]; then # built once a machine
+      rm -rf $B && mkdir -p $B && tar -xzf "$BASE" -C $B || exit 1
+      (. bench/host_env.sh && cmake -S $B -B $B/build -DCMAKE_BUILD_TYPE=Release \
+        -DPython3_EXECUTABLE="$(command -v python3)" >"$OUT/base-build.log" 2>&1 &&
+        cmake --build $B/build -j "$(nproc)" --target _sluice _gpu >>"$OUT/base-build.log" 2>&1) ||
+        { tail -20 "$OUT/base-build.log"; exit 1; }
+      echo "$sum" >$B/.from
+    fi
     row $G train $TR --loaders synthetic
-    for r in 1 2; do
+    for r in $(seq ${AB_ROUNDS:-2}); do
       for l in "sluice-gpu --workers 16" "sluice-default --workers 0"; do
         row env PYTHONPATH=$B/python SLUICE_AB=base $G train $TR --loaders $l
         row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
