@@ -21,6 +21,8 @@
 #            library beside BASE's (a `git archive` tarball of an older commit, built in /tmp/sluice-base
 #            with the same bundle, once a machine): BASE as it is, BASE with SLUICE_GPU_PIN_SLOTS=0, this
 #            tree, in turns, AB_ROUNDS (2) times
+#     engines  the default, decode gpu at 8 workers and decode auto at 16 with one GPU engine and with
+#            two, in turns, twice (whether the default should take two where the cores allow)
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
 #            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
@@ -91,6 +93,14 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
         row env PYTHONPATH=$B/python SLUICE_AB=base $G train $TR --loaders $l
         row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
         row env SLUICE_AB=new $G train $TR --loaders $l
+      done
+    done
+    ;;
+  engines)
+    row $G train $TR --loaders synthetic
+    for r in 1 2; do
+      for l in "sluice-default --workers 0" "sluice-gpuonly --workers 8" "sluice-gpu --workers 16"; do
+        for n in 1 2; do row $G train $TR --loaders $l --gpu-engines $n; done
       done
     done
     ;;
