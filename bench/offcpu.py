@@ -16,9 +16,9 @@ Python frames of the main thread and, with --probe, its most common native calle
 (the first frames outside libc and libpthread) and stacks. Needs no debugger (the GPU host has
 none); Linux only.
 """
-import ctypes
 import argparse
 import collections
+import ctypes
 import json
 import os
 import re
@@ -78,6 +78,7 @@ def main_frames(text, pid):
 
 
 NATIVE_SKIP = ("libc.so", "libpthread", "ld-linux", "libstackprobe", "stackprobe")
+SYS_TGKILL = 234  # x86_64: a signal to one thread of another process
 
 
 def native_summary(path, main_tid):
@@ -118,7 +119,8 @@ def main():
     err = tempfile.TemporaryFile(mode="w+")
     env, probe_out = dict(os.environ), None
     if a.probe:
-        probe_out = tempfile.mktemp(prefix="stackprobe.")
+        with tempfile.NamedTemporaryFile(prefix="stackprobe.", delete=False) as f:
+            probe_out = f.name  # the probe writes it at the child's exit
         env["LD_PRELOAD"] = os.path.abspath(a.probe) + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["STACKPROBE_OUT"] = probe_out
     libc = ctypes.CDLL(None, use_errno=True)
@@ -132,7 +134,7 @@ def main():
             what = sample(child.pid, tid)
             counts[grp][what] += 1
             if probe_out and tid == str(child.pid) and what.startswith("S futex"):
-                libc.syscall(234, child.pid, child.pid, signal.SIGUSR2)  # tgkill: this thread only
+                libc.syscall(SYS_TGKILL, child.pid, child.pid, signal.SIGUSR2)
         n += 1
         if time.monotonic() >= next_dump:
             child.send_signal(signal.SIGUSR1)
@@ -148,6 +150,7 @@ def main():
          "main_python": [[f, v] for f, v in frames.most_common(10)], "dumps": sum(frames.values())}
     if probe_out:
         r.update(native_summary(probe_out, child.pid))
+        os.unlink(probe_out)
     print(json.dumps(r), flush=True)
     tail = [ln for ln in text.splitlines() if not ln.startswith(("Thread 0x", "Current thread", "  File"))]
     sys.stdout.write("".join(ln + "\n" for ln in tail[-5:] if ln.strip()))
