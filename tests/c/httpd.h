@@ -96,6 +96,15 @@ HD_FN void hd_faults(hd_server *s, int kind, int every, int limit) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Faults served since hd_faults (read under the server's lock: its
+ * connection threads write the count). */
+HD_FN int hd_faulted(hd_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->faulted;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 /* Add a delay drawn uniformly from [lo_us, hi_us] before each answer (a
  * seeded generator: the same delays in the same request order). */
 HD_FN void hd_latency(hd_server *s, uint32_t lo_us, uint32_t hi_us, uint64_t seed) {

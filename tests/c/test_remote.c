@@ -177,7 +177,7 @@ TEST(faults_same_bytes_no_error_record) {
     CHECK_EQ(h, want);
     CHECK_EQ(st.errors, 0);
     CHECK(st.net_retries > 0);
-    CHECK(s.srv->faulted > 0);
+    CHECK(hd_faulted(s.srv) > 0);
     down(&s);
 }
 
