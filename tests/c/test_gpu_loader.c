@@ -363,6 +363,18 @@ static int next(sl_loader *ld, seen *b) {
     return 0;
 }
 
+/* Open c and take one epoch (its pixels read back, then dropped): the
+ * loader, still open for the caller's checks, and its stats after it. */
+static sl_loader *open_drained(sl_config c, sl_stats *st) {
+    sl_loader *ld = fx_open(&c);
+    seen b = {0};
+    while (next(ld, &b) == 0) {
+    }
+    free(b.px);
+    CHECK_OK(sl_loader_stats(ld, st));
+    return ld;
+}
+
 static sl_config base_config(const fx_dataset *d, int decode, uint32_t workers) {
     sl_config c;
     sl_config_init(&c);
@@ -560,13 +572,8 @@ TEST(gpu_loader_same_batches_and_records_as_the_cpu) {
         CHECK(worst <= (real ? 4.0 : 2.0));
         if (!real) CHECK(mean <= 0.3);
     }
-    sl_config c = base_config(d, SL_DECODE_GPU, 4);
-    sl_loader *ld = fx_open(&c);
-    seen b = {0};
-    while (next(ld, &b) == 0) {
-    }
     sl_stats st;
-    CHECK_OK(sl_loader_stats(ld, &st));
+    sl_loader *ld = open_drained(base_config(d, SL_DECODE_GPU, 4), &st);
     printf("gpu %llu cpu %llu handed back %llu; %s\n", (unsigned long long)st.gpu_samples,
            (unsigned long long)st.cpu_samples, (unsigned long long)st.gpu_handed_back, st.decode_reason);
     CHECK_EQ(st.decode, SL_DECODE_GPU);
@@ -574,7 +581,6 @@ TEST(gpu_loader_same_batches_and_records_as_the_cpu) {
     CHECK(st.gpu_handed_back >= 1); /* the bad table: back to the CPU, whose decoder records it */
     CHECK_EQ(st.errors, 7);
     CHECK(st.mem[SL_MEM_PINNED] > 0 || !real);
-    free(b.px);
     sl_loader_destroy(ld);
     free(d);
 }
@@ -625,13 +631,8 @@ TEST(gpu_loader_uploads_read_the_pinned_slots) {
         use_host((host_opts){.refuse_odd = 1});
         compare_runs(base_config(d, SL_DECODE_GPU, 3), base_config(d, SL_DECODE_CPU, 3), 2, &worst, &mean);
         CHECK(worst <= 2.0); /* a CPU sample's flag lost in a move would show as zeros */
-        sl_config c = base_config(d, SL_DECODE_GPU, 3);
-        sl_loader *ld = fx_open(&c);
-        seen b = {0};
-        while (next(ld, &b) == 0) {
-        }
         sl_stats st;
-        CHECK_OK(sl_loader_stats(ld, &st));
+        sl_loader *ld = open_drained(base_config(d, SL_DECODE_GPU, 3), &st);
         CHECK(st.cpu_samples > 0);
         CHECK(the_host->uploads > 0 && the_host->flushes > 0);
         CHECK(the_host->flushes < the_host->uploads || the_host->uploads <= 10); /* neighbours in one copy */
@@ -642,7 +643,6 @@ TEST(gpu_loader_uploads_read_the_pinned_slots) {
             CHECK_OK(sl_loader_slot_region(ld, &base, &len));
             CHECK(the_host->pinned == base && the_host->pinned_len == len);
         }
-        free(b.px);
         sl_loader_destroy(ld);
     }
     unsetenv("SLUICE_GPU_PIN_SLOTS");
@@ -806,12 +806,8 @@ TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
     checksums(busy, 2, b, 40, &nb);
     CHECK_EQ(na, nb);
     for (int i = 0; i < na; i++) CHECK_EQ(a[i], b[i]);
-    sl_loader *ld = fx_open(&busy);
-    seen x = {0};
-    while (next(ld, &x) == 0) {
-    }
     sl_stats st;
-    CHECK_OK(sl_loader_stats(ld, &st));
+    sl_loader *ld = open_drained(busy, &st);
     host_counts hc = host_read();
     printf("prefer-gpu: gpu %llu cpu %llu handed back %llu, again %llu, calls %llu (%llu failed); %s\n",
            (unsigned long long)st.gpu_samples, (unsigned long long)st.cpu_samples,
@@ -821,7 +817,6 @@ TEST(gpu_loader_default_bytes_do_not_depend_on_workers_room_or_staging) {
     CHECK_STR_CONTAINS(st.decode_reason, "decode=prefer-gpu: 2 GPU engines on ");
     CHECK_EQ(st.gpu_engines, 2);
     CHECK(hc.again > 0);
-    free(x.px);
     sl_loader_destroy(ld);
     /* and the same pixels as decode=gpu, the batches and records of the CPU path */
     use_host((host_opts){.mark = 1});
