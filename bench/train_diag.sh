@@ -42,6 +42,23 @@ G="timeout -k 5 ${ROW_T:-90} python3 bench/gpu_decode.py $SET"
 TR="--arch resnet18 --batch 256 --steps ${STEPS:-60} --warmup 10"
 R=$OUT/rows.jsonl
 row() { echo "== $*" >&2; "$@" 2>>"$OUT/err.log" | tee -a "$R"; }
+# The synthetic ceiling, then ROUNDS rounds in which every loader given ("NAME --option ...") runs
+# through VARIANTS, a function that takes the loader and runs its rows side by side
+in_turns() {
+  local rounds=$1 variants=$2 l _
+  shift 2
+  row $G train $TR --loaders synthetic
+  for _ in $(seq "$rounds"); do
+    for l in "$@"; do "$variants" "$l"; done
+  done
+}
+pin_rows() { row $G train $TR --loaders $1; row env SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $1; }
+ab_rows() {
+  row env PYTHONPATH=$B/python SLUICE_AB=base $G train $TR --loaders $1
+  row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $1
+  row env SLUICE_AB=new $G train $TR --loaders $1
+}
+engine_rows() { for n in 1 2; do row $G train $TR --loaders $1 --gpu-engines $n; done; }
 for step in ${DIAG_STEPS:-rows trace nice}; do
   case $step in
   rows)
@@ -68,13 +85,7 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     done
     ;;
   pin)
-    row $G train $TR --loaders synthetic
-    for r in 1 2; do
-      for l in "sluice-gpu --workers 16" "sluice-default --workers 0" "sluice-gpuonly --workers 8"; do
-        row $G train $TR --loaders $l
-        row env SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
-      done
-    done
+    in_turns 2 pin_rows "sluice-gpu --workers 16" "sluice-default --workers 0" "sluice-gpuonly --workers 8"
     ;;
   ab)
     [ -f "${BASE:-}" ] || { echo "train_diag.sh ab: BASE names no tarball" >&2; exit 2; }
@@ -87,22 +98,10 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
         { tail -20 "$OUT/base-build.log"; exit 1; }
       echo "$sum" >$B/.from
     fi
-    row $G train $TR --loaders synthetic
-    for r in $(seq ${AB_ROUNDS:-2}); do
-      for l in "sluice-gpu --workers 16" "sluice-default --workers 0"; do
-        row env PYTHONPATH=$B/python SLUICE_AB=base $G train $TR --loaders $l
-        row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $l
-        row env SLUICE_AB=new $G train $TR --loaders $l
-      done
-    done
+    in_turns "${AB_ROUNDS:-2}" ab_rows "sluice-gpu --workers 16" "sluice-default --workers 0"
     ;;
   engines)
-    row $G train $TR --loaders synthetic
-    for r in 1 2; do
-      for l in "sluice-default --workers 0" "sluice-gpuonly --workers 8" "sluice-gpu --workers 16"; do
-        for n in 1 2; do row $G train $TR --loaders $l --gpu-engines $n; done
-      done
-    done
+    in_turns 2 engine_rows "sluice-default --workers 0" "sluice-gpuonly --workers 8" "sluice-gpu --workers 16"
     ;;
   probe)
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
