@@ -549,6 +549,9 @@ static uint64_t dev_addr(const sl__gstage *g, uint32_t slot_id, uint32_t j) {
     return g->region + (uint64_t)slot_id * g->slot_bytes + (uint64_t)j * g->sample_bytes;
 }
 
+/* Slot slot_id's host_only marks, by position (images only). */
+static uint8_t *marks(const sl__gstage *g, uint32_t slot_id) { return g->host_only + (size_t)slot_id * g->conf->B; }
+
 /* A video field's clip, planned by the worker: decoded on an NVDEC
  * session into its position's device memory (1), or back to the worker
  * (0) with the engine's reason left in the stage's counters. */
@@ -619,7 +622,7 @@ int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *r
     if (*rc) return 0;
     uint32_t j = h->pos;
     if (!g->video) {
-        g->host_only[h->slot_id * g->conf->B + j] = 1; /* the commit's flush uploads it */
+        marks(g, h->slot_id)[j] = 1; /* the commit's flush uploads it */
     } else {
         const sl__layout *L = &g->conf->layout;
         uint64_t c0 = sl__now_ns();
@@ -674,7 +677,7 @@ void sl__gstage_reset(sl__gstage *g) {
 void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
     if (!g->on) return;
     if (!g->video) {
-        uint8_t *mark = g->host_only + (size_t)slot_id * g->conf->B;
+        uint8_t *mark = marks(g, slot_id);
         int host = mark[a];
         mark[b] = mark[a], mark[a] = 0;
         if (host) return; /* the host block's move carried it: the flush uploads it from b */
@@ -685,12 +688,12 @@ void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
     atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
 }
 
-uint32_t sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
-                          void (*lost)(void *ctx, uint32_t j), void *ctx) {
-    if (!g->on || g->video) return 0;
+void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
+                      void (*lost)(void *ctx, uint32_t j), void *ctx) {
+    if (!g->on || g->video) return;
     const sl__layout *L = &g->conf->layout;
-    uint8_t *mark = g->host_only + (size_t)slot_id * g->conf->B;
-    uint32_t runs = 0, failed = 0;
+    uint8_t *mark = marks(g, slot_id);
+    uint32_t runs = 0;
     for (uint32_t j = 0; j < n; j++) {
         if (!mark[j] || !ok[j]) continue;
         uint64_t at = dev_addr(g, slot_id, j);
@@ -705,11 +708,10 @@ uint32_t sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const 
     if (runs && g->dev.upload_runs(g->dev.ctx, g->conf->nworkers, runs, g->fl_dst, g->fl_src, g->fl_len)) {
         atomic_store(&g->failed, 1); /* the device is gone: nothing more is offered */
         for (uint32_t j = 0; j < n; j++)
-            if (mark[j] && ok[j]) lost(ctx, j), failed++;
+            if (mark[j] && ok[j]) lost(ctx, j);
     }
     atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
     memset(mark, 0, n);
-    return failed;
 }
 
 int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t *hash, uint32_t n) {

@@ -245,9 +245,9 @@ void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b);
  * position still host_only, one copy a run of neighbours, complete on
  * return. If the copy fails, the stage stops offering and lost(ctx, j) is
  * called for each of those positions (the caller fails them as a decode
- * would); returns their count. */
-uint32_t sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
-                          void (*lost)(void *ctx, uint32_t j), void *ctx);
+ * would). */
+void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
+                      void (*lost)(void *ctx, uint32_t j), void *ctx);
 /* SL_FLAG_CHECKSUM, the committer: fold the device bytes of the n delivered
  * positions of slot slot_id into hash[0, n) (copied back through the
  * field's place in the slot's host block base). 0, or SL_EIO (the device
