@@ -21,8 +21,9 @@
 #            library beside BASE's (a `git archive` tarball of an older commit, built in /tmp/sluice-base
 #            with the same bundle, once a machine): BASE as it is, BASE with SLUICE_GPU_PIN_SLOTS=0, this
 #            tree, in turns, AB_ROUNDS (2) times
-#     engines  the default, decode gpu at 8 workers and decode auto at 16 with one GPU engine and with
-#            two, in turns, twice (whether the default should take two where the cores allow)
+#     engines  the default, decode gpu at 8 workers and decode auto at 16 (ENGINE_LOADERS, comma-
+#            separated) with each count of GPU engines in ENGINES ("1 2"), in turns, twice (whether
+#            the default should take two where the cores allow)
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
 #            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
@@ -58,7 +59,7 @@ ab_rows() {
   row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $1
   row env SLUICE_AB=new $G train $TR --loaders $1
 }
-engine_rows() { for n in 1 2; do row $G train $TR --loaders $1 --gpu-engines $n; done; }
+engine_rows() { for n in ${ENGINES:-1 2}; do row $G train $TR --loaders $1 --gpu-engines $n; done; }
 for step in ${DIAG_STEPS:-rows trace nice}; do
   case $step in
   rows)
@@ -101,7 +102,8 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     in_turns "${AB_ROUNDS:-2}" ab_rows "sluice-gpu --workers 16" "sluice-default --workers 0"
     ;;
   engines)
-    in_turns 2 engine_rows "sluice-default --workers 0" "sluice-gpuonly --workers 8" "sluice-gpu --workers 16"
+    IFS=, read -ra loaders <<<"${ENGINE_LOADERS:-sluice-default --workers 0,sluice-gpuonly --workers 8,sluice-gpu --workers 16}"
+    in_turns 2 engine_rows "${loaders[@]}"
     ;;
   probe)
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
