@@ -21,6 +21,8 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
                          where the library has it; "n/a" with the library's refusal where not),
                          budget --budget, gpu_budget --gpu-budget; any other key=value goes to
                          the Loader as it is (a number as an int), e.g. :gpu_engines=2
+  any row:env.NAME=VALUE  the row's process runs with NAME=VALUE in its environment, e.g.
+                         sluice:env.SLUICE_GPU_PIN_SLOTS=0 (the defaults, slots pageable)
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
                          + flip, pin_memory
   tvcuda:workers=W       DataLoader reading bytes (W processes, pin_memory), then per batch
@@ -212,12 +214,23 @@ class Sampler(threading.Thread):
 
 # ---- loaders: each yields (x, y) on the device; x uint8 [B,3,224,224] or already normalized ----
 def parse_row(spec):
+    """NAME and its options; env.NAME=VALUE items are the row process's environment (row_env)."""
     name, *kv = spec.split(":")
     opts = {}
     for item in kv:
         k, _, v = item.partition("=")
-        opts[k] = v
+        if not k.startswith("env."):
+            opts[k] = v
     return name, opts
+
+
+def row_env(spec):
+    env = dict(os.environ)
+    for item in spec.split(":")[1:]:
+        k, _, v = item.partition("=")
+        if k.startswith("env."):
+            env[k[4:]] = v
+    return env
 
 
 def synthetic_batches(a, info, opts, dev):
@@ -712,7 +725,7 @@ def run_child(a, row, arch):
     """The row's JSON line from a process group of its own, killed at --row-timeout."""
     t0 = time.perf_counter()
     p = subprocess.Popen(child_cmd(a, row, arch), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env=row_env(row))
     try:
         out, err = p.communicate(timeout=a.row_timeout)
         timed_out = False

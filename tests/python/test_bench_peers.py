@@ -123,3 +123,10 @@ def test_wheel_members_dropped_with_their_record_lines(tmp_path):
     with zipfile.ZipFile(dst) as z:  # no --drop: every member, LZMA
         assert len(z.namelist()) == 5 and all(i.compress_type == zipfile.ZIP_LZMA for i in z.infolist())
         assert z.read("w-1.0.dist-info/RECORD").decode() == record
+
+
+def test_env_items_are_the_rows_environment_not_loader_options():
+    assert gpu_peers.parse_row("sluice:env.SLUICE_GPU_PIN_SLOTS=0") == ("sluice", {})
+    assert gpu_peers.parse_row("sluice:decode=gpu:env.A=1:workers=8") == ("sluice", {"decode": "gpu", "workers": "8"})
+    env = gpu_peers.row_env("sluice:decode=gpu:env.A=1:env.B=x=y")
+    assert env["A"] == "1" and env["B"] == "x=y" and env["PATH"] == os.environ["PATH"]
