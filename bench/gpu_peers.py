@@ -16,11 +16,12 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
 --sweep-decodes):
   synthetic              one batch made on the device once, reused: the ceiling (train, ddp)
   sluice                 sluice.torch.Loader(LIST, batch_size=B, bf16, channels_last) and nothing
-                         else: the library's defaults (workers, budget, decode="auto")
+                         else: the library's defaults (workers, budget, decode="prefer-gpu")
   sluice:decode=D:workers=W   the static sweep (D cpu|gpu|auto, W a number or "auto": the tuner,
                          where the library has it; "n/a" with the library's refusal where not),
-                         budget --budget, gpu_budget --gpu-budget; any other key=value goes to
-                         the Loader as it is (a number as an int), e.g. :gpu_engines=2
+                         budget --budget, gpu_budget --gpu-budget (either given: decode auto and
+                         those budgets); any other key=value goes to the Loader as it is (a number
+                         as an int): sluice:gpu_engines=2 is the defaults with two engines
   any row:env.NAME=VALUE  the row's process runs with NAME=VALUE in its environment, e.g.
                          sluice:env.SLUICE_GPU_PIN_SLOTS=0 (the defaults, slots pageable)
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
@@ -244,22 +245,29 @@ def synthetic_batches(a, info, opts, dev):
         yield x, y
 
 
-def sluice_batches(a, info, opts, dev):
-    import torch
-    import sluice.torch as st
-
+def sluice_kwargs(a, opts, cuda):
+    """The Loader's arguments for a sluice row: none (the library's defaults) but the row's options,
+    or with decode or workers named, the sweep's settings (decode auto, --budget, --gpu-budget)."""
     kw = {}
-    if opts:  # the sweep's settings; no option at all: the library's defaults
+    if "decode" in opts or "workers" in opts:  # the sweep's settings (decode auto, --budget, --gpu-budget)
         w = opts.get("workers", "")
         if w:
             kw["workers"] = w if w == "auto" else int(w)
         kw["decode"] = opts.get("decode", "auto")
         kw["budget"] = opts.get("budget", a.budget)
-        if kw["decode"] != "cpu" and dev.type == "cuda":
+        if kw["decode"] != "cpu" and cuda:
             kw["gpu_budget"] = opts.get("gpu_budget", a.gpu_budget)
-        for k, v in opts.items():  # any other Loader argument, e.g. gpu_engines=2, prefetch=4
-            if k not in ("workers", "decode", "budget", "gpu_budget"):
-                kw[k] = int(v) if v.isdigit() else v
+    for k, v in opts.items():  # any other Loader argument, e.g. gpu_engines=2, prefetch=4, budget=256M
+        if k not in ("workers", "decode") and k not in kw:  # without decode or workers: the library's defaults
+            kw[k] = int(v) if v.isdigit() else v
+    return kw
+
+
+def sluice_batches(a, info, opts, dev):
+    import torch
+    import sluice.torch as st
+
+    kw = sluice_kwargs(a, opts, dev.type == "cuda")
     try:
         ld = st.Loader(info["csv"], batch_size=a.batch, size=a.size, device=str(dev), dtype=torch.bfloat16,
                        channels_last=True, seed=SEED, drop_last=True, **kw)

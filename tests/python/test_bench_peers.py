@@ -2,6 +2,7 @@
 walk that makes the list every peer reads, the list as sluice's manifest, one row of the harness
 in its own process (a measured row, a refused one), and a wheel's members dropped with their
 RECORD lines."""
+import argparse
 import io
 import json
 import os
@@ -130,3 +131,13 @@ def test_env_items_are_the_rows_environment_not_loader_options():
     assert gpu_peers.parse_row("sluice:decode=gpu:env.A=1:workers=8") == ("sluice", {"decode": "gpu", "workers": "8"})
     env = gpu_peers.row_env("sluice:decode=gpu:env.A=1:env.B=x=y")
     assert env["A"] == "1" and env["B"] == "x=y" and env["PATH"] == os.environ["PATH"]
+
+
+def test_a_row_without_decode_or_workers_keeps_the_librarys_defaults():
+    a = argparse.Namespace(budget="4G", gpu_budget="512M")
+    assert gpu_peers.sluice_kwargs(a, {}, True) == {}
+    assert gpu_peers.sluice_kwargs(a, {"gpu_engines": "2"}, True) == {"gpu_engines": 2}
+    assert gpu_peers.sluice_kwargs(a, {"decode": "gpu", "workers": "8", "gpu_engines": "2"}, True) == {
+        "workers": 8, "decode": "gpu", "budget": "4G", "gpu_budget": "512M", "gpu_engines": 2}
+    assert gpu_peers.sluice_kwargs(a, {"workers": "auto", "budget": "1G"}, False) == {
+        "workers": "auto", "decode": "auto", "budget": "1G"}
