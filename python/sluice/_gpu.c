@@ -5,7 +5,7 @@
  *
  *   available()                    -> (bool, reason)
  *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0, hint_w=0, hint_h=0,
- *          max_pixels=0)           flags: NO_HARDWARE, NO_HYBRID, NO_ROI, LOW_PRIORITY
+ *          max_pixels=0)           flags: NO_HARDWARE, NO_HYBRID, NO_ROI, LOW_PRIORITY, HIGH_PRIORITY
  *   Engine.submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch)
  *       plans every sample with the CPU path's code (probe, limits, plan),
  *       issues the ones the GPU can take; returns [(status, reason)]:
@@ -649,6 +649,7 @@ PyMODINIT_FUNC PyInit__gpu(void) {
         PyModule_AddObject(m, "VideoEngine", (PyObject *)&VideoEngineType) < 0 ||
         PyModule_AddIntConstant(m, "DONE", SL_GPU_DONE) < 0 || PyModule_AddIntConstant(m, "CPU", SL_GPU_CPU) < 0 ||
         PyModule_AddIntConstant(m, "LOW_PRIORITY", SL_GPU_LOW_PRIORITY) < 0 ||
+        PyModule_AddIntConstant(m, "HIGH_PRIORITY", SL_GPU_HIGH_PRIORITY) < 0 ||
         PyModule_AddIntConstant(m, "NO_HARDWARE", SL_GPU_NO_HARDWARE) < 0 ||
         PyModule_AddIntConstant(m, "NO_HYBRID", SL_GPU_NO_HYBRID) < 0 ||
         PyModule_AddIntConstant(m, "NO_ROI", SL_GPU_NO_ROI) < 0) {

@@ -9,6 +9,7 @@
  */
 #include "gpu/device.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -207,9 +208,18 @@ static void dev_close(void *ctx) {
     sl__free(d->host, d);
 }
 
-/* One stream per lane, at the least priority, as the engine's stream:
- * a model's stream of greater priority goes first. */
-static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
+/* The engines' and the lanes' stream priority: the device's least (the
+ * default streams' too: a model's stream of greater priority goes first),
+ * or its greatest with SLUICE_GPU_STREAM_PRIORITY=greatest (the decode's
+ * kernels go ahead of a model on a default stream: an experiment's knob,
+ * docs/gpu.md "Sharing the GPU with the model"). */
+static uint32_t stream_priority(void) {
+    const char *env = getenv("SLUICE_GPU_STREAM_PRIORITY");
+    return env && strcmp(env, "greatest") == 0 ? SL_GPU_HIGH_PRIORITY : SL_GPU_LOW_PRIORITY;
+}
+
+/* One stream per lane, at the engines' priority (prio_flag). */
+static int open_lanes(cuda_dev *d, uint32_t n, uint32_t prio_flag, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
     d->lane_ev = sl__calloc(d->host, n, sizeof *d->lane_ev, SL_MEM_OTHER);
     if (!d->lanes || !d->lane_ev) {
@@ -217,10 +227,11 @@ static int open_lanes(cuda_dev *d, uint32_t n, char *err, size_t errlen) {
         return SL_EBUDGET;
     }
     d->nlanes = n;
-    int least = 0, greatest = 0;
-    if (d->cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
+    int least = 0, greatest = 0, prio = 0;
+    if (!d->cu->cuCtxGetStreamPriorityRange(&least, &greatest))
+        prio = prio_flag == SL_GPU_HIGH_PRIORITY ? greatest : least;
     for (uint32_t i = 0; i < n; i++) {
-        sl_CUresult r = d->cu->cuStreamCreateWithPriority(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING, least);
+        sl_CUresult r = d->cu->cuStreamCreateWithPriority(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING, prio);
         if (r) {
             d->lanes[i] = NULL;
             sl__msg(err, errlen, "cuStreamCreateWithPriority: %s", sl__cu_errname(d->cu, r));
@@ -251,6 +262,7 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     d->cu = cu;
     d->host = host;
     int rc = 0;
+    uint32_t prio_flag = stream_priority(); /* SL_GPU_LOW_PRIORITY or SL_GPU_HIGH_PRIORITY */
     if (cfg->video) {
         sl__gpu_video_config vc = {cfg->device, cfg->pool_bytes, cfg->sessions, cfg->session_cap, 1};
         rc = sl__gpu_video_new(&vc, host, &d->v, err, errlen);
@@ -259,11 +271,11 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     /* the pool shared equally; the staging on engine 0 */
     for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
-                             cfg->max_batch, 0, 0, SL_GPU_LOW_PRIORITY, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
+                             cfg->max_batch, 0, 0, prio_flag, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;
-    if (!rc) rc = open_lanes(d, cfg->lanes, err, errlen); /* the engines left their context current */
+    if (!rc) rc = open_lanes(d, cfg->lanes, prio_flag, err, errlen); /* the engines left their context current */
     if (rc) {
         dev_close(d);
         return rc;

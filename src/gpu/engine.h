@@ -84,6 +84,8 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
 #define SL_GPU_NO_ROI (1u << 2)      /* decode whole images (no region of interest) */
 #define SL_GPU_LOW_PRIORITY (1u << 3) /* the engine's stream at the device's least priority (that of default
                                          streams too): work on a stream of greater priority runs first */
+#define SL_GPU_HIGH_PRIORITY (1u << 4) /* ... at its greatest instead: the engine's kernels are scheduled
+                                          ahead of a default stream's (over LOW) */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */
