@@ -10,9 +10,9 @@
 #     rows   synthetic, decode gpu and auto at 8/16/auto workers, gpu with two engines, and `contend`:
 #            the model on synthetic data while a thread drains the loader (each slowing the other,
 #            neither waiting for the other)
-#     trace  the same loop 12 steps more under torch.profiler: per step, the GPU time of the model's
-#            kernels, nvJPEG's, sluice's (sl_*) and the copies, the union of all GPU activity (busy)
-#            against the wall
+#     trace  the same loop TRACE_STEPS (12) steps more under torch.profiler: per step, the GPU time
+#            of the model's kernels, nvJPEG's, sluice's (sl_*) and the copies, the union of all GPU
+#            activity (busy) against the wall; rows TRACE_LOADERS (comma-separated, as ENGINE_LOADERS)
 #     nice   the CPU-heavy rows at worker_nice 10 (the default) and 19
 #     pin    the rows that upload CPU-decoded samples (decode auto, the default) with the slots'
 #            host memory page-locked (the library's default) and pageable (SLUICE_GPU_PIN_SLOTS=0),
@@ -73,9 +73,9 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     row $G contend $TR --loaders sluice-gpuonly --workers 8
     ;;
   trace)
-    for l in synthetic "sluice-gpuonly --workers 8" "sluice-gpu --workers 16" "sluice --workers 16" \
-      "sluice-gpuonly --workers 16 --gpu-engines 2"; do
-      row $G train $TR --trace-steps 12 --loaders $l
+    IFS=, read -ra loaders <<<"${TRACE_LOADERS:-synthetic,sluice-gpuonly --workers 8,sluice-gpu --workers 16,sluice --workers 16,sluice-gpuonly --workers 16 --gpu-engines 2}"
+    for l in "${loaders[@]}"; do
+      row $G train $TR --trace-steps "${TRACE_STEPS:-12}" --loaders $l
     done
     ;;
   nice)
