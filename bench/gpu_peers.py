@@ -290,7 +290,9 @@ def sluice_report(ld):
          "slots": s.get("slots"), "budget_bytes": s.get("budget_bytes"),
          "gpu_share": round(s.get("gpu_samples", 0) / total, 3) if total else 0.0,
          "consumer_wait_fraction": round(s.get("consumer_wait_fraction", 0.0), 3),
-         "peak_accounted_bytes": s.get("peak_accounted_bytes")}
+         "peak_accounted_bytes": s.get("peak_accounted_bytes"),
+         # what the accounted peak is made of, per category, each at its own peak (MB)
+         "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}
     # the tuner's choice (stats fields workers_active*, tuner*), where the library has one
     r.update({k: v for k, v in s.items() if k.startswith(("workers_active", "tuner", "prefetch_active"))})
     return r

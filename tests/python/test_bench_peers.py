@@ -94,6 +94,8 @@ def test_a_row_in_its_own_process(tmp_path):
     gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "clean")
     r = _row(tmp_path, "--mode", "loaders", "--row", "sluice:decode=cpu:workers=1")
     assert r["images"] == 4 and r["images_per_s"] > 0 and r["decode"] == "cpu" and r["workers"] == 1
+    assert r["memory_peak_mb"]["batches"] >= 0 and set(r["memory_peak_mb"]) <= {  # the accounted peak by category
+        "index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host", "io"}
     assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
     r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1")
     assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1
