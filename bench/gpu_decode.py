@@ -399,7 +399,9 @@ def sluice_report(a):
             "device_pool_peak_bytes": s["gpu_pool_peak"], "device_batch_bytes": s["gpu_batch_bytes"],
             "pinned_bytes": s["gpu_pinned_bytes"], "staging_peak_bytes": s["gpu_staging_peak"],
             "host_peak_accounted_bytes": s["peak_accounted_bytes"], "consumer_wait_fraction":
-            round(s["consumer_wait_fraction"], 3), "gpu_host_bytes": s["memory"].get("gpu_host", 0),
+            round(s["consumer_wait_fraction"], 3),
+            "pass_consumer_wait_gpu_fraction": round(s.get("pass_consumer_wait_gpu_fraction", 0.0), 3),
+            "gpu_host_bytes": s["memory"].get("gpu_host", 0),
             # where the GPU's time went (with a model running: the train run), seconds over the run
             "gpu_engines": s.get("gpu_engines", 0), "gpu_hw_s": round(s.get("gpu_hw_s", 0), 3),
             "gpu_hybrid_s": round(s.get("gpu_hybrid_s", 0), 3), "gpu_resize_s": round(s.get("gpu_resize_s", 0), 3),

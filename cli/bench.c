@@ -357,11 +357,13 @@ static const char *tune_what(int what) { return what == SL_TUNE_WORKERS ? "worke
 static void report_json_tuner(FILE *f, sl_loader *ld, const sl_stats *st) {
     fprintf(f, ", \"tuner\": %s, \"workers_active\": %u, \"workers_active_mean\": %.3f, \"slots_target\": %u",
             st->tuner ? "true" : "false", st->workers_active, st->workers_active_mean, st->slots_target);
+    double pass = st->pass_seconds;
     fprintf(f, ", \"consumer_wait_fraction\": %.4f, \"pass_seconds\": %.3f, \"pass_consumer_wait_fraction\": %.4f"
-               ", \"pass_consumer_cpu_s\": %.3f, \"pass_gpu_samples\": %" PRIu64 ", \"pass_cpu_samples\": %" PRIu64,
+               ", \"pass_consumer_wait_gpu_fraction\": %.4f, \"pass_consumer_cpu_s\": %.3f"
+               ", \"pass_gpu_samples\": %" PRIu64 ", \"pass_cpu_samples\": %" PRIu64,
             st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0, st->pass_seconds,
-            st->pass_seconds > 0 ? st->pass_consumer_wait_s / st->pass_seconds : 0.0, st->pass_consumer_cpu_s,
-            st->pass_gpu_samples, st->pass_cpu_samples);
+            pass > 0 ? st->pass_consumer_wait_s / pass : 0.0, pass > 0 ? st->pass_consumer_wait_gpu_s / pass : 0.0,
+            st->pass_consumer_cpu_s, st->pass_gpu_samples, st->pass_cpu_samples);
     fprintf(f, ", \"node_cpus\": %u, \"node_loaders\": %u, \"node_demand\": %.3f, \"demand\": %.3f", st->node_cpus,
             st->node_loaders, st->node_demand, st->demand);
     sl_tuner_decision log[SL_TUNER_LOG];

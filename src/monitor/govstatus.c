@@ -171,6 +171,8 @@ int sl__loader_status_parse(const char *text, size_t len, sl__loader_status *o) 
     o->gpu_samples = num(text, len, "gpu_samples", &bad);
     o->cpu_samples = num(text, len, "cpu_samples", &bad);
     o->decisions = num(text, len, "decisions", &bad);
+    if (sl__json_number(text, len, "pass_consumer_wait_gpu_fraction", &o->wait_gpu_fraction))
+        o->wait_gpu_fraction = 0; /* a file from a library before the key */
     if (bad || o->pid <= 0) return SL_EPARSE;
     parse_events(text, len, o);
     return 0;

@@ -57,6 +57,7 @@ typedef struct sl__loader_status {
     char source[160];
     uint64_t samples;
     double samples_per_s, wait_fraction;
+    double wait_gpu_fraction; /* of the pass, the wait the GPU decode held up (0 in older files) */
     unsigned workers, workers_active, slots, slots_target;
     double workers_active_mean;
     char decode[8];

@@ -395,11 +395,11 @@ static void json_loaders(const sl__top *t, FILE *f) {
         sl__json_str(f, l->source);
         fprintf(f, ",\"samples\":%llu,\"samples_per_s\":%.1f,\"consumer_wait_fraction\":%.4f,\"workers\":%u,"
                    "\"workers_active\":%u,\"workers_active_mean\":%.3f,\"slots\":%u,\"slots_target\":%u,"
-                   "\"decode\":\"%s\",\"gpu_samples\":%llu,\"cpu_samples\":%llu,\"decisions\":%llu,"
-                   "\"last_decisions\":[",
+                   "\"decode\":\"%s\",\"gpu_samples\":%llu,\"cpu_samples\":%llu,"
+                   "\"pass_consumer_wait_gpu_fraction\":%.4f,\"decisions\":%llu,\"last_decisions\":[",
                 (ull)l->samples, l->samples_per_s, l->wait_fraction, l->workers, l->workers_active,
                 l->workers_active_mean, l->slots, l->slots_target, l->decode, (ull)l->gpu_samples,
-                (ull)l->cpu_samples, (ull)l->decisions);
+                (ull)l->cpu_samples, l->wait_gpu_fraction, (ull)l->decisions);
         for (unsigned j = 0; j < l->nevents; j++) {
             const sl__loader_event *e = &l->event[j];
             fprintf(f, "%s{\"t\":%.3f,\"batches\":%llu,\"what\":\"%s\",\"why\":\"%s\",\"from\":%u,\"to\":%u,"
@@ -482,6 +482,9 @@ static void text_loaders(const sl__top *t, FILE *f) {
                    "waited %.0f%%, decode %s, %llu decisions\n",
                 l->pid, l->id, l->source, l->workers_active, l->workers, l->workers_active_mean, l->slots_target,
                 l->slots, l->samples_per_s, 100 * l->wait_fraction, l->decode, (ull)l->decisions);
+        if (l->wait_gpu_fraction >= 0.005) /* the consumer's wait the GPU decode held up */
+            fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (its engines had a backlog)\n",
+                    100 * l->wait_gpu_fraction);
         for (unsigned j = l->nevents > 3 ? l->nevents - 3 : 0; j < l->nevents; j++) {
             const sl__loader_event *e = &l->event[j];
             fprintf(f, "  %8.1f s  %s %u -> %u  %s\n", e->t, e->what, e->from, e->to, e->reason);

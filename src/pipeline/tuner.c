@@ -191,7 +191,7 @@ void sl__tuner_pass_begin(sl__tuner *t, uint64_t now, uint64_t gpu_samples, uint
     if (t->pass_t0 && !t->pass_end) return; /* a pass runs */
     t->pass_t0 = t->t_change = now;
     t->pass_end = 0;
-    t->active_ns = t->pass_wait_ns = t->pass_cpu_ns = 0;
+    t->active_ns = t->pass_wait_ns = t->pass_wait_gpu_ns = t->pass_cpu_ns = 0;
     t->pass_gpu0 = t->gpu_now = gpu_samples;
     t->pass_cpu0 = t->cpu_now = cpu_samples;
     t->have_prev = 0;
@@ -261,7 +261,9 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     out->what = 0;
     t->delivered++;
     if (!t->pass_t0 || t->pass_end) sl__tuner_pass_begin(t, o->asked_ns, o->gpu_samples, o->cpu_samples);
-    t->pass_wait_ns += o->now_ns > o->asked_ns ? o->now_ns - o->asked_ns : 0;
+    uint64_t waited = o->now_ns > o->asked_ns ? o->now_ns - o->asked_ns : 0;
+    t->pass_wait_ns += waited;
+    if (o->gpu_backlog) t->pass_wait_gpu_ns += waited;
     t->gpu_now = o->gpu_samples;
     t->cpu_now = o->cpu_samples;
     int prev = t->have_prev;
@@ -277,7 +279,7 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
         return 0;
     }
     t->n++;
-    t->w_wait_ns += o->now_ns > o->asked_ns ? o->now_ns - o->asked_ns : 0;
+    t->w_wait_ns += waited;
     t->w_cpu_ns += cpu;
     if (!prev_cpu || !o->asked_cpu_ns) t->cpu_known = 0;
     if (o->ready < t->ready_min) t->ready_min = o->ready;
@@ -324,6 +326,7 @@ void sl__tuner_stats(const sl__tuner *t, uint64_t now, sl_stats *o) {
     if (len) o->workers_active_mean = (double)area / (double)len;
     o->pass_seconds = (double)len / 1e9;
     o->pass_consumer_wait_s = (double)t->pass_wait_ns / 1e9;
+    o->pass_consumer_wait_gpu_s = (double)t->pass_wait_gpu_ns / 1e9;
     o->pass_consumer_cpu_s = (double)t->pass_cpu_ns / 1e9;
     o->pass_gpu_samples = t->gpu_now - t->pass_gpu0;
     o->pass_cpu_samples = t->cpu_now - t->pass_cpu0;
@@ -367,10 +370,11 @@ void sl__tuner_publish(sl__tuner *t, const sl_stats *st, const sl_tuner_decision
         sl__stext_put(&x, ",\"samples\":%llu,\"samples_per_s\":%.1f,\"consumer_wait_fraction\":%.4f,"
                           "\"workers\":%u,\"workers_active\":%u,\"workers_active_mean\":%.3f,\"slots\":%u,"
                           "\"slots_target\":%u,\"decode\":\"%s\",\"gpu_samples\":%llu,\"cpu_samples\":%llu,"
-                          "\"decisions\":%llu,\"events\":[",
+                          "\"pass_consumer_wait_gpu_fraction\":%.4f,\"decisions\":%llu,\"events\":[",
                       (ull)st->samples, st->samples_per_s, st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0,
                       st->workers, st->workers_active, st->workers_active_mean, st->slots, st->slots_target,
                       st->decode == SL_DECODE_GPU ? "gpu" : "cpu", (ull)st->gpu_samples, (ull)st->cpu_samples,
+                      st->pass_seconds > 0 ? st->pass_consumer_wait_gpu_s / st->pass_seconds : 0.0,
                       (ull)st->tuner_decisions);
         for (size_t i = 0; i < nlog; i++) {
             sl__stext_put(&x, "%s{\"t\":%.3f,\"batches\":%llu,\"what\":\"%s\",\"why\":\"%s\",\"from\":%u,"

@@ -41,6 +41,7 @@ typedef struct host_opts {
     int mark;              /* every image gets its first byte changed: any sample the CPU decodes in
                               its place shows in the bytes */
     uint64_t ballast;      /* bytes open touches, as a driver's host memory would grow the RSS */
+    uint32_t delay_us;     /* each call sleeps this long a sample first, as an engine's time grows with its work */
 } host_opts;
 
 typedef struct host_dev {
@@ -147,6 +148,7 @@ static int host_decode(void *ctx, uint32_t engine, uint32_t n, const uint8_t *co
     host_dev *h = ctx;
     (void)err, (void)errlen;
     CHECK(engine < h->engines);
+    if (h->o.delay_us) usleep(h->o.delay_us * n);
     uint32_t *idx = calloc(n ? n : 1, sizeof *idx), m = 0, taken = 0;
     uint8_t *bad = calloc(n ? n : 1, 1);
     CHECK(idx != NULL && bad != NULL);
@@ -616,6 +618,41 @@ TEST(gpu_loader_auto_splits_between_the_engines) {
     CHECK_LE(n, st.gpu_samples + st.cpu_samples);
     free(b.px);
     sl_loader_destroy(ld);
+    free(d);
+}
+
+/* A consumer held up by the GPU decode: the engine slow (the host device
+ * sleeps in each call), the workers' staging ahead of it, so most waits
+ * begin with a call's worth queued past what the engine decodes; those
+ * are counted apart (pass_consumer_wait_gpu_s), and the CPU path has none.
+ * Not all: while the device opens the CPU decodes, and the epoch's last
+ * batches leave the queue short (the loader does not run into the next). */
+TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
+    fx_dataset *d = fx_new(640, 0, 64, 128); /* 20 batches */
+    for (int gpu = 0; gpu < 2; gpu++) {
+        use_host((host_opts){.delay_us = 1250}); /* a call of 32: 40 ms, far longer than staging them */
+        sl_config c = base_config(d, gpu ? SL_DECODE_GPU : SL_DECODE_CPU, 2);
+        c.batch_size = 32; /* a call takes 32: the backlog is 64 queued, which 4 slots of 32 hold */
+        c.prefetch = 4;
+        sl_loader *ld = fx_open(&c);
+        sl_batch *b;
+        int n = 0;
+        while (sl_loader_next(ld, &b) == 0) {
+            sl_loader_release(ld, b);
+            n++;
+        }
+        sl_stats st;
+        CHECK_OK(sl_loader_stats(ld, &st));
+        printf("%s: waited %.3f s of %.3f, %.3f s with the engines' backlog\n", gpu ? "gpu" : "cpu",
+               st.pass_consumer_wait_s, st.pass_seconds, st.pass_consumer_wait_gpu_s);
+        CHECK_EQ(n, 20);
+        CHECK(st.pass_consumer_wait_gpu_s <= st.pass_consumer_wait_s);
+        if (gpu) /* measured: most of it */
+            CHECK(st.pass_consumer_wait_gpu_s > 0.3 * st.pass_consumer_wait_s);
+        else
+            CHECK(st.pass_consumer_wait_gpu_s == 0.0);
+        sl_loader_destroy(ld);
+    }
     free(d);
 }
 

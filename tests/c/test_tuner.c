@@ -343,6 +343,20 @@ TEST(tuned_loader_shown_by_top) {
     CHECK_EQ(last->to, log[n - 1].to);
     CHECK_EQ(strcmp(last->reason, log[n - 1].reason), 0);
     CHECK_EQ(strcmp(last->why, sl_tune_why_name(log[n - 1].why)), 0);
+    CHECK(l->wait_gpu_fraction == 0.0); /* no GPU decode */
+    /* the wait the GPU decode held up, as a file of a GPU loader says it; none in an older file */
+    char path[200], *key;
+    snprintf(path, sizeof path, "%s/sluice-loader-%d-%u.json", status, (int)getpid(), l->id);
+    char *file = fx_read_text(path);
+    CHECK((key = strstr(file, "\"pass_consumer_wait_gpu_fraction\":0.0000,")) != NULL);
+    sl__loader_status parsed;
+    memcpy(key + strlen("\"pass_consumer_wait_gpu_fraction\":"), "0.2500", 6);
+    CHECK_OK(sl__loader_status_parse(file, strlen(file), &parsed));
+    CHECK(parsed.wait_gpu_fraction == 0.25 && parsed.decisions == l->decisions);
+    memcpy(key, "\"pass_consumer_wait_gpu_fractiom\"", 33); /* renamed: an older writer's file */
+    CHECK_OK(sl__loader_status_parse(file, strlen(file), &parsed));
+    CHECK(parsed.wait_gpu_fraction == 0.0);
+    free(file);
     sl_loader_destroy(ld);
     CHECK_EQ(sl__loader_status_scan(status, NULL, NULL, seen, 4), 0);
 }
