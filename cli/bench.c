@@ -487,6 +487,9 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                st->gpu_samples, st->cpu_samples, st->gpu_handed_back, sl_format_size(st->gpu_pool_peak, a1, sizeof a1),
                sl_format_size(st->gpu_pool_bytes, a2, sizeof a2), sl_format_size(st->gpu_batch_bytes, a3, sizeof a3),
                sl_format_size(st->gpu_pinned_bytes, a4, sizeof a4));
+    if (st->pass_consumer_wait_gpu_s > 0) /* the wait no CPU worker shortens */
+        printf("  of the %.2f s the consumer waited in the last pass, %.2f s began with the GPU engines' backlog\n",
+               st->pass_consumer_wait_s, st->pass_consumer_wait_gpu_s);
     if (st->tuner) {
         sl_tuner_decision last;
         int any = sl_loader_tuner_log(ld, &last, 1) == 1;
