@@ -255,6 +255,12 @@ int sl__cu_primary(const sl__cuda_api *a, int device, sl_CUdevice *dev, sl_CUcon
     return 0;
 }
 
+int sl__cu_priority(const sl__cuda_api *a, int greatest) {
+    int lo = 0, hi = 0;
+    if (a->cuCtxGetStreamPriorityRange(&lo, &hi)) return 0;
+    return greatest ? hi : lo;
+}
+
 const char *sl__cu_errname(const sl__cuda_api *a, sl_CUresult r) {
     const char *s = NULL;
     if (a && a->cuGetErrorString && a->cuGetErrorString(r, &s) == 0 && s) return s;

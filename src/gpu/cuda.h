@@ -208,6 +208,9 @@ const sl__cuda_api *sl__cuda_nvrtc(char *why, size_t len);
 int sl__cu_primary(const sl__cuda_api *api, int device, sl_CUdevice *dev, sl_CUcontext *ctx, char *name, size_t nlen,
                    char *err, size_t errlen);
 
+/* The current context's least stream priority (greatest 0: that of default
+ * streams, 0) or its greatest (e.g. -5); 0 where the range cannot be read. */
+int sl__cu_priority(const sl__cuda_api *api, int greatest);
 /* The driver's description of a result, e.g. "out of memory" (never NULL). */
 const char *sl__cu_errname(const sl__cuda_api *api, sl_CUresult r);
 /* Name of an nvJPEG status (never NULL). */

@@ -227,9 +227,7 @@ static int open_lanes(cuda_dev *d, uint32_t n, uint32_t prio_flag, char *err, si
         return SL_EBUDGET;
     }
     d->nlanes = n;
-    int least = 0, greatest = 0, prio = 0;
-    if (!d->cu->cuCtxGetStreamPriorityRange(&least, &greatest))
-        prio = prio_flag == SL_GPU_HIGH_PRIORITY ? greatest : least;
+    int prio = sl__cu_priority(d->cu, prio_flag == SL_GPU_HIGH_PRIORITY);
     for (uint32_t i = 0; i < n; i++) {
         sl_CUresult r = d->cu->cuStreamCreateWithPriority(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING, prio);
         if (r) {

@@ -102,10 +102,9 @@ static int open_context(sl__gpu_engine *e, char *err, size_t errlen) {
                             errlen);
     if (rc) return rc;
     sl_CUresult r;
-    int least = 0, greatest = 0, prio = 0; /* least: 0, the default streams' too; greatest: e.g. -5 */
-    if ((e->cfg.flags & (SL_GPU_LOW_PRIORITY | SL_GPU_HIGH_PRIORITY)) &&
-        !cu->cuCtxGetStreamPriorityRange(&least, &greatest))
-        prio = e->cfg.flags & SL_GPU_HIGH_PRIORITY ? greatest : least;
+    int prio = e->cfg.flags & (SL_GPU_LOW_PRIORITY | SL_GPU_HIGH_PRIORITY)
+                   ? sl__cu_priority(cu, (e->cfg.flags & SL_GPU_HIGH_PRIORITY) != 0)
+                   : 0;
     if ((r = cu->cuStreamCreateWithPriority(&e->stream, SL_CU_STREAM_NON_BLOCKING, prio))) {
         e->stream = NULL;
         return cu_fail(e, r, SL_EIO, "cuStreamCreateWithPriority", err, errlen);

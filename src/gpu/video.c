@@ -182,8 +182,7 @@ static int open_sessions(sl__gpu_video *v, char *err, size_t errlen) {
         sl__msg(err, errlen, "the host budget cannot hold %u NVDEC sessions' tables", v->cfg.sessions);
         return SL_EBUDGET;
     }
-    int least = 0, greatest = 0; /* at the least priority, as the image engine's: a model's stream goes first */
-    if (v->cu->cuCtxGetStreamPriorityRange(&least, &greatest)) least = 0;
+    int least = sl__cu_priority(v->cu, 0); /* as the image engine's by default: a model's stream goes first */
     for (uint32_t i = 0; i < v->cfg.sessions; i++) {
         session *s = &v->s[i];
         sl_CUresult r = v->cu->cuStreamCreateWithPriority(&s->stream, SL_CU_STREAM_NON_BLOCKING, least);
