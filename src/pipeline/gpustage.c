@@ -454,10 +454,10 @@ int sl__gstage_wants_pin(const sl__gstage *g) {
 
 void sl__gstage_pin(sl__gstage *g, void *base, size_t len) {
     char why[200];
-    g->host_pinned = g->dev.pin(g->dev.ctx, base, len, why, sizeof why) == 0;
-    size_t at = strlen(g->reason); /* stats' decode_reason says it (no thread runs yet) */
-    if (!g->host_pinned)
+    if (g->dev.pin(g->dev.ctx, base, len, why, sizeof why)) { /* stats' decode_reason says it (no thread runs yet) */
+        size_t at = strlen(g->reason);
         snprintf(g->reason + at, sizeof g->reason - at, "; uploads pageable: %s", why);
+    }
 }
 
 /* ---- staging --------------------------------------------------------------- */
@@ -853,7 +853,6 @@ void sl__gstage_close(sl__gstage *g, int in_child) {
     if (g->on) drain(g); /* the threads are gone: what they left queued */
     if (g->dev.close) g->dev.close(g->dev.ctx); /* unpins the slots' host memory */
     memset(&g->dev, 0, sizeof g->dev);
-    g->host_pinned = 0;
     if (g->conf) free_tables(g);
     if (g->planned_pinned) sl__budget_release(g->conf->budget, g->planned_pinned, SL_MEM_PINNED);
     g->planned_pinned = 0;

@@ -90,7 +90,6 @@ typedef struct sl__gstage {
     uint32_t field, out;     /* the schema field it decodes, and its output */
     uint64_t sample_bytes, slot_bytes; /* one sample's output; one slot's batch (B x sample) */
     uint64_t region, region_bytes;     /* device memory of the slots (0 until sl__gstage_slots) */
-    int host_pinned;                   /* the slots' host memory is page-locked (sl__gstage_pin) */
     uint64_t pool_bytes;     /* the engine's device pool */
     uint32_t sessions;       /* video: NVDEC sessions */
     char back_reason[120];   /* video: why the last clip handed to the CPU went there (smu) */
