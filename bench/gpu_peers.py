@@ -214,24 +214,18 @@ class Sampler(threading.Thread):
 
 
 # ---- loaders: each yields (x, y) on the device; x uint8 [B,3,224,224] or already normalized ----
+def row_items(spec):
+    """The (key, value) of each option after the row's NAME, in order."""
+    return [item.partition("=")[::2] for item in spec.split(":")[1:]]
+
+
 def parse_row(spec):
     """NAME and its options; env.NAME=VALUE items are the row process's environment (row_env)."""
-    name, *kv = spec.split(":")
-    opts = {}
-    for item in kv:
-        k, _, v = item.partition("=")
-        if not k.startswith("env."):
-            opts[k] = v
-    return name, opts
+    return spec.split(":")[0], {k: v for k, v in row_items(spec) if not k.startswith("env.")}
 
 
 def row_env(spec):
-    env = dict(os.environ)
-    for item in spec.split(":")[1:]:
-        k, _, v = item.partition("=")
-        if k.startswith("env."):
-            env[k[4:]] = v
-    return env
+    return {**os.environ, **{k[4:]: v for k, v in row_items(spec) if k.startswith("env.")}}
 
 
 def synthetic_batches(a, info, opts, dev):
