@@ -529,8 +529,13 @@ def bench_train(a, name, root, files, labels):
     fit = train_step(a)
     it = LOADERS[name](a, root, files, labels)
 
+    took = [0.0]  # seconds the loop spent in next(it), the loader's hand-over included
+
     def step():
-        fit(*next(it))
+        t = time.perf_counter()
+        b = next(it)
+        took[0] += time.perf_counter() - t
+        fit(*b)
 
     # the model's stream: the default (priority 0, the device's least, as the engine's streams), or
     # one of the greatest priority, which the GPU schedules before the engine's work
@@ -541,18 +546,22 @@ def bench_train(a, name, root, files, labels):
         torch.cuda.synchronize()
         s0 = sluice_counters(a)
         c0 = thread_cpu()
+        took[0] = 0.0
         t0 = time.perf_counter()
         for _ in range(a.steps):
             step()
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        c1 = thread_cpu()
+        c1, in_next = thread_cpu(), took[0]
         if a.trace_steps:
+            took[0] = 0.0
             r_trace = trace_steps(a, step)
+            r_trace["next_ms_per_step"] = round(1e3 * took[0] / a.trace_steps, 2)
     r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
          "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS", "1") != "0",
          "ab": os.environ.get("SLUICE_AB"), "sluice_from": os.path.dirname(sluice.__file__),
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
+         "next_fraction": round(in_next / dt, 3),
          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cores": cores_used(c0, c1, dt)}
     r.update(sluice_window(a, s0, dt))
     if a.trace_steps:
@@ -577,7 +586,8 @@ def _union(iv):
 def trace_steps(a, step):
     """a.trace_steps more steps under torch.profiler (CUPTI sees every kernel of the process: the
     model's, nvJPEG's and sluice's NVRTC kernels sl_*): per step, GPU time by owner, the union of
-    all GPU activity (busy) and of the model's kernels alone, against the wall."""
+    all GPU activity (busy) and of the model's kernels alone, against the wall; the time the
+    model's threads spent in CUDA API calls (top_api: name, calls, ms, us a call)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -587,9 +597,17 @@ def trace_steps(a, step):
             step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-    owners, iv_all, iv_model, top = {}, [], [], {}
+    owners, iv_all, iv_model, top, api, aten = {}, [], [], {}, {}, {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
+            # the CUDA API calls (CUPTI's runtime/driver records) of the threads that run aten
+            # ops: their time grows where another thread holds the driver's lock
+            if e.name.startswith("aten::"):
+                aten[e.thread] = aten.get(e.thread, 0) + 1
+            elif e.name.startswith("cu") and not e.name.startswith("cudnn"):
+                n_t = api.setdefault((e.thread, e.name), [0, 0.0])
+                n_t[0] += 1
+                n_t[1] += e.time_range.end - e.time_range.start
             continue
         t0, t1 = e.time_range.start, e.time_range.end
         name = e.name
@@ -604,11 +622,19 @@ def trace_steps(a, step):
             k = (own, name[:60])
             top[k] = top.get(k, 0.0) + (t1 - t0)
     n = a.trace_steps
+    by_name = {}  # the API calls of the threads that ran the model's ops (forward, autograd)
+    for (tid, name), (c, t) in api.items():
+        if tid in aten:
+            by_name[name] = [by_name.get(name, [0, 0.0])[0] + c, by_name.get(name, [0, 0.0])[1] + t]
+    api = by_name
     return {"steps": n, "wall_ms_per_step": round(1e3 * wall / n, 2),
             "gpu_busy_ms_per_step": round(_union(iv_all) / 1e3 / n, 2),
             "model_busy_ms_per_step": round(_union(iv_model) / 1e3 / n, 2),
             "ms_per_step_by_owner": {k: round(v / 1e3 / n, 3) for k, v in sorted(owners.items())},
-            "top_other": [[k[0], k[1], round(v / 1e3 / n, 3)] for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]]}
+            "top_other": [[k[0], k[1], round(v / 1e3 / n, 3)] for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]],
+            "api_ms_per_step": round(sum(v[1] for v in api.values()) / 1e3 / n, 2),
+            "top_api": [[k, round(c / n, 1), round(t / 1e3 / n, 3), round(t / max(c, 1), 1)]
+                        for k, (c, t) in sorted(api.items(), key=lambda kv: -kv[1][1])[:6]]}
 
 
 def main():
