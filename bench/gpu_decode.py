@@ -43,6 +43,7 @@ Loaders (all deliver uint8 [B, 3, 224, 224] CUDA batches of train-preset crops):
 Prints one JSON line per measurement.
 """
 import argparse
+import bisect
 import json
 import os
 import sys
@@ -533,7 +534,8 @@ def bench_train(a, name, root, files, labels):
 
     def step():
         t = time.perf_counter()
-        b = next(it)
+        with torch.profiler.record_function("loop_next"):  # a range only under --trace-steps
+            b = next(it)
         took[0] += time.perf_counter() - t
         fit(*b)
 
@@ -587,7 +589,8 @@ def trace_steps(a, step):
     """a.trace_steps more steps under torch.profiler (CUPTI sees every kernel of the process: the
     model's, nvJPEG's and sluice's NVRTC kernels sl_*): per step, GPU time by owner, the union of
     all GPU activity (busy) and of the model's kernels alone, against the wall; the time the
-    model's threads spent in CUDA API calls (top_api: name, calls, ms, us a call)."""
+    model's threads spent in CUDA API calls (top_api: name, calls, ms, us a call); the wall of
+    next() and what ran inside it (in_next: name, calls, ms)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -598,7 +601,23 @@ def trace_steps(a, step):
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     owners, iv_all, iv_model, top, api, aten = {}, [], [], {}, {}, {}
-    for e in prof.events():
+    events = list(prof.events())
+    nexts = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "loop_next")
+    loop = {e.thread for e in events if e.name == "loop_next"}
+    # what the loop's thread did inside next(): CPU ops and CUDA API calls by name (CUPTI may
+    # give other threads' API calls the same thread id: count them with care)
+    inside = {}
+
+    def in_next(t):
+        i = bisect.bisect_right(nexts, (t, float("inf"))) - 1
+        return i >= 0 and nexts[i][0] <= t <= nexts[i][1]
+
+    for e in events:
+        if (e.device_type != torch.autograd.DeviceType.CUDA and e.name != "loop_next" and e.thread in loop
+                and in_next(e.time_range.start)):
+            c_t = inside.setdefault(e.name[:50], [0, 0.0])
+            c_t[0] += 1
+            c_t[1] += e.time_range.end - e.time_range.start
         if e.device_type != torch.autograd.DeviceType.CUDA:
             # the CUDA API calls (CUPTI's runtime/driver records) of the threads that run aten
             # ops: their time grows where another thread holds the driver's lock
@@ -634,7 +653,11 @@ def trace_steps(a, step):
             "top_other": [[k[0], k[1], round(v / 1e3 / n, 3)] for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]],
             "api_ms_per_step": round(sum(v[1] for v in api.values()) / 1e3 / n, 2),
             "top_api": [[k, round(c / n, 1), round(t / 1e3 / n, 3), round(t / max(c, 1), 1)]
-                        for k, (c, t) in sorted(api.items(), key=lambda kv: -kv[1][1])[:6]]}
+                        for k, (c, t) in sorted(api.items(), key=lambda kv: -kv[1][1])[:6]],
+            # inside next(): its wall a step, and what ran in it (name, calls, ms a step)
+            "next_wall_ms_per_step": round(sum(b - a for a, b in nexts) / 1e3 / n, 2),
+            "in_next": [[k, round(c / n, 1), round(t / 1e3 / n, 3)]
+                        for k, (c, t) in sorted(inside.items(), key=lambda kv: -kv[1][1])[:10]]}
 
 
 def main():
