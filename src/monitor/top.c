@@ -474,22 +474,26 @@ static void text_governors(const sl__top *t, FILE *f) {
     }
 }
 
+void sl__top_loader_text(const sl__loader_status *l, FILE *f) {
+    fprintf(f, "loader  pid %d #%u %s: %u of %u workers active (%.2f on average), %u slots in use of %u live, %.0f samples/s, "
+               "waited %.0f%%, decode %s, %llu decisions\n",
+            l->pid, l->id, l->source, l->workers_active, l->workers, l->workers_active_mean, l->slots_target, l->slots,
+            l->samples_per_s, 100 * l->wait_fraction, l->decode, (ull)l->decisions);
+    if (l->wait_gpu_fraction >= 0.005) /* the consumer's wait the GPU decode held up */
+        fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (its engines had a backlog)\n",
+                100 * l->wait_gpu_fraction);
+    if (l->wait_gpu_fraction >= SL_TOP_GPU_HELD) /* Python's PerformanceWarning says the same */
+        fprintf(f, "  the model leaves the GPU too little to decode with: decode=cpu decodes on the CPU workers "
+                   "instead (docs/gpu.md, \"Which decode for which model\")\n");
+    for (unsigned j = l->nevents > 3 ? l->nevents - 3 : 0; j < l->nevents; j++) {
+        const sl__loader_event *e = &l->event[j];
+        fprintf(f, "  %8.1f s  %s %u -> %u  %s\n", e->t, e->what, e->from, e->to, e->reason);
+    }
+}
+
 /* Each tuned loader: its workers and slots, the last decisions. */
 static void text_loaders(const sl__top *t, FILE *f) {
-    for (size_t i = 0; i < t->nloaders; i++) {
-        const sl__loader_status *l = &t->loaders[i];
-        fprintf(f, "loader  pid %d #%u %s: %u of %u workers active (%.2f on average), %u slots in use of %u live, %.0f samples/s, "
-                   "waited %.0f%%, decode %s, %llu decisions\n",
-                l->pid, l->id, l->source, l->workers_active, l->workers, l->workers_active_mean, l->slots_target,
-                l->slots, l->samples_per_s, 100 * l->wait_fraction, l->decode, (ull)l->decisions);
-        if (l->wait_gpu_fraction >= 0.005) /* the consumer's wait the GPU decode held up */
-            fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (its engines had a backlog)\n",
-                    100 * l->wait_gpu_fraction);
-        for (unsigned j = l->nevents > 3 ? l->nevents - 3 : 0; j < l->nevents; j++) {
-            const sl__loader_event *e = &l->event[j];
-            fprintf(f, "  %8.1f s  %s %u -> %u  %s\n", e->t, e->what, e->from, e->to, e->reason);
-        }
-    }
+    for (size_t i = 0; i < t->nloaders; i++) sl__top_loader_text(&t->loaders[i], f);
 }
 
 void sl__top_text(const sl__top *t, FILE *f, int rows) {

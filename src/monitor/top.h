@@ -109,5 +109,10 @@ int sl__top_sample(sl__top *t);
 void sl__top_json(const sl__top *t, FILE *f);
 /* The human view; rows bounds the process rows shown. */
 void sl__top_text(const sl__top *t, FILE *f, int rows);
+/* Its lines for one tuned loader: workers, slots, the wait the GPU decode
+ * held up (with decode=cpu named from SL_TOP_GPU_HELD of the pass on, as
+ * Python's GPU_HELD_HINT), the last decisions. */
+#define SL_TOP_GPU_HELD 0.10
+void sl__top_loader_text(const sl__loader_status *l, FILE *f);
 
 #endif

@@ -431,6 +431,29 @@ TEST(machine_mode_and_slope) {
     CHECK_EQ(sl__top_init(&t, &o), SL_EINVAL);
 }
 
+/* A loader's lines: the wait the GPU decode held up, and from a tenth of
+ * the pass on, decode=cpu named (Python's PerformanceWarning says it too). */
+TEST(loader_lines_name_the_gpu_held_wait) {
+    sl__loader_status l;
+    memset(&l, 0, sizeof l);
+    l.pid = 7, l.workers = l.workers_active = 16, l.slots = l.slots_target = 4;
+    snprintf(l.decode, sizeof l.decode, "gpu");
+    double held[] = {0.0, 0.05, 0.166};
+    for (int i = 0; i < 3; i++) {
+        l.wait_gpu_fraction = held[i];
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        sl__top_loader_text(&l, f);
+        fclose(f);
+        CHECK_STR_CONTAINS(buf, "16 of 16 workers active");
+        CHECK_EQ(strstr(buf, "waiting on the GPU decode") != NULL, i > 0);
+        CHECK_EQ(strstr(buf, "decode=cpu decodes on the CPU workers") != NULL, i == 2);
+        if (i == 2) CHECK_STR_CONTAINS(buf, "of this pass, 17% waiting on the GPU decode");
+        free(buf);
+    }
+}
+
 TEST(svg_from_log) {
     /* Three samples and one broken line. */
     char *log = NULL;

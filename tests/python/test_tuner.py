@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import warnings
 
 import pytest
 
@@ -47,6 +48,34 @@ def test_auto_is_the_default_and_a_count_fixes_it(dataset):
         sluice.Loader(dataset, workers=2, workers_max=4)
     with pytest.raises(ValueError, match='"auto"'):
         sluice.Loader(dataset, workers="many")
+
+
+def _performance_warnings(loader):
+    """The PerformanceWarnings one pass of loader issued."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for _ in loader:
+            pass
+    return [w for w in got if issubclass(w.category, sluice.PerformanceWarning)]
+
+
+def test_a_pass_the_gpu_decode_held_up_warns_once(dataset, monkeypatch):
+    """A pass whose loop waited on the GPU decode (its stats say so) ends with a PerformanceWarning
+    that names decode='cpu', once a loader; a pass it did not hold up, a short one or the CPU
+    path, none. (The wait itself is counted in C: test_gpu_loader's
+    gpu_loader_counts_the_wait_the_gpu_held_up.)"""
+    held = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0}
+    assert "decode='cpu'" in sluice._gpu_held_hint(held)
+    for quiet in ({**held, "decode": "cpu"}, {**held, "pass_consumer_wait_gpu_fraction": 0.05},
+                  {**held, "pass_seconds": 1.0}):
+        assert sluice._gpu_held_hint(quiet) is None
+    with sluice.Loader(dataset, batch_size=8, size=32, budget="64M", workers=2) as ld:
+        assert _performance_warnings(ld) == []  # the CPU path
+        real = ld.stats
+        monkeypatch.setattr(ld, "stats", lambda: {**real(), **held})
+        got = _performance_warnings(ld)
+        assert len(got) == 1 and "waited 17% of the pass for the GPU decode" in str(got[0].message)
+        assert _performance_warnings(ld) == []  # once a loader
 
 
 def test_sleeping_consumer_parks_a_worker(big):
