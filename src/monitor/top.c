@@ -483,8 +483,8 @@ void sl__top_loader_text(const sl__loader_status *l, FILE *f) {
         fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (its engines had a backlog)\n",
                 100 * l->wait_gpu_fraction);
     if (l->wait_gpu_fraction >= SL_TOP_GPU_HELD) /* Python's PerformanceWarning says the same */
-        fprintf(f, "  the model leaves the GPU too little to decode with: decode=cpu decodes on the CPU workers "
-                   "instead (docs/gpu.md, \"Which decode for which model\")\n");
+        fprintf(f, "  the model leaves the GPU too little to decode with: where the CPU workers keep up (sluice bench "
+                   "--decode cpu), decode=cpu feeds it without the GPU (docs/gpu.md, \"Which decode for which model\")\n");
     for (unsigned j = l->nevents > 3 ? l->nevents - 3 : 0; j < l->nevents; j++) {
         const sl__loader_event *e = &l->event[j];
         fprintf(f, "  %8.1f s  %s %u -> %u  %s\n", e->t, e->what, e->from, e->to, e->reason);

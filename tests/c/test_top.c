@@ -448,7 +448,7 @@ TEST(loader_lines_name_the_gpu_held_wait) {
         fclose(f);
         CHECK_STR_CONTAINS(buf, "16 of 16 workers active");
         CHECK_EQ(strstr(buf, "waiting on the GPU decode") != NULL, i > 0);
-        CHECK_EQ(strstr(buf, "decode=cpu decodes on the CPU workers") != NULL, i == 2);
+        CHECK_EQ(strstr(buf, "decode=cpu feeds it without the GPU") != NULL, i == 2);
         if (i == 2) CHECK_STR_CONTAINS(buf, "of this pass, 17% waiting on the GPU decode");
         free(buf);
     }

@@ -64,8 +64,10 @@ def test_a_pass_the_gpu_decode_held_up_warns_once(dataset, monkeypatch):
     that names decode='cpu', once a loader; a pass it did not hold up, a short one or the CPU
     path, none. (The wait itself is counted in C: test_gpu_loader's
     gpu_loader_counts_the_wait_the_gpu_held_up.)"""
-    held = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0}
-    assert "decode='cpu'" in sluice._gpu_held_hint(held)
+    held = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0,
+            "pass_consumer_wait_s": 6.0, "pass_gpu_samples": 90000, "pass_cpu_samples": 6000}
+    hint = sluice._gpu_held_hint(held)
+    assert "decode='cpu'" in hint and "about 4,000 images/s" in hint and "--decode cpu" in hint
     for quiet in ({**held, "decode": "cpu"}, {**held, "pass_consumer_wait_gpu_fraction": 0.05},
                   {**held, "pass_seconds": 1.0}):
         assert sluice._gpu_held_hint(quiet) is None
