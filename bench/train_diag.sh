@@ -25,8 +25,9 @@
 #            separated) with each count of GPU engines in ENGINES ("1 2"), in turns, twice (whether
 #            the default should take two where the cores allow)
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
-#            pinned and pageable, gpu 16 workers with two engines): the main thread's state and,
-#            each time it sleeps in a futex, its native stack (whose lock); JSON in offcpu.jsonl
+#            pinned and pageable, gpu 16 workers with two engines; or PROBE_LOADERS, comma-separated):
+#            the main thread's state and, each time it sleeps in a futex, its native stack (whose
+#            lock); JSON in offcpu.jsonl
 #
 # Environment: DEPS (the bundle, .devvideo), OUT (/tmp/train-diag), IMAGES (6,000: the set made by
 # gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most), BASE (ab).
@@ -109,10 +110,12 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
     P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so --"
     T="python3 bench/gpu_decode.py $SET train --arch resnet18 --batch 256 --steps 1200 --warmup 10"
-    for l in synthetic "sluice-gpu --workers 16" "sluice-gpuonly --workers 16 --gpu-engines 2"; do
+    IFS=, read -ra loaders <<<"${PROBE_LOADERS:-synthetic,sluice-gpu --workers 16,sluice-gpuonly --workers 16 --gpu-engines 2}"
+    for l in "${loaders[@]}"; do
       $P $T --loaders $l 2>>"$OUT/err.log" | tee -a "$OUT/offcpu.jsonl"
     done
-    SLUICE_GPU_PIN_SLOTS=0 $P $T --loaders sluice-gpu --workers 16 2>>"$OUT/err.log" | tee -a "$OUT/offcpu.jsonl"
+    [ -n "${PROBE_LOADERS:-}" ] ||
+      SLUICE_GPU_PIN_SLOTS=0 $P $T --loaders sluice-gpu --workers 16 2>>"$OUT/err.log" | tee -a "$OUT/offcpu.jsonl"
     ;;
   *) echo "train_diag.sh: unknown step $step" >&2; exit 2;;
   esac
