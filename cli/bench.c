@@ -488,7 +488,7 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                sl_format_size(st->gpu_pool_bytes, a2, sizeof a2), sl_format_size(st->gpu_batch_bytes, a3, sizeof a3),
                sl_format_size(st->gpu_pinned_bytes, a4, sizeof a4));
     if (st->pass_consumer_wait_gpu_s > 0) /* the wait no CPU worker shortens */
-        printf("  of the %.2f s the consumer waited in the last pass, %.2f s began with the GPU engines' backlog\n",
+        printf("  of the %.2f s the consumer waited in the last pass, %.2f s for batches the GPU decode finished last\n",
                st->pass_consumer_wait_s, st->pass_consumer_wait_gpu_s);
     if (st->tuner) {
         sl_tuner_decision last;

@@ -539,9 +539,8 @@ typedef struct sl_stats {
     uint64_t readahead_hits;     /* ... taken by a worker */
     uint64_t readahead_dropped;  /* ... dropped unread (the order jumped, or a refill took another) */
     uint64_t readahead_bytes;    /* held by read-ahead now (in mem[SL_MEM_IO]) */
-    /* Of pass_consumer_wait_s (appended, 0.2), the wait for the batches the consumer asked for while
-     * the GPU engines had more than a call's worth of samples queued past those they were decoding:
-     * the wait the GPU decode held up (decode gpu and prefer-gpu; 0 otherwise). */
+    /* Of pass_consumer_wait_s (appended, 0.2), the wait for batches whose last position to finish
+     * was a GPU engine's: the wait the GPU decode held up (decode gpu and prefer-gpu; 0 otherwise). */
     double pass_consumer_wait_gpu_s;
 } sl_stats;
 

@@ -69,7 +69,7 @@ def _gpu_held_hint(stats):
         return None
     busy = stats["pass_seconds"] - stats.get("pass_consumer_wait_s", 0.0)  # the loop's own time
     demand = (stats.get("pass_gpu_samples", 0) + stats.get("pass_cpu_samples", 0)) / busy if busy > 0 else 0.0
-    return (f"sluice: the loop waited {held:.0%} of the pass for the GPU decode (its engines had a backlog): the "
+    return (f"sluice: the loop waited {held:.0%} of the pass for the GPU decode (it finished those batches last): the "
             f"model leaves the GPU too little to decode with. The loop took about {demand:,.0f} images/s while it "
             "did not wait; where the CPU workers decode that many (`sluice bench DATA --decode cpu` measures "
             "them), decode='cpu' feeds it without the GPU (one H100, 16 cores, ResNet-50: 99.7 % of its "

@@ -480,7 +480,7 @@ void sl__top_loader_text(const sl__loader_status *l, FILE *f) {
             l->pid, l->id, l->source, l->workers_active, l->workers, l->workers_active_mean, l->slots_target, l->slots,
             l->samples_per_s, 100 * l->wait_fraction, l->decode, (ull)l->decisions);
     if (l->wait_gpu_fraction >= 0.005) /* the consumer's wait the GPU decode held up */
-        fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (its engines had a backlog)\n",
+        fprintf(f, "  of this pass, %.0f%% waiting on the GPU decode (it finished those batches last)\n",
                 100 * l->wait_gpu_fraction);
     if (l->wait_gpu_fraction >= SL_TOP_GPU_HELD) /* Python's PerformanceWarning says the same */
         fprintf(f, "  the model leaves the GPU too little to decode with: where the CPU workers keep up (sluice bench "

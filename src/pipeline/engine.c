@@ -493,6 +493,7 @@ static sl_batch *open_batch(sl__engine *e) {
     s->nominal = (uint32_t)SL_MIN((uint64_t)e->conf->B, per - start);
     s->claimed = 0;
     s->pending = s->nominal;
+    s->last_gpu = 0;
     s->n = 0;
     s->discard = s->failed = s->marker = s->final = s->tripped = 0;
     s->checksum = 0;
@@ -562,9 +563,11 @@ static int claim_next(sl__engine *e, claim *c) {
 
 /* ---- commit ------------------------------------------------------------------ */
 
-/* Settle a position whose fill finished (mu held): pending drops; a stale
- * or discarded slot is freed once nothing is pending. */
-static void position_done(sl__engine *e, sl_batch *s) {
+/* Settle a position whose fill finished (mu held), on the GPU or the CPU:
+ * pending drops; a stale or discarded slot is freed once nothing is
+ * pending. */
+static void position_done(sl__engine *e, sl_batch *s, int gpu) {
+    s->last_gpu = gpu;
     s->pending--;
     if ((s->gen != e->gen || s->discard) && s->pending == 0 && s->state == SLOT_FILLING) slot_free(e, s);
 }
@@ -764,7 +767,7 @@ void sl__engine_run(void *ctx, sl__worker *w) {
             sl__gstage_push(e->gs, &w->hand, s->gen);
             pthread_cond_signal(&e->cv_gpu);
         } else {
-            position_done(e, s);
+            position_done(e, s, 0);
         }
         if (stale) {
             pthread_cond_broadcast(&e->cv_quiet);
@@ -778,7 +781,7 @@ void sl__engine_run(void *ctx, sl__worker *w) {
 
 /* ---- the GPU thread ------------------------------------------------------------- */
 
-static void gpu_done(void *ctx, sl_batch *s) { position_done(ctx, s); }
+static void gpu_done(void *ctx, sl_batch *s) { position_done(ctx, s, 1); }
 
 /* A GPU thread (gpustage.c starts one per engine, arg its call): gather a
  * call from the queue, waiting up to a millisecond for a quarter of a full
@@ -957,11 +960,11 @@ static void tune_apply(sl__engine *e, const sl__tune_out *d, uint32_t from) {
     pthread_cond_broadcast(&e->cv_work);
 }
 
-/* A batch was delivered at now: the tuner's observation. mu held. */
-static void tune_delivered(sl__engine *e, uint64_t now, int *publish) {
+/* Batch s was delivered at now: the tuner's observation. mu held. */
+static void tune_delivered(sl__engine *e, const sl_batch *s, uint64_t now, int *publish) {
     e->asking = 0;
     sl__tune_obs ob = {.asked_ns = e->ask_ns, .asked_cpu_ns = e->ask_cpu_ns, .now_ns = now, .ready = e->ask_ready,
-                       .gpu_backlog = e->ask_backlog};
+                       .gpu_backlog = e->ask_backlog, .gpu_last = s->last_gpu};
     if (e->tuner.on) ob.busy_ns = sl__workers_busy_ns(e->workers);
     sl__gstage_counts(e->gs, &ob.gpu_samples, &ob.cpu_samples);
     sl__tune_out d;
@@ -984,6 +987,7 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
         dl.tv_nsec = (long)(ns % 1000000000u);
     }
     int rc, expired = 0;
+    sl_batch *got = NULL;
     for (;;) {
         if (sl__workers_source_gone(e->workers)) {
             rc = sl__guard_vanished(e->guard, e->conf->source_path, e->batches_out);
@@ -996,7 +1000,10 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
             break;
         }
         sl_batch *s = slot_by_seqno(e, e->r_seqno, SLOT_READY);
-        if (s && (rc = deliver(e, s, out)) != 1) break;
+        if (s && (rc = deliver(e, s, out)) != 1) {
+            got = s;
+            break;
+        }
         if (s) continue;
         if (e->held >= e->live && !reactivate(e, 1)) {
             rc = SL_EHELD;
@@ -1011,7 +1018,7 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
     }
     uint64_t now = sl__now_ns();
     e->wait_ns += now - t0;
-    if (rc == 0) tune_delivered(e, now, publish);
+    if (rc == 0) tune_delivered(e, got, now, publish);
     else if (rc != SL_ETIMEDOUT) e->asking = 0; /* the next call is another ask */
     if (rc == SL_EEND) sl__tuner_pass_end(&e->tuner, now);
     return rc;

@@ -53,6 +53,8 @@ struct sl_batch {
     uint32_t nominal;    /* positions of its nominal range */
     uint32_t claimed;    /* positions handed out */
     uint32_t pending;    /* positions not finished */
+    int last_gpu;        /* the position that finished last was the GPU engine's (a consumer that
+                            waited for this batch waited on the GPU decode) */
     uint32_t n;          /* samples after commit */
     uint32_t good;       /* samples decoded, delivered or not (on_error=raise drops them) */
     int discard;         /* stale: free once pending reaches 0 */
