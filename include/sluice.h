@@ -540,7 +540,9 @@ typedef struct sl_stats {
     uint64_t readahead_dropped;  /* ... dropped unread (the order jumped, or a refill took another) */
     uint64_t readahead_bytes;    /* held by read-ahead now (in mem[SL_MEM_IO]) */
     /* Of pass_consumer_wait_s (appended, 0.2), the wait for batches whose last position to finish
-     * was a GPU engine's: the wait the GPU decode held up (decode gpu and prefer-gpu; 0 otherwise). */
+     * was a GPU engine's while the engines were busy (half a call's worth queued or in their calls
+     * when the consumer asked; not waiting for the workers to stage samples): the wait the GPU
+     * decode held up (decode gpu and prefer-gpu; 0 otherwise). */
     double pass_consumer_wait_gpu_s;
 } sl_stats;
 

@@ -938,6 +938,7 @@ static void tune_ask(sl__engine *e, uint64_t now, uint64_t cpu_ns) {
     e->ask_cpu_ns = cpu_ns;
     e->ask_ready = e->ready;
     e->ask_backlog = sl__gstage_backlog(e->gs);
+    e->ask_gpu_busy = sl__gstage_busy(e->gs);
     sl__tuner_pass_begin(&e->tuner, now, gpu, cpu);
 }
 
@@ -964,7 +965,7 @@ static void tune_apply(sl__engine *e, const sl__tune_out *d, uint32_t from) {
 static void tune_delivered(sl__engine *e, const sl_batch *s, uint64_t now, int *publish) {
     e->asking = 0;
     sl__tune_obs ob = {.asked_ns = e->ask_ns, .asked_cpu_ns = e->ask_cpu_ns, .now_ns = now, .ready = e->ask_ready,
-                       .gpu_backlog = e->ask_backlog, .gpu_last = s->last_gpu};
+                       .gpu_backlog = e->ask_backlog, .gpu_held = s->last_gpu && e->ask_gpu_busy};
     if (e->tuner.on) ob.busy_ns = sl__workers_busy_ns(e->workers);
     sl__gstage_counts(e->gs, &ob.gpu_samples, &ob.cpu_samples);
     sl__tune_out d;

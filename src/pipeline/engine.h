@@ -117,7 +117,7 @@ typedef struct sl__engine {
     int asking;              /* the consumer asked and has no batch yet */
     uint64_t ask_ns, ask_cpu_ns;
     uint32_t ask_ready;
-    int ask_backlog;
+    int ask_backlog, ask_gpu_busy;
 
     /* stats */
     uint64_t t_first_ns;

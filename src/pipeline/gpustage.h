@@ -196,6 +196,12 @@ void sl__gstage_join(sl__gstage *g);
 void sl__gstage_close(sl__gstage *g, int in_child);
 
 static inline int sl__gstage_on(const sl__gstage *g) { return g->on; }
+/* The GPU engines have half a call's worth queued or in their calls: they
+ * are busy, not waiting for the workers to stage samples (a consumer that
+ * waits then for a batch the GPU finishes last waits on the GPU decode). */
+static inline int sl__gstage_busy(const sl__gstage *g) {
+    return g->on && atomic_load_explicit(&g->queued, memory_order_relaxed) >= (uint64_t)g->max_batch / 2;
+}
 /* The tuner's count of workers taking work, which the split weighs the
  * CPU's rate by (set before the threads start; NULL: every worker). */
 static inline void sl__gstage_workers(sl__gstage *g, const _Atomic uint32_t *active) { g->active = active; }

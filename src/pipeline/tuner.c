@@ -8,8 +8,8 @@
  * (CLOCK_THREAD_CPUTIME_ID, read by the engine before it takes its lock),
  * the batches ready when it asked, the workers' summed busy time, and with
  * decode=gpu (or prefer-gpu) whether the GPU engines had a backlog and
- * whether the batch's last position to finish was the GPU's (the wait it
- * held up, pass_consumer_wait_gpu_s). A window is `window`
+ * whether the batch's last position to finish was the GPU's while they
+ * were busy (the wait it held up, pass_consumer_wait_gpu_s). A window is `window`
  * deliveries (at least 4, and at least 32 samples); the first delivery of
  * a pass (after create, an epoch's end or a reset) only starts one, so the
  * pipeline's fill and the consumer's work between epochs never count.
@@ -265,7 +265,7 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     if (!t->pass_t0 || t->pass_end) sl__tuner_pass_begin(t, o->asked_ns, o->gpu_samples, o->cpu_samples);
     uint64_t waited = o->now_ns > o->asked_ns ? o->now_ns - o->asked_ns : 0;
     t->pass_wait_ns += waited;
-    if (o->gpu_last) t->pass_wait_gpu_ns += waited; /* it waited for the GPU's position */
+    if (o->gpu_held) t->pass_wait_gpu_ns += waited; /* it waited for the GPU's position */
     t->gpu_now = o->gpu_samples;
     t->cpu_now = o->cpu_samples;
     int prev = t->have_prev;
