@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""What nvJPEG's hardware backend does per image, by output format: the question before a kernel.
+
+    nvjpeg_calls.py DATA [--images 256] [--formats rgbi,rgb,yuv,unchanged] [--repeats 5]
+
+Beside a model on one H100 the loader's GPU thread made about four CUDA runtime calls per image it
+decoded (a launch of nvJPEG's `rgba2rgb`, a copy, an event, a wait on it: bench/README.md, "GPU
+host, 2026-11-27, fifth session"), each taking the driver's lock the training thread's launches
+need. Whether another output format drops them decides whether colour conversion should move into
+sluice's resize kernels. This script asks libnvjpeg directly (ctypes, no sluice): one hardware
+handle (NVJPEG_BACKEND_HARDWARE), the first --images JPEGs under DATA that the hardware takes
+(nvjpegDecodeBatchedSupported), whole images, `nvjpegDecodeBatched` into torch device buffers on the
+current stream, --repeats timed calls per format after two warm-up calls, then as many under
+torch.profiler. One JSON line per format: images/s of the call alone, the CUDA API calls and the
+kernels per image (CUPTI: every thread of this process, and only nvJPEG calls here), GPU ms per
+image. Needs a CUDA torch and libnvjpeg (the GPU host has both); not part of any suite.
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+
+import torch
+
+FORMATS = {"unchanged": 0, "yuv": 1, "y": 2, "rgb": 3, "bgr": 4, "rgbi": 5, "bgri": 6}
+BACKEND_HARDWARE = 3
+
+
+class Image(ctypes.Structure):  # nvjpegImage_t
+    _fields_ = [("channel", ctypes.c_void_p * 4), ("pitch", ctypes.c_size_t * 4)]
+
+
+def load_nvjpeg():
+    """libnvjpeg as sluice finds it (src/gpu/cuda.c): the loader's search, then CUDA's folders and
+    the nvidia-* wheels beside torch."""
+    import glob
+    dirs = [os.path.join(os.environ.get(v, ""), "lib64") for v in ("SLUICE_CUDA_PATH", "CUDA_HOME") if os.environ.get(v)]
+    dirs += ["/usr/local/cuda/lib64"] + glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)),
+                                                                  "nvidia", "*", "lib"))
+    for name in ("libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"):
+        for path in [name] + [os.path.join(d, name) for d in dirs]:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    sys.exit("nvjpeg_calls.py: libnvjpeg not found")
+
+
+def check(status, what):
+    if status:
+        raise RuntimeError(f"{what}: nvjpegStatus {status}")
+
+
+def jpegs(root, limit):
+    out = []
+    for dirpath, _, names in sorted(os.walk(root)):
+        for n in sorted(names):
+            if n.lower().endswith((".jpg", ".jpeg")):
+                out.append(os.path.join(dirpath, n))
+                if len(out) >= 4 * limit:
+                    return out
+    return out
+
+
+class Decoder:
+    def __init__(self, lib):
+        self.lib = lib
+        self.h = ctypes.c_void_p()
+        check(lib.nvjpegCreateEx(BACKEND_HARDWARE, None, None, 0, ctypes.byref(self.h)), "nvjpegCreateEx(hardware)")
+        self.state = ctypes.c_void_p()
+        check(lib.nvjpegJpegStateCreate(self.h, ctypes.byref(self.state)), "nvjpegJpegStateCreate")
+        self.stream = ctypes.c_void_p()
+        check(lib.nvjpegJpegStreamCreate(self.h, ctypes.byref(self.stream)), "nvjpegJpegStreamCreate")
+
+    def supported(self, data):
+        if self.lib.nvjpegJpegStreamParseHeader(self.h, data, ctypes.c_size_t(len(data)), self.stream):
+            return False
+        ok = ctypes.c_int(1)
+        return self.lib.nvjpegDecodeBatchedSupported(self.h, self.stream, ctypes.byref(ok)) == 0 and ok.value == 0
+
+    def info(self, data):
+        n, sub = ctypes.c_int(), ctypes.c_int()
+        w, h = (ctypes.c_int * 4)(), (ctypes.c_int * 4)()
+        check(self.lib.nvjpegGetImageInfo(self.h, data, ctypes.c_size_t(len(data)), ctypes.byref(n), ctypes.byref(sub),
+                                          w, h), "nvjpegGetImageInfo")
+        return n.value, [(w[i], h[i]) for i in range(n.value)]
+
+
+def planes(fmt, comps):
+    """(width in bytes, height) of each output plane of an image for format fmt."""
+    w, h = comps[0]
+    if fmt in ("rgbi", "bgri"):
+        return [(3 * w, h)]
+    if fmt in ("rgb", "bgr"):
+        return [(w, h)] * 3
+    if fmt == "y":
+        return [(w, h)]
+    return list(comps)  # yuv, unchanged: each component at its own size
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("data")
+    p.add_argument("--images", type=int, default=256)
+    p.add_argument("--formats", default="rgbi,rgb,yuv,unchanged")
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+    lib = load_nvjpeg()
+    torch.cuda.init()
+    dec = Decoder(lib)
+    datas, infos = [], []
+    for path in jpegs(a.data, a.images):
+        with open(path, "rb") as f:
+            d = f.read()
+        if dec.supported(d):
+            datas.append(d)
+            infos.append(dec.info(d))
+        if len(datas) == a.images:
+            break
+    n = len(datas)
+    if not n:
+        sys.exit("nvjpeg_calls.py: no JPEG the hardware takes under " + a.data)
+    bufs = [ctypes.create_string_buffer(d, len(d)) for d in datas]
+    ptrs = (ctypes.c_void_p * n)(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs])
+    lens = (ctypes.c_size_t * n)(*[len(d) for d in datas])
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    for fmt in a.formats.split(","):
+        outs, keep = (Image * n)(), []
+        for i, (_, comps) in enumerate(infos):
+            for c, (pw, ph) in enumerate(planes(fmt, comps)):
+                t = torch.empty(pw * ph, dtype=torch.uint8, device="cuda")
+                keep.append(t)
+                outs[i].channel[c] = t.data_ptr()
+                outs[i].pitch[c] = pw
+
+        def call():
+            check(lib.nvjpegDecodeBatchedInitialize(dec.h, dec.state, n, 1, FORMATS[fmt]), "nvjpegDecodeBatchedInitialize")
+            check(lib.nvjpegDecodeBatched(dec.h, dec.state, ptrs, lens, outs, stream), "nvjpegDecodeBatched")
+
+        try:
+            for _ in range(2):
+                call()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(a.repeats):
+                call()
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            api, kernels, gpu_us = {}, {}, 0.0
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.repeats):
+                    call()
+                torch.cuda.synchronize()
+            for e in prof.events():
+                us = e.time_range.end - e.time_range.start
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    k = kernels.setdefault(e.name[:70], [0, 0.0])
+                    gpu_us += us
+                elif e.name.startswith("cu"):
+                    k = api.setdefault(e.name, [0, 0.0])
+                else:
+                    continue
+                k[0] += 1
+                k[1] += us
+            per = n * a.repeats
+            r = {"format": fmt, "images": n, "api": "nvjpegDecodeBatched", "backend": "hardware",
+                 "images_per_s": round(per / dt, 1),
+                 "api_calls_per_image": {k: round(c / per, 2) for k, (c, _) in sorted(api.items(), key=lambda kv: -kv[1][0])},
+                 "api_us_per_image": round(sum(t for _, t in api.values()) / per, 1),
+                 "kernels_per_image": {k: round(c / per, 2) for k, (c, _) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:8]},
+                 "gpu_ms_per_image": round(gpu_us / 1e3 / per, 4)}
+        except RuntimeError as e:  # a format the hardware backend refuses says so
+            r = {"format": fmt, "images": n, "error": str(e)}
+        print(json.dumps(r), flush=True)
+        del keep
+
+
+if __name__ == "__main__":
+    main()
