@@ -588,8 +588,9 @@ def _union(iv):
 def trace_steps(a, step):
     """a.trace_steps more steps under torch.profiler (CUPTI sees every kernel of the process: the
     model's, nvJPEG's and sluice's NVRTC kernels sl_*): per step, GPU time by owner, the union of
-    all GPU activity (busy) and of the model's kernels alone, against the wall; the time the
-    model's threads spent in CUDA API calls (top_api: name, calls, ms, us a call); the wall of
+    all GPU activity (busy) and of the model's kernels alone, against the wall; the time spent in
+    CUDA API calls (top_api: name, calls, ms, us a call; the process's, not only the model's
+    threads': CUPTI does not tell nvJPEG's apart); the wall of
     next() and what ran inside it (in_next: name, calls, ms)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -620,7 +621,8 @@ def trace_steps(a, step):
             c_t[1] += e.time_range.end - e.time_range.start
         if e.device_type != torch.autograd.DeviceType.CUDA:
             # the CUDA API calls (CUPTI's runtime/driver records) of the threads that run aten
-            # ops: their time grows where another thread holds the driver's lock
+            # ops; CUPTI gives other threads' calls (nvJPEG's, on the GPU thread) the same ids, so
+            # with a sluice row this is the whole process's (fifth session, bench/README.md)
             if e.name.startswith("aten::"):
                 aten[e.thread] = aten.get(e.thread, 0) + 1
             elif e.name.startswith("cu") and not e.name.startswith("cudnn"):
