@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What nvJPEG's hardware backend does per image, by output format: the question before a kernel.
 
-    nvjpeg_calls.py DATA [--images 256] [--formats rgbi,rgb,yuv,unchanged] [--repeats 5]
+    nvjpeg_calls.py DATA [--images 256] [--formats rgbi,rgb,yuv,unchanged] [--apis batched,ex] [--repeats 5]
 
 Beside a model on one H100 the loader's GPU thread made about four CUDA runtime calls per image it
 decoded (a launch of nvJPEG's `rgba2rgb`, a copy, an event, a wait on it: bench/README.md, "GPU
@@ -9,11 +9,12 @@ host, 2026-11-27, fifth session"), each taking the driver's lock the training th
 need. Whether another output format drops them decides whether colour conversion should move into
 sluice's resize kernels. This script asks libnvjpeg directly (ctypes, no sluice): one hardware
 handle (NVJPEG_BACKEND_HARDWARE), the first --images JPEGs under DATA that the hardware takes
-(nvjpegDecodeBatchedSupported), whole images, `nvjpegDecodeBatched` into torch device buffers on the
-current stream, --repeats timed calls per format after two warm-up calls, then as many under
-torch.profiler. One JSON line per format: images/s of the call alone, the CUDA API calls and the
-kernels per image (CUPTI: every thread of this process, and only nvJPEG calls here), GPU ms per
-image. Needs a CUDA torch and libnvjpeg (the GPU host has both); not part of any suite.
+(nvjpegDecodeBatchedSupported), decoded into torch device buffers on a stream of its own, either
+whole (`nvjpegDecodeBatched`) or, as sluice's engine calls it, with a region of interest per image
+(`nvjpegDecodeBatchedEx`, the centre half of each side); --repeats timed calls per format and API
+after two warm-up calls, then as many under torch.profiler. One JSON line per format and API:
+images/s of the call alone, the CUDA API calls and the kernels per image (CUPTI: every thread of
+this process, and only nvJPEG calls here), GPU ms per image. Needs a CUDA torch and libnvjpeg (the GPU host has both); not part of any suite.
 """
 import argparse
 import ctypes
@@ -23,6 +24,7 @@ import sys
 import time
 
 import torch
+import torch.profiler
 
 FORMATS = {"unchanged": 0, "yuv": 1, "y": 2, "rgb": 3, "bgr": 4, "rgbi": 5, "bgri": 6}
 BACKEND_HARDWARE = 3
@@ -105,6 +107,7 @@ def main():
     p.add_argument("data")
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--formats", default="rgbi,rgb,yuv,unchanged")
+    p.add_argument("--apis", default="batched,ex", help="batched: whole images; ex: a region of interest each")
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
     lib = load_nvjpeg()
@@ -125,58 +128,79 @@ def main():
     bufs = [ctypes.create_string_buffer(d, len(d)) for d in datas]
     ptrs = (ctypes.c_void_p * n)(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs])
     lens = (ctypes.c_size_t * n)(*[len(d) for d in datas])
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    for fmt in a.formats.split(","):
-        outs, keep = (Image * n)(), []
-        for i, (_, comps) in enumerate(infos):
-            for c, (pw, ph) in enumerate(planes(fmt, comps)):
-                t = torch.empty(pw * ph, dtype=torch.uint8, device="cuda")
-                keep.append(t)
-                outs[i].channel[c] = t.data_ptr()
-                outs[i].pitch[c] = pw
+    side = torch.cuda.Stream()
+    stream = ctypes.c_void_p(side.cuda_stream)
+    params = (ctypes.c_void_p * n)()  # the ex API's, one a sample: the centre half of each side
+    for i, (_, comps) in enumerate(infos):
+        one = ctypes.c_void_p()
+        check(lib.nvjpegDecodeParamsCreate(dec.h, ctypes.byref(one)), "nvjpegDecodeParamsCreate")
+        w, h = comps[0]
+        check(lib.nvjpegDecodeParamsSetROI(one, (w // 4) & ~1, (h // 4) & ~1, max(2, (w // 2) & ~1), max(2, (h // 2) & ~1)),
+              "nvjpegDecodeParamsSetROI")
+        params[i] = one.value
+    for api in a.apis.split(","):
+        for fmt in a.formats.split(","):
+            print(json.dumps(run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side)), flush=True)
 
-        def call():
-            check(lib.nvjpegDecodeBatchedInitialize(dec.h, dec.state, n, 1, FORMATS[fmt]), "nvjpegDecodeBatchedInitialize")
+
+def run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side):
+    """One format through one API: its JSON line (or the status nvJPEG refused it with)."""
+    n = len(infos)
+    outs, keep = (Image * n)(), []  # planes at the whole image's size: an ROI writes their start
+    for i, (_, comps) in enumerate(infos):
+        for c, (pw, ph) in enumerate(planes(fmt, comps)):
+            t = torch.empty(pw * ph, dtype=torch.uint8, device="cuda")
+            keep.append(t)
+            outs[i].channel[c] = t.data_ptr()
+            outs[i].pitch[c] = pw
+
+    def call():
+        check(lib.nvjpegDecodeBatchedInitialize(dec.h, dec.state, n, 1, FORMATS[fmt]), "nvjpegDecodeBatchedInitialize")
+        if api == "ex":
+            check(lib.nvjpegDecodeBatchedEx(dec.h, dec.state, ptrs, lens, outs, params, stream), "nvjpegDecodeBatchedEx")
+        else:
             check(lib.nvjpegDecodeBatched(dec.h, dec.state, ptrs, lens, outs, stream), "nvjpegDecodeBatched")
 
-        try:
-            for _ in range(2):
-                call()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+    r = {"format": fmt, "api": "nvjpegDecodeBatchedEx, centre ROI" if api == "ex" else "nvjpegDecodeBatched",
+         "backend": "hardware", "images": n}
+    try:
+        for _ in range(2):
+            call()
+        side.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(a.repeats):
+            call()
+        side.synchronize()
+        dt = time.perf_counter() - t0
+        api_calls, kernels, gpu_us = {}, {}, 0.0
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(a.repeats):
                 call()
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            api, kernels, gpu_us = {}, {}, 0.0
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
-                for _ in range(a.repeats):
-                    call()
-                torch.cuda.synchronize()
-            for e in prof.events():
-                us = e.time_range.end - e.time_range.start
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    k = kernels.setdefault(e.name[:70], [0, 0.0])
-                    gpu_us += us
-                elif e.name.startswith("cu"):
-                    k = api.setdefault(e.name, [0, 0.0])
-                else:
-                    continue
-                k[0] += 1
-                k[1] += us
-            per = n * a.repeats
-            r = {"format": fmt, "images": n, "api": "nvjpegDecodeBatched", "backend": "hardware",
-                 "images_per_s": round(per / dt, 1),
-                 "api_calls_per_image": {k: round(c / per, 2) for k, (c, _) in sorted(api.items(), key=lambda kv: -kv[1][0])},
-                 "api_us_per_image": round(sum(t for _, t in api.values()) / per, 1),
-                 "kernels_per_image": {k: round(c / per, 2) for k, (c, _) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:8]},
-                 "gpu_ms_per_image": round(gpu_us / 1e3 / per, 4)}
-        except RuntimeError as e:  # a format the hardware backend refuses says so
-            r = {"format": fmt, "images": n, "error": str(e)}
-        print(json.dumps(r), flush=True)
-        del keep
-
+            side.synchronize()
+    except RuntimeError as e:  # a format or API the hardware backend refuses says so
+        r["error"] = str(e)
+        return r
+    for e in prof.events():
+        us = e.time_range.end - e.time_range.start
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name[:70], [0, 0.0])
+            gpu_us += us
+        elif e.name.startswith("cu"):
+            k = api_calls.setdefault(e.name, [0, 0.0])
+        else:
+            continue
+        k[0] += 1
+        k[1] += us
+    per = n * a.repeats
+    r.update({"images_per_s": round(per / dt, 1),
+              "api_calls_per_image": {k: round(c / per, 2)
+                                      for k, (c, _) in sorted(api_calls.items(), key=lambda kv: -kv[1][0])},
+              "api_us_per_image": round(sum(t for _, t in api_calls.values()) / per, 1),
+              "kernels_per_image": {k: round(c / per, 2)
+                                    for k, (c, _) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:8]},
+              "gpu_ms_per_image": round(gpu_us / 1e3 / per, 4)})
+    return r
 
 if __name__ == "__main__":
     main()
