@@ -69,10 +69,13 @@ def _gpu_held_hint(stats):
         return None
     busy = stats["pass_seconds"] - stats.get("pass_consumer_wait_s", 0.0)  # the loop's own time
     demand = (stats.get("pass_gpu_samples", 0) + stats.get("pass_cpu_samples", 0)) / busy if busy > 0 else 0.0
+    cpu, split = stats.get("cpu_rate", 0.0), str(stats.get("decode_reason", "")).startswith("decode=auto")
+    which = "their share of the images" if split else "the images the GPU does not take (the costly ones)"
+    seen = f" (the CPU workers, all busy, decoded {which} at {cpu:,.0f}/s)" if cpu > 0 else ""
     return (f"sluice: the loop waited {held:.0%} of the pass for the GPU decode (it finished those batches last): the "
             f"model leaves the GPU too little to decode with. The loop took about {demand:,.0f} images/s while it "
-            "did not wait; where the CPU workers decode that many (`sluice bench DATA --decode cpu` measures "
-            "them), decode='cpu' feeds it without the GPU (one H100, 16 cores, ResNet-50: 99.7 % of its "
+            f"did not wait{seen}; where the CPU workers decode that many (`sluice bench DATA --decode cpu` "
+            "measures them), decode='cpu' feeds it without the GPU (one H100, 16 cores, ResNet-50: 99.7 % of its "
             "synthetic rate against 91.5 %). See docs/gpu.md, \"Which decode for which model\".")
 
 

@@ -68,6 +68,9 @@ def test_a_pass_the_gpu_decode_held_up_warns_once(dataset, monkeypatch):
             "pass_consumer_wait_s": 6.0, "pass_gpu_samples": 90000, "pass_cpu_samples": 6000}
     hint = sluice._gpu_held_hint(held)
     assert "decode='cpu'" in hint and "about 4,000 images/s" in hint and "--decode cpu" in hint
+    assert "all busy" not in hint and "(the costly ones) at 2,100/s" in sluice._gpu_held_hint({**held, "cpu_rate": 2100.0})
+    assert "their share of the images at 2,100/s" in sluice._gpu_held_hint(
+        {**held, "cpu_rate": 2100.0, "decode_reason": "decode=auto: 1 GPU engine on ..."})
     for quiet in ({**held, "decode": "cpu"}, {**held, "pass_consumer_wait_gpu_fraction": 0.05},
                   {**held, "pass_seconds": 1.0}):
         assert sluice._gpu_held_hint(quiet) is None
