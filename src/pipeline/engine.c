@@ -988,7 +988,6 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
         dl.tv_nsec = (long)(ns % 1000000000u);
     }
     int rc, expired = 0;
-    sl_batch *got = NULL;
     for (;;) {
         if (sl__workers_source_gone(e->workers)) {
             rc = sl__guard_vanished(e->guard, e->conf->source_path, e->batches_out);
@@ -1001,10 +1000,7 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
             break;
         }
         sl_batch *s = slot_by_seqno(e, e->r_seqno, SLOT_READY);
-        if (s && (rc = deliver(e, s, out)) != 1) {
-            got = s;
-            break;
-        }
+        if (s && (rc = deliver(e, s, out)) != 1) break;
         if (s) continue;
         if (e->held >= e->live && !reactivate(e, 1)) {
             rc = SL_EHELD;
@@ -1019,7 +1015,7 @@ static int next_locked(sl__engine *e, sl_batch **out, int64_t timeout_ns, uint64
     }
     uint64_t now = sl__now_ns();
     e->wait_ns += now - t0;
-    if (rc == 0) tune_delivered(e, got, now, publish);
+    if (rc == 0) tune_delivered(e, *out, now, publish); /* deliver set *out */
     else if (rc != SL_ETIMEDOUT) e->asking = 0; /* the next call is another ask */
     if (rc == SL_EEND) sl__tuner_pass_end(&e->tuner, now);
     return rc;
