@@ -572,6 +572,13 @@ def bench_train(a, name, root, files, labels):
     emit(r)
 
 
+def _tally(d, key, calls, us):
+    """d[key] = [calls, microseconds], added to."""
+    c_t = d.setdefault(key, [0, 0.0])
+    c_t[0] += calls
+    c_t[1] += us
+
+
 def _union(iv):
     """Total length covered by intervals [(t0, t1)] (microseconds)."""
     tot, end = 0.0, None
@@ -616,9 +623,7 @@ def trace_steps(a, step):
     for e in events:
         if (e.device_type != torch.autograd.DeviceType.CUDA and e.name != "loop_next" and e.thread in loop
                 and in_next(e.time_range.start)):
-            c_t = inside.setdefault(e.name[:50], [0, 0.0])
-            c_t[0] += 1
-            c_t[1] += e.time_range.end - e.time_range.start
+            _tally(inside, e.name[:50], 1, e.time_range.end - e.time_range.start)
         if e.device_type != torch.autograd.DeviceType.CUDA:
             # the CUDA API calls (CUPTI's runtime/driver records) of the threads that run aten
             # ops; CUPTI gives other threads' calls (nvJPEG's, on the GPU thread) the same ids, so
@@ -626,9 +631,7 @@ def trace_steps(a, step):
             if e.name.startswith("aten::"):
                 aten[e.thread] = aten.get(e.thread, 0) + 1
             elif e.name.startswith("cu") and not e.name.startswith("cudnn"):
-                n_t = api.setdefault((e.thread, e.name), [0, 0.0])
-                n_t[0] += 1
-                n_t[1] += e.time_range.end - e.time_range.start
+                _tally(api, (e.thread, e.name), 1, e.time_range.end - e.time_range.start)
             continue
         t0, t1 = e.time_range.start, e.time_range.end
         name = e.name
@@ -646,7 +649,7 @@ def trace_steps(a, step):
     by_name = {}  # the API calls of the threads that ran the model's ops (forward, autograd)
     for (tid, name), (c, t) in api.items():
         if tid in aten:
-            by_name[name] = [by_name.get(name, [0, 0.0])[0] + c, by_name.get(name, [0, 0.0])[1] + t]
+            _tally(by_name, name, c, t)
     api = by_name
     return {"steps": n, "wall_ms_per_step": round(1e3 * wall / n, 2),
             "gpu_busy_ms_per_step": round(_union(iv_all) / 1e3 / n, 2),
