@@ -284,7 +284,7 @@ def sluice_report(ld):
          "slots": s.get("slots"), "budget_bytes": s.get("budget_bytes"),
          "gpu_share": round(s.get("gpu_samples", 0) / total, 3) if total else 0.0,
          "consumer_wait_fraction": round(s.get("consumer_wait_fraction", 0.0), 3),
-         # of the pass, the wait the GPU decode held up (its engines' queue a call past what they decode)
+         # of the pass, the wait the GPU decode held up (batches the busy engines finished last)
          "pass_consumer_wait_gpu_fraction": round(s.get("pass_consumer_wait_gpu_fraction", 0.0), 3),
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
