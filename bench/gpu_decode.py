@@ -299,13 +299,20 @@ def sluice_batches(a, root, files, labels, decode="cpu"):
     extra = {} if decode == "cpu" else {"gpu_budget": f"{a.gpu_budget}M", "gpu_engines": a.gpu_engines}
     if a.worker_nice is not None:
         extra["worker_nice"] = a.worker_nice
+    if a.prefetch:
+        extra["prefetch"] = a.prefetch
     ld = st.Loader(root, batch_size=a.batch, device="cuda", dtype=torch.uint8, workers=a.workers or "auto", budget="4G",
                    seed=SEED, drop_last=True, decode=decode, **extra)
     a._ld = ld
+    a._passes = [0.0, 0.0, 0.0, 0.0]  # over the passes ended: seconds, the wait, of it the GPU's, the CPU's
     epoch = 0
     while True:
         ld.set_epoch(epoch)
         yield from ld
+        s = ld.stats()
+        for i, k in enumerate(("pass_seconds", "pass_consumer_wait_s", "pass_consumer_wait_gpu_s",
+                               "pass_consumer_wait_cpu_s")):
+            a._passes[i] += s.get(k, 0.0)
         epoch += 1
 
 
@@ -386,6 +393,13 @@ LOADERS = {"synthetic": synthetic_batches, "sluice": sluice_batches, "sluice-gpu
            "tvio": tvio_batches, "tvcuda": tvcuda_batches}
 
 
+def _passes_report(p):
+    if not p or p[0] <= 0:
+        return None
+    return {"seconds": round(p[0], 2), "wait": round(p[1] / p[0], 3), "wait_gpu": round(p[2] / p[0], 3),
+            "wait_cpu": round(p[3] / p[0], 3)}
+
+
 def sluice_report(a):
     """Which engine decoded how much, device and pinned memory: from stats()."""
     ld = getattr(a, "_ld", None)
@@ -402,6 +416,10 @@ def sluice_report(a):
             "host_peak_accounted_bytes": s["peak_accounted_bytes"], "consumer_wait_fraction":
             round(s["consumer_wait_fraction"], 3),
             "pass_consumer_wait_gpu_fraction": round(s.get("pass_consumer_wait_gpu_fraction", 0.0), 3),
+            # over every pass ended (the epochs, warm-up's included): the loader's wait, and of the
+            # wall the waits for batches the busy GPU engines and a CPU worker finished last
+            "passes": _passes_report(getattr(a, "_passes", None)),
+            "slots": s.get("slots"), "workers_active_mean": round(s.get("workers_active_mean", 0.0), 1),
             "gpu_host_bytes": s["memory"].get("gpu_host", 0),
             # where the GPU's time went (with a model running: the train run), seconds over the run
             "gpu_engines": s.get("gpu_engines", 0), "gpu_hw_s": round(s.get("gpu_hw_s", 0), 3),
@@ -685,6 +703,7 @@ def main():
     p.add_argument("--arch", default="resnet18")
     p.add_argument("--worker-nice", type=int, default=None, help="the sluice loaders' worker_nice (default: theirs)")
     p.add_argument("--trace-steps", type=int, default=0, help="train: that many more steps under torch.profiler")
+    p.add_argument("--prefetch", type=int, default=0, help="the sluice loaders' batch slots (0: the library's)")
     p.add_argument("--gpu-budget", type=int, default=512, help="MiB of device memory per engine (the loaders: gpu_budget)")
     p.add_argument("--pinned", type=int, default=96, help="MiB of pinned pool per engine")
     p.add_argument("--gpu-engines", type=int, default=1, help="the sluice GPU loaders' decode engines (gpu_engines)")

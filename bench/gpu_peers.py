@@ -286,6 +286,7 @@ def sluice_report(ld):
          "consumer_wait_fraction": round(s.get("consumer_wait_fraction", 0.0), 3),
          # of the pass, the wait the GPU decode held up (batches the busy engines finished last)
          "pass_consumer_wait_gpu_fraction": round(s.get("pass_consumer_wait_gpu_fraction", 0.0), 3),
+         "pass_consumer_wait_cpu_fraction": round(s.get("pass_consumer_wait_cpu_fraction", 0.0), 3),
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}

@@ -24,6 +24,9 @@
 #     engines  the default, decode gpu at 8 workers and decode auto at 16 (ENGINE_LOADERS, comma-
 #            separated) with each count of GPU engines in ENGINES ("1 2"), in turns, twice (whether
 #            the default should take two where the cores allow)
+#     turns  the loaders TURN_LOADERS (comma-separated, each "NAME --option ..."), in turns,
+#            ROUNDS (2) times, after the synthetic ceiling: a sweep of one setting (--prefetch,
+#            --gpu-budget, --workers) side by side
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines; or PROBE_LOADERS, comma-separated):
 #            the main thread's state and, each time it sleeps in a futex, its native stack (whose
@@ -60,6 +63,7 @@ ab_rows() {
   row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $1
   row env SLUICE_AB=new $G train $TR --loaders $1
 }
+plain_row() { row $G train $TR --loaders $1; }
 engine_rows() { for n in ${ENGINES:-1 2}; do row $G train $TR --loaders $1 --gpu-engines $n; done; }
 for step in ${DIAG_STEPS:-rows trace nice}; do
   case $step in
@@ -106,6 +110,10 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     IFS=, read -ra loaders <<<"${ENGINE_LOADERS:-sluice-default --workers 0,sluice-gpuonly --workers 8,sluice-gpu --workers 16}"
     in_turns 2 engine_rows "${loaders[@]}"
     ;;
+  turns)
+    IFS=, read -ra loaders <<<"${TURN_LOADERS:?train_diag.sh turns: TURN_LOADERS names the rows}"
+    in_turns "${ROUNDS:-2}" plain_row "${loaders[@]}"
+    ;;
   probe)
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
     P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so --"
@@ -124,7 +132,8 @@ python3 - "$R" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 keys = ["run", "ab", "loader", "workers", "gpu_engines", "worker_nice", "pin_slots", "images_per_s", "model_images_per_s",
         "loader_images_per_s", "consumer_wait_fraction", "gpu_share", "win_gpu_samples_per_s",
-        "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "trace"]
+        "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "slots",
+        "workers_active_mean", "passes", "trace"]
 for line in open(sys.argv[1]):
     try:
         d = json.loads(line)

@@ -359,11 +359,12 @@ static void report_json_tuner(FILE *f, sl_loader *ld, const sl_stats *st) {
             st->tuner ? "true" : "false", st->workers_active, st->workers_active_mean, st->slots_target);
     double pass = st->pass_seconds;
     fprintf(f, ", \"consumer_wait_fraction\": %.4f, \"pass_seconds\": %.3f, \"pass_consumer_wait_fraction\": %.4f"
-               ", \"pass_consumer_wait_gpu_fraction\": %.4f, \"pass_consumer_cpu_s\": %.3f"
+               ", \"pass_consumer_wait_gpu_fraction\": %.4f, \"pass_consumer_wait_cpu_fraction\": %.4f"
+               ", \"pass_consumer_cpu_s\": %.3f"
                ", \"pass_gpu_samples\": %" PRIu64 ", \"pass_cpu_samples\": %" PRIu64,
             st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0, st->pass_seconds,
             pass > 0 ? st->pass_consumer_wait_s / pass : 0.0, pass > 0 ? st->pass_consumer_wait_gpu_s / pass : 0.0,
-            st->pass_consumer_cpu_s, st->pass_gpu_samples, st->pass_cpu_samples);
+            pass > 0 ? st->pass_consumer_wait_cpu_s / pass : 0.0, st->pass_consumer_cpu_s, st->pass_gpu_samples, st->pass_cpu_samples);
     fprintf(f, ", \"node_cpus\": %u, \"node_loaders\": %u, \"node_demand\": %.3f, \"demand\": %.3f", st->node_cpus,
             st->node_loaders, st->node_demand, st->demand);
     sl_tuner_decision log[SL_TUNER_LOG];
@@ -487,9 +488,10 @@ static void report_text(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                st->gpu_samples, st->cpu_samples, st->gpu_handed_back, sl_format_size(st->gpu_pool_peak, a1, sizeof a1),
                sl_format_size(st->gpu_pool_bytes, a2, sizeof a2), sl_format_size(st->gpu_batch_bytes, a3, sizeof a3),
                sl_format_size(st->gpu_pinned_bytes, a4, sizeof a4));
-    if (st->pass_consumer_wait_gpu_s > 0) /* the wait no CPU worker shortens */
-        printf("  of the %.2f s the consumer waited in the last pass, %.2f s for batches the GPU decode finished last\n",
-               st->pass_consumer_wait_s, st->pass_consumer_wait_gpu_s);
+    if (st->pass_consumer_wait_gpu_s > 0 || st->pass_consumer_wait_cpu_s > 0) /* who held the batches up */
+        printf("  of the %.2f s the consumer waited in the last pass, %.2f s for batches the busy GPU decode finished "
+               "last, %.2f s for those a CPU worker's decode did\n",
+               st->pass_consumer_wait_s, st->pass_consumer_wait_gpu_s, st->pass_consumer_wait_cpu_s);
     if (st->tuner) {
         sl_tuner_decision last;
         int any = sl_loader_tuner_log(ld, &last, 1) == 1;

@@ -544,6 +544,11 @@ typedef struct sl_stats {
      * when the consumer asked; not waiting for the workers to stage samples): the wait the GPU
      * decode held up (decode gpu and prefer-gpu; 0 otherwise). */
     double pass_consumer_wait_gpu_s;
+    /* Of pass_consumer_wait_s (appended, 0.2), the wait for batches whose last position to finish
+     * was a CPU worker's decode, with the GPU stage on (0 otherwise): under prefer-gpu, the costly
+     * images the engine does not take. What is left of the wait beside the two is for batches the
+     * GPU finished last while its engines waited for the workers to stage samples. */
+    double pass_consumer_wait_cpu_s;
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

@@ -700,6 +700,9 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_F(d, "pass_consumer_wait_gpu_s", st.pass_consumer_wait_gpu_s) < 0 ||
         PUT_F(d, "pass_consumer_wait_gpu_fraction",
               st.pass_seconds > 0 ? st.pass_consumer_wait_gpu_s / st.pass_seconds : 0.0) < 0 ||
+        PUT_F(d, "pass_consumer_wait_cpu_s", st.pass_consumer_wait_cpu_s) < 0 ||
+        PUT_F(d, "pass_consumer_wait_cpu_fraction",
+              st.pass_seconds > 0 ? st.pass_consumer_wait_cpu_s / st.pass_seconds : 0.0) < 0 ||
         PUT_F(d, "pass_consumer_cpu_s", st.pass_consumer_cpu_s) < 0 ||
         PUT_U64(d, "pass_gpu_samples", st.pass_gpu_samples) < 0 ||
         PUT_U64(d, "pass_cpu_samples", st.pass_cpu_samples) < 0 || PUT_U64(d, "node_cpus", st.node_cpus) < 0 ||

@@ -965,7 +965,8 @@ static void tune_apply(sl__engine *e, const sl__tune_out *d, uint32_t from) {
 static void tune_delivered(sl__engine *e, const sl_batch *s, uint64_t now, int *publish) {
     e->asking = 0;
     sl__tune_obs ob = {.asked_ns = e->ask_ns, .asked_cpu_ns = e->ask_cpu_ns, .now_ns = now, .ready = e->ask_ready,
-                       .gpu_backlog = e->ask_backlog, .gpu_held = s->last_gpu && e->ask_gpu_busy};
+                       .gpu_backlog = e->ask_backlog, .gpu_held = s->last_gpu && e->ask_gpu_busy,
+                       .cpu_last = sl__gstage_on(e->gs) && !s->last_gpu};
     if (e->tuner.on) ob.busy_ns = sl__workers_busy_ns(e->workers);
     sl__gstage_counts(e->gs, &ob.gpu_samples, &ob.cpu_samples);
     sl__tune_out d;

@@ -193,7 +193,7 @@ void sl__tuner_pass_begin(sl__tuner *t, uint64_t now, uint64_t gpu_samples, uint
     if (t->pass_t0 && !t->pass_end) return; /* a pass runs */
     t->pass_t0 = t->t_change = now;
     t->pass_end = 0;
-    t->active_ns = t->pass_wait_ns = t->pass_wait_gpu_ns = t->pass_cpu_ns = 0;
+    t->active_ns = t->pass_wait_ns = t->pass_wait_gpu_ns = t->pass_wait_cpu_ns = t->pass_cpu_ns = 0;
     t->pass_gpu0 = t->gpu_now = gpu_samples;
     t->pass_cpu0 = t->cpu_now = cpu_samples;
     t->have_prev = 0;
@@ -266,6 +266,7 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     uint64_t waited = o->now_ns > o->asked_ns ? o->now_ns - o->asked_ns : 0;
     t->pass_wait_ns += waited;
     if (o->gpu_held) t->pass_wait_gpu_ns += waited; /* it waited for the GPU's position */
+    if (o->cpu_last) t->pass_wait_cpu_ns += waited;  /* ... for a CPU worker's */
     t->gpu_now = o->gpu_samples;
     t->cpu_now = o->cpu_samples;
     int prev = t->have_prev;
@@ -329,6 +330,7 @@ void sl__tuner_stats(const sl__tuner *t, uint64_t now, sl_stats *o) {
     o->pass_seconds = (double)len / 1e9;
     o->pass_consumer_wait_s = (double)t->pass_wait_ns / 1e9;
     o->pass_consumer_wait_gpu_s = (double)t->pass_wait_gpu_ns / 1e9;
+    o->pass_consumer_wait_cpu_s = (double)t->pass_wait_cpu_ns / 1e9;
     o->pass_consumer_cpu_s = (double)t->pass_cpu_ns / 1e9;
     o->pass_gpu_samples = t->gpu_now - t->pass_gpu0;
     o->pass_cpu_samples = t->cpu_now - t->pass_cpu0;

@@ -72,6 +72,7 @@ typedef struct sl__tune_obs {
     int gpu_backlog;         /* the GPU engine had a call's worth queued when it asked */
     int gpu_held;            /* the batch's last position to finish was the GPU engine's, and the
                                 engines were busy when it asked (sl__gstage_busy) */
+    int cpu_last;            /* with the GPU stage on, its last position to finish was a CPU worker's */
     uint64_t gpu_samples, cpu_samples; /* the GPU stage's split so far */
 } sl__tune_obs;
 
@@ -94,6 +95,7 @@ typedef struct sl__tuner {
     uint64_t pass_t0, pass_end, t_change, active_ns; /* active_ns: integral of active over time, to t_change */
     uint64_t pass_wait_ns, pass_cpu_ns, pass_gpu0, pass_cpu0, gpu_now, cpu_now;
     uint64_t pass_wait_gpu_ns; /* of pass_wait_ns, waits for batches the busy GPU engines finished last */
+    uint64_t pass_wait_cpu_ns; /* ... and for those a CPU worker finished last (the GPU stage on) */
     uint64_t t_first;        /* the loader's first sl_loader_next (decision times count from it) */
     /* decisions */
     uint64_t decisions, delivered;

@@ -625,11 +625,12 @@ TEST(gpu_loader_auto_splits_between_the_engines) {
 
 /* Of the consumer's wait, the part the GPU decode held up: waits for a
  * batch whose last position to finish was the GPU engine's
- * (pass_consumer_wait_gpu_s). The engine slow (the host device sleeps in
- * each call): most of the wait (not all: while the device opens the CPU
- * decodes). The engine fast and the costly images on one CPU worker (the
- * host device refuses those wider than 400 px): little of it. The CPU
- * path: none. */
+ * (pass_consumer_wait_gpu_s), and the part a CPU worker's decode did
+ * (pass_consumer_wait_cpu_s). The engine slow (the host device sleeps in
+ * each call): most of the wait the GPU's (not all: while the device opens
+ * the CPU decodes). The engine fast and the costly images on one CPU worker
+ * (the host device refuses those wider than 400 px): most of it the CPU's.
+ * The CPU path: neither (no GPU stage to tell them apart). */
 static void drain_waits(sl_config c, const char *what, sl_stats *st) {
     sl_loader *ld = fx_open(&c);
     sl_batch *b;
@@ -639,11 +640,12 @@ static void drain_waits(sl_config c, const char *what, sl_stats *st) {
         n++;
     }
     CHECK_OK(sl_loader_stats(ld, st));
-    printf("%s: %u batches, waited %.3f s of %.3f, %.3f s for the GPU's positions (%llu GPU, %llu CPU samples)\n",
+    printf("%s: %u batches, waited %.3f s of %.3f, %.3f s for the GPU's positions, %.3f s for the CPU's "
+           "(%llu GPU, %llu CPU samples)\n",
            what, n, st->pass_consumer_wait_s, st->pass_seconds, st->pass_consumer_wait_gpu_s,
-           (unsigned long long)st->gpu_samples, (unsigned long long)st->cpu_samples);
+           st->pass_consumer_wait_cpu_s, (unsigned long long)st->gpu_samples, (unsigned long long)st->cpu_samples);
     CHECK(n > 0 && st->pass_consumer_wait_s > 0);
-    CHECK(st->pass_consumer_wait_gpu_s <= st->pass_consumer_wait_s);
+    CHECK(st->pass_consumer_wait_gpu_s + st->pass_consumer_wait_cpu_s <= st->pass_consumer_wait_s + 1e-9);
     sl_loader_destroy(ld);
 }
 
@@ -656,9 +658,10 @@ TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
     c.prefetch = 4;
     drain_waits(c, "gpu slow", &st);
     CHECK(st.pass_consumer_wait_gpu_s > 0.7 * st.pass_consumer_wait_s); /* measured: 0.9 and more */
+    CHECK(st.pass_consumer_wait_cpu_s < 0.3 * st.pass_consumer_wait_s);
     c.decode = SL_DECODE_CPU;
     drain_waits(c, "cpu", &st);
-    CHECK(st.pass_consumer_wait_gpu_s == 0.0);
+    CHECK(st.pass_consumer_wait_gpu_s == 0.0 && st.pass_consumer_wait_cpu_s == 0.0);
     free(d);
     d = fx_new(240, 0, 64, 1024); /* 15 batches of 16; the wide half holds most of the pixels */
     use_host((host_opts){.refuse_over = 400});
@@ -667,6 +670,7 @@ TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
     drain_waits(c, "cpu slow", &st);
     CHECK(st.cpu_samples > 0 && st.gpu_samples > 0);
     CHECK(st.pass_consumer_wait_gpu_s < 0.3 * st.pass_consumer_wait_s);
+    CHECK(st.pass_consumer_wait_cpu_s > 0.7 * st.pass_consumer_wait_s);
     free(d);
 }
 

@@ -39,6 +39,7 @@ def test_auto_is_the_default_and_a_count_fixes_it(dataset):
             assert key in s, key
         assert isinstance(s["tuner_log"], list)
         assert s["pass_consumer_wait_gpu_s"] == 0 and s["pass_consumer_wait_gpu_fraction"] == 0  # no GPU decode
+        assert s["pass_consumer_wait_cpu_s"] == 0 and s["pass_consumer_wait_cpu_fraction"] == 0
     with sluice.Loader(dataset, batch_size=8, size=32, budget="64M", workers=2) as ld:
         s = ld.stats()
         assert s["tuner"] is False and s["workers_active"] == 2 and s["tuner_log"] == []
@@ -153,7 +154,7 @@ def test_bench_reports_the_tuner(big, sluice_exe):
     assert r["tuner"] is True and r["workers"] == 2
     for key in ("workers_active", "workers_active_mean", "slots_target", "tuner_decisions", "tuner_log",
                 "consumer_wait_fraction", "pass_consumer_wait_fraction", "pass_consumer_wait_gpu_fraction",
-                "pass_gpu_samples"):
+                "pass_consumer_wait_cpu_fraction", "pass_gpu_samples"):
         assert key in r, key
     text = subprocess.run([sluice_exe, "bench", big, "--batch", "8", "--size", "32", "--budget", "64M",
                            "--workers", "auto"], capture_output=True, text=True, check=True).stdout
