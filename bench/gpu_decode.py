@@ -581,6 +581,7 @@ def bench_train(a, name, root, files, labels):
          "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS", "1") != "0",
          "ab": os.environ.get("SLUICE_AB"), "sluice_from": os.path.dirname(sluice.__file__),
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
+         "prefetch": a.prefetch or None, "gpu_budget_mb": a.gpu_budget,
          "next_fraction": round(in_next / dt, 3),
          "gpu_max_allocated_bytes": torch.cuda.max_memory_allocated(), "cores": cores_used(c0, c1, dt)}
     r.update(sluice_window(a, s0, dt))
