@@ -2,6 +2,7 @@
 """What nvJPEG's hardware backend does per image, by output format: the question before a kernel.
 
     nvjpeg_calls.py DATA [--images 256] [--formats rgbi,rgb,yuv,unchanged] [--apis batched,ex] [--repeats 5]
+                         [--beside resnet18] [--priorities least,greatest]
 
 Beside a model on one H100 the loader's GPU thread made about four CUDA runtime calls per image it
 decoded (a launch of nvJPEG's `rgba2rgb`, a copy, an event, a wait on it: bench/README.md, "GPU
@@ -15,12 +16,19 @@ whole (`nvjpegDecodeBatched`) or, as sluice's engine calls it, with a region of 
 after two warm-up calls, then as many under torch.profiler. One JSON line per format and API:
 images/s of the call alone, the CUDA API calls and the kernels per image (CUPTI: every thread of
 this process, and only nvJPEG calls here), GPU ms per image. Needs a CUDA torch and libnvjpeg (the GPU host has both); not part of any suite.
+
+--beside ARCH runs that model's training (bf16 autocast, channels_last, batch 256, synthetic data, on
+the default stream, one step queued ahead at most, as a loop fed by a loader runs it) in a thread for
+the whole run, and each line gives the model's images/s over the timed calls beside the decode's,
+and the model alone before (no profiler then: it would count the model's calls too).
+--priorities: the decode stream's, least (the CUDA default, sluice's engine) and/or greatest.
 """
 import argparse
 import ctypes
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -102,6 +110,48 @@ def planes(fmt, comps):
     return list(comps)  # yuv, unchanged: each component at its own size
 
 
+class Model:
+    """A training loop on synthetic data in a thread of its own: steps counted as they finish."""
+
+    def __init__(self, arch):
+        import torchvision
+        self.m = getattr(torchvision.models, arch)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.m.parameters(), lr=0.01, momentum=0.9)
+        self.x = torch.randn(256, 3, 224, 224, device="cuda").contiguous(memory_format=torch.channels_last)
+        self.y = torch.randint(0, 1000, (256,), device="cuda")
+        self.steps, self.stop = 0, threading.Event()
+        for _ in range(3):
+            self.step()
+        torch.cuda.synchronize()
+
+    def step(self):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(self.m(self.x), self.y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+    def loop(self):
+        prev = None
+        while not self.stop.is_set():
+            self.step()
+            done = torch.cuda.Event()
+            done.record()
+            if prev is not None:
+                prev.synchronize()  # one step queued ahead, no more
+                self.steps += 1
+            prev = done
+
+    def rate(self, seconds):
+        """Images/s alone, over about `seconds` (before the thread starts)."""
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            self.step()
+            n += 1
+        torch.cuda.synchronize()
+        return 256 * n / (time.perf_counter() - t0)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("data")
@@ -109,9 +159,16 @@ def main():
     p.add_argument("--formats", default="rgbi,rgb,yuv,unchanged")
     p.add_argument("--apis", default="batched,ex", help="batched: whole images; ex: a region of interest each")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--beside", help="a torchvision model to train beside the decode (resnet18, resnet50)")
+    p.add_argument("--priorities", default="least", help="the decode stream's: least, greatest or both")
     a = p.parse_args()
     lib = load_nvjpeg()
     torch.cuda.init()
+    model, alone = None, None
+    if a.beside:
+        model = Model(a.beside)
+        alone = model.rate(3.0)
+        threading.Thread(target=model.loop, daemon=True).start()
     dec = Decoder(lib)
     datas, infos = [], []
     for path in jpegs(a.data, a.images):
@@ -128,8 +185,6 @@ def main():
     bufs = [ctypes.create_string_buffer(d, len(d)) for d in datas]
     ptrs = (ctypes.c_void_p * n)(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs])
     lens = (ctypes.c_size_t * n)(*[len(d) for d in datas])
-    side = torch.cuda.Stream()
-    stream = ctypes.c_void_p(side.cuda_stream)
     params = (ctypes.c_void_p * n)()  # the ex API's, one a sample: the centre half of each side
     for i, (_, comps) in enumerate(infos):
         one = ctypes.c_void_p()
@@ -138,12 +193,21 @@ def main():
         check(lib.nvjpegDecodeParamsSetROI(one, (w // 4) & ~1, (h // 4) & ~1, max(2, (w // 2) & ~1), max(2, (h // 2) & ~1)),
               "nvjpegDecodeParamsSetROI")
         params[i] = one.value
-    for api in a.apis.split(","):
-        for fmt in a.formats.split(","):
-            print(json.dumps(run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side)), flush=True)
+    for prio in a.priorities.split(","):
+        side = torch.cuda.Stream(priority=-100 if prio == "greatest" else 0)  # clamped to the device's range
+        stream = ctypes.c_void_p(side.cuda_stream)
+        for api in a.apis.split(","):
+            for fmt in a.formats.split(","):
+                r = run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side, model)
+                r["stream_priority"] = prio
+                if model:
+                    r.update({"beside": a.beside, "model_alone_images_per_s": round(alone, 1)})
+                print(json.dumps(r), flush=True)
+    if model:
+        model.stop.set()
 
 
-def run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side):
+def run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side, model):
     """One format through one API: its JSON line (or the status nvJPEG refused it with)."""
     n = len(infos)
     outs, keep = (Image * n)(), []  # planes at the whole image's size: an ROI writes their start
@@ -167,11 +231,15 @@ def run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side):
         for _ in range(2):
             call()
         side.synchronize()
-        t0 = time.perf_counter()
+        s0, t0 = model.steps if model else 0, time.perf_counter()
         for _ in range(a.repeats):
             call()
         side.synchronize()
         dt = time.perf_counter() - t0
+        r["images_per_s"] = round(n * a.repeats / dt, 1)
+        if model:
+            r["model_images_per_s"] = round(256 * (model.steps - s0) / dt, 1)
+            return r
         api_calls, kernels, gpu_us = {}, {}, 0.0
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -193,8 +261,7 @@ def run(a, lib, dec, api, fmt, infos, ptrs, lens, params, stream, side):
         k[0] += 1
         k[1] += us
     per = n * a.repeats
-    r.update({"images_per_s": round(per / dt, 1),
-              "api_calls_per_image": {k: round(c / per, 2)
+    r.update({"api_calls_per_image": {k: round(c / per, 2)
                                       for k, (c, _) in sorted(api_calls.items(), key=lambda kv: -kv[1][0])},
               "api_us_per_image": round(sum(t for _, t in api_calls.values()) / per, 1),
               "kernels_per_image": {k: round(c / per, 2)

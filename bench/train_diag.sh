@@ -24,7 +24,7 @@
 #     engines  the default, decode gpu at 8 workers and decode auto at 16 (ENGINE_LOADERS, comma-
 #            separated) with each count of GPU engines in ENGINES ("1 2"), in turns, twice (whether
 #            the default should take two where the cores allow)
-#     turns  the loaders TURN_LOADERS (comma-separated, each "NAME --option ..."), in turns,
+#     turns  the loaders TURN_LOADERS (comma-separated, each "[VAR=VALUE ...] NAME --option ..."), in turns,
 #            ROUNDS (2) times, after the synthetic ceiling: a sweep of one setting (--prefetch,
 #            --gpu-budget, --workers) side by side
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
@@ -63,7 +63,12 @@ ab_rows() {
   row env PYTHONPATH=$B/python SLUICE_AB=base SLUICE_GPU_PIN_SLOTS=0 $G train $TR --loaders $1
   row env SLUICE_AB=new $G train $TR --loaders $1
 }
-plain_row() { row $G train $TR --loaders $1; }
+plain_row() { # "[VAR=VALUE ...] NAME --option ...": the row under those variables
+  local envs=()
+  set -- $1
+  while [[ $1 == *=* ]]; do envs+=("$1"); shift; done
+  row env "${envs[@]}" $G train $TR --loaders "$@"
+}
 engine_rows() { for n in ${ENGINES:-1 2}; do row $G train $TR --loaders $1 --gpu-engines $n; done; }
 for step in ${DIAG_STEPS:-rows trace nice}; do
   case $step in
