@@ -25,6 +25,7 @@ and the model alone before (no profiler then: it would count the model's calls t
 """
 import argparse
 import ctypes
+import faulthandler
 import json
 import os
 import sys
@@ -161,14 +162,12 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--beside", help="a torchvision model to train beside the decode (resnet18, resnet50)")
     p.add_argument("--priorities", default="least", help="the decode stream's: least, greatest or both")
+    p.add_argument("--stacks-after", type=float, default=120,
+                   help="seconds: then print every thread's stack to stderr and exit (a run that stalls)")
     a = p.parse_args()
+    faulthandler.dump_traceback_later(a.stacks_after, exit=True)  # where it stands, all threads, if it stalls
     lib = load_nvjpeg()
     torch.cuda.init()
-    model, alone = None, None
-    if a.beside:
-        model = Model(a.beside)
-        alone = model.rate(3.0)
-        threading.Thread(target=model.loop, daemon=True).start()
     dec = Decoder(lib)
     datas, infos = [], []
     for path in jpegs(a.data, a.images):
@@ -193,6 +192,12 @@ def main():
         check(lib.nvjpegDecodeParamsSetROI(one, (w // 4) & ~1, (h // 4) & ~1, max(2, (w // 2) & ~1), max(2, (h // 2) & ~1)),
               "nvjpegDecodeParamsSetROI")
         params[i] = one.value
+    model, alone = None, None
+    if a.beside:  # after the files are read and the parameters set: the model's thread takes the interpreter lock often
+        model = Model(a.beside)
+        alone = model.rate(3.0)
+        print(f"nvjpeg_calls.py: {n} images; {a.beside} alone {alone:.0f} images/s", file=sys.stderr, flush=True)
+        threading.Thread(target=model.loop, daemon=True).start()
     for prio in a.priorities.split(","):
         side = torch.cuda.Stream(priority=-100 if prio == "greatest" else 0)  # clamped to the device's range
         stream = ctypes.c_void_p(side.cuda_stream)
