@@ -121,6 +121,10 @@ class Model:
         self.x = torch.randn(256, 3, 224, 224, device="cuda").contiguous(memory_format=torch.channels_last)
         self.y = torch.randint(0, 1000, (256,), device="cuda")
         self.steps, self.stop = 0, threading.Event()
+        # A stream of its own (non-blocking, priority 0): on the legacy default stream the first decode
+        # call beside it never returned (one H100, 2026-11-27, sixth session: the main thread inside
+        # nvjpegDecodeBatchedEx, the model's in Event.synchronize)
+        self.stream = torch.cuda.Stream()
         for _ in range(3):
             self.step()
         torch.cuda.synchronize()
@@ -134,14 +138,15 @@ class Model:
 
     def loop(self):
         prev = None
-        while not self.stop.is_set():
-            self.step()
-            done = torch.cuda.Event()
-            done.record()
-            if prev is not None:
-                prev.synchronize()  # one step queued ahead, no more
-                self.steps += 1
-            prev = done
+        with torch.cuda.stream(self.stream):
+            while not self.stop.is_set():
+                self.step()
+                done = torch.cuda.Event()
+                done.record()
+                if prev is not None:
+                    prev.synchronize()  # one step queued ahead, no more
+                    self.steps += 1
+                prev = done
 
     def rate(self, seconds):
         """Images/s alone, over about `seconds` (before the thread starts)."""
