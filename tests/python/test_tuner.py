@@ -62,9 +62,9 @@ def _performance_warnings(loader):
 
 def test_a_pass_the_gpu_decode_held_up_warns_once(dataset, monkeypatch):
     """A pass whose loop waited on the GPU decode (its stats say so) ends with a PerformanceWarning
-    that names decode='cpu', once a loader; a pass it did not hold up, a short one or the CPU
-    path, none. (The wait itself is counted in C: test_gpu_loader's
-    gpu_loader_counts_the_wait_the_gpu_held_up.)"""
+    that names decode='cpu', once a loader; a pass it did not hold up, a short one, a first pass
+    under a minute (the model's warm-up in it) or the CPU path, none. (The wait itself is counted
+    in C: test_gpu_loader's gpu_loader_counts_the_wait_the_gpu_held_up.)"""
     held = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0,
             "pass_consumer_wait_s": 6.0, "pass_gpu_samples": 90000, "pass_cpu_samples": 6000}
     hint = sluice._gpu_held_hint(held)
@@ -75,10 +75,14 @@ def test_a_pass_the_gpu_decode_held_up_warns_once(dataset, monkeypatch):
     for quiet in ({**held, "decode": "cpu"}, {**held, "pass_consumer_wait_gpu_fraction": 0.05},
                   {**held, "pass_seconds": 1.0}):
         assert sluice._gpu_held_hint(quiet) is None
+    assert sluice._gpu_held_hint(held, first=True) is None
+    assert sluice._gpu_held_hint({**held, "pass_seconds": 90.0, "pass_consumer_wait_s": 18.0}, first=True)
     with sluice.Loader(dataset, batch_size=8, size=32, budget="64M", workers=2) as ld:
         assert _performance_warnings(ld) == []  # the CPU path
+    with sluice.Loader(dataset, batch_size=8, size=32, budget="64M", workers=2) as ld:
         real = ld.stats
         monkeypatch.setattr(ld, "stats", lambda: {**real(), **held})
+        assert _performance_warnings(ld) == []  # its first pass: 30 s, under a minute
         got = _performance_warnings(ld)
         assert len(got) == 1 and "waited 17% of the pass for the GPU decode" in str(got[0].message)
         assert _performance_warnings(ld) == []  # once a loader
