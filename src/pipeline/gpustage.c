@@ -77,7 +77,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/thread.h"
@@ -87,6 +89,7 @@
 #define DEFAULT_GPU_BUDGET ((uint64_t)512 << 20)
 #define DEFAULT_STAGING ((uint64_t)64 << 20)
 #define MIN_STAGING ((uint64_t)1 << 20)
+#define BOUNCE_MAX ((uint64_t)8 << 20) /* the flush's bounce block: at most this, a quarter of the staging */
 #define GATHER_NS 1000000u /* a call waits at most this long for more samples */
 /* Counted at least, whatever the measurement says (a process where torch made the context): the
  * driver's per-thread state of the workers that copy, nvJPEG's host buffers growing with the
@@ -235,13 +238,16 @@ static int open_sync(sl__gstage *g) {
  * budget, freed in one place (free_tables). */
 static int open_tables(sl__gstage *g) {
     uint32_t m = g->max_batch, E = g->engines;
-    sl__part parts[6 + 8 * SL_GPU_MAX_ENGINES] = {{&g->q, g->qcap, sizeof *g->q},
+    sl__part parts[9 + 8 * SL_GPU_MAX_ENGINES] = {{&g->q, g->qcap, sizeof *g->q},
                                                   {&g->back, g->qcap, sizeof *g->back},
                                                   {&g->host_only, g->qcap, sizeof *g->host_only},
                                                   {&g->fl_dst, g->conf->B, sizeof *g->fl_dst},
                                                   {&g->fl_src, g->conf->B, sizeof *g->fl_src},
-                                                  {&g->fl_len, g->conf->B, sizeof *g->fl_len}};
-    size_t np = 6;
+                                                  {&g->fl_len, g->conf->B, sizeof *g->fl_len},
+                                                  {&g->bb_dst, g->conf->B, sizeof *g->bb_dst},
+                                                  {&g->bb_src, g->conf->B, sizeof *g->bb_src},
+                                                  {&g->bb_len, g->conf->B, sizeof *g->bb_len}};
+    size_t np = 9;
     for (uint32_t k = 0; k < E; k++) {
         sl__gcall *c = &g->calls[k];
         const sl__part call[8] = {{&c->cur, m, sizeof *c->cur},      {&c->status, m, sizeof *c->status},
@@ -260,6 +266,7 @@ static void free_tables(sl__gstage *g) {
     g->q = g->back = NULL;
     g->host_only = NULL;
     g->fl_dst = NULL, g->fl_src = NULL, g->fl_len = NULL;
+    g->bb_dst = NULL, g->bb_src = NULL, g->bb_len = NULL;
     for (uint32_t k = 0; k < SL_GPU_MAX_ENGINES; k++) {
         sl__gcall *c = &g->calls[k];
         c->cur = NULL, c->status = c->cstatus = NULL, c->which = NULL, c->data = NULL, c->len = NULL;
@@ -449,7 +456,24 @@ int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen) {
 
 int sl__gstage_wants_pin(const sl__gstage *g) {
     const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
-    return g->on && g->dev.pin && !(env && !strcmp(env, "0"));
+    return g->on && g->dev.pin && !(env && (!strcmp(env, "0") || !strcmp(env, "bounce")));
+}
+
+void sl__gstage_bounce(sl__gstage *g) {
+    const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
+    if (!g->on || g->video || !env || strcmp(env, "bounce")) return;
+    uint64_t n = SL_MIN(SL_MIN(g->staging_cap / 4, BOUNCE_MAX), (uint64_t)g->conf->B * g->sample_bytes);
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = n && page > 0 ? g->dev.stage_alloc(g->dev.ctx, (size_t)n) : NULL;
+    size_t at = strlen(g->reason);
+    char b[16];
+    if (!p) {
+        snprintf(g->reason + at, sizeof g->reason - at, "; uploads pageable: no staging room for a bounce block");
+        return;
+    }
+    g->bounce = p, g->bounce_len = (size_t)n, g->page = (size_t)page;
+    snprintf(g->reason + at, sizeof g->reason - at, "; uploads through a pinned bounce block of %s",
+             sl__fmt_bytes(n, b, sizeof b));
 }
 
 void sl__gstage_pin(sl__gstage *g, void *base, size_t len) {
@@ -470,7 +494,7 @@ static void *stage_take(sl__gstage *g, size_t n) {
     void *p = NULL;
     pthread_mutex_lock(&g->smu);
     for (;;) {
-        if (g->staged + n <= g->staging_cap && (p = g->dev.stage_alloc(g->dev.ctx, n))) {
+        if (g->staged + n <= g->staging_cap - g->bounce_len && (p = g->dev.stage_alloc(g->dev.ctx, n))) {
             g->staged += n;
             if (g->staged > g->staged_peak) g->staged_peak = g->staged;
             break;
@@ -688,6 +712,37 @@ void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
     atomic_fetch_add(&g->copy_ns, sl__now_ns() - c0);
 }
 
+/* The whole pages inside [p, p + n) back to the system (read as zeros after). */
+static void give_back(const sl__gstage *g, const void *p, size_t n) {
+    uintptr_t a = ((uintptr_t)p + g->page - 1) & ~(uintptr_t)(g->page - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~(uintptr_t)(g->page - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED); /* a refusal only leaves them resident */
+}
+
+/* The flush's runs through the bounce block, a block's worth a call (each
+ * complete on return, so the block is free again), each run's pages given
+ * back once copied out: no other thread writes a committed batch's
+ * positions, and the device copy is the one read from here on. */
+static int upload_bounced(sl__gstage *g, uint32_t runs) {
+    uint32_t lane = g->conf->nworkers, k = 0;
+    size_t used = 0;
+    for (uint32_t i = 0; i < runs; i++) {
+        const uint8_t *src = g->fl_src[i];
+        for (size_t off = 0; off < g->fl_len[i];) {
+            if (used == g->bounce_len) {
+                if (g->dev.upload_runs(g->dev.ctx, lane, k, g->bb_dst, g->bb_src, g->bb_len)) return SL_EIO;
+                k = 0, used = 0;
+            }
+            size_t take = SL_MIN(g->fl_len[i] - off, g->bounce_len - used);
+            memcpy(g->bounce + used, src + off, take);
+            g->bb_dst[k] = g->fl_dst[i] + off, g->bb_src[k] = g->bounce + used, g->bb_len[k++] = take; /* k <= runs */
+            used += take, off += take;
+        }
+        give_back(g, src, g->fl_len[i]);
+    }
+    return k && g->dev.upload_runs(g->dev.ctx, lane, k, g->bb_dst, g->bb_src, g->bb_len) ? SL_EIO : 0;
+}
+
 void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint8_t *ok, uint32_t n,
                       void (*lost)(void *ctx, uint32_t j), void *ctx) {
     if (!g->on || g->video) return;
@@ -705,7 +760,8 @@ void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint
         }
     }
     uint64_t c0 = sl__now_ns();
-    if (runs && g->dev.upload_runs(g->dev.ctx, g->conf->nworkers, runs, g->fl_dst, g->fl_src, g->fl_len)) {
+    if (runs && (g->bounce ? upload_bounced(g, runs)
+                           : g->dev.upload_runs(g->dev.ctx, g->conf->nworkers, runs, g->fl_dst, g->fl_src, g->fl_len))) {
         atomic_store(&g->failed, 1); /* the device is gone: nothing more is offered */
         for (uint32_t j = 0; j < n; j++)
             if (mark[j] && ok[j]) lost(ctx, j);
@@ -726,6 +782,7 @@ int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t
         return SL_EIO;
     }
     for (uint32_t j = 0; j < n; j++) hash[j] = sl__hash64(sl__layout_at(L, base, g->out, j), g->sample_bytes, hash[j]);
+    if (g->bounce) give_back(g, host, (size_t)n * g->sample_bytes); /* as the flush leaves them */
     return 0;
 }
 
@@ -851,6 +908,8 @@ void sl__gstage_close(sl__gstage *g, int in_child) {
         return;
     }
     if (g->on) drain(g); /* the threads are gone: what they left queued */
+    if (g->bounce) g->dev.stage_free(g->dev.ctx, g->bounce);
+    g->bounce = NULL, g->bounce_len = 0;
     if (g->dev.close) g->dev.close(g->dev.ctx); /* unpins the slots' host memory */
     memset(&g->dev, 0, sizeof g->dev);
     if (g->conf) free_tables(g);

@@ -119,6 +119,15 @@ typedef struct sl__gstage {
     uint64_t *fl_dst;        /* the flush's runs, B at most (the committer's) */
     const void **fl_src;
     size_t *fl_len;
+    /* SLUICE_GPU_PIN_SLOTS=bounce: the slots stay pageable and the flush copies its runs through
+     * this pinned block (taken from the staging pool at start, the committer's alone), then gives
+     * the runs' pages back, so the slots' image field is resident only while a CPU decode waits
+     * for its upload; bb_* one bounce's worth of runs (B at most). NULL: uploads from the slots. */
+    uint8_t *bounce;
+    size_t bounce_len, page;
+    uint64_t *bb_dst;
+    const void **bb_src;
+    size_t *bb_len;
     /* stats */
     _Atomic uint64_t gpu_samples, cpu_samples, handed_back;
     _Atomic uint64_t gpu_rate_mhz; /* GPU samples/s x 1000 while busy */
@@ -186,6 +195,11 @@ int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
  * that fails leaves the uploads pageable: slower, the same bytes. */
 int sl__gstage_wants_pin(const sl__gstage *g);
 void sl__gstage_pin(sl__gstage *g, void *base, size_t len);
+/* SLUICE_GPU_PIN_SLOTS=bounce (the slots not pinned): take the flush's
+ * bounce block from the staging pool, before the threads start. Without
+ * room, or any other value, the uploads read the slots (decode_reason
+ * says which). */
+void sl__gstage_bounce(sl__gstage *g);
 /* Start one GPU thread per engine running main(call), each call's owner
  * set to arg (the engine's loop); join them once the loop was told to
  * stop (also the ones that started when start failed). */
