@@ -218,6 +218,15 @@ static uint32_t stream_priority(void) {
     return env && strcmp(env, "greatest") == 0 ? SL_GPU_HIGH_PRIORITY : SL_GPU_LOW_PRIORITY;
 }
 
+/* SLUICE_GPU_HYBRID=0: no hybrid backend, so the JPEGs the hardware
+ * engines refuse go to the CPU workers, not through the GPU thread one at a
+ * time (a rule of the sample still: the same bytes in every run with it).
+ * An experiment's knob, as the priority's. */
+static uint32_t hybrid_flag(void) {
+    const char *env = getenv("SLUICE_GPU_HYBRID");
+    return env && strcmp(env, "0") == 0 ? SL_GPU_NO_HYBRID : 0;
+}
+
 /* One stream per lane, at the engines' priority (prio_flag). */
 static int open_lanes(cuda_dev *d, uint32_t n, uint32_t prio_flag, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
@@ -269,7 +278,8 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     /* the pool shared equally; the staging on engine 0 */
     for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
-                             cfg->max_batch, 0, 0, prio_flag, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
+                             cfg->max_batch, 0, 0, prio_flag | hybrid_flag(), cfg->max_pixels,
+                             k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;
