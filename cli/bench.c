@@ -364,7 +364,8 @@ static void report_json_tuner(FILE *f, sl_loader *ld, const sl_stats *st) {
                ", \"pass_gpu_samples\": %" PRIu64 ", \"pass_cpu_samples\": %" PRIu64,
             st->seconds > 0 ? st->consumer_wait_s / st->seconds : 0.0, st->pass_seconds,
             pass > 0 ? st->pass_consumer_wait_s / pass : 0.0, pass > 0 ? st->pass_consumer_wait_gpu_s / pass : 0.0,
-            pass > 0 ? st->pass_consumer_wait_cpu_s / pass : 0.0, st->pass_consumer_cpu_s, st->pass_gpu_samples, st->pass_cpu_samples);
+            pass > 0 ? st->pass_consumer_wait_cpu_s / pass : 0.0, st->pass_consumer_cpu_s, st->pass_gpu_samples,
+            st->pass_cpu_samples);
     fprintf(f, ", \"node_cpus\": %u, \"node_loaders\": %u, \"node_demand\": %.3f, \"demand\": %.3f", st->node_cpus,
             st->node_loaders, st->node_demand, st->demand);
     sl_tuner_decision log[SL_TUNER_LOG];

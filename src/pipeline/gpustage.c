@@ -760,8 +760,9 @@ void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint
         }
     }
     uint64_t c0 = sl__now_ns();
+    uint32_t lane = g->conf->nworkers;
     if (runs && (g->bounce ? upload_bounced(g, runs)
-                           : g->dev.upload_runs(g->dev.ctx, g->conf->nworkers, runs, g->fl_dst, g->fl_src, g->fl_len))) {
+                           : g->dev.upload_runs(g->dev.ctx, lane, runs, g->fl_dst, g->fl_src, g->fl_len))) {
         atomic_store(&g->failed, 1); /* the device is gone: nothing more is offered */
         for (uint32_t j = 0; j < n; j++)
             if (mark[j] && ok[j]) lost(ctx, j);
