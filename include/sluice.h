@@ -576,7 +576,8 @@ enum {
     SL_TUNE_WHY_NO_FREE_SLOT = 3,    /* the consumer waited, the workers idle for want of a slot */
     SL_TUNE_WHY_READY_AHEAD = 4,     /* two batches or more were ready at every call: a slot fewer */
     SL_TUNE_WHY_CONSUMER_CPU = 5,    /* the consumer's thread kept a core busy: one worker fewer */
-    SL_TUNE_WHY_NODE_SHARE = 6       /* the node's CPUs were shared by demand among its ranks */
+    SL_TUNE_WHY_NODE_SHARE = 6,      /* the node's CPUs were shared by demand among its ranks */
+    SL_TUNE_WHY_GPU_HELD = 7         /* the consumer waited on the busy GPU decode, workers idle: one parked (0.2) */
 };
 /* "consumer_waited", "slots_full", ... for an SL_TUNE_WHY_* ("unknown"
  * past those this library knows). (0.2) */

@@ -25,9 +25,16 @@
  *     busy (70 % of the active ones or more), wake a parked one; with them
  *     idle, they lacked a slot: one more slot in use. Neither past its
  *     ceiling (the workers started; the slots the budget admitted at
- *     create, brought back by a try-request). With decode=gpu and the GPU
- *     engine's queue full, nothing: the GPU is the bottleneck, more CPU
- *     workers would only wait for its staging.
+ *     create, brought back by a try-request). Not when the GPU engines are
+ *     the bottleneck: their queue full (a call's worth past their calls) at
+ *     most deliveries, or half the wait or more for batches the busy
+ *     engines finished last (half a call's worth queued or in their calls:
+ *     not short of staged samples). More CPU workers would only wait for
+ *     the GPU; where the workers' busy time fits in one fewer at 85 %, one
+ *     parks (gpu_held, with the hold of rule 3), so the cores they leave go
+ *     to the threads that launch the engines' and the model's work. Parked
+ *     too far, the workers' staging or the costly images' CPU decodes make
+ *     the wait theirs again, and rule 2 wakes one.
  *  3. The consumer waited under 1 % and a batch was ready at every call
  *     (the consumer is the bottleneck): when the workers' busy time fits in
  *     one worker fewer at 85 %, park one; else, with two batches or more
@@ -109,7 +116,17 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
         return;
     }
     if (wait > WAIT_HIGH) { /* rule 2 */
-        if (in->gpu_backlog * 2 > n) return; /* the GPU engine is the bottleneck */
+        /* the GPU engines are the bottleneck (a backlog, or the wait theirs): workers to spare? */
+        if (in->gpu_backlog * 2 > n || in->wait_gpu_s * 2 >= in->wait_s) {
+            if (a < 2 || busy > BUSY_DOWN * (a - 1)) return;
+            o->calm = 1;
+            if (in->calm + 1 < in->hold) return;
+            say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_GPU_HELD, a - 1,
+                "the consumer waited %.0f%% of the last %u batches, %.0f%% of it for the busy GPU decode (its queue "
+                "full at %u of them), with %.2f of %u workers busy: one parked", 100 * wait, n,
+                100 * in->wait_gpu_s / in->wait_s, in->gpu_backlog, busy, a);
+            return;
+        }
         int busy_ok = busy >= BUSY_UP * a;
         if (a < cap && wants_worker(wait, busy, a, in->slots, in->slots_max, in->gpu_backlog, n))
             say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_CONSUMER_WAITED, a + 1,
@@ -139,7 +156,7 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
 
 const char *sl_tune_why_name(int why) {
     static const char *const names[] = {"consumer_waited", "slots_full", "no_free_slot", "ready_ahead",
-                                        "consumer_cpu", "node_share"};
+                                        "consumer_cpu", "node_share", "gpu_held"};
     return why >= 1 && why <= (int)(sizeof names / sizeof *names) ? names[why - 1] : "unknown";
 }
 
@@ -210,7 +227,7 @@ static void window_start(sl__tuner *t, uint64_t now, uint64_t busy_ns) {
     t->n = 0;
     t->ready_min = UINT32_MAX;
     t->gpu_backlog = 0;
-    t->w_wait_ns = t->w_cpu_ns = 0;
+    t->w_wait_ns = t->w_wait_gpu_ns = t->w_cpu_ns = 0;
     t->cpu_known = 1;
     t->w_t0_ns = now;
     t->w_busy0_ns = busy_ns;
@@ -283,6 +300,7 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     }
     t->n++;
     t->w_wait_ns += waited;
+    if (o->gpu_held) t->w_wait_gpu_ns += waited;
     t->w_cpu_ns += cpu;
     if (!prev_cpu || !o->asked_cpu_ns) t->cpu_known = 0;
     if (o->ready < t->ready_min) t->ready_min = o->ready;
@@ -293,6 +311,7 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     sl__tune_in in = {.active = sl__tuner_active(t), .ceiling = t->ceiling, .cores = t->cores, .slots = t->slots,
                       .slots_min = t->slots_min, .slots_max = t->slots_max, .batches = t->n,
                       .wall_s = wall, .wait_s = (double)t->w_wait_ns / 1e9,
+                      .wait_gpu_s = (double)t->w_wait_gpu_ns / 1e9,
                       .cpu_s = t->cpu_known ? (double)t->w_cpu_ns / 1e9 : -1.0,
                       .busy_s = busy, .ready_min = t->ready_min,
                       .gpu_backlog = t->gpu_backlog, .hold = t->hold, .calm = t->calm,

@@ -34,6 +34,7 @@ typedef struct sl__tune_in {
     uint32_t batches;        /* deliveries in the window */
     double wall_s;           /* the window's length: from the delivery before it to its last */
     double wait_s;           /* of which the consumer waited in sl_loader_next */
+    double wait_gpu_s;       /* of that, for batches the busy GPU engines finished last */
     double cpu_s;            /* the consumer's thread's CPU time over it (< 0: not measured) */
     double busy_s;           /* worker-seconds busy (a sample in hand) over it */
     uint32_t ready_min;      /* fewest batches ready when the consumer asked */
@@ -86,7 +87,7 @@ typedef struct sl__tuner {
     int last_move;           /* +1 up, -1 down, 0 none yet */
     /* the window being measured (starts at the delivery before its first) */
     uint32_t n, ready_min, gpu_backlog;
-    uint64_t w_wait_ns, w_cpu_ns, w_t0_ns, w_busy0_ns;
+    uint64_t w_wait_ns, w_wait_gpu_ns, w_cpu_ns, w_t0_ns, w_busy0_ns;
     int cpu_known;
     /* the previous delivery of the pass */
     int have_prev;

@@ -675,6 +675,37 @@ TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
     free(d);
 }
 
+/* The tuner beside a GPU engine that holds the consumer up (the host
+ * device sleeps in each call) and workers that only stage: it parks the
+ * idle workers (gpu_held), down to one, and the GPU still decodes every
+ * sample. */
+TEST(gpu_loader_tuner_parks_workers_the_gpu_leaves_idle) {
+    fx_dataset *d = fx_new(640, 0, 64, 128); /* 20 batches of 32 */
+    use_host((host_opts){.delay_us = 1250});
+    sl_config c = base_config(d, SL_DECODE_GPU, 0);
+    c.workers = SL_WORKERS_AUTO;
+    c.workers_max = 4;
+    c.batch_size = 32;
+    sl_stats st;
+    sl_loader *ld = fx_open(&c);
+    sl_batch *b;
+    while (sl_loader_next(ld, &b) == 0) sl_loader_release(ld, b);
+    CHECK_OK(sl_loader_stats(ld, &st));
+    sl_tuner_decision log[SL_TUNER_LOG];
+    size_t n = sl_loader_tuner_log(ld, log, SL_TUNER_LOG), held = 0;
+    for (size_t i = 0; i < n; i++) {
+        printf("decision %zu: %u -> %u (%s) %s\n", i, log[i].from, log[i].to, sl_tune_why_name(log[i].why),
+               log[i].reason);
+        held += log[i].why == SL_TUNE_WHY_GPU_HELD;
+    }
+    printf("workers active %u, %.2f on average; waited %.3f s of %.3f, %.3f s for the GPU\n", st.workers_active,
+           st.workers_active_mean, st.pass_consumer_wait_s, st.pass_seconds, st.pass_consumer_wait_gpu_s);
+    CHECK(held > 0 && st.workers_active < 4 && st.workers_active_mean < 4.0); /* measured: 1, 2.4 */
+    CHECK_EQ(st.gpu_samples, 640);
+    sl_loader_destroy(ld);
+    free(d);
+}
+
 /* The images decoded on the CPU wait in the slots' host memory, page-locked
  * once at create, and the commit uploads each batch's in one call, after
  * compaction moved some (corrupt files among them): the batches, records

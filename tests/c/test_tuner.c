@@ -152,6 +152,29 @@ TEST(rule_gpu_backlog_adds_no_cpu_worker) {
     CHECK_EQ(o.what, 0);
 }
 
+/* The wait mostly for batches the busy GPU engines finished last: no CPU
+ * worker shortens it, so an idle one parks (after the hold), a busy set
+ * stays; a wait mostly the CPU's wakes one as before. */
+TEST(rule_a_gpu_held_wait_parks_an_idle_worker) {
+    sl__tune_in in = window();
+    sl__tune_out o;
+    in.ceiling = 8, in.active = 8, in.slots = in.slots_max = 4;
+    in.wait_s = 0.3, in.wait_gpu_s = 0.28, in.busy_s = 3.0;
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_GPU_HELD && o.to == 7);
+    CHECK(strstr(o.reason, "93% of it for the busy GPU decode (its queue full at 0 of them)") != NULL);
+    CHECK(strcmp(sl_tune_why_name(SL_TUNE_WHY_GPU_HELD), "gpu_held") == 0);
+    in.hold = 2; /* a step down waits for its hold */
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == 0 && o.calm == 1);
+    in.hold = 1, in.busy_s = 6.5; /* does not fit in 7 at 85 %: they are needed */
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == 0 && o.calm == 0);
+    in.active = 4, in.busy_s = 3.9, in.wait_gpu_s = 0.1; /* the CPU's wait: wake one */
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_CONSUMER_WAITED && o.to == 5);
+}
+
 /* ---- loaders ------------------------------------------------------------------- */
 
 static fx_dataset ds;
