@@ -428,8 +428,9 @@ def sluice_report(a):
             "gpu_hw_failed_calls": s.get("gpu_hw_failed_calls", 0)}
 
 
+THREAD_STEPS = ("route", "hybrid", "hw", "launch", "wait")  # the GPU threads' wall, by step (host clock)
 WINDOW_KEYS = ("gpu_samples", "cpu_samples", "gpu_hw_s", "gpu_hybrid_s", "gpu_resize_s", "gpu_copy_s",
-               "gpu_hw_calls", "consumer_wait_s")
+               "gpu_hw_calls", "consumer_wait_s") + tuple(f"gpu_thread_{k}_s" for k in THREAD_STEPS)
 
 
 def sluice_counters(a):
@@ -453,7 +454,9 @@ def sluice_window(a, s0, dt):
     w.update({"win_gpu_samples_per_s": round(d["gpu_samples"] / dt, 1),
               "win_cpu_samples_per_s": round(d["cpu_samples"] / dt, 1),
               "win_ms_per_hw_call": {k: round(1e3 * d[k] / calls, 2) for k in ("gpu_hw_s", "gpu_resize_s")},
-              "win_samples_per_hw_call": round(d["gpu_samples"] / calls, 1)})
+              "win_samples_per_hw_call": round(d["gpu_samples"] / calls, 1),
+              # the share of the window each step of the GPU threads' calls took (summed over engines)
+              "win_gpu_thread": {k: round(d[f"gpu_thread_{k}_s"] / dt, 3) for k in THREAD_STEPS}})
     return w
 
 

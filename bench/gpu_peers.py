@@ -287,6 +287,9 @@ def sluice_report(ld):
          # of the pass, the wait the GPU decode held up (batches the busy engines finished last)
          "pass_consumer_wait_gpu_fraction": round(s.get("pass_consumer_wait_gpu_fraction", 0.0), 3),
          "pass_consumer_wait_cpu_fraction": round(s.get("pass_consumer_wait_cpu_fraction", 0.0), 3),
+         # the GPU threads' wall in each step of their calls, seconds over the row (host clock)
+         "gpu_thread_s": {k: round(s.get(f"gpu_thread_{k}_s", 0.0), 2) for k in ("route", "hybrid", "hw", "launch",
+                                                                                  "wait")},
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}

@@ -137,7 +137,7 @@ python3 - "$R" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 keys = ["run", "ab", "loader", "workers", "gpu_engines", "worker_nice", "pin_slots", "images_per_s", "model_images_per_s",
         "loader_images_per_s", "consumer_wait_fraction", "gpu_share", "win_gpu_samples_per_s",
-        "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "cores", "slots",
+        "win_cpu_samples_per_s", "win_gpu_hw_s", "win_gpu_copy_s", "win_ms_per_hw_call", "win_gpu_thread", "cores", "slots",
         "workers_active_mean", "passes", "trace"]
 for line in open(sys.argv[1]):
     try:

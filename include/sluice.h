@@ -549,6 +549,12 @@ typedef struct sl_stats {
      * images the engine does not take. What is left of the wait beside the two is for batches the
      * GPU finished last while its engines waited for the workers to stage samples. */
     double pass_consumer_wait_cpu_s;
+    /* GPU decode (appended, 0.2): the GPU threads' wall time (host clock) in each step of their
+     * calls, seconds summed over the engines: routing (nvJPEG parses each sample's header and says
+     * which backend takes it), the hybrid backend's samples one by one, the hardware's batched
+     * call, the resize kernels' launch, and the wait for the call's last GPU work. What is left
+     * of a GPU thread's wall, it waited for samples to decode. */
+    double gpu_thread_route_s, gpu_thread_hybrid_s, gpu_thread_hw_s, gpu_thread_launch_s, gpu_thread_wait_s;
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

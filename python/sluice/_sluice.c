@@ -670,6 +670,11 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_F(d, "cpu_rate", st.cpu_rate) < 0 ||
         dict_put(d, "gpu_device_name", PyUnicode_FromString(st.gpu_device_name)) < 0 ||
         PUT_U64(d, "gpu_engines", st.gpu_engines) < 0 || PUT_F(d, "gpu_hw_s", st.gpu_hw_s) < 0 ||
+        PUT_F(d, "gpu_thread_route_s", st.gpu_thread_route_s) < 0 ||
+        PUT_F(d, "gpu_thread_hybrid_s", st.gpu_thread_hybrid_s) < 0 ||
+        PUT_F(d, "gpu_thread_hw_s", st.gpu_thread_hw_s) < 0 ||
+        PUT_F(d, "gpu_thread_launch_s", st.gpu_thread_launch_s) < 0 ||
+        PUT_F(d, "gpu_thread_wait_s", st.gpu_thread_wait_s) < 0 ||
         PUT_F(d, "gpu_hybrid_s", st.gpu_hybrid_s) < 0 || PUT_F(d, "gpu_resize_s", st.gpu_resize_s) < 0 ||
         PUT_F(d, "gpu_copy_s", st.gpu_copy_s) < 0 || PUT_U64(d, "gpu_hw_calls", st.gpu_hw_calls) < 0 ||
         PUT_U64(d, "gpu_hw_failed_calls", st.gpu_hw_failed_calls) < 0)

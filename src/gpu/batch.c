@@ -387,10 +387,13 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     e->hw_calls = e->hw_failed_calls = 0;
     cu->cuEventRecord(e->ev0, e->stream);
     route_all(e, n, data, len, items, dst, stride, status, reasons);
+    uint64_t t_route = sl__now_ns();
     run_hybrid(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hyb, e->stream);
+    uint64_t t_hyb = sl__now_ns();
     run_hw(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hw, e->stream);
+    uint64_t t_hw = sl__now_ns();
     if ((rc = launch(e, n, status, &m, NULL, 0)) == 0 && cu->cuEventRecord(e->ev1, e->stream)) rc = SL_EIO;
     e->ev1_set = rc == 0;
     uint64_t hw = 0, hyb = 0, again = 0;
@@ -402,8 +405,13 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     e->inflight = 1;
     e->inflight_gpu = m;
     e->t_issue_ns = t0;
-    e->issue_ns = sl__now_ns() - t0;
+    uint64_t t_end = sl__now_ns();
+    e->issue_ns = t_end - t0;
     pthread_mutex_lock(&e->stats_mu);
+    e->st.thread_route_s += (double)(t_route - t0) * 1e-9;
+    e->st.thread_hybrid_s += (double)(t_hyb - t_route) * 1e-9;
+    e->st.thread_hw_s += (double)(t_hw - t_hyb) * 1e-9;
+    e->st.thread_launch_s += (double)(t_end - t_hw) * 1e-9;
     e->st.samples_hw += hw;
     e->st.samples_hybrid += hyb;
     e->st.samples_cpu += n - hw - hyb - again;
@@ -430,7 +438,9 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     cu->cuCtxSetCurrent(e->ctx);
     /* ev1 is the stream's last work: sleep on it (a blocking event) rather than spin */
+    uint64_t t0 = sl__now_ns();
     sl_CUresult r = e->ev1_set ? cu->cuEventSynchronize(e->ev1) : cu->cuStreamSynchronize(e->stream);
+    double t_wait = (double)(sl__now_ns() - t0) * 1e-9;
     e->ev1_set = 0;
     double t_hyb = 0, t_hw = 0, t_resize = 0;
     if (!r && e->inflight_gpu) {
@@ -448,6 +458,7 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     double busy = SL_MAX(e->issue_ns * 1e-9, t_hyb + t_hw + t_resize);
     pthread_mutex_lock(&e->stats_mu);
+    e->st.thread_wait_s += t_wait;
     e->st.busy_s += busy;
     e->st.gpu_hybrid_s += t_hyb;
     e->st.gpu_hw_s += t_hw;

@@ -159,6 +159,9 @@ static void dev_stats(void *ctx, sl__gpu_stats *out) {
         out->samples_again += o.samples_again, out->batches += o.batches, out->hw_calls += o.hw_calls;
         out->hw_failed_calls += o.hw_failed_calls, out->busy_s += o.busy_s, out->rate += o.rate;
         out->gpu_hybrid_s += o.gpu_hybrid_s, out->gpu_hw_s += o.gpu_hw_s, out->gpu_resize_s += o.gpu_resize_s;
+        out->thread_route_s += o.thread_route_s, out->thread_hybrid_s += o.thread_hybrid_s;
+        out->thread_hw_s += o.thread_hw_s, out->thread_launch_s += o.thread_launch_s;
+        out->thread_wait_s += o.thread_wait_s;
         out->host_rss_context += o.host_rss_context, out->host_rss_kernels += o.host_rss_kernels;
         out->host_rss_pinned += o.host_rss_pinned, out->host_rss_nvjpeg += o.host_rss_nvjpeg;
         out->host_rss_warmup += o.host_rss_warmup;

@@ -182,6 +182,10 @@ typedef struct sl__gpu_stats {
     uint64_t hw_calls, hw_failed_calls; /* batched hardware calls; those that failed (then bisected) */
     double busy_s;               /* per batch: max(host issue time, GPU time), summed */
     double gpu_hybrid_s, gpu_hw_s, gpu_resize_s; /* GPU time of each phase (stream events), summed */
+    /* The calling thread's wall time (host clock) in each step of the calls, summed: routing
+     * (nvJPEG parses every header and says which backend takes it), the hybrid samples one by
+     * one, the hardware's batched call, the resize kernels' launch, and sl__gpu_wait's wait */
+    double thread_route_s, thread_hybrid_s, thread_hw_s, thread_launch_s, thread_wait_s;
     double rate;                 /* GPU samples / s over the last batches (moving average; 0 before any) */
     uint32_t hw_engines, hw_cores; /* nvJPEG's hardware decoder (0 where none) */
     char device_name[64];

@@ -957,6 +957,9 @@ void sl__gstage_stats(sl__gstage *g, sl_stats *o) {
     pthread_mutex_unlock(&g->smu);
     o->gpu_rate = (double)atomic_load(&g->gpu_rate_mhz) / 1000.0;
     o->gpu_hw_s = st.gpu_hw_s, o->gpu_hybrid_s = st.gpu_hybrid_s, o->gpu_resize_s = st.gpu_resize_s;
+    o->gpu_thread_route_s = st.thread_route_s, o->gpu_thread_hybrid_s = st.thread_hybrid_s;
+    o->gpu_thread_hw_s = st.thread_hw_s, o->gpu_thread_launch_s = st.thread_launch_s;
+    o->gpu_thread_wait_s = st.thread_wait_s;
     o->gpu_copy_s = (double)atomic_load(&g->copy_ns) * 1e-9;
     o->gpu_hw_calls = st.hw_calls, o->gpu_hw_failed_calls = st.hw_failed_calls;
     o->gpu_engines = g->engines;

@@ -128,7 +128,12 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, readahead_dropped)                                                                                   \
     A(sl_stats, readahead_bytes)                                                                                     \
     A(sl_stats, pass_consumer_wait_gpu_s)                                                                            \
-    A(sl_stats, pass_consumer_wait_cpu_s)
+    A(sl_stats, pass_consumer_wait_cpu_s)                                                                            \
+    A(sl_stats, gpu_thread_route_s)                                                                                  \
+    A(sl_stats, gpu_thread_hybrid_s)                                                                                 \
+    A(sl_stats, gpu_thread_hw_s)                                                                                     \
+    A(sl_stats, gpu_thread_launch_s)                                                                                 \
+    A(sl_stats, gpu_thread_wait_s)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");

@@ -122,7 +122,8 @@ def test_engine_stats_dict_everywhere():
             "samples_again", "batches", "hw_calls", "hw_failed_calls", "hw_engines", "hw_cores",
             "host_pinned_bytes", "host_rss_context", "host_rss_kernels", "host_rss_pinned", "host_rss_nvjpeg",
             "host_rss_warmup")
-    floats = ("busy_s", "rate", "gpu_hybrid_s", "gpu_hw_s", "gpu_resize_s")
+    floats = ("busy_s", "rate", "gpu_hybrid_s", "gpu_hw_s", "gpu_resize_s", "thread_route_s", "thread_hybrid_s",
+              "thread_hw_s", "thread_launch_s", "thread_wait_s")
     strings = ("device_name", "backends", "kernels")
     assert sorted(s) == sorted(ints + floats + strings)
     assert all(type(s[k]) is int and s[k] == 0 for k in ints)
@@ -305,8 +306,15 @@ def test_loader_gpu_bytes_are_the_engines(dataset):
                 if status == _gpu.DONE:
                     assert torch.equal(got[j], want[j]), f"sample {index[j]}"
                     checked += 1
+        s = ld.stats()
+    t = e.stats()
     e.close()
     assert checked >= 32
+    # the GPU threads' wall by step (host clock): routing, the hardware's call (or the hybrid's) and
+    # the wait are each part of every call
+    assert t["thread_route_s"] > 0 and t["thread_hw_s"] + t["thread_hybrid_s"] > 0 and t["thread_wait_s"] > 0
+    steps = [s[f"gpu_thread_{k}_s"] for k in ("route", "hybrid", "hw", "launch", "wait")]
+    assert all(v >= 0 for v in steps) and steps[0] > 0 and steps[1] + steps[2] > 0
 
 
 @need_gpu
