@@ -436,6 +436,10 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
                ", \"gpu_copy_s\": %.3f, \"gpu_hw_calls\": %" PRIu64 ", \"gpu_hw_failed_calls\": %" PRIu64,
             st->gpu_engines, st->gpu_hw_s, st->gpu_hybrid_s, st->gpu_resize_s, st->gpu_copy_s, st->gpu_hw_calls,
             st->gpu_hw_failed_calls);
+    fprintf(f, ", \"gpu_thread_route_s\": %.3f, \"gpu_thread_hybrid_s\": %.3f, \"gpu_thread_hw_s\": %.3f"
+               ", \"gpu_thread_launch_s\": %.3f, \"gpu_thread_wait_s\": %.3f",
+            st->gpu_thread_route_s, st->gpu_thread_hybrid_s, st->gpu_thread_hw_s, st->gpu_thread_launch_s,
+            st->gpu_thread_wait_s);
     report_json_tuner(f, ld, st);
     fprintf(f, ", \"net_bytes\": %" PRIu64 ", \"net_requests\": %" PRIu64 ", \"net_retries\": %" PRIu64
                ", \"net_hedges\": %" PRIu64 ", \"net_timeouts\": %" PRIu64 ", \"net_failures\": %" PRIu64
