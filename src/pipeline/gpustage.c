@@ -79,7 +79,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/thread.h"
@@ -454,24 +453,29 @@ int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen) {
     return fall_back(g, rc, why, err, errlen);
 }
 
-int sl__gstage_wants_pin(const sl__gstage *g) {
+/* How the slots' CPU-decoded images reach the device (SLUICE_GPU_PIN_SLOTS):
+ * from the slots page-locked (unset, the default), from them pageable ("0"),
+ * or through a pinned bounce block ("bounce"). */
+enum { UPLOAD_PINNED, UPLOAD_PAGEABLE, UPLOAD_BOUNCE };
+static int upload_mode(void) {
     const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
-    return g->on && g->dev.pin && !(env && (!strcmp(env, "0") || !strcmp(env, "bounce")));
+    return !env ? UPLOAD_PINNED : !strcmp(env, "0") ? UPLOAD_PAGEABLE : !strcmp(env, "bounce") ? UPLOAD_BOUNCE
+                                                                                               : UPLOAD_PINNED;
 }
 
+int sl__gstage_wants_pin(const sl__gstage *g) { return g->on && g->dev.pin && upload_mode() == UPLOAD_PINNED; }
+
 void sl__gstage_bounce(sl__gstage *g) {
-    const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
-    if (!g->on || g->video || !env || strcmp(env, "bounce")) return;
+    if (!g->on || g->video || upload_mode() != UPLOAD_BOUNCE) return;
     uint64_t n = SL_MIN(SL_MIN(g->staging_cap / 4, BOUNCE_MAX), (uint64_t)g->conf->B * g->sample_bytes);
-    long page = sysconf(_SC_PAGESIZE);
-    void *p = n && page > 0 ? g->dev.stage_alloc(g->dev.ctx, (size_t)n) : NULL;
+    void *p = n ? g->dev.stage_alloc(g->dev.ctx, (size_t)n) : NULL;
     size_t at = strlen(g->reason);
     char b[16];
     if (!p) {
         snprintf(g->reason + at, sizeof g->reason - at, "; uploads pageable: no staging room for a bounce block");
         return;
     }
-    g->bounce = p, g->bounce_len = (size_t)n, g->page = (size_t)page;
+    g->bounce = p, g->bounce_len = (size_t)n;
     snprintf(g->reason + at, sizeof g->reason - at, "; uploads through a pinned bounce block of %s",
              sl__fmt_bytes(n, b, sizeof b));
 }
@@ -713,9 +717,8 @@ void sl__gstage_move(sl__gstage *g, uint32_t slot_id, uint32_t a, uint32_t b) {
 }
 
 /* The whole pages inside [p, p + n) back to the system (read as zeros after). */
-static void give_back(const sl__gstage *g, const void *p, size_t n) {
-    uintptr_t a = ((uintptr_t)p + g->page - 1) & ~(uintptr_t)(g->page - 1);
-    uintptr_t e = ((uintptr_t)p + n) & ~(uintptr_t)(g->page - 1);
+static void drop_pages(const void *p, size_t n) {
+    uintptr_t ps = sl__page_size(), a = ((uintptr_t)p + ps - 1) & ~(ps - 1), e = ((uintptr_t)p + n) & ~(ps - 1);
     if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED); /* a refusal only leaves them resident */
 }
 
@@ -738,7 +741,7 @@ static int upload_bounced(sl__gstage *g, uint32_t runs) {
             g->bb_dst[k] = g->fl_dst[i] + off, g->bb_src[k] = g->bounce + used, g->bb_len[k++] = take; /* k <= runs */
             used += take, off += take;
         }
-        give_back(g, src, g->fl_len[i]);
+        drop_pages(src, g->fl_len[i]);
     }
     return k && g->dev.upload_runs(g->dev.ctx, lane, k, g->bb_dst, g->bb_src, g->bb_len) ? SL_EIO : 0;
 }
@@ -783,7 +786,7 @@ int sl__gstage_checksum(sl__gstage *g, uint32_t slot_id, uint8_t *base, uint64_t
         return SL_EIO;
     }
     for (uint32_t j = 0; j < n; j++) hash[j] = sl__hash64(sl__layout_at(L, base, g->out, j), g->sample_bytes, hash[j]);
-    if (g->bounce) give_back(g, host, (size_t)n * g->sample_bytes); /* as the flush leaves them */
+    if (g->bounce) drop_pages(host, (size_t)n * g->sample_bytes); /* as the flush leaves them */
     return 0;
 }
 

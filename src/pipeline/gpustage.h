@@ -124,7 +124,7 @@ typedef struct sl__gstage {
      * the runs' pages back, so the slots' image field is resident only while a CPU decode waits
      * for its upload; bb_* one bounce's worth of runs (B at most). NULL: uploads from the slots. */
     uint8_t *bounce;
-    size_t bounce_len, page;
+    size_t bounce_len;
     uint64_t *bb_dst;
     const void **bb_src;
     size_t *bb_len;

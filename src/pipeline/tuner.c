@@ -91,6 +91,9 @@ static int wants_worker(double wait, double busy, uint32_t active, uint32_t slot
     return wait > WAIT_HIGH && gpu_backlog * 2 <= batches && (busy >= BUSY_UP * active || slots >= slots_max);
 }
 
+/* The workers' busy time fits in one fewer at BUSY_DOWN: one may park. */
+static int spare_worker(double busy, uint32_t active) { return active > 1 && busy <= BUSY_DOWN * (active - 1); }
+
 void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     memset(o, 0, sizeof *o);
     double wall = in->wall_s > 0 ? in->wall_s : 1e-9;
@@ -118,7 +121,7 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     if (wait > WAIT_HIGH) { /* rule 2 */
         /* the GPU engines are the bottleneck (a backlog, or the wait theirs): workers to spare? */
         if (in->gpu_backlog * 2 > n || in->wait_gpu_s * 2 >= in->wait_s) {
-            if (a < 2 || busy > BUSY_DOWN * (a - 1)) return;
+            if (!spare_worker(busy, a)) return;
             o->calm = 1;
             if (in->calm + 1 < in->hold) return;
             say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_GPU_HELD, a - 1,
@@ -139,7 +142,7 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
         return;
     }
     if (wait >= WAIT_LOW || in->ready_min < 1) return; /* rule 3 needs the consumer to be the bottleneck */
-    int park = a > 1 && busy <= BUSY_DOWN * (a - 1);
+    int park = spare_worker(busy, a);
     int fewer = in->ready_min >= 2 && in->slots > in->slots_min;
     if (!park && !fewer) return;
     o->calm = 1;
