@@ -581,7 +581,7 @@ def bench_train(a, name, root, files, labels):
             r_trace = trace_steps(a, step)
             r_trace["next_ms_per_step"] = round(1e3 * took[0] / a.trace_steps, 2)
     r = {"run": "train", "arch": a.arch, "loader": name, "batch": a.batch, "workers": a.workers,
-         "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS", "1") not in ("0", "bounce"),
+         "worker_nice": a.worker_nice, "pin_slots": os.environ.get("SLUICE_GPU_PIN_SLOTS") == "1",
          "ab": os.environ.get("SLUICE_AB"), "sluice_from": os.path.dirname(sluice.__file__),
          "images_per_s": round(a.steps * a.batch / dt, 1), "steps": a.steps, "model_priority": a.model_priority,
          "prefetch": a.prefetch or None, "gpu_budget_mb": a.gpu_budget,

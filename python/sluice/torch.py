@@ -255,8 +255,8 @@ class Loader:
             self._bias = self._bias.to(dev)
             if not self._pin or self.loader.stats()["decode"] == "gpu":
                 # pin_memory=False; or the GPU decodes: the images arrive in device
-                # memory, and the library page-locks the slots itself for its workers'
-                # copies of CPU-decoded ones (docs/gpu.md, "The device batch")
+                # memory, and the library uploads the CPU-decoded ones itself, through
+                # a pinned bounce block (docs/gpu.md, "The device batch")
                 self._pinned = 0
                 return
             try:  # pinned slots are fixed in the budget: refused while a lowered limit keeps some retired

@@ -343,6 +343,22 @@ static int open_device(sl__gstage *g, uint64_t budget, char *err, size_t errlen)
     return 0;
 }
 
+/* SLUICE_GPU_SHARE=p (an experiment's knob, 0 < p < 1): in decode=gpu and
+ * prefer-gpu only the samples whose hash of (seed, index) falls in the
+ * first p of the range go to the GPU, the others to the CPU workers: a
+ * rule of the sample, so the bytes still follow the seed, not timing. */
+static uint64_t share_cut(void) {
+    const char *env = getenv("SLUICE_GPU_SHARE");
+    char *end;
+    double p = env ? strtod(env, &end) : 1.0;
+    if (!env || end == env || !(p >= 0.0) || p >= 1.0) return UINT64_MAX;
+    return (uint64_t)(p * 18446744073709551616.0);
+}
+
+static int share_gpu(const sl__gstage *g, uint64_t sample) {
+    return g->share_cut == UINT64_MAX || sl__hash64(&sample, sizeof sample, g->conf->cfg.seed) < g->share_cut;
+}
+
 int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *cancel, int how, char *err,
                     size_t errlen) {
     const sl_config *c = &conf->cfg;
@@ -351,6 +367,7 @@ int sl__gstage_open(sl__gstage *g, const sl__conf *conf, const _Atomic int *canc
     g->mode = SL_DECODE_CPU;
     g->host_pending = g->opened = 0; /* a rule's count, after its close */
     g->gpu_only = c->decode == SL_DECODE_GPU || c->decode == SL_DECODE_PREFER_GPU;
+    g->share_cut = share_cut();
     if (c->decode == SL_DECODE_CPU) {
         sl__msg(g->reason, sizeof g->reason, "decode=cpu");
         return 0;
@@ -454,13 +471,14 @@ int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen) {
 }
 
 /* How the slots' CPU-decoded images reach the device (SLUICE_GPU_PIN_SLOTS):
- * from the slots page-locked (unset, the default), from them pageable ("0"),
- * or through a pinned bounce block ("bounce"). */
+ * through a pinned bounce block, the slots pageable (unset or "bounce", the
+ * default: only the images waiting for their upload are resident), from
+ * the slots page-locked for life ("1"), or from them pageable ("0"). */
 enum { UPLOAD_PINNED, UPLOAD_PAGEABLE, UPLOAD_BOUNCE };
 static int upload_mode(void) {
     const char *env = getenv("SLUICE_GPU_PIN_SLOTS");
-    return !env ? UPLOAD_PINNED : !strcmp(env, "0") ? UPLOAD_PAGEABLE : !strcmp(env, "bounce") ? UPLOAD_BOUNCE
-                                                                                               : UPLOAD_PINNED;
+    return !env ? UPLOAD_BOUNCE : !strcmp(env, "0") ? UPLOAD_PAGEABLE : !strcmp(env, "1") ? UPLOAD_PINNED
+                                                                                          : UPLOAD_BOUNCE;
 }
 
 int sl__gstage_wants_pin(const sl__gstage *g) { return g->on && g->dev.pin && upload_mode() == UPLOAD_PINNED; }
@@ -563,7 +581,7 @@ static int offer(sl__defer *d, const sl__field *f, const uint8_t *data, size_t l
     if (sl__gpu_item_from_plan(plan, info, h->slot_id * conf->B + h->pos, &it, NULL, 0)) return 0;
     uint64_t cap = conf->cfg.gpu_max_pixels ? conf->cfg.gpu_max_pixels : SL_GPU_MAX_PIXELS;
     if ((uint64_t)info->width * info->height > cap || !ends_whole(data, len)) return 0;
-    if (!g->gpu_only && !want_gpu(g)) return 0;
+    if (g->gpu_only ? !share_gpu(g, h->sample) : !want_gpu(g)) return 0;
     void *blk = stage_take(g, len);
     if (!blk) return 0;
     memcpy(blk, data, len);

@@ -82,6 +82,7 @@ typedef struct sl__gstage {
     const _Atomic int *cancel; /* the loader is closing: stop waiting for staging */
     int mode;                /* SL_DECODE_CPU or SL_DECODE_GPU: what create chose */
     int gpu_only;            /* decode=gpu or prefer-gpu: every sample the GPU can take goes to it */
+    uint64_t share_cut;      /* gpu_only: a sample goes to the GPU iff its hash is below (SLUICE_GPU_SHARE) */
     char reason[160];        /* why this mode */
     int on;                  /* dev is open (mode == SL_DECODE_GPU) */
     int video;               /* the field is a video field: clips decoded by the workers on the

@@ -418,7 +418,7 @@ static int step_workers(sl_loader *ld, char *err, size_t errlen) {
         size_t len;
         if (sl__engine_pin(&ld->eng, &base, &len) == 0) sl__gstage_pin(&ld->gs, base, len); /* slots fixed for life */
     } else {
-        sl__gstage_bounce(&ld->gs); /* SLUICE_GPU_PIN_SLOTS=bounce: pageable slots, pinned uploads */
+        sl__gstage_bounce(&ld->gs); /* the default: pageable slots, pinned uploads */
     }
     sl__engine_tune(&ld->eng, c->tuned, c->nworkers, c->cores); /* every worker takes work until it moves */
     sl__gstage_workers(&ld->gs, &ld->eng.tuner.active);

@@ -600,6 +600,30 @@ TEST(gpu_loader_bytes_do_not_depend_on_workers) {
     free(d);
 }
 
+/* SLUICE_GPU_SHARE=p: a rule of the sample (its hash under the seed) sends
+ * about p of the images the GPU takes to it and the rest to the CPU
+ * workers, so the bytes still do not depend on the worker count. */
+TEST(gpu_loader_share_is_a_rule_of_the_sample) {
+    use_device();
+    fx_dataset *d = fx_new(60, 3, 64, 360);
+    double worst, mean;
+    sl_stats all, half;
+    sl_loader *ld = open_drained(base_config(d, SL_DECODE_GPU, 2), &all);
+    sl_loader_destroy(ld);
+    setenv("SLUICE_GPU_SHARE", "0.5", 1);
+    compare_runs(base_config(d, SL_DECODE_GPU, 1), base_config(d, SL_DECODE_GPU, 8), 2, &worst, &mean);
+    CHECK(worst == 0);
+    ld = open_drained(base_config(d, SL_DECODE_GPU, 3), &half);
+    sl_loader_destroy(ld);
+    unsetenv("SLUICE_GPU_SHARE");
+    printf("GPU samples: %llu of %llu, %llu with the share 0.5\n", (unsigned long long)all.gpu_samples,
+           (unsigned long long)(all.gpu_samples + all.cpu_samples), (unsigned long long)half.gpu_samples);
+    CHECK(all.gpu_samples > 20);
+    CHECK(half.gpu_samples > all.gpu_samples / 4 && half.gpu_samples < all.gpu_samples * 3 / 4);
+    CHECK_EQ(half.gpu_samples + half.cpu_samples, all.gpu_samples + all.cpu_samples);
+    free(d);
+}
+
 TEST(gpu_loader_auto_splits_between_the_engines) {
     use_device();
     fx_dataset *d = fx_new(120, 2, 64, 300);
@@ -709,7 +733,7 @@ TEST(gpu_loader_tuner_parks_workers_the_gpu_leaves_idle) {
 /* The images decoded on the CPU wait in the slots' host memory, page-locked
  * once at create, and the commit uploads each batch's in one call, after
  * compaction moved some (corrupt files among them): the batches, records
- * and bytes of the CPU path, page-locked or not (SLUICE_GPU_PIN_SLOTS=0). */
+ * and bytes of the CPU path, page-locked or not (SLUICE_GPU_PIN_SLOTS). */
 /* The share of the slot region's pages resident now (mincore). */
 static double region_resident(sl_loader *ld) {
     void *base;
@@ -724,16 +748,17 @@ static double region_resident(sl_loader *ld) {
     return (double)in / (double)n;
 }
 
-/* Each mode of SLUICE_GPU_PIN_SLOTS: the slots page-locked (the default),
- * pageable ("0"), or pageable with the uploads through a pinned bounce
- * block whose runs' pages go back after ("bounce"): the same bytes, and
+/* Each mode of SLUICE_GPU_PIN_SLOTS: the slots page-locked ("1"), pageable
+ * ("0"), or pageable with the uploads through a pinned bounce block whose
+ * runs' pages go back after (unset, the default): the same bytes, and
  * with the bounce the slots' image field is not left resident. */
 TEST(gpu_loader_uploads_read_the_pinned_slots) {
     fx_dataset *d = fx_new(70, 6, 160, 640);
     double worst, mean, resident[3] = {0};
-    static const char *const modes[3] = {NULL, "0", "bounce"};
+    static const char *const modes[3] = {"1", "0", NULL};
     for (int m = 0; m < 3; m++) {
         if (modes[m]) setenv("SLUICE_GPU_PIN_SLOTS", modes[m], 1);
+        else unsetenv("SLUICE_GPU_PIN_SLOTS");
         use_host((host_opts){.refuse_odd = 1});
         compare_runs(base_config(d, SL_DECODE_GPU, 3), base_config(d, SL_DECODE_CPU, 3), 2, &worst, &mean);
         CHECK(worst <= 2.0); /* a CPU sample's flag lost in a move would show as zeros */
