@@ -11,7 +11,9 @@
  *   cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl
  *
  * A sample's slot is taken with an atomic add, so handlers on several threads do not collide;
- * samples past MAX_SAMPLES are dropped.
+ * samples past MAX_SAMPLES are dropped. sluice's threads block asynchronous signals (base/thread.c),
+ * so while the probe is on, pthread_sigmask here leaves SIGUSR2 out of every mask it sets: its
+ * threads (the GPU engine's `sl-gpu`, the workers) can be probed too.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -52,6 +54,17 @@ __attribute__((constructor)) static void probe_init(void) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR2, &sa, NULL);
+}
+
+/* Interposed (LD_PRELOAD): the caller's mask, less SIGUSR2 while the probe is on. */
+int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+    static int (*real)(int, const sigset_t *, sigset_t *);
+    if (!real) real = (int (*)(int, const sigset_t *, sigset_t *))dlsym(RTLD_NEXT, "pthread_sigmask");
+    if (!real) return 38; /* ENOSYS */
+    if (!set || !out_path || !*out_path || how == SIG_UNBLOCK) return real(how, set, old);
+    sigset_t mine = *set;
+    sigdelset(&mine, SIGUSR2);
+    return real(how, &mine, old);
 }
 
 static void frame_name(void *pc, char *buf, size_t len) {

@@ -30,7 +30,8 @@
 #     probe  bench/offcpu.py with bench/stackprobe.c over 1,200-step rows (synthetic, auto 16 workers
 #            pinned and pageable, gpu 16 workers with two engines; or PROBE_LOADERS, comma-separated):
 #            the main thread's state and, each time it sleeps in a futex, its native stack (whose
-#            lock); JSON in offcpu.jsonl
+#            lock); JSON in offcpu.jsonl. PROBE_ARGS adds offcpu.py options, e.g. "--threads main,sl-gpu
+#            --probe-threads sl-gpu --probe-when any": where the GPU engine's thread spends its wall
 #
 # Environment: DEPS (the bundle, .devvideo), OUT (/tmp/train-diag), IMAGES (6,000: the set made by
 # gpu_check.sh's data step), STEPS (60 timed steps a row), ROW_T (90 s a row at most), BASE (ab).
@@ -121,7 +122,7 @@ for step in ${DIAG_STEPS:-rows trace nice}; do
     ;;
   probe)
     cc -O2 -shared -fPIC -o /tmp/stackprobe.so bench/stackprobe.c -ldl || exit 1
-    P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so --"
+    P="timeout -k 5 100 python3 bench/offcpu.py --delay 22 --seconds 6 --probe /tmp/stackprobe.so ${PROBE_ARGS:-} --"
     T="python3 bench/gpu_decode.py $SET train --arch resnet18 --batch 256 --steps 1200 --warmup 10"
     IFS=, read -ra loaders <<<"${PROBE_LOADERS:-synthetic,sluice-gpu --workers 16,sluice-gpuonly --workers 16 --gpu-engines 2}"
     for l in "${loaders[@]}"; do
