@@ -680,12 +680,14 @@ static void drain_waits(sl_config c, const char *what, sl_stats *st) {
 TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
     fx_dataset *d = fx_new(640, 0, 64, 128); /* 20 batches */
     sl_stats st;
-    use_host((host_opts){.delay_us = 1250}); /* a call of 32: 40 ms, far longer than decoding them */
+    use_host((host_opts){.delay_us = 2500}); /* a call of 32: 80 ms, far longer than staging them, even under ASan */
     sl_config c = base_config(d, SL_DECODE_GPU, 2);
     c.batch_size = 32;
     c.prefetch = 4;
     drain_waits(c, "gpu slow", &st);
-    CHECK(st.pass_consumer_wait_gpu_s > 0.7 * st.pass_consumer_wait_s); /* measured: 0.9 and more */
+    /* measured: 0.9 and more alone, 0.74-1.0 under ASan with three runs at once (a wait counts as the
+     * GPU's only if the engine was busy when it began: not while the GPU thread gathers) */
+    CHECK(st.pass_consumer_wait_gpu_s > 0.6 * st.pass_consumer_wait_s);
     CHECK(st.pass_consumer_wait_cpu_s < 0.3 * st.pass_consumer_wait_s);
     c.decode = SL_DECODE_CPU;
     drain_waits(c, "cpu", &st);
