@@ -744,8 +744,8 @@ static void drop_pages(const void *p, size_t n) {
  * complete on return, so the block is free again), each run's pages given
  * back once copied out: no other thread writes a committed batch's
  * positions, and the device copy is the one read from here on. */
-static int upload_bounced(sl__gstage *g, uint32_t runs) {
-    uint32_t lane = g->conf->nworkers, k = 0;
+static int upload_bounced(sl__gstage *g, uint32_t lane, uint32_t runs) {
+    uint32_t k = 0;
     size_t used = 0;
     for (uint32_t i = 0; i < runs; i++) {
         const uint8_t *src = g->fl_src[i];
@@ -781,8 +781,8 @@ void sl__gstage_flush(sl__gstage *g, uint32_t slot_id, uint8_t *base, const uint
         }
     }
     uint64_t c0 = sl__now_ns();
-    uint32_t lane = g->conf->nworkers;
-    if (runs && (g->bounce ? upload_bounced(g, runs)
+    uint32_t lane = g->conf->nworkers; /* the committer's */
+    if (runs && (g->bounce ? upload_bounced(g, lane, runs)
                            : g->dev.upload_runs(g->dev.ctx, lane, runs, g->fl_dst, g->fl_src, g->fl_len))) {
         atomic_store(&g->failed, 1); /* the device is gone: nothing more is offered */
         for (uint32_t j = 0; j < n; j++)

@@ -120,10 +120,11 @@ typedef struct sl__gstage {
     uint64_t *fl_dst;        /* the flush's runs, B at most (the committer's) */
     const void **fl_src;
     size_t *fl_len;
-    /* SLUICE_GPU_PIN_SLOTS=bounce: the slots stay pageable and the flush copies its runs through
-     * this pinned block (taken from the staging pool at start, the committer's alone), then gives
-     * the runs' pages back, so the slots' image field is resident only while a CPU decode waits
-     * for its upload; bb_* one bounce's worth of runs (B at most). NULL: uploads from the slots. */
+    /* The default (SLUICE_GPU_PIN_SLOTS unset or "bounce"): the slots stay pageable and the flush
+     * copies its runs through this pinned block (taken from the staging pool at start, the
+     * committer's alone), then gives the runs' pages back, so the slots' image field is resident
+     * only while a CPU decode waits for its upload; bb_* one bounce's worth of runs (B at most).
+     * NULL: uploads from the slots. */
     uint8_t *bounce;
     size_t bounce_len;
     uint64_t *bb_dst;
@@ -191,15 +192,15 @@ int sl__gstage_give_up(sl__gstage *g, uint64_t min_budget);
  * stage: the CPU path), then the device memory of nslots batches. */
 int sl__gstage_slots(sl__gstage *g, uint32_t nslots, char *err, size_t errlen);
 /* Whether the slots' host memory is to be page-locked for the uploads of
- * CPU-decoded samples (the device can, and SLUICE_GPU_PIN_SLOTS is not 0);
+ * CPU-decoded samples (the device can, and SLUICE_GPU_PIN_SLOTS is 1);
  * then sl__gstage_pin with the region, before the threads start. A pin
  * that fails leaves the uploads pageable: slower, the same bytes. */
 int sl__gstage_wants_pin(const sl__gstage *g);
 void sl__gstage_pin(sl__gstage *g, void *base, size_t len);
-/* SLUICE_GPU_PIN_SLOTS=bounce (the slots not pinned): take the flush's
- * bounce block from the staging pool, before the threads start. Without
- * room, or any other value, the uploads read the slots (decode_reason
- * says which). */
+/* The default (SLUICE_GPU_PIN_SLOTS unset or "bounce"; the slots not
+ * pinned): take the flush's bounce block from the staging pool, before the
+ * threads start. Without room, or with SLUICE_GPU_PIN_SLOTS 0 or 1, the
+ * uploads read the slots (decode_reason says which). */
 void sl__gstage_bounce(sl__gstage *g);
 /* Start one GPU thread per engine running main(call), each call's owner
  * set to arg (the engine's loop); join them once the loop was told to
