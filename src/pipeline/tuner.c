@@ -17,6 +17,9 @@
  * The rules, once a window is complete (sl__tune_decide):
  *  0. With the node's CPUs shared among local ranks (base/node.h): more
  *     workers active than this loader's part of them by demand: one fewer.
+ *     Its demand (sl__tune_demand) is one worker more than it runs where
+ *     rule 2 would wake one, else what its workers were busy: a loader
+ *     the GPU engines hold up asks for no CPU it would park.
  *  1. The consumer's thread was on a CPU half of its own time (the window
  *     less its waits) and a quarter of the window or more, and the workers
  *     could fill every CPU of the rank: one worker fewer, so the loop that
@@ -83,12 +86,27 @@ static void say(sl__tune_out *o, int what, int why, uint32_t to, const char *fmt
     va_end(ap);
 }
 
-/* Rule 2's ask for one more worker: the consumer waited, the GPU engine
- * was not the bottleneck, and the workers were busy or every slot is in
- * use already. */
-static int wants_worker(double wait, double busy, uint32_t active, uint32_t slots, uint32_t slots_max,
-                        uint32_t gpu_backlog, uint32_t batches) {
-    return wait > WAIT_HIGH && gpu_backlog * 2 <= batches && (busy >= BUSY_UP * active || slots >= slots_max);
+/* The GPU engines are the bottleneck of a window: their queue full (a
+ * call's worth past their calls) at most deliveries, or half the wait or
+ * more for batches the busy engines finished last. More CPU workers would
+ * only wait for them. */
+static int gpu_bound(const sl__tune_in *in) {
+    return in->gpu_backlog * 2 > in->batches || (in->wait_s > 0 && in->wait_gpu_s * 2 >= in->wait_s);
+}
+
+/* Rule 2's ask for one more worker: the consumer waited more than
+ * WAIT_HIGH, the GPU engines were not the bottleneck, and the workers
+ * were busy or every slot is in use already. */
+static int wants_worker(const sl__tune_in *in) {
+    double wall = in->wall_s > 0 ? in->wall_s : 1e-9;
+    return in->wait_s / wall > WAIT_HIGH && !gpu_bound(in) &&
+           (in->busy_s / wall >= BUSY_UP * in->active || in->slots >= in->slots_max);
+}
+
+double sl__tune_demand(const sl__tune_in *in) {
+    if (wants_worker(in)) return (double)SL_MIN(in->active + 1, in->ceiling);
+    double busy = in->wall_s > 0 ? in->busy_s / in->wall_s : 0;
+    return SL_MAX(busy, 0.001);
 }
 
 /* The workers' busy time fits in one fewer at BUSY_DOWN: one may park. */
@@ -120,7 +138,7 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     }
     if (wait > WAIT_HIGH) { /* rule 2 */
         /* the GPU engines are the bottleneck (a backlog, or the wait theirs): workers to spare? */
-        if (in->gpu_backlog * 2 > n || in->wait_gpu_s * 2 >= in->wait_s) {
+        if (gpu_bound(in)) {
             if (!spare_worker(busy, a)) return;
             o->calm = 1;
             if (in->calm + 1 < in->hold) return;
@@ -131,7 +149,7 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
             return;
         }
         int busy_ok = busy >= BUSY_UP * a;
-        if (a < cap && wants_worker(wait, busy, a, in->slots, in->slots_max, in->gpu_backlog, n))
+        if (a < cap && wants_worker(in))
             say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_CONSUMER_WAITED, a + 1,
                 "the consumer waited %.0f%% of the last %u batches (%.2f s) with %.2f of %u workers busy", 100 * wait,
                 n, in->wait_s, busy, a);
@@ -262,21 +280,20 @@ static void record(sl__tuner *t, const sl__tune_out *d, uint64_t now) {
     snprintf(r->reason, sizeof r->reason, "%s", d->reason);
 }
 
-/* The node's share, once a window: this loader's demand (CPUs: what its
- * workers were busy, or one worker more than it runs when its consumer
- * waited on busy workers and the GPU engine was not the bottleneck),
- * published; the others' read; what it may run. A loader held under its
- * ceiling by the share keeps asking for one more while its consumer
- * waits, so hungry ranks split the node evenly and an idle one's part goes
- * to them. */
-static void node_window(sl__tuner *t, double wall, double busy_s) {
-    uint32_t a = sl__tuner_active(t);
-    double busy = wall > 0 ? busy_s / wall : 0, wait = wall > 0 ? (double)t->w_wait_ns / 1e9 / wall : 0;
-    int hungry = wants_worker(wait, busy, a, t->slots, t->slots_max, t->gpu_backlog, t->n);
-    t->demand = hungry ? (double)SL_MIN(a + 1, t->ceiling) : SL_MAX(busy, 0.001);
+/* The node's share, once a window: this loader's demand (sl__tune_demand,
+ * from the window the rules read), published; the others' read; what it
+ * may run, into the window. A loader held under its ceiling by the share
+ * keeps asking for one more while its consumer waits on busy workers, so
+ * hungry ranks split the node evenly and an idle one's part goes to them;
+ * one whose wait is the GPU engines' asks only for what its workers were
+ * busy, as the rules park its idle ones (gpu_held). */
+static void node_window(sl__tuner *t, sl__tune_in *in) {
+    t->demand = sl__tune_demand(in);
     sl__cpushare_set(&t->node, t->demand);
     t->node_demand = sl__cpushare_total(&t->node, &t->node_loaders);
     t->node_allow = sl__node_allow(t->node.cpus, t->demand, t->node_demand, t->ceiling);
+    in->node_allow = t->node_allow, in->node_cpus = t->node.cpus, in->node_loaders = t->node_loaders;
+    in->node_demand = t->node_demand, in->demand = t->demand;
 }
 
 int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
@@ -310,16 +327,14 @@ int sl__tuner_observe(sl__tuner *t, const sl__tune_obs *o, sl__tune_out *out) {
     t->gpu_backlog += o->gpu_backlog != 0;
     if (t->n < t->window) return 0;
     double wall = (double)(o->now_ns - t->w_t0_ns) / 1e9, busy = (double)(o->busy_ns - t->w_busy0_ns) / 1e9;
-    if (sl__cpushare_on(&t->node)) node_window(t, wall, busy);
     sl__tune_in in = {.active = sl__tuner_active(t), .ceiling = t->ceiling, .cores = t->cores, .slots = t->slots,
                       .slots_min = t->slots_min, .slots_max = t->slots_max, .batches = t->n,
                       .wall_s = wall, .wait_s = (double)t->w_wait_ns / 1e9,
                       .wait_gpu_s = (double)t->w_wait_gpu_ns / 1e9,
                       .cpu_s = t->cpu_known ? (double)t->w_cpu_ns / 1e9 : -1.0,
                       .busy_s = busy, .ready_min = t->ready_min,
-                      .gpu_backlog = t->gpu_backlog, .hold = t->hold, .calm = t->calm,
-                      .node_allow = sl__cpushare_on(&t->node) ? t->node_allow : 0, .node_cpus = t->node.cpus,
-                      .node_loaders = t->node_loaders, .node_demand = t->node_demand, .demand = t->demand};
+                      .gpu_backlog = t->gpu_backlog, .hold = t->hold, .calm = t->calm};
+    if (sl__cpushare_on(&t->node)) node_window(t, &in);
     sl__tune_decide(&in, out);
     if (out->what) {
         record(t, out, o->now_ns);

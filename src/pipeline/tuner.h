@@ -63,6 +63,12 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *out);
  * rounded, at least 1. */
 uint32_t sl__node_allow(uint32_t cpus, double mine, double total, uint32_t ceiling);
 
+/* The CPUs a loader asks of the node's share after a window (tuner.c):
+ * one worker more than it runs (at most its ceiling) when its consumer
+ * waited on busy workers and the GPU engines were not the bottleneck (the
+ * window rule 2 would wake a worker for), else what its workers were busy. */
+double sl__tune_demand(const sl__tune_in *in);
+
 /* What the engine sees at one delivery (mu held). */
 typedef struct sl__tune_obs {
     uint64_t asked_ns;       /* when the consumer asked for this batch (its first call since the last one) */

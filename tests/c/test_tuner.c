@@ -406,6 +406,29 @@ TEST(rule_node_share) {
     CHECK_EQ(o.what, 0);
 }
 
+/* A loader's demand on the node's share agrees with the rules: one worker
+ * more where rule 2 would wake one, else its workers' busy time; a wait
+ * the GPU engines held up (gpu_held, or their queue full) asks for no more
+ * CPUs than the workers used, as rule 2 parks an idle one instead. */
+TEST(node_demand_agrees_with_the_rules) {
+    sl__tune_in in = window();
+    sl__tune_out o;
+    in.ceiling = 8, in.active = 4, in.wait_s = 0.3, in.busy_s = 3.9; /* waited on busy workers */
+    CHECK(sl__tune_demand(&in) == 5.0);
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_CONSUMER_WAITED && o.to == 5);
+    in.active = 8; /* at its ceiling: asks for the ceiling */
+    CHECK(sl__tune_demand(&in) == 8.0);
+    in.active = 4, in.wait_gpu_s = 0.2, in.busy_s = 2.0; /* two thirds of the wait the GPU's */
+    CHECK(sl__tune_demand(&in) == 2.0);
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_GPU_HELD && o.to == 3);
+    in.wait_gpu_s = 0, in.gpu_backlog = 6; /* the engines' queue full at 6 of 8 deliveries */
+    CHECK(sl__tune_demand(&in) == 2.0);
+    in.gpu_backlog = 0, in.wait_s = 0.02, in.busy_s = 0; /* no wait, idle workers: a floor above 0 */
+    CHECK(sl__tune_demand(&in) > 0 && sl__tune_demand(&in) < 0.01);
+}
+
 typedef struct rank_report {
     sl_stats st;
     size_t n;
