@@ -51,7 +51,7 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
         sl__msg(reason, rlen, "for the CPU: %s", why);
         return SL_EUNSUPPORTED;
     }
-    *it = (sl__gpu_item){pos, info->width, info->height, p->ax, p->ay, p->flip};
+    *it = (sl__gpu_item){pos, info->width, info->height, p->ax, p->ay, p->flip, SL_GPU_HW_ASK};
     return 0;
 }
 
@@ -159,28 +159,54 @@ static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it
 
 /* ---- routing ------------------------------------------------------------------ */
 
-/* Hardware engines: with the window as ROI, else the whole image. */
-static int route_hw(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len, sl__gpu_work *w) {
-    const sl__cuda_api *cu = e->cu;
-    int sup = 1;
-    if (cu->nvjpegJpegStreamParseHeader(e->hw, data, len, e->hw_streams[i])) return 0;
-    const sl__gpu_desc *d = &w->desc;
-    if (!(e->cfg.flags & SL_GPU_NO_ROI) &&
-        !cu->nvjpegDecodeParamsSetROI(e->hw_params[i], (int)d->reg_x, (int)d->reg_y, (int)d->reg_w, (int)d->reg_h) &&
-        !cu->nvjpegDecodeBatchedSupportedEx(e->hw, e->hw_streams[i], e->hw_params[i], &sup) && sup == 0) {
-        w->dx = d->reg_x, w->dy = d->reg_y, w->dw = d->reg_w, w->dh = d->reg_h;
-        return 1;
-    }
-    if (!cu->nvjpegDecodeParamsSetROI(e->hw_params[i], 0, 0, -1, -1) &&
-        !cu->nvjpegDecodeBatchedSupportedEx(e->hw, e->hw_streams[i], e->hw_params[i], &sup) && sup == 0) {
-        w->dx = 0, w->dy = 0, w->dw = d->full_w, w->dh = d->full_h;
-        return 1;
-    }
+/* The window of it (the rectangle its taps reach) into d: 0, or SL_EINVAL
+ * for an item outside its image. */
+static int window_of(const sl__gpu_item *it, sl__gpu_desc *d) {
+    if (tap_range(&it->ax, it->full_w, &d->reg_x, &d->reg_w) || tap_range(&it->ay, it->full_h, &d->reg_y, &d->reg_h))
+        return SL_EINVAL;
+    d->full_w = it->full_w, d->full_h = it->full_h;
     return 0;
 }
 
+/* jp's region: the window (SL_GPU_HW_ROI) or the whole image. */
+static int set_region(const sl__cuda_api *cu, sl_nvjParams jp, int hw, const sl__gpu_desc *d) {
+    return hw == SL_GPU_HW_ROI ? cu->nvjpegDecodeParamsSetROI(jp, (int)d->reg_x, (int)d->reg_y, (int)d->reg_w, (int)d->reg_h)
+                               : cu->nvjpegDecodeParamsSetROI(jp, 0, 0, -1, -1);
+}
+
+/* Whether the hardware backend takes the sample: with the window d as
+ * region of interest (unless the engine decodes whole images), else whole,
+ * else not (SL_GPU_HW_*), asked with js and jp (the asking thread's own;
+ * jp keeps the region answered). A rule of the sample: whichever thread
+ * asks, the same question on the same bytes. */
+static int ask_hw(const sl__gpu_engine *e, sl_nvjStream js, sl_nvjParams jp, const uint8_t *data, size_t len,
+                  const sl__gpu_desc *d) {
+    const sl__cuda_api *cu = e->cu;
+    int sup = 1;
+    if (cu->nvjpegJpegStreamParseHeader(e->hw, data, len, js)) return SL_GPU_HW_NO;
+    if (!(e->cfg.flags & SL_GPU_NO_ROI) && !set_region(cu, jp, SL_GPU_HW_ROI, d) &&
+        !cu->nvjpegDecodeBatchedSupportedEx(e->hw, js, jp, &sup) && sup == 0)
+        return SL_GPU_HW_ROI;
+    if (!set_region(cu, jp, SL_GPU_HW_WHOLE, d) && !cu->nvjpegDecodeBatchedSupportedEx(e->hw, js, jp, &sup) &&
+        sup == 0)
+        return SL_GPU_HW_WHOLE;
+    return SL_GPU_HW_NO;
+}
+
+/* The cap on a sample's pixels (a rule of the sample). */
+static uint64_t pixel_cap(const sl__gpu_engine *e) { return e->cfg.max_pixels ? e->cfg.max_pixels : SL_GPU_MAX_PIXELS; }
+
+int sl__gpu_ask(sl__gpu_asker *a, const uint8_t *data, size_t len, const sl__gpu_item *it) {
+    sl__gpu_desc d;
+    if (!a || !data || !len || window_of(it, &d) || (uint64_t)it->full_w * it->full_h > pixel_cap(a->e))
+        return SL_GPU_HW_ASK; /* the engine's route says why it is the CPU's */
+    return ask_hw(a->e, a->js, a->jp, data, len, &d);
+}
+
 /* Route sample i and take its block: TAKE_OK (GPU), TAKE_CPU (reason
- * said), TAKE_AGAIN. */
+ * said), TAKE_AGAIN. The hardware's answer: the item's, asked by the
+ * thread that staged it, else asked here with the engine's own objects;
+ * either way e->hw_params[i] holds the region for the batched call. */
 static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len, const sl__gpu_item *it,
                  uint64_t dst, uint64_t stride, char (*reasons)[SL_GPU_REASON]) {
     sl__gpu_work *w = &e->work[i];
@@ -191,18 +217,27 @@ static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len,
         say(reasons, i, "for the CPU: item larger than the batch stride");
         return TAKE_CPU;
     }
-    if (tap_range(&it->ax, it->full_w, &d->reg_x, &d->reg_w) || tap_range(&it->ay, it->full_h, &d->reg_y, &d->reg_h)) {
+    if (window_of(it, d)) {
         say(reasons, i, "for the CPU: item outside its image");
         return TAKE_CPU;
     }
-    d->full_w = it->full_w, d->full_h = it->full_h, d->flip = it->flip != 0;
-    uint64_t cap = e->cfg.max_pixels ? e->cfg.max_pixels : SL_GPU_MAX_PIXELS;
-    if ((uint64_t)it->full_w * it->full_h > cap) {
+    d->flip = it->flip != 0;
+    if ((uint64_t)it->full_w * it->full_h > pixel_cap(e)) {
         say(reasons, i, "for the CPU: image over the GPU engine's max_pixels");
         return TAKE_CPU;
     }
-    if (e->hw && !e->force_hybrid && route_hw(e, i, data, len, w)) w->route = ROUTE_HW;
-    else if (e->hyb) {
+    int hw = SL_GPU_HW_NO;
+    if (e->hw && !e->force_hybrid) {
+        hw = it->hw;
+        if (hw == SL_GPU_HW_ASK) hw = ask_hw(e, e->hw_streams[i], e->hw_params[i], data, len, d);
+        else if (hw != SL_GPU_HW_NO && set_region(e->cu, e->hw_params[i], hw, d)) hw = SL_GPU_HW_NO;
+    }
+    if (hw == SL_GPU_HW_ROI || hw == SL_GPU_HW_WHOLE) {
+        w->route = ROUTE_HW;
+        int roi = hw == SL_GPU_HW_ROI;
+        w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;
+        w->dw = roi ? d->reg_w : d->full_w, w->dh = roi ? d->reg_h : d->full_h;
+    } else if (e->hyb) {
         w->route = ROUTE_HYBRID; /* support is asked when it is decoded */
         int roi = !(e->cfg.flags & SL_GPU_NO_ROI);
         w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;

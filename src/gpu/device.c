@@ -24,6 +24,7 @@ typedef struct cuda_dev {
     uint32_t nengines;
     sl_CUstream *lanes; /* nlanes streams, counted in host */
     sl_CUevent *lane_ev; /* one blocking event per lane: a copy's end, slept on */
+    sl__gpu_asker **askers; /* one per lane on engine 0's handle (NULL: no hardware backend) */
     uint32_t nlanes;
     sl_CUdeviceptr region;
     void *pinned;       /* the host memory pin page-locked, or NULL */
@@ -116,6 +117,12 @@ static int dev_upload_runs(void *ctx, uint32_t lane, uint32_t n, const uint64_t 
     return lane_wait(d, lane, r);
 }
 
+static void dev_ask(void *ctx, uint32_t lane, const uint8_t *data, size_t len, sl__gpu_item *it) {
+    cuda_dev *d = ctx;
+    if (lane < d->nlanes && d->askers && d->askers[lane] && !d->cu->cuCtxSetCurrent(d->ctx))
+        it->hw = sl__gpu_ask(d->askers[lane], data, len, it);
+}
+
 static int dev_upload(void *ctx, uint32_t lane, uint64_t dst, const void *src, size_t n) {
     return lane_copy(ctx, lane, COPY_HTOD, dst, NULL, 0, src, n);
 }
@@ -204,6 +211,8 @@ static void dev_close(void *ctx) {
         if (d->lane_ev[i]) cu->cuEventDestroy(d->lane_ev[i]);
     if (d->region) cu->cuMemFree(d->region);
     if (d->pinned) cu->cuMemHostUnregister(d->pinned); /* the lanes are idle: no copy reads it */
+    for (uint32_t i = 0; d->askers && i < d->nlanes; i++) sl__gpu_asker_free(d->askers[i]); /* before engine 0 */
+    sl__free(d->host, d->askers);
     sl__free(d->host, d->lanes);
     sl__free(d->host, d->lane_ev);
     for (uint32_t k = d->nengines; k-- > 0;) sl__gpu_engine_free(d->engines[k]); /* engine 0 last: the context */
@@ -228,6 +237,33 @@ static uint32_t stream_priority(void) {
 static uint32_t hybrid_flag(void) {
     const char *env = getenv("SLUICE_GPU_HYBRID");
     return env && strcmp(env, "0") == 0 ? SL_GPU_NO_HYBRID : 0;
+}
+
+/* SLUICE_GPU_ASK=engine: the engine's thread asks nvJPEG about every
+ * sample in its call, as before askers (an experiment's knob: the same
+ * answers, the same bytes). */
+static int ask_in_engine(void) {
+    const char *env = getenv("SLUICE_GPU_ASK");
+    return env && strcmp(env, "engine") == 0;
+}
+
+/* One asker per lane on engine 0, which has the hardware backend: 0, or
+ * the first failure (none where there is no hardware backend). */
+static int open_askers(cuda_dev *d, char *err, size_t errlen) {
+    if (!d->e->hw || ask_in_engine()) return 0;
+    d->askers = sl__calloc(d->host, d->nlanes, sizeof *d->askers, SL_MEM_OTHER);
+    if (!d->askers) {
+        sl__msg(err, errlen, "the host budget cannot hold %u askers", d->nlanes);
+        return SL_EBUDGET;
+    }
+    for (uint32_t i = 0; i < d->nlanes; i++) {
+        int rc = sl__gpu_asker_new(d->e, &d->askers[i]);
+        if (rc) {
+            sl__msg(err, errlen, "nvJPEG's stream and parameters for lane %u: %s", i, sl_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
 }
 
 /* One stream per lane, at the engines' priority (prio_flag). */
@@ -287,6 +323,7 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;
     if (!rc) rc = open_lanes(d, cfg->lanes, prio_flag, err, errlen); /* the engines left their context current */
+    if (!rc && !cfg->video) rc = open_askers(d, err, errlen);
     if (rc) {
         dev_close(d);
         return rc;
@@ -294,11 +331,11 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     if (cfg->video) {
         *out = (sl__gpu_dev){d,        SL_DEVICE_CUDA, cfg->device, 0,    NULL,        dev_region, dev_upload,
                              dev_move, dev_download,   NULL,        NULL, video_stats, dev_close,  dev_clip, dev_pin,
-                             dev_upload_runs};
+                             dev_upload_runs, NULL};
         return 0;
     }
     *out = (sl__gpu_dev){d,          SL_DEVICE_CUDA,  cfg->device,    d->nengines, dev_decode, dev_region, dev_upload,
                          dev_move,   dev_download,    dev_stage_alloc, dev_stage_free, dev_stats,  dev_close, NULL,
-                         dev_pin,    dev_upload_runs};
+                         dev_pin,    dev_upload_runs, d->askers ? dev_ask : NULL};
     return 0;
 }

@@ -20,9 +20,9 @@
  *
  * Threads: decode is called by one thread per engine at a time (the
  * loader's GPU threads, one for each); upload, upload_runs, move and
- * download by one thread per lane at a time (each worker is a lane, the
- * committer has its own); stage_alloc, stage_free and stats from any
- * thread; pin before the threads start.
+ * download and ask by one thread per lane at a time (each worker is a
+ * lane, the committer has its own); stage_alloc, stage_free and stats from
+ * any thread; pin before the threads start.
  */
 #ifndef SL_GPU_DEVICE_H
 #define SL_GPU_DEVICE_H
@@ -93,6 +93,11 @@ typedef struct sl__gpu_dev {
      * One wait for them all. 0 or SL_EIO. */
     int (*upload_runs)(void *ctx, uint32_t lane, uint32_t n, const uint64_t *dst, const void *const *src,
                        const size_t *len);
+    /* Ask whether the hardware backend takes the staged sample (data, len
+     * bytes), on the lane's own asker (engine.h: sl__gpu_ask), into
+     * it->hw, so the engine's thread does not parse it in the call. NULL:
+     * the device's engines ask themselves. */
+    void (*ask)(void *ctx, uint32_t lane, const uint8_t *data, size_t len, sl__gpu_item *it);
 } sl__gpu_dev;
 
 typedef int (*sl__gpu_dev_open_fn)(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_dev *out, char *err,

@@ -353,6 +353,32 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
     return 0;
 }
 
+/* ---- askers ---------------------------------------------------------------- */
+
+int sl__gpu_asker_new(sl__gpu_engine *e, sl__gpu_asker **out) {
+    *out = NULL;
+    if (!e || !e->hw) return SL_EUNSUPPORTED;
+    const sl__cuda_api *cu = e->cu;
+    sl__gpu_asker *a = sl__calloc(e->host, 1, sizeof *a, SL_MEM_OTHER);
+    if (!a) return SL_EBUDGET;
+    a->e = e;
+    if (cu->nvjpegJpegStreamCreate(e->hw, &a->js) || cu->nvjpegDecodeParamsCreate(e->hw, &a->jp) ||
+        cu->nvjpegDecodeParamsSetOutputFormat(a->jp, SL_NVJ_OUTPUT_RGBI)) {
+        sl__gpu_asker_free(a);
+        return SL_EIO;
+    }
+    *out = a;
+    return 0;
+}
+
+void sl__gpu_asker_free(sl__gpu_asker *a) {
+    if (!a) return;
+    const sl__cuda_api *cu = a->e->cu;
+    if (a->jp) cu->nvjpegDecodeParamsDestroy(a->jp);
+    if (a->js) cu->nvjpegJpegStreamDestroy(a->js);
+    sl__free(a->e->host, a);
+}
+
 /* ---- free ------------------------------------------------------------------ */
 static void close_nvjpeg(sl__gpu_engine *e) {
     const sl__cuda_api *cu = e->cu;

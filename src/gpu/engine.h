@@ -71,7 +71,14 @@ typedef struct sl__gpu_item {
     uint32_t full_w, full_h; /* image size from the header */
     sl__axis_spec ax, ay;    /* the resize, as the CPU resampler's (sl__plan.ax/ay) */
     int flip;
+    int hw;                  /* SL_GPU_HW_*: whether the hardware backend takes it, asked before the
+                                call (sl__gpu_ask); SL_GPU_HW_ASK: the engine asks in the call */
 } sl__gpu_item;
+
+/* The hardware backend's answer for a sample: not asked yet; it takes the
+ * sample with its window as region of interest; only whole; not at all
+ * (the hybrid backend, else the CPU). */
+enum { SL_GPU_HW_ASK = 0, SL_GPU_HW_ROI, SL_GPU_HW_WHOLE, SL_GPU_HW_NO };
 
 /* From the CPU path's plan of the sample: 0, or SL_EUNSUPPORTED with the
  * reason the CPU must take it (not a baseline 8-bit 1- or 3-channel JPEG,
@@ -126,6 +133,29 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
  * stream and buffer, the kernels, both pools and the context. NULL is
  * ignored. */
 void sl__gpu_engine_free(sl__gpu_engine *e);
+
+/*
+ * Asking before the call. nvJPEG parses a sample's header and says whether
+ * its hardware backend takes it (about 18 us an image on an H100 host, a
+ * sixth to a quarter of the engine thread's wall, which every GPU sample
+ * waits for). An asker is one thread's own nvJPEG stream and parameters
+ * (nvJPEG's rule: one per thread; the library handle, engine 0's, is
+ * shared), so the thread that stages a sample asks for it and sets
+ * item.hw; the engine then only sets the region it was told. The answer
+ * is the one the engine would get: the same question on the same bytes,
+ * a rule of the sample.
+ */
+typedef struct sl__gpu_asker sl__gpu_asker;
+/* One thread's asker, counted in the engine's host budget: 0, SL_EUNSUPPORTED
+ * (no hardware backend: nothing to ask), SL_EBUDGET, SL_EIO. Freed before
+ * its engine. */
+int sl__gpu_asker_new(sl__gpu_engine *e, sl__gpu_asker **out);
+void sl__gpu_asker_free(sl__gpu_asker *a);
+/* The hardware's answer for it (SL_GPU_HW_ROI, _WHOLE, _NO), or
+ * SL_GPU_HW_ASK where the engine decides before asking (an item outside
+ * its image, over max_pixels, without bytes). The engine's context must be
+ * current on the calling thread. */
+int sl__gpu_ask(sl__gpu_asker *a, const uint8_t *data, size_t len, const sl__gpu_item *it);
 
 /*
  * Issue a batch on the engine's stream: for each i < n, decode data[i]

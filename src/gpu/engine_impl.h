@@ -89,6 +89,13 @@ struct sl__gpu_engine {
     sl__gpu_stats st;
 };
 
+/* One thread's nvJPEG objects for asking the hardware (engine.h). */
+struct sl__gpu_asker {
+    sl__gpu_engine *e;
+    sl_nvjStream js;
+    sl_nvjParams jp;
+};
+
 /* Free sample i's pool block, if any. */
 void sl__gpu_work_release(sl__gpu_engine *e, sl__gpu_work *w);
 

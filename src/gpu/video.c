@@ -377,7 +377,7 @@ static int clip_layout(clip *c, const sl__video_info *info, int flip, uint64_t *
         d->full_w = i ? (info->coded_width + 1) / 2 : info->coded_width;
         d->full_h = i ? (info->coded_height + 1) / 2 : info->coded_height;
         w[i]->dx = x, w[i]->dy = y, w[i]->dw = bw, w[i]->dh = bh;
-        sl__gpu_item it = {0, d->full_w, d->full_h, i ? g->bx : g->ax, i ? g->by : g->ay, flip};
+        sl__gpu_item it = {0, d->full_w, d->full_h, i ? g->bx : g->ax, i ? g->by : g->ay, flip, SL_GPU_HW_NO};
         if (sl__gpu_layout(w[i], &it, &part[i])) return SL_EOVERFLOW;
     }
     c->off_c = part[0];

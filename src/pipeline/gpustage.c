@@ -585,6 +585,7 @@ static int offer(sl__defer *d, const sl__field *f, const uint8_t *data, size_t l
     void *blk = stage_take(g, len);
     if (!blk) return 0;
     memcpy(blk, data, len);
+    if (g->dev.ask) g->dev.ask(g->dev.ctx, h->lane, data, len, &it); /* off the engine's thread */
     h->item = (sl__gitem){h->slot, h->pos, 0, h->sample, h->epoch, blk, len, 0, it};
     h->taken = 1;
     atomic_fetch_add(&g->queued, 1);

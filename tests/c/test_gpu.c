@@ -455,6 +455,77 @@ TEST(gpu_hands_back_what_it_cannot_take) {
     rig_close(&r);
 }
 
+/* Decode items[0, n) on r and bring the outputs back: statuses into
+ * status, n strides of pixels into out; the hardware samples it took. */
+static uint64_t decode_back(gpu_rig *r, uint32_t n, const uint8_t *const *data, const size_t *len,
+                            const sl__gpu_item *items, int *status, uint8_t *out) {
+    sl__gpu_stats s0, s1;
+    sl__gpu_engine_stats(r->e, &s0);
+    CHECK_OK(sl__gpu_decode_batch(r->e, n, data, len, items, r->dst, r->stride, status, NULL));
+    CHECK_OK(sl__gpu_wait(r->e, NULL, 0));
+    CHECK_OK(r->cu->cuMemcpyDtoH(out, r->dst, r->stride * n));
+    sl__gpu_engine_stats(r->e, &s1);
+    return s1.samples_hw - s0.samples_hw;
+}
+
+/* Asked before the call (sl__gpu_ask: what the thread staging a sample
+ * does) or in it, every sample takes the same route and the same bytes
+ * come out: the hardware's answer is a rule of the sample. */
+TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
+    NEED_GPU();
+    enum { N = 12 };
+    gpu_rig r;
+    rig_open(&r, N, 256ull << 20);
+    sl__gpu_asker *a;
+    int rc = sl__gpu_asker_new(r.e, &a);
+    if (rc == SL_EUNSUPPORTED) { /* no JPEG hardware on this GPU: nothing is asked */
+        printf("SKIP: no hardware backend\n");
+        rig_close(&r);
+        return;
+    }
+    CHECK_OK(rc);
+    static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
+    unsigned char *jp[N];
+    const uint8_t *data[N];
+    size_t len[N];
+    sl__gpu_item items[N], asked[N];
+    uint64_t answered_hw = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t w = 160 + (uint32_t)(fx_mix(i) % 900), h = 120 + (uint32_t)(fx_mix(i + 7) % 700);
+        unsigned long jl = 0;
+        jp[i] = i == 5 ? NULL : fx_jpeg_bytes(w, h, i, 0, 80 + i, &jl);
+        data[i] = jp[i] ? jp[i] : garbage;
+        len[i] = jp[i] ? jl : sizeof garbage;
+        sl_image_info info = jpeg_info(w, h);
+        sl__plan p;
+        CHECK_OK(plan(&info, i % 2 ? SL_PRESET_VAL : SL_PRESET_TRAIN, i, 0, &p));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
+        CHECK_EQ(items[i].hw, SL_GPU_HW_ASK);
+        asked[i] = items[i];
+        asked[i].hw = sl__gpu_ask(a, data[i], len[i], &items[i]);
+        CHECK(asked[i].hw != SL_GPU_HW_ASK);
+        answered_hw += asked[i].hw == SL_GPU_HW_ROI || asked[i].hw == SL_GPU_HW_WHOLE;
+    }
+    CHECK_EQ(asked[5].hw, SL_GPU_HW_NO); /* nvJPEG cannot parse it */
+    CHECK(answered_hw >= N - 1);
+    int st1[N], st2[N];
+    uint8_t *o1 = malloc(r.stride * N), *o2 = malloc(r.stride * N);
+    uint64_t hw1 = decode_back(&r, N, data, len, items, st1, o1);
+    uint64_t hw2 = decode_back(&r, N, data, len, asked, st2, o2);
+    CHECK_EQ(hw1, answered_hw);
+    CHECK_EQ(hw2, answered_hw);
+    for (uint32_t i = 0; i < N; i++) {
+        CHECK_EQ(st1[i], st2[i]);
+        if (st1[i] == SL_GPU_DONE) CHECK(memcmp(o1 + i * r.stride, o2 + i * r.stride, r.stride) == 0);
+        free(jp[i]);
+    }
+    CHECK_EQ(st1[5], SL_GPU_CPU);
+    free(o1);
+    free(o2);
+    sl__gpu_asker_free(a);
+    rig_close(&r);
+}
+
 TEST(gpu_refuses_images_over_its_max_pixels) {
     NEED_GPU();
     gpu_rig r;

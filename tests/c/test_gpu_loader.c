@@ -44,6 +44,8 @@ typedef struct host_opts {
                               its place shows in the bytes */
     uint64_t ballast;      /* bytes open touches, as a driver's host memory would grow the RSS */
     uint32_t delay_us;     /* each call sleeps this long a sample first, as an engine's time grows with its work */
+    int ask;               /* the device asks before the call (sl__gpu_dev.ask): every item decode gets must
+                              carry its answer */
 } host_opts;
 
 typedef struct host_dev {
@@ -58,6 +60,7 @@ typedef struct host_dev {
     int pins;
     uint64_t uploads;     /* host -> "device" copies (atomic: from every lane) */
     uint64_t flushes;     /* upload_runs calls (atomic) */
+    uint64_t asks;        /* ask calls (atomic) */
     pthread_mutex_t mu;   /* live, samples, refused, calls */
     long live;            /* allocations not freed yet (region, staging blocks) */
     uint64_t samples, refused, again;
@@ -157,6 +160,7 @@ static int host_decode(void *ctx, uint32_t engine, uint32_t n, const uint8_t *co
     uint64_t refused = 0, again = 0, done = 0;
     for (uint32_t i = 0; i < n; i++) {
         reasons[i][0] = 0;
+        CHECK_EQ(items[i].hw, h->o.ask ? SL_GPU_HW_WHOLE : SL_GPU_HW_ASK); /* the worker's answer, or none */
         if ((h->o.refuse_width && items[i].full_w == h->o.refuse_width) || (h->o.refuse_odd && items[i].full_w % 2) ||
             (h->o.refuse_over && items[i].full_w > h->o.refuse_over)) {
             status[i] = SL_GPU_CPU;
@@ -230,6 +234,17 @@ static int host_pin(void *ctx, void *host, size_t n, char *err, size_t errlen) {
     return 0;
 }
 
+/* Asks before the call (o.ask): a worker, on its own lane, about the bytes
+ * it staged; the answer travels in the item to host_decode, which checks it. */
+static void host_ask(void *ctx, uint32_t lane, const uint8_t *data, size_t len, sl__gpu_item *it) {
+    host_dev *h = ctx;
+    CHECK(lane + 1 < h->lanes); /* a worker's: the committer's is past them */
+    CHECK(len > 2 && data[0] == 0xFF && data[1] == 0xD8);
+    CHECK_EQ(it->hw, SL_GPU_HW_ASK);
+    it->hw = SL_GPU_HW_WHOLE;
+    __atomic_fetch_add(&h->asks, 1, __ATOMIC_RELAXED);
+}
+
 static int host_move(void *ctx, uint32_t lane, uint64_t dst, uint64_t src, size_t n) {
     CHECK(lane < ((host_dev *)ctx)->lanes);
     return hd_move(ctx, lane, dst, src, n);
@@ -299,7 +314,8 @@ static int host_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     the_host = h;
     *out = (sl__gpu_dev){h,           SL_DEVICE_CPU, 0,         cfg->engines,    host_decode,
                          host_region, host_upload,   host_move, host_download,    host_stage_alloc,
-                         host_stage_free, host_stats, host_close, NULL, host_pin, host_upload_runs};
+                         host_stage_free, host_stats, host_close, NULL, host_pin, host_upload_runs,
+                         h->o.ask ? host_ask : NULL};
     return 0;
 }
 
@@ -915,6 +931,42 @@ TEST(gpu_loader_checksums_cover_the_device_field) {
 }
 
 /* ---- reproducible: which engine decodes a sample is a rule of the sample ---------- */
+
+/* The workers ask nvJPEG whether the hardware takes each sample they stage
+ * (sl__gpu_dev.ask, off the engine's thread), and the answer reaches the
+ * engine in the item; the bytes are those of a run where the engine asks.
+ * The host device checks the plumbing (every item it gets carries its
+ * worker's answer); a GPU's askers are held to SLUICE_GPU_ASK=engine. */
+TEST(gpu_loader_workers_ask_before_the_engine) {
+    fx_dataset *d = fx_new(60, 3, 64, 360);
+    sl_config c = base_config(d, SL_DECODE_GPU, 3);
+    uint64_t asked[64], engine[64];
+    int na, ne;
+    use_host((host_opts){.ask = 0});
+    checksums(c, 2, engine, 64, &ne);
+    use_host((host_opts){.ask = 1});
+    sl_stats st;
+    sl_loader *ld = open_drained(c, &st);
+    uint64_t asks = __atomic_load_n(&the_host->asks, __ATOMIC_RELAXED);
+    printf("host device: %llu asks, %llu GPU samples\n", (unsigned long long)asks, (unsigned long long)st.gpu_samples);
+    CHECK(st.gpu_samples >= 57 && asks >= st.gpu_samples); /* every staged sample asked (a retried one again) */
+    sl_loader_destroy(ld);
+    checksums(c, 2, asked, 64, &na);
+    CHECK_EQ(na, ne);
+    for (int i = 0; i < na; i++) CHECK_EQ(asked[i], engine[i]);
+    sl__gpu_dev_override(NULL);
+    char why[256];
+    if (sl__gpu_available(why, sizeof why)) {
+        checksums(c, 2, asked, 64, &na);
+        setenv("SLUICE_GPU_ASK", "engine", 1);
+        checksums(c, 2, engine, 64, &ne);
+        unsetenv("SLUICE_GPU_ASK");
+        CHECK_EQ(na, ne);
+        for (int i = 0; i < na; i++) CHECK_EQ(asked[i], engine[i]);
+        printf("CUDA device: %d batches, the same checksums whether the workers or the engine ask\n", na);
+    }
+    free(d);
+}
 
 /* Images of many sizes, a JPEG that probes fine and fails to decode, and
  * garbage files. (The cases below run the host device with mark set: a
