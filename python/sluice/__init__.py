@@ -427,7 +427,8 @@ class Loader:
                    slots are in use (docs/tuner.md); an int: that many, fixed
       workers_max  with workers="auto", the most it runs; None = this rank's share of the
                    CPUs it may run on (the affinity mask and cgroup quota, divided by
-                   LOCAL_WORLD_SIZE), at most as many as the budget holds
+                   LOCAL_WORLD_SIZE; a rank pinned to CPUs of its own keeps them), at
+                   most as many as the budget holds
       worker_nice  how far below the process's CPU priority the workers run, a nice
                    increment 0..19 (None: 10): under contention the training loop and
                    the GPU engine run first; an idle CPU still goes to the workers

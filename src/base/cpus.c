@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks) {
@@ -51,6 +52,90 @@ uint32_t sl__local_ranks(void) {
     return (uint32_t)ranks;
 }
 
-uint32_t sl__node_cpus(void) { return sl__cpu_share(affinity_cpus(), quota_cpus(), 1); }
+void sl__cpu_plan(uint32_t mask, uint32_t all, uint32_t quota, uint32_t ranks, uint32_t *cores, uint32_t *node) {
+    if (!mask) mask = 1;
+    if (all < mask) all = mask;
+    if (!ranks) ranks = 1;
+    if (mask == all) { /* the ranks run anywhere: they share it */
+        *cores = sl__cpu_share(all, quota, ranks);
+        *node = ranks > 1 ? sl__cpu_share(all, quota, 1) : 0;
+        return;
+    }
+    uint64_t k = ((uint64_t)ranks * mask + all / 2) / all; /* the ranks with a mask like this one */
+    k = k < 1 ? 1 : k > ranks ? ranks : k;
+    uint32_t share = mask / (uint32_t)k;
+    if (quota && quota / ranks < share) share = quota / ranks;
+    *cores = share ? share : 1;
+    *node = 0;
+}
 
-uint32_t sl__local_share_cpus(void) { return sl__cpu_share(affinity_cpus(), quota_cpus(), sl__local_ranks()); }
+/* The CPUs of a list such as "0-15,32-47" (a cgroup's cpuset); 0 when
+ * unreadable. */
+static uint32_t list_cpus(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    uint32_t count = 0;
+    for (char *p = buf; *p && *p != '\n';) {
+        char *end;
+        unsigned long a = strtoul(p, &end, 10), b = a;
+        if (end == p) return 0;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtoul(p, &end, 10);
+            if (end == p || b < a) return 0;
+        }
+        count += (uint32_t)(b - a + 1);
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end && *end != '\n') return 0;
+    }
+    return count;
+}
+
+/* The CPUs of this process's own cgroup's cpuset (/proc/self/cgroup:
+ * v2's "0::PATH", v1's "N:...cpuset...:PATH"); 0 when unreadable. */
+static uint32_t cgroup_cpus(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return 0;
+    char line[1024], path[1200];
+    uint32_t n = 0;
+    while (!n && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctl = strchr(line, ':'), *rel = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!rel) continue;
+        *rel++ = 0;
+        ctl++;
+        if (strcmp(line, "0") == 0 && !*ctl) /* v2 */
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpuset.cpus.effective", rel);
+        else if (strstr(ctl, "cpuset")) /* v1 */
+            snprintf(path, sizeof path, "/sys/fs/cgroup/cpuset%s/cpuset.effective_cpus", rel);
+        else
+            continue;
+        n = list_cpus(path);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The CPUs the job may run on: its cgroup's cpuset, else the online CPUs. */
+static uint32_t job_cpus(void) {
+    uint32_t n = cgroup_cpus();
+    if (!n) {
+        long on = sysconf(_SC_NPROCESSORS_ONLN);
+        n = on > 0 ? (uint32_t)on : 0;
+    }
+    return n;
+}
+
+void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node) {
+    sl__cpu_plan(affinity_cpus(), job_cpus(), quota_cpus(), ranks ? ranks : sl__local_ranks(), cores, node);
+}
+
+uint32_t sl__local_share_cpus(void) {
+    uint32_t cores, node;
+    sl__rank_cpus(0, &cores, &node);
+    return cores;
+}

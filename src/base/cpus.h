@@ -5,16 +5,13 @@
 
 #include <stdint.h>
 
-/* This rank's share of the CPUs it may run on: the CPUs of its affinity
- * mask (capped by a cgroup CPU quota, cpu.max or cfs_quota_us, rounded
- * up, where one is set), divided by the node's local ranks (env
- * LOCAL_WORLD_SIZE, as torchrun sets it; 1 when unset or not a number),
- * at least 1. Cannot fail. */
+/* This rank's share of the CPUs it may run on (sl__rank_cpus's cores with
+ * the local ranks of env LOCAL_WORLD_SIZE, as torchrun sets it; 1 when
+ * unset or not a number): with the ranks running anywhere, the CPUs of
+ * its affinity mask (capped by a cgroup CPU quota, cpu.max or
+ * cfs_quota_us, rounded up, where one is set) divided by the local ranks.
+ * At least 1. Cannot fail. */
 uint32_t sl__local_share_cpus(void);
-
-/* The node's CPUs for this process, undivided: the affinity mask capped
- * by a cgroup CPU quota (what the node's local ranks share), at least 1. */
-uint32_t sl__node_cpus(void);
 
 /* The node's local ranks: env LOCAL_WORLD_SIZE (torchrun's), 1 when unset
  * or not a number from 1 to 65536. */
@@ -23,5 +20,25 @@ uint32_t sl__local_ranks(void);
 /* The arithmetic alone: cpus (0: unknown, taken as 1) capped by quota (0:
  * none), divided by local_ranks (0 taken as 1), at least 1. */
 uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks);
+
+/* A rank's CPUs among its job's local ranks: *cores, its share, and
+ * *node, the CPUs the local ranks split by demand (0: none; base/node.h).
+ * mask: its affinity mask's CPUs; all: the CPUs the job may run on (the
+ * cgroup's cpuset, else the online CPUs); quota: a cgroup CPU quota (0:
+ * none); ranks: the local ranks (0 taken as 1).
+ *  - A mask as large as all (the ranks run anywhere): all, capped by the
+ *    quota, divided by the ranks; split by demand with more than one.
+ *  - A smaller mask is the rank's own (taskset, numactl, a launcher's
+ *    binding): about ranks * mask / all ranks have one like it (rounded,
+ *    1 to ranks), which divide it; nothing is split by demand, as the
+ *    other ranks' CPUs are not this one's. A quota caps the share at
+ *    quota / ranks.
+ * At least 1 each where set. */
+void sl__cpu_plan(uint32_t mask, uint32_t all, uint32_t quota, uint32_t ranks, uint32_t *cores, uint32_t *node);
+
+/* sl__cpu_plan for this process: its affinity mask, its cgroup's cpuset
+ * (cpuset.cpus.effective, v2 or v1; else the online CPUs) and CPU quota,
+ * and ranks local ranks (0: sl__local_ranks()). */
+void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node);
 
 #endif

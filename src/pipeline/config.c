@@ -74,22 +74,20 @@ int sl__conf_alloc_fail(const sl__conf *c, uint64_t n) {
 }
 
 /* The tuner's CPUs (SL_WORKERS_AUTO): this rank's share of the node's
- * CPUs, and, with local ranks, the node's CPUs its ranks split by demand
- * (docs/tuner.md). The ceiling: workers_max, else the share, else with
+ * CPUs, and, with local ranks running anywhere on it, the node's CPUs its
+ * ranks split by demand (docs/tuner.md; a rank pinned to CPUs of its own
+ * keeps them: sl__cpu_plan). The ceiling: workers_max, else the share, else with
  * local ranks up to twice the share (a rank may take what idle ones
  * leave) but for the workers' fixed part growing past a sixteenth of the
  * budget. */
 static void tuned_workers(sl__conf *c, uint64_t worker_bytes) {
     const sl_config *cfg = &c->cfg;
-    uint32_t ranks = cfg->local_world_size ? cfg->local_world_size : sl__local_ranks();
-    uint32_t node = sl__node_cpus();
-    c->cores = sl__cpu_share(node, 0, ranks);
-    c->node_cpus = ranks > 1 ? node : 0;
+    sl__rank_cpus(cfg->local_world_size, &c->cores, &c->node_cpus);
     c->nworkers = cfg->workers_max ? cfg->workers_max : c->cores;
     if (!cfg->workers_max && c->node_cpus) {
         uint64_t room = worker_bytes ? cfg->budget / 16 / worker_bytes : 0;
         uint32_t extra = (uint32_t)SL_MIN((uint64_t)c->cores, room);
-        c->nworkers = SL_MIN(node, c->cores + extra);
+        c->nworkers = SL_MIN(c->node_cpus, c->cores + extra);
     }
 }
 

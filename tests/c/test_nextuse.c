@@ -9,7 +9,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/cpus.h"
 #include "base/mem.h"
@@ -228,6 +231,59 @@ TEST(cpu_share) {
     CHECK_EQ(sl__local_share_cpus(), all);
     setenv("LOCAL_WORLD_SIZE", "0", 1);
     CHECK_EQ(sl__local_share_cpus(), all);
+}
+
+/* A rank's CPUs (sl__cpu_plan): the job's CPUs divided by its ranks where
+ * they run anywhere, split by demand; a rank pinned to CPUs of its own
+ * (the 4-GPU host's bench pinned each of 4 ranks to 16 of 64 CPUs, and
+ * each saw 16 node CPUs for 4 ranks: 4 workers) keeps them, divided among
+ * the ranks likely to share its mask. */
+TEST(cpu_plan_keeps_a_pinned_ranks_cpus) {
+    uint32_t cores, node;
+    sl__cpu_plan(64, 64, 0, 4, &cores, &node);
+    CHECK(cores == 16 && node == 64); /* anywhere: a quarter each, split by demand */
+    sl__cpu_plan(16, 64, 0, 4, &cores, &node);
+    CHECK(cores == 16 && node == 0); /* pinned to its own 16 */
+    sl__cpu_plan(32, 64, 0, 4, &cores, &node);
+    CHECK(cores == 16 && node == 0); /* a NUMA node's 32 for two of the four ranks */
+    sl__cpu_plan(60, 64, 0, 4, &cores, &node);
+    CHECK(cores == 15 && node == 0); /* 4 CPUs kept out of every mask: still four ranks on them */
+    sl__cpu_plan(16, 64, 8, 4, &cores, &node);
+    CHECK(cores == 2 && node == 0); /* a quota of 8 CPUs for the job's four ranks */
+    sl__cpu_plan(64, 64, 8, 4, &cores, &node);
+    CHECK(cores == 2 && node == 8);
+    sl__cpu_plan(1, 2, 0, 1, &cores, &node);
+    CHECK(cores == 1 && node == 0);
+    sl__cpu_plan(0, 0, 0, 0, &cores, &node);
+    CHECK(cores == 1 && node == 0);
+    /* this process, pinned to one of its CPUs in a child (2 local ranks): its own, no split */
+    cpu_set_t set;
+    CHECK_OK(sched_getaffinity(0, sizeof set, &set));
+    if (CPU_COUNT(&set) < 2) {
+        printf("SKIP: one CPU\n");
+        return;
+    }
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        uint32_t c2, n2, c1, n1;
+        sl__rank_cpus(2, &c2, &n2);
+        int first = 0;
+        while (!CPU_ISSET(first, &set)) first++;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        if (sched_setaffinity(0, sizeof one, &one)) _exit(3);
+        sl__rank_cpus(2, &c1, &n1);
+        uint32_t all = (uint32_t)CPU_COUNT(&set);
+        /* (a test run already pinned to part of its cgroup's CPUs sees its mask as its own) */
+        int ok = (n2 == 0 || (c2 == all / 2 && n2 == all)) && c1 == 1 && n1 == 0;
+        if (!ok) fprintf(stderr, "anywhere %u/%u, pinned %u/%u of %u\n", c2, n2, c1, n1, all);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /* Spans: an order range every epoch, and one epoch resumed over what an
