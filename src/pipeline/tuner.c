@@ -33,11 +33,16 @@
  *     most deliveries, or half the wait or more for batches the busy
  *     engines finished last (half a call's worth queued or in their calls:
  *     not short of staged samples). More CPU workers would only wait for
- *     the GPU; where the workers' busy time fits in one fewer at 85 %, one
- *     parks (gpu_held, with the hold of rule 3), so the cores they leave go
- *     to the threads that launch the engines' and the model's work. Parked
- *     too far, the workers' staging or the costly images' CPU decodes make
- *     the wait theirs again, and rule 2 wakes one.
+ *     the GPU; where the workers' busy time fits in one fewer at 85 % and
+ *     they kept a call's worth queued for the engines at most deliveries
+ *     (they are ahead), one parks (gpu_held, with the hold of rule 3), so
+ *     the cores they leave go to the threads that launch the engines' and
+ *     the model's work. Without that queue nothing moves: fewer workers
+ *     would stage less, and the engines' calls would shrink (4 GPUs, DDP:
+ *     parking on an empty queue took each rank to 4-5 workers and 0.82 of
+ *     8 fixed ones' images/s). Parked too far, the workers' staging or the
+ *     costly images' CPU decodes make the wait theirs again, and rule 2
+ *     wakes one.
  *  3. The consumer waited under 1 % and a batch was ready at every call
  *     (the consumer is the bottleneck): when the workers' busy time fits in
  *     one worker fewer at 85 %, park one; else, with two batches or more
@@ -139,7 +144,9 @@ void sl__tune_decide(const sl__tune_in *in, sl__tune_out *o) {
     if (wait > WAIT_HIGH) { /* rule 2 */
         /* the GPU engines are the bottleneck (a backlog, or the wait theirs): workers to spare? */
         if (gpu_bound(in)) {
-            if (!spare_worker(busy, a)) return;
+            /* fewer workers stage less for the engines: park one only while a call's worth stays
+             * queued for them at most deliveries (the workers ahead), else hold */
+            if (in->gpu_backlog * 2 <= n || !spare_worker(busy, a)) return;
             o->calm = 1;
             if (in->calm + 1 < in->hold) return;
             say(o, SL_TUNE_WORKERS, SL_TUNE_WHY_GPU_HELD, a - 1,

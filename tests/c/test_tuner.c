@@ -160,9 +160,12 @@ TEST(rule_a_gpu_held_wait_parks_an_idle_worker) {
     sl__tune_out o;
     in.ceiling = 8, in.active = 8, in.slots = in.slots_max = 4;
     in.wait_s = 0.3, in.wait_gpu_s = 0.28, in.busy_s = 3.0;
+    sl__tune_decide(&in, &o); /* nothing queued for the engines: the workers are not ahead, hold */
+    CHECK(o.what == 0 && o.calm == 0);
+    in.gpu_backlog = 5; /* a call's worth queued at 5 of the 8 deliveries */
     sl__tune_decide(&in, &o);
     CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_GPU_HELD && o.to == 7);
-    CHECK(strstr(o.reason, "93% of it for the busy GPU decode (its queue full at 0 of them)") != NULL);
+    CHECK(strstr(o.reason, "93% of it for the busy GPU decode (its queue full at 5 of them)") != NULL);
     CHECK(strcmp(sl_tune_why_name(SL_TUNE_WHY_GPU_HELD), "gpu_held") == 0);
     in.hold = 2; /* a step down waits for its hold */
     sl__tune_decide(&in, &o);
@@ -170,7 +173,7 @@ TEST(rule_a_gpu_held_wait_parks_an_idle_worker) {
     in.hold = 1, in.busy_s = 6.5; /* does not fit in 7 at 85 %: they are needed */
     sl__tune_decide(&in, &o);
     CHECK(o.what == 0 && o.calm == 0);
-    in.active = 4, in.busy_s = 3.9, in.wait_gpu_s = 0.1; /* the CPU's wait: wake one */
+    in.active = 4, in.busy_s = 3.9, in.wait_gpu_s = 0.1, in.gpu_backlog = 0; /* the CPU's wait: wake one */
     sl__tune_decide(&in, &o);
     CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_CONSUMER_WAITED && o.to == 5);
 }
@@ -422,9 +425,11 @@ TEST(node_demand_agrees_with_the_rules) {
     in.active = 4, in.wait_gpu_s = 0.2, in.busy_s = 2.0; /* two thirds of the wait the GPU's */
     CHECK(sl__tune_demand(&in) == 2.0);
     sl__tune_decide(&in, &o);
-    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_GPU_HELD && o.to == 3);
+    CHECK(o.what == 0); /* nothing queued for the engines: no worker woken, none parked */
     in.wait_gpu_s = 0, in.gpu_backlog = 6; /* the engines' queue full at 6 of 8 deliveries */
     CHECK(sl__tune_demand(&in) == 2.0);
+    sl__tune_decide(&in, &o);
+    CHECK(o.what == SL_TUNE_WORKERS && o.why == SL_TUNE_WHY_GPU_HELD && o.to == 3);
     in.gpu_backlog = 0, in.wait_s = 0.02, in.busy_s = 0; /* no wait, idle workers: a floor above 0 */
     CHECK(sl__tune_demand(&in) > 0 && sl__tune_demand(&in) < 0.01);
 }
