@@ -39,8 +39,8 @@
  *     the cores they leave go to the threads that launch the engines' and
  *     the model's work. Without that queue nothing moves: fewer workers
  *     would stage less, and the engines' calls would shrink (4 GPUs, DDP:
- *     parking on an empty queue took each rank to 4-5 workers and 0.82 of
- *     8 fixed ones' images/s). Parked too far, the workers' staging or the
+ *     parking on an empty queue took each rank to 4-5 workers, at 0.82 of
+ *     8 fixed workers' images/s). Parked too far, the workers' staging or the
  *     costly images' CPU decodes make the wait theirs again, and rule 2
  *     wakes one.
  *  3. The consumer waited under 1 % and a batch was ready at every call
