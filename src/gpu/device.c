@@ -24,7 +24,8 @@ typedef struct cuda_dev {
     uint32_t nengines;
     sl_CUstream *lanes; /* nlanes streams, counted in host */
     sl_CUevent *lane_ev; /* one blocking event per lane: a copy's end, slept on */
-    sl__gpu_asker **askers; /* one per lane on engine 0's handle (NULL: no hardware backend) */
+    sl__gpu_asker **askers; /* one per lane on engine 0's handle (NULL: no hardware backend; an entry
+                               NULL: the engine asks about that lane's samples) */
     uint32_t nlanes;
     sl_CUdeviceptr region;
     void *pinned;       /* the host memory pin page-locked, or NULL */
@@ -247,23 +248,13 @@ static int ask_in_engine(void) {
     return env && strcmp(env, "engine") == 0;
 }
 
-/* One asker per lane on engine 0, which has the hardware backend: 0, or
- * the first failure (none where there is no hardware backend). */
-static int open_askers(cuda_dev *d, char *err, size_t errlen) {
-    if (!d->e->hw || ask_in_engine()) return 0;
+/* One asker per lane on engine 0, which has the hardware backend (none
+ * where there is none). A lane without one leaves its samples to the
+ * engine to ask about, so a failure here costs speed, never the device. */
+static void open_askers(cuda_dev *d) {
+    if (!d->e->hw || ask_in_engine()) return;
     d->askers = sl__calloc(d->host, d->nlanes, sizeof *d->askers, SL_MEM_OTHER);
-    if (!d->askers) {
-        sl__msg(err, errlen, "the host budget cannot hold %u askers", d->nlanes);
-        return SL_EBUDGET;
-    }
-    for (uint32_t i = 0; i < d->nlanes; i++) {
-        int rc = sl__gpu_asker_new(d->e, &d->askers[i]);
-        if (rc) {
-            sl__msg(err, errlen, "nvJPEG's stream and parameters for lane %u: %s", i, sl_strerror(rc));
-            return rc;
-        }
-    }
-    return 0;
+    for (uint32_t i = 0; d->askers && i < d->nlanes; i++) sl__gpu_asker_new(d->e, &d->askers[i]); /* NULL on failure */
 }
 
 /* One stream per lane, at the engines' priority (prio_flag). */
@@ -323,7 +314,7 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;
     if (!rc) rc = open_lanes(d, cfg->lanes, prio_flag, err, errlen); /* the engines left their context current */
-    if (!rc && !cfg->video) rc = open_askers(d, err, errlen);
+    if (!rc && !cfg->video) open_askers(d);
     if (rc) {
         dev_close(d);
         return rc;

@@ -146,9 +146,9 @@ void sl__gpu_engine_free(sl__gpu_engine *e);
  * a rule of the sample.
  */
 typedef struct sl__gpu_asker sl__gpu_asker;
-/* One thread's asker, counted in the engine's host budget: 0, SL_EUNSUPPORTED
- * (no hardware backend: nothing to ask), SL_EBUDGET, SL_EIO. Freed before
- * its engine. */
+/* One thread's asker, counted in the engine's host budget: 0 (*out set),
+ * SL_EUNSUPPORTED (no hardware backend: nothing to ask), SL_EBUDGET,
+ * SL_EIO (*out NULL). Freed before its engine. */
 int sl__gpu_asker_new(sl__gpu_engine *e, sl__gpu_asker **out);
 void sl__gpu_asker_free(sl__gpu_asker *a);
 /* The hardware's answer for it (SL_GPU_HW_ROI, _WHOLE, _NO), or
