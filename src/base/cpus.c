@@ -133,9 +133,3 @@ static uint32_t job_cpus(void) {
 void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node) {
     sl__cpu_plan(affinity_cpus(), job_cpus(), quota_cpus(), ranks ? ranks : sl__local_ranks(), cores, node);
 }
-
-uint32_t sl__local_share_cpus(void) {
-    uint32_t cores, node;
-    sl__rank_cpus(0, &cores, &node);
-    return cores;
-}

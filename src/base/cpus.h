@@ -5,14 +5,6 @@
 
 #include <stdint.h>
 
-/* This rank's share of the CPUs it may run on (sl__rank_cpus's cores with
- * the local ranks of env LOCAL_WORLD_SIZE, as torchrun sets it; 1 when
- * unset or not a number): with the ranks running anywhere, the CPUs of
- * its affinity mask (capped by a cgroup CPU quota, cpu.max or
- * cfs_quota_us, rounded up, where one is set) divided by the local ranks.
- * At least 1. Cannot fail. */
-uint32_t sl__local_share_cpus(void);
-
 /* The node's local ranks: env LOCAL_WORLD_SIZE (torchrun's), 1 when unset
  * or not a number from 1 to 65536. */
 uint32_t sl__local_ranks(void);

@@ -210,6 +210,13 @@ TEST(queries_race_advance) {
     sl__budget_fini(&b);
 }
 
+/* This rank's share with the local ranks of env LOCAL_WORLD_SIZE. */
+static uint32_t local_share(void) {
+    uint32_t cores, node;
+    sl__rank_cpus(0, &cores, &node);
+    return cores;
+}
+
 TEST(cpu_share) {
     CHECK_EQ(sl__cpu_share(16, 0, 1), 16);
     CHECK_EQ(sl__cpu_share(16, 0, 8), 2);
@@ -221,16 +228,16 @@ TEST(cpu_share) {
     CHECK_OK(sched_getaffinity(0, sizeof set, &set));
     uint32_t mine = (uint32_t)CPU_COUNT(&set);
     unsetenv("LOCAL_WORLD_SIZE");
-    uint32_t all = sl__local_share_cpus();
+    uint32_t all = local_share();
     CHECK(all >= 1 && all <= mine);
     setenv("LOCAL_WORLD_SIZE", "2", 1);
-    CHECK_EQ(sl__local_share_cpus(), all / 2 ? all / 2 : 1);
+    CHECK_EQ(local_share(), all / 2 ? all / 2 : 1);
     setenv("LOCAL_WORLD_SIZE", "1000", 1);
-    CHECK_EQ(sl__local_share_cpus(), 1);
+    CHECK_EQ(local_share(), 1);
     setenv("LOCAL_WORLD_SIZE", "two", 1); /* not a number: one rank */
-    CHECK_EQ(sl__local_share_cpus(), all);
+    CHECK_EQ(local_share(), all);
     setenv("LOCAL_WORLD_SIZE", "0", 1);
-    CHECK_EQ(sl__local_share_cpus(), all);
+    CHECK_EQ(local_share(), all);
 }
 
 /* A rank's CPUs (sl__cpu_plan): the job's CPUs divided by its ranks where
