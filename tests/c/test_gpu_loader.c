@@ -725,12 +725,13 @@ TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
  * idle workers (gpu_held), down to one, and the GPU still decodes every
  * sample. */
 TEST(gpu_loader_tuner_parks_workers_the_gpu_leaves_idle) {
-    fx_dataset *d = fx_new(640, 0, 64, 128); /* 20 batches of 32 */
+    fx_dataset *d = fx_new(1280, 0, 64, 128); /* 40 batches of 32 */
     use_host((host_opts){.delay_us = 1250});
     sl_config c = base_config(d, SL_DECODE_GPU, 0);
     c.workers = SL_WORKERS_AUTO;
     c.workers_max = 4;
     c.batch_size = 32;
+    c.prefetch = 8; /* room for the workers to queue two calls' worth ahead of the engine, which gpu_held asks */
     sl_stats st;
     sl_loader *ld = fx_open(&c);
     sl_batch *b;
@@ -745,8 +746,8 @@ TEST(gpu_loader_tuner_parks_workers_the_gpu_leaves_idle) {
     }
     printf("workers active %u, %.2f on average; waited %.3f s of %.3f, %.3f s for the GPU\n", st.workers_active,
            st.workers_active_mean, st.pass_consumer_wait_s, st.pass_seconds, st.pass_consumer_wait_gpu_s);
-    CHECK(held > 0 && st.workers_active < 4 && st.workers_active_mean < 4.0); /* measured: 1, 2.4 */
-    CHECK_EQ(st.gpu_samples, 640);
+    CHECK(held > 0 && st.workers_active < 4 && st.workers_active_mean < 4.0); /* measured: 1, 1.7-2.9 (eight at once) */
+    CHECK_EQ(st.gpu_samples, 1280);
     sl_loader_destroy(ld);
     free(d);
 }
