@@ -203,6 +203,13 @@ int sl__gpu_ask(sl__gpu_asker *a, const uint8_t *data, size_t len, const sl__gpu
     return ask_hw(a->e, a->js, a->jp, data, len, &d);
 }
 
+/* The region w decodes: its window (roi), else the whole image. */
+static void decode_region(sl__gpu_work *w, int roi) {
+    const sl__gpu_desc *d = &w->desc;
+    w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;
+    w->dw = roi ? d->reg_w : d->full_w, w->dh = roi ? d->reg_h : d->full_h;
+}
+
 /* Route sample i and take its block: TAKE_OK (GPU), TAKE_CPU (reason
  * said), TAKE_AGAIN. The hardware's answer: the item's, asked by the
  * thread that staged it, else asked here with the engine's own objects;
@@ -234,14 +241,10 @@ static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len,
     }
     if (hw == SL_GPU_HW_ROI || hw == SL_GPU_HW_WHOLE) {
         w->route = ROUTE_HW;
-        int roi = hw == SL_GPU_HW_ROI;
-        w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;
-        w->dw = roi ? d->reg_w : d->full_w, w->dh = roi ? d->reg_h : d->full_h;
+        decode_region(w, hw == SL_GPU_HW_ROI);
     } else if (e->hyb) {
         w->route = ROUTE_HYBRID; /* support is asked when it is decoded */
-        int roi = !(e->cfg.flags & SL_GPU_NO_ROI);
-        w->dx = roi ? d->reg_x : 0, w->dy = roi ? d->reg_y : 0;
-        w->dw = roi ? d->reg_w : d->full_w, w->dh = roi ? d->reg_h : d->full_h;
+        decode_region(w, !(e->cfg.flags & SL_GPU_NO_ROI));
     } else {
         say(reasons, i, "for the CPU: the hardware JPEG decoder refuses this file");
         return TAKE_CPU;
