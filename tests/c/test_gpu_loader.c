@@ -699,7 +699,9 @@ TEST(gpu_loader_counts_the_wait_the_gpu_held_up) {
     use_host((host_opts){.delay_us = 2500}); /* a call of 32: 80 ms, far longer than staging them, even under ASan */
     sl_config c = base_config(d, SL_DECODE_GPU, 2);
     c.batch_size = 32;
-    c.prefetch = 4;
+    c.prefetch = 8; /* 7 calls (0.56 s) queued past the one in flight: a worker kept off its CPU that long by
+                       the tests beside it still leaves the engine busy (a clean clone's run measured 0.54
+                       with 4 slots) */
     drain_waits(c, "gpu slow", &st);
     /* measured: 0.9 and more alone, 0.74-1.0 under ASan with three runs at once (a wait counts as the
      * GPU's only if the engine was busy when it began: not while the GPU thread gathers) */
