@@ -280,10 +280,18 @@ TEST(bytes_equal_while_the_tuner_moves) {
     sl_batch *b;
     int rc, k = 0;
     uint64_t h = 0;
+    sl_tuner_decision seen[SL_TUNER_LOG];
+    int slow = 1;
     while ((rc = sl_loader_next(ld, &b)) == 0) {
         uint64_t pair[2] = {h, sl_batch_checksum(b)};
         h = sl_hash64(pair, sizeof pair, 1);
-        if (k++ < 40) sleep_ms(20); /* slow at first (the tuner parks), then flat out (it wakes one) */
+        /* slow until the tuner has moved (it parks), then flat out (it wakes one). 40 batches
+         * at 20 ms were not enough under TSan beside other tests: workers that slow never filled
+         * the slots, so the tuner had nothing to do and the test nothing to show */
+        if (slow) {
+            sleep_ms(60);
+            slow = ++k < 60 && sl_loader_tuner_log(ld, seen, SL_TUNER_LOG) == 0;
+        }
         sl_loader_release(ld, b);
     }
     CHECK_EQ(rc, SL_EEND);
