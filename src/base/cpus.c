@@ -5,8 +5,10 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
+
+#include "base/sys/cgroup.h"
+#include "base/sys/procfs.h"
 
 uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks) {
     if (!cpus) cpus = 1;
@@ -69,17 +71,11 @@ void sl__cpu_plan(uint32_t mask, uint32_t all, uint32_t quota, uint32_t ranks, u
     *node = 0;
 }
 
-/* The CPUs of a list such as "0-15,32-47" (a cgroup's cpuset); 0 when
- * unreadable. */
-static uint32_t list_cpus(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+/* The CPUs of a list such as "0-15,32-47\n" (a cgroup's cpuset); 0 when
+ * not such a list. */
+static uint32_t list_cpus(const char *p) {
     uint32_t count = 0;
-    for (char *p = buf; *p && *p != '\n';) {
+    while (*p && *p != '\n') {
         char *end;
         unsigned long a = strtoul(p, &end, 10), b = a;
         if (end == p) return 0;
@@ -89,35 +85,21 @@ static uint32_t list_cpus(const char *path) {
             if (end == p || b < a) return 0;
         }
         count += (uint32_t)(b - a + 1);
-        p = *end == ',' ? end + 1 : end;
         if (*end != ',' && *end && *end != '\n') return 0;
+        p = *end == ',' ? end + 1 : end;
     }
     return count;
 }
 
-/* The CPUs of this process's own cgroup's cpuset (/proc/self/cgroup:
- * v2's "0::PATH", v1's "N:...cpuset...:PATH"); 0 when unreadable. */
+/* The CPUs of this process's cgroup's cpuset (cpuset.cpus.effective in v2,
+ * cpuset.effective_cpus in v1); 0 when unreadable. */
 static uint32_t cgroup_cpus(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return 0;
-    char line[1024], path[1200];
-    uint32_t n = 0;
-    while (!n && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *ctl = strchr(line, ':'), *rel = ctl ? strchr(ctl + 1, ':') : NULL;
-        if (!rel) continue;
-        *rel++ = 0;
-        ctl++;
-        if (strcmp(line, "0") == 0 && !*ctl) /* v2 */
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpuset.cpus.effective", rel);
-        else if (strstr(ctl, "cpuset")) /* v1 */
-            snprintf(path, sizeof path, "/sys/fs/cgroup/cpuset%s/cpuset.effective_cpus", rel);
-        else
-            continue;
-        n = list_cpus(path);
-    }
-    fclose(f);
-    return n;
+    char dir[1024], path[1100], buf[4096];
+    size_t len;
+    int version;
+    if (sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, sizeof dir)) return 0;
+    snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "cpuset.cpus.effective" : "cpuset.effective_cpus");
+    return sl__read_text(path, buf, sizeof buf, &len) ? 0 : list_cpus(buf);
 }
 
 /* The CPUs the job may run on: its cgroup's cpuset, else the online CPUs. */

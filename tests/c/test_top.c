@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,18 +140,22 @@ TEST(cgroup_v1_fixture) {
 TEST(cgroup_paths_and_mounts) {
     char buf[4096], v1[512], v2[512], m1[512], r1[512], m2[512], r2[512];
     size_t len = load("proc_cgroup_v1.txt", buf, sizeof buf);
-    CHECK_EQ(sl__cgroup_paths_parse(buf, len, v1, sizeof v1, v2, sizeof v2), 3);
+    CHECK_EQ(sl__cgroup_paths_parse(buf, len, "memory", v1, sizeof v1, v2, sizeof v2), 3);
     CHECK(strcmp(v1, "/process_api/b37172a01af8850ebf21c19ad19c3786") == 0);
     CHECK(strcmp(v2, "/") == 0);
+    /* another controller: its own v1 line, or the v2 path alone */
+    CHECK_EQ(sl__cgroup_paths_parse(buf, len, "cpuacct", v1, sizeof v1, v2, sizeof v2), 3);
+    CHECK(strcmp(v1, "/") == 0);
+    CHECK_EQ(sl__cgroup_paths_parse(buf, len, "cpuset", v1, sizeof v1, v2, sizeof v2), 2);
     len = load("proc_cgroup_v2.txt", buf, sizeof buf);
-    CHECK_EQ(sl__cgroup_paths_parse(buf, len, v1, sizeof v1, v2, sizeof v2), 2);
+    CHECK_EQ(sl__cgroup_paths_parse(buf, len, "memory", v1, sizeof v1, v2, sizeof v2), 2);
     CHECK(strcmp(v2, "/system.slice/train.service") == 0);
     len = load("mountinfo_hybrid.txt", buf, sizeof buf);
-    CHECK_EQ(sl__cgroup_mounts_parse(buf, len, m1, r1, m2, r2, sizeof m1), 3);
+    CHECK_EQ(sl__cgroup_mounts_parse(buf, len, "memory", m1, r1, m2, r2, sizeof m1), 3);
     CHECK(strcmp(m1, "/sys/fs/cgroup/memory") == 0 && strcmp(r1, "/") == 0);
     CHECK(strcmp(m2, "/sys/fs/cgroup/unified") == 0);
     len = load("mountinfo_v2.txt", buf, sizeof buf);
-    CHECK_EQ(sl__cgroup_mounts_parse(buf, len, m1, r1, m2, r2, sizeof m1), 2);
+    CHECK_EQ(sl__cgroup_mounts_parse(buf, len, "memory", m1, r1, m2, r2, sizeof m1), 2);
     CHECK(strcmp(m2, "/sys/fs/cgroup") == 0);
     /* This machine's own cgroup, whichever version: read without error
      * when one is found (containers may hide it). */
@@ -158,6 +163,15 @@ TEST(cgroup_paths_and_mounts) {
     int rc = sl__cgroup_of("/proc", 0, &cg);
     CHECK(rc == 0 || rc == SL_ENOENT);
     if (rc == 0) CHECK(cg.version == 1 || cg.version == 2);
+    /* and its cpuset's folder (base/cpus.c), an existing one where found */
+    char dir[1024];
+    int version = 0;
+    rc = sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, sizeof dir);
+    CHECK(rc == 0 || rc == SL_ENOENT);
+    if (rc == 0) {
+        struct stat st;
+        CHECK((version == 1 || version == 2) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    }
 }
 
 TEST(psi_lines) {

@@ -1,4 +1,4 @@
-/* Memory cgroup readers. See cgroup.h. */
+/* Cgroup readers. See cgroup.h. */
 #include "base/sys/cgroup.h"
 
 #include <errno.h>
@@ -50,7 +50,8 @@ static void copy(char *dst, size_t cap, const char *src, size_t n) {
     dst[n] = 0;
 }
 
-int sl__cgroup_paths_parse(const char *text, size_t len, char *v1, size_t v1len, char *v2, size_t v2len) {
+int sl__cgroup_paths_parse(const char *text, size_t len, const char *ctl, char *v1, size_t v1len, char *v2,
+                           size_t v2len) {
     int mask = 0;
     char line[1024];
     size_t pos = 0;
@@ -68,7 +69,7 @@ int sl__cgroup_paths_parse(const char *text, size_t len, char *v1, size_t v1len,
         /* v1: controllers are comma-separated ("cpu,cpuacct") */
         *c2 = 0;
         for (char *tok = strtok(c1 + 1, ","); tok; tok = strtok(NULL, ",")) {
-            if (!strcmp(tok, "memory")) {
+            if (!strcmp(tok, ctl)) {
                 copy(v1, v1len, path, strlen(path));
                 mask |= 1;
             }
@@ -77,8 +78,8 @@ int sl__cgroup_paths_parse(const char *text, size_t len, char *v1, size_t v1len,
     return mask;
 }
 
-int sl__cgroup_mounts_parse(const char *text, size_t len, char *v1mnt, char *v1root, char *v2mnt,
-                            char *v2root, size_t cap) {
+int sl__cgroup_mounts_parse(const char *text, size_t len, const char *ctl, char *v1mnt, char *v1root,
+                            char *v2mnt, char *v2root, size_t cap) {
     int mask = 0;
     char line[1024];
     size_t pos = 0;
@@ -101,7 +102,7 @@ int sl__cgroup_mounts_parse(const char *text, size_t len, char *v1mnt, char *v1r
             mask |= 2;
         } else if (!strcmp(fstype, "cgroup") && super && !(mask & 1)) {
             for (char *s2 = NULL, *o = strtok_r(super, ",", &s2); o; o = strtok_r(NULL, ",", &s2)) {
-                if (!strcmp(o, "memory")) {
+                if (!strcmp(o, ctl)) {
                     copy(v1mnt, cap, f[4], strlen(f[4]));
                     copy(v1root, cap, f[3], strlen(f[3]));
                     mask |= 1;
@@ -216,39 +217,71 @@ static void join(char *out, size_t cap, const char *mnt, const char *root, const
     }
 }
 
-int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out) {
-    char path[256], buf[16384], v1[512] = "", v2[512] = "";
-    char v1mnt[512] = "", v1root[512] = "", v2mnt[512] = "", v2root[512] = "";
+/* Where pid's cgroup is for controller ctl: its v1 hierarchy's path and
+ * mount, and the v2 ones (have: the mask of sl__cgroup_paths_parse, both
+ * files read). */
+typedef struct where {
+    char v1[512], v2[512], v1mnt[512], v1root[512], v2mnt[512], v2root[512];
+    int have;
+} where;
+
+static int locate(const char *procroot, int pid, const char *ctl, where *w) {
+    char path[256], buf[16384], who[32];
     size_t len;
-    char who[32];
+    *w = (where){.have = 0};
     if (pid > 0) snprintf(who, sizeof who, "%d", pid);
     else snprintf(who, sizeof who, "self");
     snprintf(path, sizeof path, "%s/%s/cgroup", procroot, who);
     if (sl__read_text(path, buf, sizeof buf, &len)) return SL_ENOENT;
-    int have = sl__cgroup_paths_parse(buf, len, v1, sizeof v1, v2, sizeof v2);
+    w->have = sl__cgroup_paths_parse(buf, len, ctl, w->v1, sizeof w->v1, w->v2, sizeof w->v2);
     snprintf(path, sizeof path, "%s/%s/mountinfo", procroot, who);
     if (sl__read_text(path, buf, sizeof buf, &len)) return SL_ENOENT;
-    have &= sl__cgroup_mounts_parse(buf, len, v1mnt, v1root, v2mnt, v2root, sizeof v1mnt);
+    w->have &= sl__cgroup_mounts_parse(buf, len, ctl, w->v1mnt, w->v1root, w->v2mnt, w->v2root, sizeof w->v1mnt);
+    return 0;
+}
+
+/* Whether the v2 hierarchy mounted at mnt has controller ctl (its root's
+ * cgroup.controllers lists it). */
+static int v2_has(const char *mnt, const char *ctl) {
+    char list[256];
+    size_t len;
+    return read_in(mnt, "cgroup.controllers", list, sizeof list, &len) == 0 && strstr(list, ctl);
+}
+
+int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out) {
+    where w;
+    if (locate(procroot, pid, "memory", &w)) return SL_ENOENT;
     char dir[1024];
-    if (have & 2) {
-        /* v2 holds memory only where the root lists the controller. */
-        char ctl[256];
-        size_t cl;
-        if (read_in(v2mnt, "cgroup.controllers", ctl, sizeof ctl, &cl) == 0 && strstr(ctl, "memory")) {
-            join(dir, sizeof dir, v2mnt, v2root, v2);
-            if (sl__cgroup_read_v2(dir, v2mnt, out) == 0) return 0;
-        }
+    if ((w.have & 2) && v2_has(w.v2mnt, "memory")) {
+        join(dir, sizeof dir, w.v2mnt, w.v2root, w.v2);
+        if (sl__cgroup_read_v2(dir, w.v2mnt, out) == 0) return 0;
     }
-    if (have & 1) {
-        join(dir, sizeof dir, v1mnt, v1root, v1);
+    if (w.have & 1) {
+        join(dir, sizeof dir, w.v1mnt, w.v1root, w.v1);
         if (sl__cgroup_read_v1(dir, out) == 0) {
             /* Hybrid hierarchies keep PSI in the v2 tree only. */
-            if (!out->has_pressure && (have & 2)) {
-                join(dir, sizeof dir, v2mnt, v2root, v2);
+            if (!out->has_pressure && (w.have & 2)) {
+                join(dir, sizeof dir, w.v2mnt, w.v2root, w.v2);
                 read_pressure(dir, out);
             }
             return 0;
         }
+    }
+    return SL_ENOENT;
+}
+
+int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, size_t cap) {
+    where w;
+    if (locate(procroot, pid, ctl, &w)) return SL_ENOENT;
+    if ((w.have & 2) && v2_has(w.v2mnt, ctl)) {
+        join(dir, cap, w.v2mnt, w.v2root, w.v2);
+        *version = 2;
+        return 0;
+    }
+    if (w.have & 1) {
+        join(dir, cap, w.v1mnt, w.v1root, w.v1);
+        *version = 1;
+        return 0;
     }
     return SL_ENOENT;
 }

@@ -1,8 +1,9 @@
 /*
  * Memory cgroup readers (v2 memory.max/current/events/pressure, v1
- * memory.limit_in_bytes/usage_in_bytes/failcnt/oom_control/stat). The
- * parsers take text and the readers take a folder, so tests point them at
- * sample files. Private.
+ * memory.limit_in_bytes/usage_in_bytes/failcnt/oom_control/stat), and a
+ * process's cgroup folder for any controller (base/cpus.c reads the
+ * cpuset's). The parsers take text and the readers take a folder, so
+ * tests point them at sample files. Private.
  */
 #ifndef SL_SYS_CGROUP_H
 #define SL_SYS_CGROUP_H
@@ -35,14 +36,17 @@ int sl__cgroup_parse_limit(const char *text, int *has_limit, uint64_t *limit);
  * value of key, or SL_ENOENT when absent. */
 int sl__cgroup_parse_kv(const char *text, size_t len, const char *key, uint64_t *val);
 
-/* Parse /proc/PID/cgroup: the v1 memory controller's path and the v2
- * path. Returns a mask: 1 when v1 was found, 2 when v2 was found. */
-int sl__cgroup_paths_parse(const char *text, size_t len, char *v1, size_t v1len, char *v2, size_t v2len);
+/* Parse /proc/PID/cgroup: the path in the v1 hierarchy of controller ctl
+ * ("memory", "cpuset") and the v2 path. Returns a mask: 1 when v1 was
+ * found, 2 when v2 was found. */
+int sl__cgroup_paths_parse(const char *text, size_t len, const char *ctl, char *v1, size_t v1len, char *v2,
+                           size_t v2len);
 
-/* Parse /proc/PID/mountinfo: mount point and mount root of the v1 memory
- * hierarchy and of cgroup2. Returns the same mask as above. */
-int sl__cgroup_mounts_parse(const char *text, size_t len, char *v1mnt, char *v1root, char *v2mnt,
-                            char *v2root, size_t cap);
+/* Parse /proc/PID/mountinfo: mount point and mount root of the v1
+ * hierarchy of controller ctl and of cgroup2. Returns the same mask as
+ * above. */
+int sl__cgroup_mounts_parse(const char *text, size_t len, const char *ctl, char *v1mnt, char *v1root,
+                            char *v2mnt, char *v2root, size_t cap);
 
 /* Read the cgroup folder dir. For v2, parents up to and excluding stop (the
  * mount point; NULL: dir only) are read for a smaller memory.max. 0, or
@@ -54,5 +58,10 @@ int sl__cgroup_read_v1(const char *dir, sl__cgroup *out);
  * procroot ("/proc"). v2 is used when its hierarchy has the memory
  * controller, else v1. 0, or SL_ENOENT when none is found. */
 int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out);
+
+/* The folder of process pid's (0: self) cgroup for controller ctl, found
+ * as sl__cgroup_of finds the memory one: v2 where its hierarchy has ctl
+ * (*version 2), else ctl's v1 hierarchy (*version 1). 0, or SL_ENOENT. */
+int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, size_t cap);
 
 #endif
