@@ -25,25 +25,13 @@ static uint32_t affinity_cpus(void) {
     return n > 0 ? (uint32_t)n : 1;
 }
 
-/* CPUs the cgroup quota allows, rounded up; 0 when unlimited or unknown. */
+/* CPUs the CPU quotas on this process's cgroup path allow (its own
+ * folder's and its parents'), rounded up; 0 when unlimited or unknown. */
 static uint32_t quota_cpus(void) {
-    long long quota = -1, period = 0;
-    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r"); /* v2: "max 100000" or "200000 100000" */
-    if (f) {
-        char q[32];
-        if (fscanf(f, "%31s %lld", q, &period) == 2 && q[0] != 'm') quota = atoll(q);
-        fclose(f);
-    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) { /* v1 */
-        if (fscanf(f, "%lld", &quota) != 1) quota = -1;
-        fclose(f);
-        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
-            if (fscanf(f, "%lld", &period) != 1) period = 0;
-            fclose(f);
-        }
-    }
-    if (quota <= 0 || period <= 0) return 0;
-    long long n = (quota + period - 1) / period;
-    return n > 0xFFFFFFFLL ? 0 : (uint32_t)n;
+    char dir[1024], mnt[1024];
+    int version;
+    if (sl__cgroup_dir("/proc", 0, "cpu", &version, dir, mnt, sizeof dir)) return 0;
+    return sl__cgroup_cpu_quota(dir, mnt, version);
 }
 
 uint32_t sl__local_ranks(void) {
@@ -97,7 +85,7 @@ static uint32_t cgroup_cpus(void) {
     char dir[1024], path[1100], buf[4096];
     size_t len;
     int version;
-    if (sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, sizeof dir)) return 0;
+    if (sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, NULL, sizeof dir)) return 0;
     snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "cpuset.cpus.effective" : "cpuset.effective_cpus");
     return sl__read_text(path, buf, sizeof buf, &len) ? 0 : list_cpus(buf);
 }

@@ -29,8 +29,8 @@ uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks);
 void sl__cpu_plan(uint32_t mask, uint32_t all, uint32_t quota, uint32_t ranks, uint32_t *cores, uint32_t *node);
 
 /* sl__cpu_plan for this process: its affinity mask, its cgroup's cpuset
- * (cpuset.cpus.effective, v2 or v1; else the online CPUs) and CPU quota,
- * and ranks local ranks (0: sl__local_ranks()). */
+ * (cpuset.cpus.effective, v2 or v1; else the online CPUs), the least CPU
+ * quota on its cgroup's path, and ranks local ranks (0: sl__local_ranks()). */
 void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node);
 
 #endif

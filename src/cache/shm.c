@@ -43,6 +43,7 @@
 
 #include "base/hash.h"
 #include "base/node.h"
+#include "base/sys/cgroup.h"
 #include "base/util.h"
 #include "cache/node.h"
 #include "cache/index.h"
@@ -518,35 +519,21 @@ static int folder_room(const char *dir, int v1, uint64_t *room, uint64_t *limit)
 }
 
 /* The least room under the memory limits of this process's cgroup and its
- * ancestors (v1 memory controller, else v2); 0 and *room = UINT64_MAX
- * where none is set. where names the tightest folder. */
+ * ancestors up to the hierarchy's mount point (v2 where it has the memory
+ * controller, else v1); *room = UINT64_MAX where none is set. where names
+ * the tightest folder. */
 static void cgroup_room(uint64_t *room, uint64_t *limit, char *where, size_t len) {
-    char line[PATH_MAX], rel[PATH_MAX - 64] = "", dir[PATH_MAX];
-    int v1 = 0;
+    char dir[PATH_MAX], mnt[PATH_MAX];
+    int version;
     *room = *limit = UINT64_MAX;
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
-        if (!path) continue;
-        if (strncmp(ctl, ":memory:", 8) == 0 || strstr(ctl, ",memory:") || strstr(ctl, ":memory,")) {
-            snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1), v1 = 1;
-            break;
-        }
-        if (strncmp(line, "0::", 3) == 0) snprintf(rel, sizeof rel, "%.*s", (int)sizeof rel - 1, path + 1);
-    }
-    if (f) fclose(f);
-    for (;;) { /* this folder, then each parent up to the root */
-        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", v1 ? "/memory" : "", rel);
+    if (sl__cgroup_dir("/proc", 0, "memory", &version, dir, mnt, sizeof dir)) return;
+    do {
         uint64_t r, l;
-        if (folder_room(dir, v1, &r, &l) == 0 && r < *room) {
+        if (folder_room(dir, version == 1, &r, &l) == 0 && r < *room) {
             *room = r, *limit = l;
             snprintf(where, len, "%s", dir);
         }
-        char *slash = strrchr(rel, '/');
-        if (!slash || !rel[0]) break;
-        *slash = 0;
-    }
+    } while (sl__cgroup_up(dir, mnt));
 }
 
 /* /dev/shm and the memory cgroup must both hold the segment: a tmpfs page

@@ -468,10 +468,11 @@ TEST(segment_name) {
 
 /* A memory cgroup without room for the segment: refused at create with
  * the cgroup and the numbers (a tmpfs page past the limit would be an OOM
- * kill). Needs a writable memory cgroup (root, v1 or v2): skipped where
- * there is none. */
+ * kill). The process runs in a child cgroup without a limit of its own,
+ * so the parent's binds through the walk up the path. Needs a writable
+ * memory cgroup (root, v1 or v2): skipped where there is none. */
 TEST(memory_cgroup_too_small) {
-    char cg[128], name[96], path[200];
+    char cg[128], inner[160], name[96], path[200];
     int v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
     snprintf(cg, sizeof cg, "%s/sluice-cache-test-%ld", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory", (long)getpid());
     if (mkdir(cg, 0755) != 0) {
@@ -487,10 +488,17 @@ TEST(memory_cgroup_too_small) {
         printf("skipped: cannot set a memory limit in %s\n", cg);
         return;
     }
+    snprintf(inner, sizeof inner, "%s/inner", cg);
+    if (v2) { /* a v2 child gets the memory controller from its parent's subtree_control */
+        snprintf(path, sizeof path, "%s/cgroup.subtree_control", cg);
+        FILE *sc = fopen(path, "w");
+        if (sc) fputs("+memory\n", sc), fclose(sc);
+    }
+    CHECK_EQ(mkdir(inner, 0755), 0);
     seg_name(name, sizeof name, "cgroup");
     pid_t pid = fork();
-    if (pid == 0) { /* into the cgroup, then ask for twice its limit */
-        snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+    if (pid == 0) { /* into the child cgroup, then ask for twice the parent's limit */
+        snprintf(path, sizeof path, "%s/cgroup.procs", inner);
         FILE *p = fopen(path, "w");
         if (!p || fprintf(p, "%ld\n", (long)getpid()) <= 0 || fclose(p) != 0) _exit(3);
         sl__budget b;
@@ -500,10 +508,14 @@ TEST(memory_cgroup_too_small) {
         sl__cache *c = open_named(&b, name, 128 << 20, err, sizeof err, &rc);
         printf("%s\n", err);
         fflush(stdout);
-        _exit(rc == SL_ENOMEM && !c && strstr(err, "memory cgroup") && strstr(err, "limit 64.0 MiB") ? 0 : 1);
+        _exit(rc == SL_ENOMEM && !c && strstr(err, "memory cgroup") && strstr(err, "limit 64.0 MiB") &&
+                      !strstr(err, "/inner")
+                  ? 0
+                  : 1);
     }
     int st;
     CHECK_EQ(waitpid(pid, &st, 0), pid);
+    rmdir(inner);
     rmdir(cg);
     CHECK(WIFEXITED(st));
     CHECK_EQ(WEXITSTATUS(st), 0);

@@ -6,11 +6,14 @@
  * queries racing an advance (TSan). Also the CPU share helper (cpus.c).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +293,61 @@ TEST(cpu_plan_keeps_a_pinned_ranks_cpus) {
     }
     int st;
     CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* A CPU quota on a parent of the process's cgroup binds it (the tool a
+ * job's scheduler sets: a slice or a job folder, the process in a step or
+ * task folder below it). The child here runs in an unlimited folder under
+ * one whose quota is a single CPU: its share is 1, where reading only the
+ * hierarchy's root (unlimited) gave it every CPU. Needs a writable CPU
+ * controller (root, v1 or v2) and two CPUs: skipped where there is none. */
+TEST(cpu_quota_of_a_parent_cgroup_binds) {
+    cpu_set_t set;
+    CHECK_OK(sched_getaffinity(0, sizeof set, &set));
+    if (CPU_COUNT(&set) < 2) {
+        printf("SKIP: one CPU\n");
+        return;
+    }
+    int v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
+    char cg[128], inner[160], path[200];
+    snprintf(cg, sizeof cg, "%s/sluice-quota-test-%ld", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu", (long)getpid());
+    if (mkdir(cg, 0755) != 0) {
+        printf("SKIP: cannot make a CPU cgroup (%s)\n", strerror(errno));
+        return;
+    }
+    int ok = 1;
+    if (v2) { /* the child gets the controller from its parent's subtree_control */
+        snprintf(path, sizeof path, "%s/cgroup.subtree_control", cg);
+        FILE *f = fopen(path, "w");
+        ok = f && fputs("+cpu\n", f) >= 0;
+        if (f && fclose(f) != 0) ok = 0;
+    }
+    snprintf(path, sizeof path, "%s/%s", cg, v2 ? "cpu.max" : "cpu.cfs_quota_us");
+    FILE *f = ok ? fopen(path, "w") : NULL;
+    ok = f && fputs(v2 ? "100000 100000\n" : "100000\n", f) >= 0; /* v1's period is 100000 by default */
+    if (f && fclose(f) != 0) ok = 0;
+    snprintf(inner, sizeof inner, "%s/inner", cg);
+    if (!ok || mkdir(inner, 0755) != 0) {
+        rmdir(cg);
+        printf("SKIP: cannot set a CPU quota in %s\n", cg);
+        return;
+    }
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        snprintf(path, sizeof path, "%s/cgroup.procs", inner);
+        FILE *p = fopen(path, "w");
+        if (!p || fprintf(p, "%ld\n", (long)getpid()) <= 0 || fclose(p) != 0) _exit(3);
+        uint32_t cores, node;
+        sl__rank_cpus(1, &cores, &node);
+        if (cores != 1) fprintf(stderr, "a 1-CPU quota on the parent: %u cores\n", cores);
+        _exit(cores == 1 ? 0 : 1);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    rmdir(inner);
+    rmdir(cg);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 

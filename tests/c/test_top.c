@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,12 +167,87 @@ TEST(cgroup_paths_and_mounts) {
     /* and its cpuset's folder (base/cpus.c), an existing one where found */
     char dir[1024];
     int version = 0;
-    rc = sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, sizeof dir);
+    rc = sl__cgroup_dir("/proc", 0, "cpuset", &version, dir, NULL, sizeof dir);
     CHECK(rc == 0 || rc == SL_ENOENT);
     if (rc == 0) {
         struct stat st;
         CHECK((version == 1 || version == 2) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
     }
+}
+
+/* A file of text under folder root (made as needed). */
+static void put(const char *root, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *s = path + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+        *s = 0;
+        CHECK(mkdir(path, 0755) == 0 || errno == EEXIST);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A limit binds from every folder between a process's cgroup and its
+ * hierarchy's mount point, the mount point included (inside a cgroup
+ * namespace it is the container's own cgroup): the CPU quota (base/cpus.c)
+ * and the memory limit both walk up with sl__cgroup_up. */
+TEST(cgroup_walk_and_cpu_quota) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "/x/mnt/a/b");
+    CHECK_EQ(sl__cgroup_up(dir, "/x/mnt"), 1);
+    CHECK(strcmp(dir, "/x/mnt/a") == 0);
+    CHECK_EQ(sl__cgroup_up(dir, "/x/mnt/"), 1);
+    CHECK(strcmp(dir, "/x/mnt") == 0);
+    CHECK_EQ(sl__cgroup_up(dir, "/x/mnt"), 0); /* at the mount point */
+    snprintf(dir, sizeof dir, "/x/mntb/a");
+    CHECK_EQ(sl__cgroup_up(dir, "/x/mnt"), 0); /* not under it */
+    CHECK(strcmp(dir, "/x/mntb/a") == 0);
+
+    char root[] = "/tmp/sl_cgwalk_XXXXXX", mnt[1100], leaf[1100];
+    CHECK(mkdtemp(root) != NULL);
+    /* v2: the job's 1.5 CPUs bind its unlimited child; the mount point's
+     * half CPU (a namespace's root) binds both */
+    put(root, "v2/job/train/cpu.max", "max 100000\n");
+    put(root, "v2/job/cpu.max", "150000 100000\n");
+    snprintf(mnt, sizeof mnt, "%s/v2", root);
+    snprintf(leaf, sizeof leaf, "%s/v2/job/train", root);
+    CHECK_EQ(sl__cgroup_cpu_quota(leaf, mnt, 2), 2);
+    put(root, "v2/cpu.max", "50000 100000\n");
+    CHECK_EQ(sl__cgroup_cpu_quota(leaf, mnt, 2), 1);
+    snprintf(leaf, sizeof leaf, "%s/v2/job", root);
+    CHECK_EQ(sl__cgroup_cpu_quota(leaf, leaf, 2), 2); /* the walk stops at its mount point */
+    /* v1: -1 is no quota; 4 CPUs below it */
+    put(root, "v1/cpu.cfs_quota_us", "-1\n");
+    put(root, "v1/cpu.cfs_period_us", "100000\n");
+    put(root, "v1/slurm/cpu.cfs_quota_us", "400000\n");
+    put(root, "v1/slurm/cpu.cfs_period_us", "100000\n");
+    put(root, "v1/slurm/step/cpu.cfs_quota_us", "-1\n");
+    snprintf(mnt, sizeof mnt, "%s/v1", root);
+    snprintf(leaf, sizeof leaf, "%s/v1/slurm/step", root);
+    CHECK_EQ(sl__cgroup_cpu_quota(leaf, mnt, 1), 4);
+    CHECK_EQ(sl__cgroup_cpu_quota(mnt, mnt, 1), 0); /* none set */
+    /* memory: the mount point's memory.max binds a child with none */
+    put(root, "ns/memory.max", "268435456\n");
+    put(root, "ns/inner/memory.max", "max\n");
+    put(root, "ns/inner/memory.current", "1000\n");
+    snprintf(mnt, sizeof mnt, "%s/ns", root);
+    snprintf(leaf, sizeof leaf, "%s/ns/inner", root);
+    sl__cgroup cg;
+    CHECK_OK(sl__cgroup_read_v2(leaf, mnt, &cg));
+    CHECK(cg.has_limit && cg.limit == 256 * MiB);
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK_EQ(system(cmd), 0);
+
+    /* this machine's CPU controller: a folder inside its mount point */
+    int version = 0;
+    char live[1024];
+    int rc = sl__cgroup_dir("/proc", 0, "cpu", &version, live, mnt, sizeof live);
+    CHECK(rc == 0 || rc == SL_ENOENT);
+    if (rc == 0) CHECK(strncmp(live, mnt, strlen(mnt)) == 0 && (version == 1 || version == 2));
 }
 
 TEST(psi_lines) {

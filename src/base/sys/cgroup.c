@@ -68,7 +68,8 @@ int sl__cgroup_paths_parse(const char *text, size_t len, const char *ctl, char *
         }
         /* v1: controllers are comma-separated ("cpu,cpuacct") */
         *c2 = 0;
-        for (char *tok = strtok(c1 + 1, ","); tok; tok = strtok(NULL, ",")) {
+        char *save = NULL;
+        for (char *tok = strtok_r(c1 + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             if (!strcmp(tok, ctl)) {
                 copy(v1, v1len, path, strlen(path));
                 mask |= 1;
@@ -146,24 +147,57 @@ int sl__cgroup_read_v2(const char *dir, const char *stop, sl__cgroup *out) {
         if (!sl__cgroup_parse_kv(buf, len, "oom_kill", &v)) out->events_oom_kill = v, out->has_oom_kill = 1;
     }
     read_pressure(dir, out);
-    /* The effective limit is the smallest memory.max from here up to (not
-     * including) the mount point, whose root has no memory.max. */
+    /* The effective limit is the smallest memory.max from here up to the
+     * mount point, included: the hierarchy's root has none, but inside a
+     * cgroup namespace the mount point is the container's own cgroup. */
     char cur[512];
     copy(cur, sizeof cur, dir, strlen(dir));
-    size_t stoplen = stop ? strlen(stop) : 0;
-    for (;;) {
+    do {
         if (read_in(cur, "memory.max", buf, sizeof buf, &len) == 0 &&
             sl__cgroup_parse_limit(buf, &lim, &v) == 0 && lim) {
             if (!out->has_limit || v < out->limit) out->limit = v;
             out->has_limit = 1;
         }
-        if (!stop) break;
-        char *slash = strrchr(cur, '/');
-        if (!slash || (size_t)(slash - cur) < stoplen || slash == cur) break;
-        *slash = 0;
-        if (strlen(cur) <= stoplen) break;
-    }
+    } while (stop && sl__cgroup_up(cur, stop));
     return 0;
+}
+
+int sl__cgroup_up(char *dir, const char *mnt) {
+    size_t ml = strlen(mnt);
+    while (ml > 1 && mnt[ml - 1] == '/') ml--;
+    if (strlen(dir) <= ml || strncmp(dir, mnt, ml) || dir[ml] != '/') return 0;
+    *strrchr(dir, '/') = 0; /* at dir + ml or past it */
+    return 1;
+}
+
+/* ceil(quota / period) of a folder's CPU limit; 0 where none is set. */
+static uint32_t folder_quota(const char *dir, int version) {
+    char buf[128];
+    size_t len;
+    long long quota = -1, period = 0;
+    if (version == 2) { /* "max 100000" or "200000 100000" */
+        char q[32];
+        if (read_in(dir, "cpu.max", buf, sizeof buf, &len) == 0 && sscanf(buf, "%31s %lld", q, &period) == 2 &&
+            q[0] != 'm')
+            quota = atoll(q);
+    } else if (read_in(dir, "cpu.cfs_quota_us", buf, sizeof buf, &len) == 0) { /* -1: none */
+        quota = atoll(buf);
+        if (read_in(dir, "cpu.cfs_period_us", buf, sizeof buf, &len) == 0) period = atoll(buf);
+    }
+    if (quota <= 0 || period <= 0) return 0;
+    long long n = quota / period + (quota % period != 0);
+    return n > 0xFFFFFFFLL ? 0 : (uint32_t)n;
+}
+
+uint32_t sl__cgroup_cpu_quota(const char *dir, const char *mnt, int version) {
+    char cur[1024];
+    uint32_t least = 0;
+    copy(cur, sizeof cur, dir, strlen(dir));
+    do {
+        uint32_t n = folder_quota(cur, version);
+        if (n && (!least || n < least)) least = n;
+    } while (sl__cgroup_up(cur, mnt));
+    return least;
 }
 
 int sl__cgroup_read_v1(const char *dir, sl__cgroup *out) {
@@ -245,7 +279,11 @@ static int locate(const char *procroot, int pid, const char *ctl, where *w) {
 static int v2_has(const char *mnt, const char *ctl) {
     char list[256];
     size_t len;
-    return read_in(mnt, "cgroup.controllers", list, sizeof list, &len) == 0 && strstr(list, ctl);
+    if (read_in(mnt, "cgroup.controllers", list, sizeof list, &len)) return 0;
+    char *save = NULL; /* a whole word: "cpu" is not "cpuset" */
+    for (char *w = strtok_r(list, " \n", &save); w; w = strtok_r(NULL, " \n", &save))
+        if (!strcmp(w, ctl)) return 1;
+    return 0;
 }
 
 int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out) {
@@ -270,16 +308,19 @@ int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out) {
     return SL_ENOENT;
 }
 
-int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, size_t cap) {
+int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, char *mnt,
+                   size_t cap) {
     where w;
     if (locate(procroot, pid, ctl, &w)) return SL_ENOENT;
     if ((w.have & 2) && v2_has(w.v2mnt, ctl)) {
         join(dir, cap, w.v2mnt, w.v2root, w.v2);
+        if (mnt) copy(mnt, cap, w.v2mnt, strlen(w.v2mnt));
         *version = 2;
         return 0;
     }
     if (w.have & 1) {
         join(dir, cap, w.v1mnt, w.v1root, w.v1);
+        if (mnt) copy(mnt, cap, w.v1mnt, strlen(w.v1mnt));
         *version = 1;
         return 0;
     }

@@ -1,9 +1,10 @@
 /*
  * Memory cgroup readers (v2 memory.max/current/events/pressure, v1
- * memory.limit_in_bytes/usage_in_bytes/failcnt/oom_control/stat), and a
+ * memory.limit_in_bytes/usage_in_bytes/failcnt/oom_control/stat), a
  * process's cgroup folder for any controller (base/cpus.c reads the
- * cpuset's). The parsers take text and the readers take a folder, so
- * tests point them at sample files. Private.
+ * cpuset's and the CPU quota on its path; cache/shm.c the memory room on
+ * its path), and the walk up such a path. The parsers take text and the
+ * readers take a folder, so tests point them at sample files. Private.
  */
 #ifndef SL_SYS_CGROUP_H
 #define SL_SYS_CGROUP_H
@@ -48,9 +49,9 @@ int sl__cgroup_paths_parse(const char *text, size_t len, const char *ctl, char *
 int sl__cgroup_mounts_parse(const char *text, size_t len, const char *ctl, char *v1mnt, char *v1root,
                             char *v2mnt, char *v2root, size_t cap);
 
-/* Read the cgroup folder dir. For v2, parents up to and excluding stop (the
- * mount point; NULL: dir only) are read for a smaller memory.max. 0, or
- * SL_ENOENT when the folder lacks the controller's files. */
+/* Read the cgroup folder dir. For v2, parents up to and including stop
+ * (the mount point; NULL: dir only) are read for a smaller memory.max. 0,
+ * or SL_ENOENT when the folder lacks the controller's files. */
 int sl__cgroup_read_v2(const char *dir, const char *stop, sl__cgroup *out);
 int sl__cgroup_read_v1(const char *dir, sl__cgroup *out);
 
@@ -61,7 +62,20 @@ int sl__cgroup_of(const char *procroot, int pid, sl__cgroup *out);
 
 /* The folder of process pid's (0: self) cgroup for controller ctl, found
  * as sl__cgroup_of finds the memory one: v2 where its hierarchy has ctl
- * (*version 2), else ctl's v1 hierarchy (*version 1). 0, or SL_ENOENT. */
-int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, size_t cap);
+ * (*version 2), else ctl's v1 hierarchy (*version 1); and that
+ * hierarchy's mount point in mnt (NULL: not wanted), both cap bytes. 0,
+ * or SL_ENOENT. */
+int sl__cgroup_dir(const char *procroot, int pid, const char *ctl, int *version, char *dir, char *mnt,
+                   size_t cap);
+
+/* dir cut to its parent folder: 1, or 0 (dir unchanged) where dir is the
+ * mount point mnt or not under it. A limit binds from every folder of
+ * the walk: from dir up to mnt, both included. */
+int sl__cgroup_up(char *dir, const char *mnt);
+
+/* The least CPUs any CPU quota allows from folder dir up to the mount
+ * point mnt (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us),
+ * rounded up; 0 where none is set. */
+uint32_t sl__cgroup_cpu_quota(const char *dir, const char *mnt, int version);
 
 #endif
