@@ -119,17 +119,21 @@ def test_free_consumer_keeps_every_worker(big):
 
 
 def test_bytes_equal_while_the_tuner_moves(big):
+    # The consumer stays slower than the workers (60 ms a batch) until the
+    # tuner has moved, at most `slow` batches, then runs flat out: a fixed
+    # number of short sleeps is no slower than workers on a loaded machine,
+    # and nothing would move.
     def sums(slow, **kw):
         out = []
         with sluice.Loader(big, batch_size=4, size=32, budget="64M", checksum=True, **kw) as ld:
             for i, b in enumerate(ld):
                 out.append(b.checksum)
                 del b
-                if i < slow:
-                    time.sleep(0.02)
+                if i < slow and not ld.stats()["tuner_decisions"]:
+                    time.sleep(0.06)
             return out, ld.stats()["tuner_log"]
 
-    tuned, log = sums(40, workers_max=2)
+    tuned, log = sums(60, workers_max=2)
     assert log, "the tuner made no decision"
     assert sums(0, workers=1)[0] == tuned
     assert sums(0, workers=2)[0] == tuned
@@ -142,8 +146,11 @@ def test_torch_loader_is_tuned(big):
     ld = sluice.torch.Loader(big, batch_size=8, size=32, budget="64M", workers_max=2, dtype=torch.uint8,
                              device="cpu")
     try:
-        for _ in ld:
-            time.sleep(0.02)
+        parked = False
+        for _ in ld:  # slower than the workers until one has parked (see above)
+            if not parked:
+                time.sleep(0.05)
+                parked = ld.stats()["workers_active"] < 2
         s = ld.stats()
     finally:
         ld.close()
