@@ -764,7 +764,7 @@ void sl__engine_run(void *ctx, sl__worker *w) {
         sl_batch *s = c.slot;
         int stale = s->gen != e->gen || s->discard;
         if (to_gpu) { /* pending drops when the GPU has written it */
-            sl__gstage_push(e->gs, &w->hand, s->gen);
+            sl__gstage_push(e->gs, &w->hand, s->gen, s->seqno);
             pthread_cond_signal(&e->cv_gpu);
         } else {
             position_done(e, s, 0);

@@ -586,7 +586,7 @@ static int offer(sl__defer *d, const sl__field *f, const uint8_t *data, size_t l
     if (!blk) return 0;
     memcpy(blk, data, len);
     if (g->dev.ask) g->dev.ask(g->dev.ctx, h->lane, data, len, &it); /* off the engine's thread */
-    h->item = (sl__gitem){h->slot, h->pos, 0, h->sample, h->epoch, blk, len, 0, it};
+    h->item = (sl__gitem){.slot = h->slot, .pos = h->pos, .sample = h->sample, .epoch = h->epoch, .data = blk, .len = len, .item = it};
     h->taken = 1;
     atomic_fetch_add(&g->queued, 1);
     return 1;
@@ -688,10 +688,11 @@ int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *r
     return 0;
 }
 
-void sl__gstage_push(sl__gstage *g, sl__ghand *h, uint64_t gen) {
+void sl__gstage_push(sl__gstage *g, sl__ghand *h, uint64_t gen, uint64_t rank) {
     sl__gitem *it = &h->item;
     it->gen = gen; /* the claim's: no reset completes while this worker is active */
     it->t_ns = sl__now_ns();
+    it->rank = rank;
     g->q[(g->qhead + g->qlen) % g->qcap] = *it; /* qcap covers every position of every slot */
     g->qlen++;
     h->taken = 0;
@@ -824,19 +825,54 @@ uint64_t sl__gstage_gather_ns(const sl__gstage *g) {
     return age >= GATHER_NS ? 0 : GATHER_NS - age;
 }
 
+/* The rank up to which a call of max_batch takes the queue's samples of
+ * generation gen, and how many of that rank it takes (*last). The queue
+ * is nearly in rank order (workers claim the oldest batch's positions
+ * first), so this walks it once a rank the call reaches, one or two. */
+static uint64_t take_cut(const sl__gstage *g, uint64_t gen, uint32_t *last) {
+    uint64_t cut = 0;
+    uint32_t want = g->max_batch;
+    int first = 1;
+    for (;;) {
+        uint64_t low = UINT64_MAX;
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < g->qlen; i++) {
+            const sl__gitem *it = &g->q[(g->qhead + i) % g->qcap];
+            if (it->gen != gen || (!first && it->rank <= cut)) continue;
+            if (it->rank < low) low = it->rank, count = 0;
+            if (it->rank == low) count++;
+        }
+        if (!count) { /* every sample of the generation fits */
+            *last = UINT32_MAX;
+            return cut;
+        }
+        cut = low, first = 0;
+        if (count >= want) {
+            *last = want;
+            return cut;
+        }
+        want -= count;
+    }
+}
+
+/* Samples a worker queued late (a stall of a few milliseconds, while the
+ * others queue several calls' worth of later batches) would otherwise hold
+ * their batch, the one the consumer waits for, behind all of those. */
 uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen) {
-    uint32_t n = 0;
-    while (g->qlen && n < g->max_batch) {
-        sl__gitem *it = &g->q[g->qhead];
-        g->qhead = (g->qhead + 1) % g->qcap;
-        g->qlen--;
+    uint32_t n = 0, last, kept = 0, len = g->qlen;
+    uint64_t cut = take_cut(g, gen, &last);
+    for (uint32_t i = 0; i < len; i++) {
+        sl__gitem *it = &g->q[(g->qhead + i) % g->qcap];
         if (it->gen != gen) {
             stage_release(g, it);
             atomic_fetch_sub(&g->queued, 1);
-            continue;
+        } else if (n < g->max_batch && (it->rank < cut || (it->rank == cut && last && last--))) {
+            c->cur[n++] = *it;
+        } else { /* stays, in its order: never ahead of the one read (kept <= i) */
+            g->q[(g->qhead + kept++) % g->qcap] = *it;
         }
-        c->cur[n++] = *it;
     }
+    g->qlen = kept;
     return n;
 }
 

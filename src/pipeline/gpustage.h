@@ -53,6 +53,7 @@ typedef struct sl__gitem {
     void *data;              /* staging block; NULL once freed */
     size_t len;
     uint64_t t_ns;           /* when it was queued */
+    uint64_t rank;           /* its batch's place in the delivery order: calls take the lowest first */
     sl__gpu_item item;       /* item.pos = slot id * B + pos */
 } sl__gitem;
 
@@ -249,8 +250,9 @@ int sl__gstage_end(sl__ghand *h, int *rc, uint64_t t0_ns, uint8_t *base, char *r
 /* The hand's sample went to the GPU (after sl__gstage_end returned 1). */
 static inline int sl__gstage_taken(const sl__ghand *h) { return h->taken; }
 /* Engine's lock held: queue the hand's taken sample, claimed in
- * generation gen, for the GPU thread (the caller wakes it). */
-void sl__gstage_push(sl__gstage *g, sl__ghand *h, uint64_t gen);
+ * generation gen for a batch of rank `rank` in the delivery order (the
+ * slot's seqno), for the GPU thread (the caller wakes it). */
+void sl__gstage_push(sl__gstage *g, sl__ghand *h, uint64_t gen, uint64_t rank);
 /* Engine's lock held: a handed-back position of generation gen to decode
  * on the CPU (1 with *s, *j, *sample, *epoch), or 0. Stale ones are
  * dropped. */
@@ -283,7 +285,8 @@ uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int 
  * millisecond after the oldest was queued, for a quarter of a full call. */
 uint64_t sl__gstage_gather_ns(const sl__gstage *g);
 /* The next call from the queue: up to max_batch samples of generation gen
- * (stale ones dropped). Returns how many. */
+ * (stale ones dropped), those of the lowest ranks first (in the order
+ * queued within a rank). Returns how many. */
 uint32_t sl__gstage_take(sl__gstage *g, sl__gcall *c, uint64_t gen);
 /* Outside the lock: decode them on c's engine, again for what found no
  * room (SL_GPU_AGAIN): a round that decodes nothing is followed by the
