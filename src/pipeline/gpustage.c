@@ -586,7 +586,8 @@ static int offer(sl__defer *d, const sl__field *f, const uint8_t *data, size_t l
     if (!blk) return 0;
     memcpy(blk, data, len);
     if (g->dev.ask) g->dev.ask(g->dev.ctx, h->lane, data, len, &it); /* off the engine's thread */
-    h->item = (sl__gitem){.slot = h->slot, .pos = h->pos, .sample = h->sample, .epoch = h->epoch, .data = blk, .len = len, .item = it};
+    h->item = (sl__gitem){
+        .slot = h->slot, .pos = h->pos, .sample = h->sample, .epoch = h->epoch, .data = blk, .len = len, .item = it};
     h->taken = 1;
     atomic_fetch_add(&g->queued, 1);
     return 1;
