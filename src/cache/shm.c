@@ -44,6 +44,7 @@
 #include "base/hash.h"
 #include "base/node.h"
 #include "base/sys/cgroup.h"
+#include "base/sys/procfs.h"
 #include "base/util.h"
 #include "cache/node.h"
 #include "cache/index.h"
@@ -479,40 +480,23 @@ static int check_room(uint64_t bytes, char *err, size_t errlen) {
 
 /* ---- the memory cgroup ------------------------------------------------------ */
 
-static int read_u64(const char *path, uint64_t *v) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = "";
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    if (!ok || buf[0] < '0' || buf[0] > '9') return -1; /* "max": no limit */
-    *v = strtoull(buf, NULL, 10);
-    return 0;
-}
-
-/* The value of key in a memory.stat file (0 if absent). */
-static uint64_t stat_key(const char *dir, const char *key) {
-    char path[PATH_MAX + 64], line[128];
-    snprintf(path, sizeof path, "%s/memory.stat", dir);
-    FILE *f = fopen(path, "r");
-    uint64_t v = 0;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ' ') v = strtoull(line + n + 1, NULL, 10);
-    if (f) fclose(f);
-    return v;
-}
-
 /* Room left under one cgroup folder's memory limit, counting its
- * reclaimable page cache (file pages less shmem) as room. */
+ * reclaimable page cache (file pages less shmem) as room; -1 where the
+ * folder sets no limit or its files do not read. */
 static int folder_room(const char *dir, int v1, uint64_t *room, uint64_t *limit) {
-    char p[PATH_MAX + 64];
-    uint64_t use;
+    char p[PATH_MAX + 64], buf[8192]; /* memory.stat: about 2 KiB */
+    size_t len;
+    int lim;
+    uint64_t use, file = 0, shmem = 0;
     snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
-    if (read_u64(p, limit) || *limit >= (1ull << 62)) return -1;
+    if (sl__read_text(p, buf, sizeof buf, &len) || sl__cgroup_parse_limit(buf, &lim, limit) || !lim) return -1;
     snprintf(p, sizeof p, "%s/%s", dir, v1 ? "memory.usage_in_bytes" : "memory.current");
-    if (read_u64(p, &use)) return -1;
-    uint64_t file = stat_key(dir, v1 ? "total_cache" : "file"), shmem = stat_key(dir, v1 ? "total_shmem" : "shmem");
+    if (sl__read_text(p, buf, sizeof buf, &len) || sl__cgroup_parse_limit(buf, &lim, &use) || !lim) return -1;
+    snprintf(p, sizeof p, "%s/memory.stat", dir);
+    if (sl__read_text(p, buf, sizeof buf, &len) == 0) { /* absent keys stay 0 */
+        sl__cgroup_parse_kv(buf, len, v1 ? "total_cache" : "file", &file);
+        sl__cgroup_parse_kv(buf, len, v1 ? "total_shmem" : "shmem", &shmem);
+    }
     uint64_t reclaimable = file > shmem ? file - shmem : 0;
     *room = use - SL_MIN(use, reclaimable) >= *limit ? 0 : *limit - (use - SL_MIN(use, reclaimable));
     return 0;
