@@ -67,19 +67,20 @@ test-asan:
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
+# TSAN_TIMEOUT: seconds a case may run; TSAN_WRAP: a command ctest runs under.
+TSAN_TIMEOUT ?= 300
+TSAN_WRAP ?=
 test-tsan:
-	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSL_SANITIZE=thread -DSL_WITH_PYTHON=OFF -DSL_TEST_TIMEOUT=300 $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSL_SANITIZE=thread -DSL_WITH_PYTHON=OFF -DSL_TEST_TIMEOUT=$(TSAN_TIMEOUT) $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L tsan -E fuzz_replay
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 $(TSAN_WRAP) ctest --output-on-failure -j $(JOBS) -L tsan -E fuzz_replay
 
 # The TSan suite beside HOGS busy loops (tools/loaded.sh): a test whose
 # premise leans on timing fails here before it fails in CI. A case may run
 # 20 minutes here (slow is not hung); test-tsan sets 5 back.
 HOGS ?= 2
 test-loaded:
-	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSL_SANITIZE=thread -DSL_WITH_PYTHON=OFF -DSL_TEST_TIMEOUT=1200 $(CMAKE_FLAGS)
-	cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 $(CURDIR)/tools/loaded.sh $(HOGS) ctest --output-on-failure -j $(JOBS) -L tsan -E fuzz_replay
+	$(MAKE) test-tsan TSAN_TIMEOUT=1200 TSAN_WRAP="$(CURDIR)/tools/loaded.sh $(HOGS)"
 
 # The set-up and the package from a clean copy of HEAD (git archive): with
 # the stock system Python (/usr/bin/python3: venv, build, demo) and with
