@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -308,6 +309,59 @@ static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data
     }
 }
 
+/* ---- device input (SL_GPU_HW_DEVICE_INPUT) ----------------------------------- */
+
+#define IN_GAP ((uintptr_t)256 << 10) /* bitstreams this close share one copy, the gap copied too */
+
+static int by_address(const void *a, const void *b) {
+    uintptr_t x = ((const sl__gpu_span *)a)->at, y = ((const sl__gpu_span *)b)->at;
+    return (x > y) - (x < y);
+}
+
+/* The run of sorted bitstreams starting at in_order[j]: its members are
+ * [j, return), its bytes [in_order[j].at, *hi). */
+static uint32_t run_of(const sl__gpu_engine *e, const size_t *len, uint32_t j, uint32_t k, uintptr_t *hi) {
+    *hi = e->in_order[j].at;
+    do {
+        *hi = SL_MAX(*hi, e->in_order[j].at + len[e->in_order[j].i]);
+    } while (++j < k && e->in_order[j].at <= *hi + IN_GAP);
+    return j;
+}
+
+/* The call's bitstreams onto the device before it is routed, for a
+ * hardware backend that reads them there: sorted by host address, runs
+ * merged across gaps under IN_GAP (the staged samples of a call lie close
+ * in the staging pool), one dpool block for the runs, one copy a run on
+ * the engine's stream (ordered before the decode; asynchronous from the
+ * staging's pinned memory). in_dev[i] is sample i's address there. The
+ * block is held until sl__gpu_wait. 0; SL_EBUDGET (no room now: the call
+ * waits, as a sample does); SL_EIO (a copy failed). */
+static int stage_input(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len) {
+    uint32_t k = 0, q;
+    uintptr_t hi;
+    for (uint32_t i = 0; i < n; i++) {
+        e->in_dev[i] = 0;
+        if (data[i] && len[i]) e->in_order[k++] = (sl__gpu_span){(uintptr_t)data[i], i};
+    }
+    if (!k) return 0;
+    qsort(e->in_order, k, sizeof *e->in_order, by_address);
+    uint64_t off = 0;
+    for (uint32_t j = 0; j < k; j = q) { /* each sample's offset in the block: the runs packed */
+        q = run_of(e, len, j, k, &hi);
+        for (uint32_t m = j; m < q; m++) e->in_dev[e->in_order[m].i] = off + (e->in_order[m].at - e->in_order[j].at);
+        off += ((uint64_t)(hi - e->in_order[j].at) + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+    }
+    if (!(e->in_block = sl__pool_alloc(&e->dpool, off))) return SL_EBUDGET;
+    for (uint32_t j = 0; j < k; j = q) { /* a copy a run; the offsets become addresses */
+        q = run_of(e, len, j, k, &hi);
+        uintptr_t lo = e->in_order[j].at;
+        if (e->cu->cuMemcpyHtoDAsync(e->in_block + e->in_dev[e->in_order[j].i], (const void *)lo, hi - lo, e->stream))
+            return SL_EIO;
+        for (uint32_t m = j; m < q; m++) e->in_dev[e->in_order[m].i] += e->in_block;
+    }
+    return 0;
+}
+
 /* One batched hardware call over the samples idx[0, m) of the batch. */
 typedef struct hw_call {
     sl__gpu_engine *e;
@@ -320,7 +374,7 @@ static int hw_run(void *ctx, const uint32_t *idx, uint32_t m) {
     sl__gpu_engine *e = c->e;
     for (uint32_t j = 0; j < m; j++) {
         uint32_t i = idx[j];
-        e->hw_data[j] = c->data[i];
+        e->hw_data[j] = e->in_block ? (const unsigned char *)(uintptr_t)e->in_dev[i] : c->data[i];
         e->hw_len[j] = c->len[i];
         e->hw_out[j] = out_image(&e->work[i]);
         e->hw_batch_params[j] = e->hw_params[i];
@@ -424,7 +478,22 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     uint32_t m = 0;
     e->hw_calls = e->hw_failed_calls = 0;
     cu->cuEventRecord(e->ev0, e->stream);
-    route_all(e, n, data, len, items, dst, stride, status, reasons);
+    int in_rc = e->hw && (e->cfg.flags & SL_GPU_HW_DEVICE_INPUT) ? stage_input(e, n, data, len) : 0;
+    if (in_rc == SL_EIO) {
+        poison(e, n, status, reasons);
+        sl__pool_free(&e->dpool, e->in_block); /* poisoned: nothing is allocated after it */
+        e->in_block = 0;
+        return SL_EIO;
+    }
+    if (in_rc) { /* no room for the bitstreams now: the whole call waits, as a sample without room does */
+        for (uint32_t i = 0; i < n; i++) {
+            memset(&e->work[i], 0, sizeof e->work[i]);
+            status[i] = SL_GPU_AGAIN;
+            if (reasons) snprintf(reasons[i], SL_GPU_REASON, "device pool full now: in the next call");
+        }
+    } else {
+        route_all(e, n, data, len, items, dst, stride, status, reasons);
+    }
     uint64_t t_route = sl__now_ns();
     run_hybrid(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hyb, e->stream);
@@ -487,6 +556,8 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
         t_resize = elapsed_s(cu, e->ev_hw, e->ev1);
     }
     for (uint32_t i = 0; i < e->cfg.max_batch; i++) sl__gpu_work_release(e, &e->work[i]);
+    if (e->in_block) sl__pool_free(&e->dpool, e->in_block);
+    e->in_block = 0;
     e->inflight = 0;
     e->held = 0;
     if (r) {

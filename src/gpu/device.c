@@ -240,6 +240,17 @@ static uint32_t hybrid_flag(void) {
     return env && strcmp(env, "0") == 0 ? SL_GPU_NO_HYBRID : 0;
 }
 
+/* SLUICE_GPU_HW_INPUT=device: nvJPEG's hardware backend reads a call's
+ * bitstreams from the device pool, copied there in a few large copies,
+ * where it copies each image's itself otherwise; SLUICE_GPU_HW_PIPELINE=0:
+ * its batched calls buffer no images ahead. Experiments' knobs, as the
+ * priority's: the same hardware decode, the same bytes (test_gpu). */
+static uint32_t hw_flags(void) {
+    const char *in = getenv("SLUICE_GPU_HW_INPUT"), *pipe = getenv("SLUICE_GPU_HW_PIPELINE");
+    return (in && strcmp(in, "device") == 0 ? SL_GPU_HW_DEVICE_INPUT : 0) |
+           (pipe && strcmp(pipe, "0") == 0 ? SL_GPU_HW_NO_PIPELINE : 0);
+}
+
 /* SLUICE_GPU_ASK=engine: the engine's thread asks nvJPEG about every
  * sample in its call, as before askers (an experiment's knob: the same
  * answers, the same bytes). */
@@ -305,11 +316,19 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         rc = sl__gpu_video_new(&vc, host, &d->v, err, errlen);
         if (!rc && cu->cuCtxGetCurrent(&d->ctx)) rc = SL_EIO; /* the engine left its context current */
     }
-    /* the pool shared equally; the staging on engine 0 */
+    /* the pool shared equally; the staging on engine 0. With device input an engine's pool holds a
+     * call's bitstreams beside its samples: at most the staging (one quarter of the pool) */
+    uint32_t flags = prio_flag | hybrid_flag() | hw_flags();
+    if (!cfg->video && (flags & SL_GPU_HW_DEVICE_INPUT) && cfg->pool_bytes / cfg->engines / 4 < cfg->staging_bytes) {
+        char b1[16], b2[16];
+        sl__msg(err, errlen, "SLUICE_GPU_HW_INPUT=device: an engine's share of gpu_budget (%s) must hold four "
+                "times the staging (%s)", sl__fmt_bytes(cfg->pool_bytes / cfg->engines, b1, sizeof b1),
+                sl__fmt_bytes(cfg->staging_bytes, b2, sizeof b2));
+        rc = SL_EBUDGET;
+    }
     for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
-                             cfg->max_batch, 0, 0, prio_flag | hybrid_flag(), cfg->max_pixels,
-                             k ? 0 : cfg->staging_bytes};
+                             cfg->max_batch, 0, 0, flags, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;

@@ -180,7 +180,9 @@ static int open_tables(sl__gpu_engine *e, char *err, size_t errlen) {
                               {&e->hw_out, n, sizeof *e->hw_out},
                               {&e->hw_batch_params, n, sizeof *e->hw_batch_params},
                               {&e->hw_idx, n, sizeof *e->hw_idx},
-                              {&e->hw_bad, n, sizeof *e->hw_bad}};
+                              {&e->hw_bad, n, sizeof *e->hw_bad},
+                              {&e->in_order, n, sizeof *e->in_order},
+                              {&e->in_dev, n, sizeof *e->in_dev}};
     int rc = sl__alloc_parts(e->host, parts, sizeof parts / sizeof parts[0], SL_MEM_OTHER, &e->tables);
     if (rc) {
         sl__msg(err, errlen, "%s for the GPU engine's tables of %u samples",
@@ -200,9 +202,14 @@ static int open_tables(sl__gpu_engine *e, char *err, size_t errlen) {
 static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
-    if (cu->nvjpegCreateExV2(SL_NVJ_BACKEND_HARDWARE, &e->dalloc, &e->palloc, 0, &e->hw)) {
+    int dev_in = (e->cfg.flags & SL_GPU_HW_DEVICE_INPUT) != 0;
+    unsigned nflags = e->cfg.flags & SL_GPU_HW_NO_PIPELINE ? SL_NVJ_FLAGS_HW_DECODE_NO_PIPELINE : 0;
+    if (cu->nvjpegCreateExV2(dev_in ? SL_NVJ_BACKEND_HARDWARE_DEVICE : SL_NVJ_BACKEND_HARDWARE, &e->dalloc,
+                             &e->palloc, nflags, &e->hw)) {
         e->hw = NULL; /* no JPEG engines on this GPU */
-        return 0;
+        if (!dev_in) return 0;
+        sl__msg(err, errlen, "nvJPEG has no hardware backend for device input on %s", e->st.device_name);
+        return SL_EUNSUPPORTED; /* asked for by name: not silently the other backend */
     }
     sl_nvjStatus s;
     cu->nvjpegSetDeviceMemoryPadding(NVJ_PADDING, e->hw);
@@ -347,8 +354,10 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
         sl__gpu_engine_free(e);
         return rc;
     }
-    snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s", e->hw ? "hardware" : "",
-             e->hw && e->hyb ? "+" : "", e->hyb ? "hybrid" : "");
+    snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s%s%s", e->hw ? "hardware" : "",
+             e->hw && (cfg->flags & SL_GPU_HW_DEVICE_INPUT) ? " (device input)" : "",
+             e->hw && (cfg->flags & SL_GPU_HW_NO_PIPELINE) ? " (no pipeline)" : "", e->hw && e->hyb ? "+" : "",
+             e->hyb ? "hybrid" : "");
     *out = e;
     return 0;
 }

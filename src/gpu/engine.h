@@ -93,6 +93,10 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
                                          streams too): work on a stream of greater priority runs first */
 #define SL_GPU_HIGH_PRIORITY (1u << 4) /* ... at its greatest instead: the engine's kernels are scheduled
                                           ahead of a default stream's (over LOW) */
+#define SL_GPU_HW_DEVICE_INPUT (1u << 5) /* nvJPEG's hardware backend for device input: a call's bitstreams
+                                            go to the device pool first, in a few large copies, and nvJPEG
+                                            reads them there (its own per-image copy is not made) */
+#define SL_GPU_HW_NO_PIPELINE (1u << 6)  /* nvJPEG's NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */

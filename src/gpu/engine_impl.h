@@ -22,6 +22,12 @@
 #include "gpu/kernels.h"
 #include "gpu/pool.h"
 
+/* A sample's bitstream by host address, for sorting (batch.c). */
+typedef struct sl__gpu_span {
+    uintptr_t at;
+    uint32_t i;
+} sl__gpu_span;
+
 /* Where a sample goes (batch.c). */
 enum { ROUTE_CPU = 0, ROUTE_HW, ROUTE_HYBRID };
 
@@ -67,6 +73,10 @@ struct sl__gpu_engine {
     sl_nvjParams *hw_batch_params;
     uint32_t *hw_idx;           /* the batch's hardware samples, and whether each failed alone */
     uint8_t *hw_bad;
+    /* SL_GPU_HW_DEVICE_INPUT: the call's bitstreams on the device (batch.c, stage_input) */
+    sl__gpu_span *in_order;     /* the samples by host address */
+    uint64_t *in_dev;           /* per sample: its bitstream's device address (0: none) */
+    uint64_t in_block;          /* the dpool block holding them, held until sl__gpu_wait (0: none) */
     /* GPU hybrid backend (NULL where none) */
     sl_nvjHandle gh;
     sl_nvjDecoder hyb;

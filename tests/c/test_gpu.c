@@ -279,18 +279,23 @@ typedef struct gpu_rig {
     uint64_t stride;
 } gpu_rig;
 
-static void rig_open_cap(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget, uint64_t max_pixels) {
+static void rig_open_with(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget, uint64_t max_pixels, uint32_t flags) {
     r->cu = sl__cuda_api_get(NULL, 0);
     CHECK(r->cu != NULL);
     CHECK_OK(sl__budget_init(&r->host, 1ull << 30));
     sl__gpu_config c = config(max_batch);
     c.gpu_budget = gpu_budget;
     c.max_pixels = max_pixels;
+    c.flags = flags;
     char err[300] = "";
     int rc = sl__gpu_engine_new(&c, &r->host, &r->e, err, sizeof err);
     if (rc) SL_FAIL("engine: %s: %s", sl_strerror(rc), err);
     r->stride = 3 * 224 * 224;
     CHECK_OK(r->cu->cuMemAlloc(&r->dst, r->stride * max_batch));
+}
+
+static void rig_open_cap(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget, uint64_t max_pixels) {
+    rig_open_with(r, max_batch, gpu_budget, max_pixels, 0);
 }
 
 static void rig_open(gpu_rig *r, uint32_t max_batch, uint64_t gpu_budget) {
@@ -524,6 +529,68 @@ TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
     free(o2);
     sl__gpu_asker_free(a);
     rig_close(&r);
+}
+
+/* nvJPEG's hardware backend reading the bitstreams from the device
+ * (SLUICE_GPU_HW_INPUT=device: a call's bitstreams copied in runs) or
+ * buffering no images ahead (SLUICE_GPU_HW_PIPELINE=0) decodes every
+ * sample as the default does: the same statuses, the same bytes, a corrupt
+ * JPEG bisected out alone in each. */
+TEST(gpu_hardware_input_modes_decode_the_same) {
+    NEED_GPU();
+    enum { N = 16 };
+    static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
+    unsigned char *jp[N];
+    const uint8_t *data[N];
+    size_t len[N];
+    sl__gpu_item items[N];
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t w = 160 + (uint32_t)(fx_mix(i + 3) % 900), h = 120 + (uint32_t)(fx_mix(i + 17) % 700);
+        unsigned long jl = 0;
+        jp[i] = i == 6 ? NULL : fx_jpeg_bytes(w, h, i, 0, 75 + i, &jl);
+        data[i] = jp[i] ? jp[i] : garbage; /* the garbage far from the heap's bitstreams: a run of its own */
+        len[i] = jp[i] ? jl : sizeof garbage;
+        sl_image_info info = jpeg_info(w, h);
+        sl__plan p;
+        CHECK_OK(plan(&info, i % 3 ? SL_PRESET_TRAIN : SL_PRESET_VAL, i, 0, &p));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
+    }
+    const uint32_t modes[3] = {0, SL_GPU_HW_DEVICE_INPUT, SL_GPU_HW_NO_PIPELINE};
+    int st[3][N];
+    uint8_t *out[3];
+    uint64_t hw[3];
+    for (int m = 0; m < 3; m++) {
+        gpu_rig r;
+        rig_open_with(&r, N, 256ull << 20, 0, modes[m]);
+        sl__gpu_stats s;
+        sl__gpu_engine_stats(r.e, &s);
+        printf("mode %d: %s\n", m, s.backends);
+        if (!strstr(s.backends, "hardware")) { /* no JPEG engines: the modes have nothing to change */
+            printf("SKIP: no hardware backend\n");
+            rig_close(&r);
+            for (int q = 0; q < m; q++) free(out[q]);
+            for (uint32_t i = 0; i < N; i++) free(jp[i]);
+            return;
+        }
+        out[m] = malloc(r.stride * N);
+        hw[m] = decode_back(&r, N, data, len, items, st[m], out[m]);
+        uint64_t again = decode_back(&r, N, data, len, items, st[m], out[m]); /* a second call: the blocks were freed */
+        CHECK_EQ(again, hw[m]);
+        rig_close(&r);
+    }
+    CHECK(hw[0] >= N - 1);
+    for (int m = 1; m < 3; m++) {
+        CHECK_EQ(hw[m], hw[0]);
+        for (uint32_t i = 0; i < N; i++) {
+            CHECK_EQ(st[m][i], st[0][i]);
+            size_t px = 3 * 224 * 224;
+            if (st[0][i] == SL_GPU_DONE && memcmp(out[m] + i * px, out[0] + i * px, px))
+                SL_FAIL("mode %d, image %u: bytes differ from the default's", m, i);
+        }
+    }
+    CHECK_EQ(st[0][6], SL_GPU_CPU);
+    for (int m = 0; m < 3; m++) free(out[m]);
+    for (uint32_t i = 0; i < N; i++) free(jp[i]);
 }
 
 TEST(gpu_refuses_images_over_its_max_pixels) {
