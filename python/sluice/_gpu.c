@@ -306,7 +306,8 @@ static const stat_field stat_fields[] = {
     DBL(gpu_resize_s),      U32(hw_engines),      U32(hw_cores),         STR(device_name),
     STR(backends),          STR(kernels),         I64(host_rss_context), I64(host_rss_kernels),
     I64(host_rss_pinned),   I64(host_rss_nvjpeg), I64(host_rss_warmup),  DBL(thread_route_s),
-    DBL(thread_hybrid_s),   DBL(thread_hw_s),     DBL(thread_launch_s),  DBL(thread_wait_s)};
+    DBL(thread_hybrid_s),   DBL(thread_hw_s),     DBL(thread_launch_s),  DBL(thread_wait_s),
+    U64(hw_calls_unpipelined), U64(hw_mode_switches)};
 #undef SIZE_IS
 #undef U64
 #undef I64

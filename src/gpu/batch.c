@@ -25,7 +25,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -309,60 +308,50 @@ static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data
     }
 }
 
-/* ---- device input (SL_GPU_HW_DEVICE_INPUT) ----------------------------------- */
+/* ---- the hardware's two modes ------------------------------------------------ */
 
-#define IN_GAP ((uintptr_t)256 << 10) /* bitstreams this close share one copy, the gap copied too */
+/* With both hardware handles open (engine_impl.h: nvJPEG's pipelined
+ * batched decode and the one without), the calls run in cycles of
+ * MODE_CYCLE: the chosen handle for MODE_WINDOW calls, the other for
+ * MODE_WINDOW, each window's hardware seconds a hardware sample measured
+ * (the batched call and the wait for the batch's GPU work, host clock);
+ * the other becomes the chosen one where it was MODE_MARGIN faster a
+ * sample; then the chosen one to the cycle's end. Alone on the GPU the
+ * pipeline is faster, beside a training loop the other (docs/gpu.md):
+ * the measure follows whichever holds now. Both decode the same bytes
+ * (test_gpu): only the speed moves. */
+#define MODE_WINDOW 8u
+#define MODE_CYCLE 128u
+#define MODE_MARGIN 0.03
 
-static int by_address(const void *a, const void *b) {
-    uintptr_t x = ((const sl__gpu_span *)a)->at, y = ((const sl__gpu_span *)b)->at;
-    return (x > y) - (x < y);
+/* Whether the next call takes hw2. */
+static int pick_hw2(const sl__gpu_engine *e) {
+    if (!e->hw2) return 0;
+    if (e->force_hw2) return 1;
+    return e->use_hw2 ^ (e->mode_pos >= MODE_WINDOW && e->mode_pos < 2 * MODE_WINDOW);
 }
 
-/* The run of sorted bitstreams starting at in_order[j]: its members are
- * [j, return), its bytes [in_order[j].at, *hi). */
-static uint32_t run_of(const sl__gpu_engine *e, const size_t *len, uint32_t j, uint32_t k, uintptr_t *hi) {
-    *hi = e->in_order[j].at;
-    do {
-        *hi = SL_MAX(*hi, e->in_order[j].at + len[e->in_order[j].i]);
-    } while (++j < k && e->in_order[j].at <= *hi + IN_GAP);
-    return j;
+/* After a batch's wait: its hardware seconds s over its n hardware samples. */
+static void mode_account(sl__gpu_engine *e, double s, uint64_t n) {
+    if (!e->hw2) return;
+    if (e->mode_pos < 2 * MODE_WINDOW) e->mode_s[e->call_hw2] += s, e->mode_n[e->call_hw2] += n;
+    if (++e->mode_pos == 2 * MODE_WINDOW) {
+        int c = e->use_hw2;
+        if (e->mode_n[0] && e->mode_n[1] &&
+            e->mode_s[!c] / (double)e->mode_n[!c] < (1 - MODE_MARGIN) * e->mode_s[c] / (double)e->mode_n[c]) {
+            e->use_hw2 = !c;
+            pthread_mutex_lock(&e->stats_mu);
+            e->st.hw_mode_switches++;
+            pthread_mutex_unlock(&e->stats_mu);
+        }
+        e->mode_s[0] = e->mode_s[1] = 0;
+        e->mode_n[0] = e->mode_n[1] = 0;
+    }
+    if (e->mode_pos >= MODE_CYCLE) e->mode_pos = 0;
 }
 
-/* The call's bitstreams onto the device before it is routed, for a
- * hardware backend that reads them there: sorted by host address, runs
- * merged across gaps under IN_GAP (the staged samples of a call lie close
- * in the staging pool), one dpool block for the runs, one copy a run on
- * the engine's stream (ordered before the decode; asynchronous from the
- * staging's pinned memory). in_dev[i] is sample i's address there. The
- * block is held until sl__gpu_wait. 0; SL_EBUDGET (no room now: the call
- * waits, as a sample does); SL_EIO (a copy failed). */
-static int stage_input(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data, const size_t *len) {
-    uint32_t k = 0, q;
-    uintptr_t hi;
-    for (uint32_t i = 0; i < n; i++) {
-        e->in_dev[i] = 0;
-        if (data[i] && len[i]) e->in_order[k++] = (sl__gpu_span){(uintptr_t)data[i], i};
-    }
-    if (!k) return 0;
-    qsort(e->in_order, k, sizeof *e->in_order, by_address);
-    uint64_t off = 0;
-    for (uint32_t j = 0; j < k; j = q) { /* each sample's offset in the block: the runs packed */
-        q = run_of(e, len, j, k, &hi);
-        for (uint32_t m = j; m < q; m++) e->in_dev[e->in_order[m].i] = off + (e->in_order[m].at - e->in_order[j].at);
-        off += ((uint64_t)(hi - e->in_order[j].at) + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
-    }
-    if (!(e->in_block = sl__pool_alloc(&e->dpool, off))) return SL_EBUDGET;
-    for (uint32_t j = 0; j < k; j = q) { /* a copy a run; the offsets become addresses */
-        q = run_of(e, len, j, k, &hi);
-        uintptr_t lo = e->in_order[j].at;
-        if (e->cu->cuMemcpyHtoDAsync(e->in_block + e->in_dev[e->in_order[j].i], (const void *)lo, hi - lo, e->stream))
-            return SL_EIO;
-        for (uint32_t m = j; m < q; m++) e->in_dev[e->in_order[m].i] += e->in_block;
-    }
-    return 0;
-}
-
-/* One batched hardware call over the samples idx[0, m) of the batch. */
+/* One batched hardware call over the samples idx[0, m) of the batch, on
+ * the handle the batch took (call_hw2). */
 typedef struct hw_call {
     sl__gpu_engine *e;
     const uint8_t *const *data;
@@ -374,15 +363,15 @@ static int hw_run(void *ctx, const uint32_t *idx, uint32_t m) {
     sl__gpu_engine *e = c->e;
     for (uint32_t j = 0; j < m; j++) {
         uint32_t i = idx[j];
-        e->hw_data[j] = e->in_block ? (const unsigned char *)(uintptr_t)e->in_dev[i] : c->data[i];
+        e->hw_data[j] = c->data[i];
         e->hw_len[j] = c->len[i];
         e->hw_out[j] = out_image(&e->work[i]);
         e->hw_batch_params[j] = e->hw_params[i];
     }
-    sl_nvjStatus s = e->cu->nvjpegDecodeBatchedInitialize(e->hw, e->hw_state, (int)m, 1, SL_NVJ_OUTPUT_RGBI);
-    if (!s)
-        s = e->cu->nvjpegDecodeBatchedEx(e->hw, e->hw_state, e->hw_data, e->hw_len, e->hw_out, e->hw_batch_params,
-                                         e->stream);
+    sl_nvjHandle h = e->call_hw2 ? e->hw2 : e->hw;
+    sl_nvjState st = e->call_hw2 ? e->hw2_state : e->hw_state;
+    sl_nvjStatus s = e->cu->nvjpegDecodeBatchedInitialize(h, st, (int)m, 1, SL_NVJ_OUTPUT_RGBI);
+    if (!s) s = e->cu->nvjpegDecodeBatchedEx(h, st, e->hw_data, e->hw_len, e->hw_out, e->hw_batch_params, e->stream);
     e->hw_calls++;
     e->hw_failed_calls += s != 0;
     if (s == SL_NVJ_STATUS_ALLOCATOR_FAILURE) return SL_BISECT_LATER; /* the pools, not the samples */
@@ -477,23 +466,9 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     uint64_t t0 = sl__now_ns();
     uint32_t m = 0;
     e->hw_calls = e->hw_failed_calls = 0;
+    e->call_hw2 = pick_hw2(e);
     cu->cuEventRecord(e->ev0, e->stream);
-    int in_rc = e->hw && (e->cfg.flags & SL_GPU_HW_DEVICE_INPUT) ? stage_input(e, n, data, len) : 0;
-    if (in_rc == SL_EIO) {
-        poison(e, n, status, reasons);
-        sl__pool_free(&e->dpool, e->in_block); /* poisoned: nothing is allocated after it */
-        e->in_block = 0;
-        return SL_EIO;
-    }
-    if (in_rc) { /* no room for the bitstreams now: the whole call waits, as a sample without room does */
-        for (uint32_t i = 0; i < n; i++) {
-            memset(&e->work[i], 0, sizeof e->work[i]);
-            status[i] = SL_GPU_AGAIN;
-            if (reasons) snprintf(reasons[i], SL_GPU_REASON, "device pool full now: in the next call");
-        }
-    } else {
-        route_all(e, n, data, len, items, dst, stride, status, reasons);
-    }
+    route_all(e, n, data, len, items, dst, stride, status, reasons);
     uint64_t t_route = sl__now_ns();
     run_hybrid(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hyb, e->stream);
@@ -511,6 +486,8 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     }
     e->inflight = 1;
     e->inflight_gpu = m;
+    e->call_hw_ns = t_hw - t_hyb;
+    e->call_hw_n = hw;
     e->t_issue_ns = t0;
     uint64_t t_end = sl__now_ns();
     e->issue_ns = t_end - t0;
@@ -524,6 +501,7 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     e->st.samples_cpu += n - hw - hyb - again;
     e->st.samples_again += again;
     e->st.hw_calls += e->hw_calls;
+    e->st.hw_calls_unpipelined += (e->call_hw2 ? !e->hw_unpipelined : e->hw_unpipelined) ? e->hw_calls : 0;
     e->st.hw_failed_calls += e->hw_failed_calls;
     e->st.batches++;
     pthread_mutex_unlock(&e->stats_mu);
@@ -556,8 +534,6 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
         t_resize = elapsed_s(cu, e->ev_hw, e->ev1);
     }
     for (uint32_t i = 0; i < e->cfg.max_batch; i++) sl__gpu_work_release(e, &e->work[i]);
-    if (e->in_block) sl__pool_free(&e->dpool, e->in_block);
-    e->in_block = 0;
     e->inflight = 0;
     e->held = 0;
     if (r) {
@@ -565,6 +541,7 @@ int sl__gpu_wait(sl__gpu_engine *e, char *err, size_t errlen) {
         sl__msg(err, errlen, "GPU batch failed: %s", sl__cu_errname(cu, r));
         return SL_EIO;
     }
+    mode_account(e, (double)e->call_hw_ns * 1e-9 + t_wait, e->call_hw_n);
     double busy = SL_MAX(e->issue_ns * 1e-9, t_hyb + t_hw + t_resize);
     pthread_mutex_lock(&e->stats_mu);
     e->st.thread_wait_s += t_wait;
@@ -696,9 +673,10 @@ int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen) {
     saved = e->st;
     pthread_mutex_unlock(&e->stats_mu);
     int rc = 0;
-    for (int pass = 0; pass < 2 && !rc; pass++) { /* the route every sample takes; then the hybrid backend */
-        if (pass == 1 && !(e->hw && e->hyb)) break;
-        e->force_hybrid = pass;
+    for (int pass = 0; pass < 3 && !rc; pass++) { /* the route every sample takes; the hybrid; the second mode */
+        if ((pass == 1 && !(e->hw && e->hyb)) || (pass == 2 && !e->hw2)) continue;
+        e->force_hybrid = pass == 1;
+        e->force_hw2 = pass == 2;
         const uint8_t *d = tiny_jpeg;
         size_t len = sizeof tiny_jpeg;
         int status;
@@ -707,7 +685,9 @@ int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen) {
         else
             rc = sl__gpu_wait(e, err, errlen);
     }
-    e->force_hybrid = 0;
+    e->force_hybrid = e->force_hw2 = 0;
+    e->mode_pos = 0, e->use_hw2 = 0; /* the warm-up is no measure */
+    e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
     sl__pool_free(&e->dpool, dst);
     pthread_mutex_lock(&e->stats_mu);
     e->st = saved; /* the warm-up is no sample */

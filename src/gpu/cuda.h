@@ -62,9 +62,8 @@ enum { /* nvjpegBackend_t */
     SL_NVJ_BACKEND_DEFAULT = 0,
     SL_NVJ_BACKEND_GPU_HYBRID = 2,
     SL_NVJ_BACKEND_HARDWARE = 3,
-    SL_NVJ_BACKEND_HARDWARE_DEVICE = 5, /* the hardware, its bitstreams read from device memory */
 };
-#define SL_NVJ_FLAGS_HW_DECODE_NO_PIPELINE 1u /* nvjpegCreateExV2: no images buffered ahead in batched calls */
+#define SL_NVJ_FLAGS_HW_DECODE_NO_PIPELINE 1u /* nvjpegCreateExV2: batched calls buffer no images ahead */
 enum { SL_NVJ_OUTPUT_RGBI = 5 }; /* nvjpegOutputFormat_t: interleaved RGB */
 enum { SL_NVJ_CSS_444 = 0 };     /* nvjpegChromaSubsampling_t */
 #define SL_NVJ_MAX_COMPONENT 4

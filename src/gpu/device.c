@@ -166,6 +166,7 @@ static void dev_stats(void *ctx, sl__gpu_stats *out) {
         out->samples_hw += o.samples_hw, out->samples_hybrid += o.samples_hybrid, out->samples_cpu += o.samples_cpu;
         out->samples_again += o.samples_again, out->batches += o.batches, out->hw_calls += o.hw_calls;
         out->hw_failed_calls += o.hw_failed_calls, out->busy_s += o.busy_s, out->rate += o.rate;
+        out->hw_calls_unpipelined += o.hw_calls_unpipelined, out->hw_mode_switches += o.hw_mode_switches;
         out->gpu_hybrid_s += o.gpu_hybrid_s, out->gpu_hw_s += o.gpu_hw_s, out->gpu_resize_s += o.gpu_resize_s;
         out->thread_route_s += o.thread_route_s, out->thread_hybrid_s += o.thread_hybrid_s;
         out->thread_hw_s += o.thread_hw_s, out->thread_launch_s += o.thread_launch_s;
@@ -240,15 +241,13 @@ static uint32_t hybrid_flag(void) {
     return env && strcmp(env, "0") == 0 ? SL_GPU_NO_HYBRID : 0;
 }
 
-/* SLUICE_GPU_HW_INPUT=device: nvJPEG's hardware backend reads a call's
- * bitstreams from the device pool, copied there in a few large copies,
- * where it copies each image's itself otherwise; SLUICE_GPU_HW_PIPELINE=0:
- * its batched calls buffer no images ahead. Experiments' knobs, as the
- * priority's: the same hardware decode, the same bytes (test_gpu). */
-static uint32_t hw_flags(void) {
-    const char *in = getenv("SLUICE_GPU_HW_INPUT"), *pipe = getenv("SLUICE_GPU_HW_PIPELINE");
-    return (in && strcmp(in, "device") == 0 ? SL_GPU_HW_DEVICE_INPUT : 0) |
-           (pipe && strcmp(pipe, "0") == 0 ? SL_GPU_HW_NO_PIPELINE : 0);
+/* SLUICE_GPU_HW_PIPELINE=1 or 0: only nvJPEG's pipelined hardware mode,
+ * or only the one without; unset, both, each call on the one measured
+ * faster (batch.c). An experiment's knob: the same bytes either way. */
+static uint32_t hw_mode_flag(void) {
+    const char *env = getenv("SLUICE_GPU_HW_PIPELINE");
+    if (!env) return 0;
+    return strcmp(env, "1") == 0 ? SL_GPU_HW_PIPELINED : strcmp(env, "0") == 0 ? SL_GPU_HW_UNPIPELINED : 0;
 }
 
 /* SLUICE_GPU_ASK=engine: the engine's thread asks nvJPEG about every
@@ -316,19 +315,11 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
         rc = sl__gpu_video_new(&vc, host, &d->v, err, errlen);
         if (!rc && cu->cuCtxGetCurrent(&d->ctx)) rc = SL_EIO; /* the engine left its context current */
     }
-    /* the pool shared equally; the staging on engine 0. With device input an engine's pool holds a
-     * call's bitstreams beside its samples: at most the staging (one quarter of the pool) */
-    uint32_t flags = prio_flag | hybrid_flag() | hw_flags();
-    if (!cfg->video && (flags & SL_GPU_HW_DEVICE_INPUT) && cfg->pool_bytes / cfg->engines / 4 < cfg->staging_bytes) {
-        char b1[16], b2[16];
-        sl__msg(err, errlen, "SLUICE_GPU_HW_INPUT=device: an engine's share of gpu_budget (%s) must hold four "
-                "times the staging (%s)", sl__fmt_bytes(cfg->pool_bytes / cfg->engines, b1, sizeof b1),
-                sl__fmt_bytes(cfg->staging_bytes, b2, sizeof b2));
-        rc = SL_EBUDGET;
-    }
+    /* the pool shared equally; the staging on engine 0 */
     for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
-                             cfg->max_batch, 0, 0, flags, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
+                             cfg->max_batch, 0, 0, prio_flag | hybrid_flag() | hw_mode_flag(), cfg->max_pixels,
+                             k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;

@@ -180,9 +180,7 @@ static int open_tables(sl__gpu_engine *e, char *err, size_t errlen) {
                               {&e->hw_out, n, sizeof *e->hw_out},
                               {&e->hw_batch_params, n, sizeof *e->hw_batch_params},
                               {&e->hw_idx, n, sizeof *e->hw_idx},
-                              {&e->hw_bad, n, sizeof *e->hw_bad},
-                              {&e->in_order, n, sizeof *e->in_order},
-                              {&e->in_dev, n, sizeof *e->in_dev}};
+                              {&e->hw_bad, n, sizeof *e->hw_bad}};
     int rc = sl__alloc_parts(e->host, parts, sizeof parts / sizeof parts[0], SL_MEM_OTHER, &e->tables);
     if (rc) {
         sl__msg(err, errlen, "%s for the GPU engine's tables of %u samples",
@@ -197,27 +195,39 @@ static int open_tables(sl__gpu_engine *e, char *err, size_t errlen) {
     return SL_EBUDGET;
 }
 
+/* A hardware handle in one mode with its state, its buffers for a full
+ * batch of typical images taken now (nvJPEG's allocations come from the
+ * pools). 0, or nvJPEG's status (*h NULL: no JPEG engines). */
+static sl_nvjStatus open_hw_handle(sl__gpu_engine *e, int unpipelined, sl_nvjHandle *h, sl_nvjState *st) {
+    const sl__cuda_api *cu = e->cu;
+    sl_nvjStatus s = cu->nvjpegCreateExV2(SL_NVJ_BACKEND_HARDWARE, &e->dalloc, &e->palloc,
+                                          unpipelined ? SL_NVJ_FLAGS_HW_DECODE_NO_PIPELINE : 0, h);
+    if (s) {
+        *h = NULL;
+        return s;
+    }
+    cu->nvjpegSetDeviceMemoryPadding(NVJ_PADDING, *h);
+    cu->nvjpegSetPinnedMemoryPadding(NVJ_PADDING, *h);
+    if ((s = cu->nvjpegJpegStateCreate(*h, st))) {
+        *st = NULL;
+        return s;
+    }
+    if (!cu->nvjpegDecodeBatchedPreAllocate) return 0;
+    int w = e->cfg.hint_w ? (int)e->cfg.hint_w : 512, hh = e->cfg.hint_h ? (int)e->cfg.hint_h : 512;
+    return cu->nvjpegDecodeBatchedPreAllocate(*h, *st, (int)e->cfg.max_batch, w, hh, SL_NVJ_CSS_444,
+                                              SL_NVJ_OUTPUT_RGBI);
+}
+
 /* The hardware backend: absent on GPUs without JPEG engines (then 0,
- * e->hw NULL). */
+ * e->hw NULL). The second mode's handle is an option: where it cannot be
+ * opened (the pools too small for both) the engine runs on the first. */
 static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
-    int dev_in = (e->cfg.flags & SL_GPU_HW_DEVICE_INPUT) != 0;
-    unsigned nflags = e->cfg.flags & SL_GPU_HW_NO_PIPELINE ? SL_NVJ_FLAGS_HW_DECODE_NO_PIPELINE : 0;
-    if (cu->nvjpegCreateExV2(dev_in ? SL_NVJ_BACKEND_HARDWARE_DEVICE : SL_NVJ_BACKEND_HARDWARE, &e->dalloc,
-                             &e->palloc, nflags, &e->hw)) {
-        e->hw = NULL; /* no JPEG engines on this GPU */
-        if (!dev_in) return 0;
-        sl__msg(err, errlen, "nvJPEG has no hardware backend for device input on %s", e->st.device_name);
-        return SL_EUNSUPPORTED; /* asked for by name: not silently the other backend */
-    }
-    sl_nvjStatus s;
-    cu->nvjpegSetDeviceMemoryPadding(NVJ_PADDING, e->hw);
-    cu->nvjpegSetPinnedMemoryPadding(NVJ_PADDING, e->hw);
-    if ((s = cu->nvjpegJpegStateCreate(e->hw, &e->hw_state))) {
-        e->hw_state = NULL;
-        return nvj_fail(s, "hardware state", err, errlen);
-    }
+    e->hw_unpipelined = (e->cfg.flags & SL_GPU_HW_UNPIPELINED) != 0;
+    sl_nvjStatus s = open_hw_handle(e, e->hw_unpipelined, &e->hw, &e->hw_state);
+    if (!e->hw) return 0; /* no JPEG engines on this GPU */
+    if (s) return nvj_fail(s, "hardware state or preallocation (the pools are too small for a batch)", err, errlen);
     for (uint32_t i = 0; i < e->cfg.max_batch; i++) {
         if ((s = cu->nvjpegJpegStreamCreate(e->hw, &e->hw_streams[i]))) return nvj_fail(s, "stream", err, errlen);
         if ((s = cu->nvjpegDecodeParamsCreate(e->hw, &e->hw_params[i]))) return nvj_fail(s, "params", err, errlen);
@@ -226,11 +236,11 @@ static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     if (cu->nvjpegGetHardwareDecoderInfo)
         cu->nvjpegGetHardwareDecoderInfo(e->hw, &e->st.hw_engines, &e->st.hw_cores);
-    if (cu->nvjpegDecodeBatchedPreAllocate) { /* its buffers for a full batch of typical images, now */
-        int w = e->cfg.hint_w ? (int)e->cfg.hint_w : 512, h = e->cfg.hint_h ? (int)e->cfg.hint_h : 512;
-        if ((s = cu->nvjpegDecodeBatchedPreAllocate(e->hw, e->hw_state, (int)e->cfg.max_batch, w, h, SL_NVJ_CSS_444,
-                                                    SL_NVJ_OUTPUT_RGBI)))
-            return nvj_fail(s, "preallocation (the pools are too small for a batch)", err, errlen);
+    if (!(e->cfg.flags & (SL_GPU_HW_PIPELINED | SL_GPU_HW_UNPIPELINED)) &&
+        open_hw_handle(e, !e->hw_unpipelined, &e->hw2, &e->hw2_state)) {
+        if (e->hw2_state) cu->nvjpegJpegStateDestroy(e->hw2_state);
+        if (e->hw2) cu->nvjpegDestroy(e->hw2);
+        e->hw2 = NULL, e->hw2_state = NULL;
     }
     return 0;
 }
@@ -354,10 +364,9 @@ int sl__gpu_engine_new(const sl__gpu_config *cfg, sl__budget *host, sl__gpu_engi
         sl__gpu_engine_free(e);
         return rc;
     }
-    snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s%s%s", e->hw ? "hardware" : "",
-             e->hw && (cfg->flags & SL_GPU_HW_DEVICE_INPUT) ? " (device input)" : "",
-             e->hw && (cfg->flags & SL_GPU_HW_NO_PIPELINE) ? " (no pipeline)" : "", e->hw && e->hyb ? "+" : "",
-             e->hyb ? "hybrid" : "");
+    snprintf(e->st.backends, sizeof e->st.backends, "%s%s%s%s", e->hw ? "hardware" : "",
+             !e->hw ? "" : e->hw2 ? " (both modes)" : e->hw_unpipelined ? " (unpipelined)" : " (pipelined)",
+             e->hw && e->hyb ? "+" : "", e->hyb ? "hybrid" : "");
     *out = e;
     return 0;
 }
@@ -397,6 +406,8 @@ static void close_nvjpeg(sl__gpu_engine *e) {
     }
     if (e->hw_state) cu->nvjpegJpegStateDestroy(e->hw_state);
     if (e->hw) cu->nvjpegDestroy(e->hw);
+    if (e->hw2_state) cu->nvjpegJpegStateDestroy(e->hw2_state);
+    if (e->hw2) cu->nvjpegDestroy(e->hw2);
     if (e->hyb_params) cu->nvjpegDecodeParamsDestroy(e->hyb_params);
     if (e->hyb_stream) cu->nvjpegJpegStreamDestroy(e->hyb_stream);
     if (e->hyb_state) cu->nvjpegJpegStateDestroy(e->hyb_state);

@@ -93,10 +93,12 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
                                          streams too): work on a stream of greater priority runs first */
 #define SL_GPU_HIGH_PRIORITY (1u << 4) /* ... at its greatest instead: the engine's kernels are scheduled
                                           ahead of a default stream's (over LOW) */
-#define SL_GPU_HW_DEVICE_INPUT (1u << 5) /* nvJPEG's hardware backend for device input: a call's bitstreams
-                                            go to the device pool first, in a few large copies, and nvJPEG
-                                            reads them there (its own per-image copy is not made) */
-#define SL_GPU_HW_NO_PIPELINE (1u << 6)  /* nvJPEG's NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE */
+/* nvJPEG's hardware backend buffers images ahead in its batched calls (its pipeline) unless told not
+ * to (NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE). Alone on a GPU the pipeline decodes faster; beside a
+ * training loop, without it (docs/gpu.md "The hardware's two modes"). By default the engine opens
+ * both and each call takes the one measured faster (batch.c); these flags keep one of them. */
+#define SL_GPU_HW_PIPELINED (1u << 5) /* only the pipelined mode (the engine until now) */
+#define SL_GPU_HW_UNPIPELINED (1u << 6) /* only the one without (over PIPELINED) */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */
@@ -214,6 +216,8 @@ typedef struct sl__gpu_stats {
     uint64_t samples_again;      /* not decoded in their call for lack of pool room (submitted again) */
     uint64_t batches;
     uint64_t hw_calls, hw_failed_calls; /* batched hardware calls; those that failed (then bisected) */
+    uint64_t hw_calls_unpipelined;      /* of hw_calls, those without nvJPEG's pipeline */
+    uint64_t hw_mode_switches;          /* times the measure moved the calls to the other mode */
     double busy_s;               /* per batch: max(host issue time, GPU time), summed */
     double gpu_hybrid_s, gpu_hw_s, gpu_resize_s; /* GPU time of each phase (stream events), summed */
     /* The calling thread's wall time (host clock) in each step of the calls, summed: routing

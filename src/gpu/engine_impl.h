@@ -22,12 +22,6 @@
 #include "gpu/kernels.h"
 #include "gpu/pool.h"
 
-/* A sample's bitstream by host address, for sorting (batch.c). */
-typedef struct sl__gpu_span {
-    uintptr_t at;
-    uint32_t i;
-} sl__gpu_span;
-
 /* Where a sample goes (batch.c). */
 enum { ROUTE_CPU = 0, ROUTE_HW, ROUTE_HYBRID };
 
@@ -62,9 +56,12 @@ struct sl__gpu_engine {
     /* host tables: one block (tables) of max_batch entries each */
     void *tables;
     sl__gpu_work *work;
-    /* hardware backend (NULL where none) */
-    sl_nvjHandle hw;
-    sl_nvjState hw_state;
+    /* hardware backend (NULL where none): hw in the first mode the flags allow (pipelined unless
+     * SL_GPU_HW_UNPIPELINED), hw2 in the other where both are allowed and open (else NULL); the
+     * streams and params are hw's and serve both */
+    sl_nvjHandle hw, hw2;
+    sl_nvjState hw_state, hw2_state;
+    int hw_unpipelined;         /* hw's mode; hw2's is the other */
     sl_nvjStream *hw_streams;   /* parsed headers, per sample of the batch */
     sl_nvjParams *hw_params;    /* per sample: ROI + output format */
     const unsigned char **hw_data; /* one batched call's arguments */
@@ -73,10 +70,6 @@ struct sl__gpu_engine {
     sl_nvjParams *hw_batch_params;
     uint32_t *hw_idx;           /* the batch's hardware samples, and whether each failed alone */
     uint8_t *hw_bad;
-    /* SL_GPU_HW_DEVICE_INPUT: the call's bitstreams on the device (batch.c, stage_input) */
-    sl__gpu_span *in_order;     /* the samples by host address */
-    uint64_t *in_dev;           /* per sample: its bitstream's device address (0: none) */
-    uint64_t in_block;          /* the dpool block holding them, held until sl__gpu_wait (0: none) */
     /* GPU hybrid backend (NULL where none) */
     sl_nvjHandle gh;
     sl_nvjDecoder hyb;
@@ -90,9 +83,18 @@ struct sl__gpu_engine {
     sl_CUdeviceptr dev_desc;    /* device copy (dpool) */
     int inflight, poisoned;
     int force_hybrid;           /* the warm-up's second decode: the hybrid backend */
+    int force_hw2;              /* its third: the hardware's second mode */
+    uint64_t call_hw_ns, call_hw_n; /* the batch in flight's batched hardware call: its time, its samples */
     uint32_t held;              /* blocks the batch being routed holds */
     uint32_t inflight_gpu;      /* samples the batch in flight writes */
     uint32_t hw_calls, hw_failed_calls; /* of the batch in flight */
+    /* the hardware's mode (batch.c, "the hardware's two modes"): which handle calls take, where the
+     * cycle is, and the measured window's seconds and samples per handle (0: hw, 1: hw2) */
+    int use_hw2;                /* the chosen handle */
+    int call_hw2;               /* the handle the batch in flight took */
+    uint32_t mode_pos;          /* calls into the cycle */
+    double mode_s[2];
+    uint64_t mode_n[2];
     uint64_t t_issue_ns, issue_ns;
     /* stats */
     pthread_mutex_t stats_mu;

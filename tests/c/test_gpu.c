@@ -531,14 +531,14 @@ TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
     rig_close(&r);
 }
 
-/* nvJPEG's hardware backend reading the bitstreams from the device
- * (SLUICE_GPU_HW_INPUT=device: a call's bitstreams copied in runs) or
- * buffering no images ahead (SLUICE_GPU_HW_PIPELINE=0) decodes every
- * sample as the default does: the same statuses, the same bytes, a corrupt
- * JPEG bisected out alone in each. */
-TEST(gpu_hardware_input_modes_decode_the_same) {
+/* nvJPEG's hardware backend with its pipeline (SL_GPU_HW_PIPELINED),
+ * without (SL_GPU_HW_UNPIPELINED), and both with the calls moving between
+ * them (the default: the first window of a cycle on one, the next on the
+ * other) decode every sample the same: the same statuses, the same bytes,
+ * a corrupt JPEG bisected out alone in each. */
+TEST(gpu_hardware_modes_decode_the_same) {
     NEED_GPU();
-    enum { N = 16 };
+    enum { N = 16, CALLS = 20 };
     static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
     unsigned char *jp[N];
     const uint8_t *data[N];
@@ -548,16 +548,18 @@ TEST(gpu_hardware_input_modes_decode_the_same) {
         uint32_t w = 160 + (uint32_t)(fx_mix(i + 3) % 900), h = 120 + (uint32_t)(fx_mix(i + 17) % 700);
         unsigned long jl = 0;
         jp[i] = i == 6 ? NULL : fx_jpeg_bytes(w, h, i, 0, 75 + i, &jl);
-        data[i] = jp[i] ? jp[i] : garbage; /* the garbage far from the heap's bitstreams: a run of its own */
+        data[i] = jp[i] ? jp[i] : garbage;
         len[i] = jp[i] ? jl : sizeof garbage;
         sl_image_info info = jpeg_info(w, h);
         sl__plan p;
         CHECK_OK(plan(&info, i % 3 ? SL_PRESET_TRAIN : SL_PRESET_VAL, i, 0, &p));
         CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
     }
-    const uint32_t modes[3] = {0, SL_GPU_HW_DEVICE_INPUT, SL_GPU_HW_NO_PIPELINE};
-    int st[3][N];
-    uint8_t *out[3];
+    const uint32_t modes[3] = {SL_GPU_HW_PIPELINED, SL_GPU_HW_UNPIPELINED, 0};
+    const char *names[3] = {"(pipelined)", "(unpipelined)", "(both modes)"};
+    int st[3][N], st2[N];
+    size_t px = 3 * 224 * 224;
+    uint8_t *out[3], *again = malloc(px * N);
     uint64_t hw[3];
     for (int m = 0; m < 3; m++) {
         gpu_rig r;
@@ -565,17 +567,31 @@ TEST(gpu_hardware_input_modes_decode_the_same) {
         sl__gpu_stats s;
         sl__gpu_engine_stats(r.e, &s);
         printf("mode %d: %s\n", m, s.backends);
+        out[m] = malloc(px * N);
         if (!strstr(s.backends, "hardware")) { /* no JPEG engines: the modes have nothing to change */
             printf("SKIP: no hardware backend\n");
             rig_close(&r);
-            for (int q = 0; q < m; q++) free(out[q]);
+            for (int q = 0; q <= m; q++) free(out[q]);
             for (uint32_t i = 0; i < N; i++) free(jp[i]);
+            free(again);
             return;
         }
-        out[m] = malloc(r.stride * N);
+        CHECK_STR_CONTAINS(s.backends, names[m]);
         hw[m] = decode_back(&r, N, data, len, items, st[m], out[m]);
-        uint64_t again = decode_back(&r, N, data, len, items, st[m], out[m]); /* a second call: the blocks were freed */
-        CHECK_EQ(again, hw[m]);
+        for (int c = 1; c < CALLS; c++) { /* on to the second window: with both, the other mode's calls */
+            CHECK_EQ(decode_back(&r, N, data, len, items, st2, again), hw[m]);
+            for (uint32_t i = 0; i < N; i++) {
+                CHECK_EQ(st2[i], st[m][i]);
+                if (st2[i] == SL_GPU_DONE && memcmp(again + i * px, out[m] + i * px, px))
+                    SL_FAIL("mode %d, call %d, image %u: bytes differ from its first call's", m, c, i);
+            }
+        }
+        sl__gpu_engine_stats(r.e, &s);
+        printf("  hw calls %llu, unpipelined %llu, switches %llu\n", (unsigned long long)s.hw_calls,
+               (unsigned long long)s.hw_calls_unpipelined, (unsigned long long)s.hw_mode_switches);
+        if (m == 0) CHECK_EQ(s.hw_calls_unpipelined, 0);
+        if (m == 1) CHECK_EQ(s.hw_calls_unpipelined, s.hw_calls);
+        if (m == 2) CHECK(s.hw_calls_unpipelined > 0 && s.hw_calls_unpipelined < s.hw_calls);
         rig_close(&r);
     }
     CHECK(hw[0] >= N - 1);
@@ -583,14 +599,14 @@ TEST(gpu_hardware_input_modes_decode_the_same) {
         CHECK_EQ(hw[m], hw[0]);
         for (uint32_t i = 0; i < N; i++) {
             CHECK_EQ(st[m][i], st[0][i]);
-            size_t px = 3 * 224 * 224;
             if (st[0][i] == SL_GPU_DONE && memcmp(out[m] + i * px, out[0] + i * px, px))
-                SL_FAIL("mode %d, image %u: bytes differ from the default's", m, i);
+                SL_FAIL("mode %d, image %u: bytes differ from the pipelined mode's", m, i);
         }
     }
     CHECK_EQ(st[0][6], SL_GPU_CPU);
     for (int m = 0; m < 3; m++) free(out[m]);
     for (uint32_t i = 0; i < N; i++) free(jp[i]);
+    free(again);
 }
 
 TEST(gpu_refuses_images_over_its_max_pixels) {
