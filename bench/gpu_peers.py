@@ -290,6 +290,8 @@ def sluice_report(ld):
          # the GPU threads' wall in each step of their calls, seconds over the row (host clock)
          "gpu_thread_s": {k: round(s.get(f"gpu_thread_{k}_s", 0.0), 2) for k in ("route", "hybrid", "hw", "launch",
                                                                                   "wait")},
+         # nvJPEG's hardware calls, those without its pipeline, and the engines' moves between the modes
+         "gpu_hw_calls": [s.get("gpu_hw_calls"), s.get("gpu_hw_calls_unpipelined"), s.get("gpu_hw_mode_switches")],
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}
