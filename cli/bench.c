@@ -434,9 +434,11 @@ static void report_json(const bench_opts *o, sl_loader *ld, const bench_run *r, 
             st->gpu_batch_bytes, st->gpu_pinned_bytes, st->gpu_staging_peak, st->gpu_rate, st->cpu_rate);
     fprintf(f, ", \"gpu_engines\": %u, \"gpu_hw_s\": %.3f, \"gpu_hybrid_s\": %.3f, \"gpu_resize_s\": %.3f"
                ", \"gpu_copy_s\": %.3f, \"gpu_hw_calls\": %" PRIu64 ", \"gpu_hw_failed_calls\": %" PRIu64
-               ", \"gpu_hw_calls_unpipelined\": %" PRIu64 ", \"gpu_hw_mode_switches\": %" PRIu64,
+               ", \"gpu_hw_calls_unpipelined\": %" PRIu64 ", \"gpu_hw_mode_switches\": %" PRIu64
+               ", \"gpu_hw_us_pipelined\": %.1f, \"gpu_hw_us_unpipelined\": %.1f",
             st->gpu_engines, st->gpu_hw_s, st->gpu_hybrid_s, st->gpu_resize_s, st->gpu_copy_s, st->gpu_hw_calls,
-            st->gpu_hw_failed_calls, st->gpu_hw_calls_unpipelined, st->gpu_hw_mode_switches);
+            st->gpu_hw_failed_calls, st->gpu_hw_calls_unpipelined, st->gpu_hw_mode_switches, st->gpu_hw_us_pipelined,
+            st->gpu_hw_us_unpipelined);
     fprintf(f, ", \"gpu_thread_route_s\": %.3f, \"gpu_thread_hybrid_s\": %.3f, \"gpu_thread_hw_s\": %.3f"
                ", \"gpu_thread_launch_s\": %.3f, \"gpu_thread_wait_s\": %.3f",
             st->gpu_thread_route_s, st->gpu_thread_hybrid_s, st->gpu_thread_hw_s, st->gpu_thread_launch_s,

@@ -559,6 +559,9 @@ typedef struct sl_stats {
      * times the engines moved their calls to the other mode, the one measured faster now
      * (docs/gpu.md "The hardware's two modes") */
     uint64_t gpu_hw_calls_unpipelined, gpu_hw_mode_switches;
+    /* ... and the last measure's hardware time a sample in each mode, microseconds (the slowest
+     * engine's; 0 before the first measure, or where one mode is kept) */
+    double gpu_hw_us_pipelined, gpu_hw_us_unpipelined;
 } sl_stats;
 
 /* Fill the first out_size bytes of *out and zero the rest past the fields

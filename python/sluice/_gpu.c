@@ -307,7 +307,7 @@ static const stat_field stat_fields[] = {
     STR(backends),          STR(kernels),         I64(host_rss_context), I64(host_rss_kernels),
     I64(host_rss_pinned),   I64(host_rss_nvjpeg), I64(host_rss_warmup),  DBL(thread_route_s),
     DBL(thread_hybrid_s),   DBL(thread_hw_s),     DBL(thread_launch_s),  DBL(thread_wait_s),
-    U64(hw_calls_unpipelined), U64(hw_mode_switches)};
+    U64(hw_calls_unpipelined), U64(hw_mode_switches), DBL(hw_us_pipelined), DBL(hw_us_unpipelined)};
 #undef SIZE_IS
 #undef U64
 #undef I64

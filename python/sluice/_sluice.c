@@ -679,7 +679,9 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused) {
         PUT_F(d, "gpu_copy_s", st.gpu_copy_s) < 0 || PUT_U64(d, "gpu_hw_calls", st.gpu_hw_calls) < 0 ||
         PUT_U64(d, "gpu_hw_failed_calls", st.gpu_hw_failed_calls) < 0 ||
         PUT_U64(d, "gpu_hw_calls_unpipelined", st.gpu_hw_calls_unpipelined) < 0 ||
-        PUT_U64(d, "gpu_hw_mode_switches", st.gpu_hw_mode_switches) < 0)
+        PUT_U64(d, "gpu_hw_mode_switches", st.gpu_hw_mode_switches) < 0 ||
+        PUT_F(d, "gpu_hw_us_pipelined", st.gpu_hw_us_pipelined) < 0 ||
+        PUT_F(d, "gpu_hw_us_unpipelined", st.gpu_hw_us_unpipelined) < 0)
         goto fail;
     /* remote sources (issue 21) */
     if (PUT_U64(d, "net_bytes", st.net_bytes) < 0 || PUT_U64(d, "net_requests", st.net_requests) < 0 ||

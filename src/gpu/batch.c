@@ -311,43 +311,52 @@ static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data
 /* ---- the hardware's two modes ------------------------------------------------ */
 
 /* With both hardware handles open (engine_impl.h: nvJPEG's pipelined
- * batched decode and the one without), the calls run in cycles of
- * MODE_CYCLE: the chosen handle for MODE_WINDOW calls, the other for
- * MODE_WINDOW, each window's hardware seconds a hardware sample measured
- * (the batched call and the wait for the batch's GPU work, host clock);
- * the other becomes the chosen one where it was MODE_MARGIN faster a
- * sample; then the chosen one to the cycle's end. Alone on the GPU the
- * pipeline is faster, beside a training loop the other (docs/gpu.md):
- * the measure follows whichever holds now. Both decode the same bytes
- * (test_gpu): only the speed moves. */
-#define MODE_WINDOW 8u
-#define MODE_CYCLE 128u
+ * batched decode and the one without), the calls take the chosen handle,
+ * first the pipelined one, and the measure may move them to the other:
+ *   - the first MODE_WARM calls: every fourth on the other handle, so its
+ *     buffers have grown to the images before it is measured;
+ *   - then MODE_WINDOW calls alternating between the two, each one's
+ *     hardware seconds (the batched call and the wait for the batch's GPU
+ *     work, host clock) a hardware sample summed per handle; alternating,
+ *     so a change around the window (a training loop starting beside the
+ *     loader) weighs on both alike;
+ *   - the other becomes the chosen one where it was MODE_MARGIN faster a
+ *     sample; then the chosen one, to the cycle's end (MODE_CYCLE calls),
+ *     and a window again.
+ * Alone on the GPU the pipeline is faster, beside a training loop the
+ * other (docs/gpu.md): the measure follows whichever holds now. Both
+ * decode the same bytes (test_gpu): only the speed moves. */
+#define MODE_WARM 16u
+#define MODE_WINDOW 32u
+#define MODE_CYCLE 512u
 #define MODE_MARGIN 0.03
 
 /* Whether the next call takes hw2. */
 static int pick_hw2(const sl__gpu_engine *e) {
     if (!e->hw2) return 0;
     if (e->force_hw2) return 1;
-    return e->use_hw2 ^ (e->mode_pos >= MODE_WINDOW && e->mode_pos < 2 * MODE_WINDOW);
+    uint32_t p = e->mode_pos;
+    int other = p < MODE_WARM ? p % 4 == 3 : p < MODE_WARM + MODE_WINDOW ? (int)(p & 1) : 0;
+    return e->use_hw2 ^ other;
 }
 
 /* After a batch's wait: its hardware seconds s over its n hardware samples. */
 static void mode_account(sl__gpu_engine *e, double s, uint64_t n) {
     if (!e->hw2) return;
-    if (e->mode_pos < 2 * MODE_WINDOW) e->mode_s[e->call_hw2] += s, e->mode_n[e->call_hw2] += n;
-    if (++e->mode_pos == 2 * MODE_WINDOW) {
-        int c = e->use_hw2;
-        if (e->mode_n[0] && e->mode_n[1] &&
-            e->mode_s[!c] / (double)e->mode_n[!c] < (1 - MODE_MARGIN) * e->mode_s[c] / (double)e->mode_n[c]) {
-            e->use_hw2 = !c;
-            pthread_mutex_lock(&e->stats_mu);
-            e->st.hw_mode_switches++;
-            pthread_mutex_unlock(&e->stats_mu);
-        }
-        e->mode_s[0] = e->mode_s[1] = 0;
-        e->mode_n[0] = e->mode_n[1] = 0;
+    uint32_t p = e->mode_pos;
+    if (p >= MODE_WARM && p < MODE_WARM + MODE_WINDOW) e->mode_s[e->call_hw2] += s, e->mode_n[e->call_hw2] += n;
+    if ((p = ++e->mode_pos) == MODE_WARM + MODE_WINDOW && e->mode_n[0] && e->mode_n[1]) {
+        double a = e->mode_s[0] / (double)e->mode_n[0], b = e->mode_s[1] / (double)e->mode_n[1];
+        int c = e->use_hw2, moved = (c ? a : b) < (1 - MODE_MARGIN) * (c ? b : a);
+        e->use_hw2 ^= moved;
+        pthread_mutex_lock(&e->stats_mu);
+        e->st.hw_mode_switches += moved;
+        e->st.hw_us_pipelined = 1e6 * (e->hw_unpipelined ? b : a); /* the window's, a sample */
+        e->st.hw_us_unpipelined = 1e6 * (e->hw_unpipelined ? a : b);
+        pthread_mutex_unlock(&e->stats_mu);
     }
-    if (e->mode_pos >= MODE_CYCLE) e->mode_pos = 0;
+    if (p == MODE_WARM + MODE_WINDOW) e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
+    if (p >= MODE_CYCLE) e->mode_pos = MODE_WARM;
 }
 
 /* One batched hardware call over the samples idx[0, m) of the batch, on

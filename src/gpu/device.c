@@ -167,6 +167,8 @@ static void dev_stats(void *ctx, sl__gpu_stats *out) {
         out->samples_again += o.samples_again, out->batches += o.batches, out->hw_calls += o.hw_calls;
         out->hw_failed_calls += o.hw_failed_calls, out->busy_s += o.busy_s, out->rate += o.rate;
         out->hw_calls_unpipelined += o.hw_calls_unpipelined, out->hw_mode_switches += o.hw_mode_switches;
+        out->hw_us_pipelined = SL_MAX(out->hw_us_pipelined, o.hw_us_pipelined); /* the slowest engine's */
+        out->hw_us_unpipelined = SL_MAX(out->hw_us_unpipelined, o.hw_us_unpipelined);
         out->gpu_hybrid_s += o.gpu_hybrid_s, out->gpu_hw_s += o.gpu_hw_s, out->gpu_resize_s += o.gpu_resize_s;
         out->thread_route_s += o.thread_route_s, out->thread_hybrid_s += o.thread_hybrid_s;
         out->thread_hw_s += o.thread_hw_s, out->thread_launch_s += o.thread_launch_s;

@@ -218,6 +218,7 @@ typedef struct sl__gpu_stats {
     uint64_t hw_calls, hw_failed_calls; /* batched hardware calls; those that failed (then bisected) */
     uint64_t hw_calls_unpipelined;      /* of hw_calls, those without nvJPEG's pipeline */
     uint64_t hw_mode_switches;          /* times the measure moved the calls to the other mode */
+    double hw_us_pipelined, hw_us_unpipelined; /* the last measure's hardware microseconds a sample (0: none) */
     double busy_s;               /* per batch: max(host issue time, GPU time), summed */
     double gpu_hybrid_s, gpu_hw_s, gpu_resize_s; /* GPU time of each phase (stream events), summed */
     /* The calling thread's wall time (host clock) in each step of the calls, summed: routing

@@ -1022,6 +1022,7 @@ void sl__gstage_stats(sl__gstage *g, sl_stats *o) {
     o->gpu_copy_s = (double)atomic_load(&g->copy_ns) * 1e-9;
     o->gpu_hw_calls = st.hw_calls, o->gpu_hw_failed_calls = st.hw_failed_calls;
     o->gpu_hw_calls_unpipelined = st.hw_calls_unpipelined, o->gpu_hw_mode_switches = st.hw_mode_switches;
+    o->gpu_hw_us_pipelined = st.hw_us_pipelined, o->gpu_hw_us_unpipelined = st.hw_us_unpipelined;
     o->gpu_engines = g->engines;
     uint64_t ns = atomic_load(&g->cpu_ns);
     o->cpu_rate = ns ? (double)g->conf->nworkers * 1e9 / (double)ns : 0;

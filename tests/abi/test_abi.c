@@ -135,7 +135,9 @@ static uint64_t u_of(const abi_report *r, const char *key) {
     A(sl_stats, gpu_thread_launch_s)                                                                                 \
     A(sl_stats, gpu_thread_wait_s)                                                                                   \
     A(sl_stats, gpu_hw_calls_unpipelined)                                                                            \
-    A(sl_stats, gpu_hw_mode_switches)
+    A(sl_stats, gpu_hw_mode_switches)                                                                                \
+    A(sl_stats, gpu_hw_us_pipelined)                                                                                 \
+    A(sl_stats, gpu_hw_us_unpipelined)
 
 static void layout_now(abi_report *r) {
 #define XS(T) abi_u(r, sizeof(T), #T ".sizeof");

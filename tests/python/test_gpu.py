@@ -119,11 +119,12 @@ def test_engine_stats_dict_everywhere():
     s = _gpu.stats_of_nothing()
     ints = ("device_pool_bytes", "device_used", "device_peak", "pinned_pool_bytes", "pinned_used", "pinned_peak",
             "staging_used", "staging_peak", "pool_refusals", "samples_hw", "samples_hybrid", "samples_cpu",
-            "samples_again", "batches", "hw_calls", "hw_failed_calls", "hw_engines", "hw_cores",
+            "samples_again", "batches", "hw_calls", "hw_failed_calls", "hw_calls_unpipelined", "hw_mode_switches",
+            "hw_engines", "hw_cores",
             "host_pinned_bytes", "host_rss_context", "host_rss_kernels", "host_rss_pinned", "host_rss_nvjpeg",
             "host_rss_warmup")
     floats = ("busy_s", "rate", "gpu_hybrid_s", "gpu_hw_s", "gpu_resize_s", "thread_route_s", "thread_hybrid_s",
-              "thread_hw_s", "thread_launch_s", "thread_wait_s")
+              "thread_hw_s", "thread_launch_s", "thread_wait_s", "hw_us_pipelined", "hw_us_unpipelined")
     strings = ("device_name", "backends", "kernels")
     assert sorted(s) == sorted(ints + floats + strings)
     assert all(type(s[k]) is int and s[k] == 0 for k in ints)
