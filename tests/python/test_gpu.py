@@ -236,7 +236,7 @@ def test_gpu_memory_flat_over_100_epochs_and_released(tmp_path):
                  sluice._sluice.PRESET_TRAIN, 224, 0, epoch)
         e.wait()
         s = e.stats()
-        if epoch >= 1:
+        if epoch >= 4:  # by call 3 the hardware's second mode has decoded the batch too (batch.c)
             used.add(s["device_used"])
             free_seen.add(torch.cuda.mem_get_info()[0])
     s = e.stats()
