@@ -344,12 +344,13 @@ static int pick_hw2(const sl__gpu_engine *e) {
     return e->use_hw2 ^ other;
 }
 
-/* After a batch's wait: its hardware seconds s over its n hardware samples. */
+/* After a batch's wait: its hardware seconds s over its n hardware
+ * samples. The cycle counts the calls that decoded on the hardware. */
 static void mode_account(sl__gpu_engine *e, double s, uint64_t n) {
-    if (!e->hw2) return;
+    if (!e->hw2 || !n) return;
     uint32_t p = e->mode_pos;
     if (p >= MODE_WARM && p < MODE_WARM + MODE_WINDOW) e->mode_s[e->call_hw2] += s, e->mode_n[e->call_hw2] += n;
-    if ((p = ++e->mode_pos) == MODE_WARM + MODE_WINDOW && e->mode_n[0] && e->mode_n[1]) {
+    if ((p = ++e->mode_pos) == MODE_WARM + MODE_WINDOW) {
         double a = e->mode_s[0] / (double)e->mode_n[0], b = e->mode_s[1] / (double)e->mode_n[1];
         double piped = e->hw_unpipelined ? b : a, unpiped = e->hw_unpipelined ? a : b;
         int want_piped = piped < (1 - PIPELINE_GAIN) * unpiped;
@@ -361,8 +362,8 @@ static void mode_account(sl__gpu_engine *e, double s, uint64_t n) {
         e->st.hw_us_pipelined = 1e6 * piped; /* the window's, a sample */
         e->st.hw_us_unpipelined = 1e6 * unpiped;
         pthread_mutex_unlock(&e->stats_mu);
+        e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
     }
-    if (p == MODE_WARM + MODE_WINDOW) e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
     if (p >= MODE_CYCLE) e->mode_pos = MODE_WARM;
 }
 
@@ -613,6 +614,7 @@ int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb
     e->inflight = 1;
     e->inflight_gpu = 0;
     e->issue_ns = 0;
+    e->call_hw_ns = e->call_hw_n = 0; /* no hardware call: not in the modes' measure */
     int wrc = sl__gpu_wait(e, rc ? NULL : err, errlen);
     if (rc == SL_EBUDGET) sl__msg(err, errlen, "device pool full");
     return rc ? rc : wrc;
