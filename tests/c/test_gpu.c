@@ -473,6 +473,26 @@ static uint64_t decode_back(gpu_rig *r, uint32_t n, const uint8_t *const *data, 
     return s1.samples_hw - s0.samples_hw;
 }
 
+static const uint8_t garbage_jpeg[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
+
+/* A call's inputs for the tests that decode one call two ways: n fixture
+ * JPEGs of assorted sizes and qualities, train and val plans alternating,
+ * the one at bad garbage nvJPEG cannot parse (jp[bad] NULL). */
+static void assorted_call(uint32_t n, uint32_t bad, unsigned char **jp, const uint8_t **data, size_t *len,
+                          sl__gpu_item *items) {
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t w = 160 + (uint32_t)(fx_mix(i) % 900), h = 120 + (uint32_t)(fx_mix(i + 7) % 700);
+        unsigned long jl = 0;
+        jp[i] = i == bad ? NULL : fx_jpeg_bytes(w, h, i, 0, 80 + i, &jl);
+        data[i] = jp[i] ? jp[i] : garbage_jpeg;
+        len[i] = jp[i] ? jl : sizeof garbage_jpeg;
+        sl_image_info info = jpeg_info(w, h);
+        sl__plan p;
+        CHECK_OK(plan(&info, i % 2 ? SL_PRESET_VAL : SL_PRESET_TRAIN, i, 0, &p));
+        CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
+    }
+}
+
 /* Asked before the call (sl__gpu_ask: what the thread staging a sample
  * does) or in it, every sample takes the same route and the same bytes
  * come out: the hardware's answer is a rule of the sample. */
@@ -489,22 +509,13 @@ TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
         return;
     }
     CHECK_OK(rc);
-    static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
     unsigned char *jp[N];
     const uint8_t *data[N];
     size_t len[N];
     sl__gpu_item items[N], asked[N];
     uint64_t answered_hw = 0;
+    assorted_call(N, 5, jp, data, len, items);
     for (uint32_t i = 0; i < N; i++) {
-        uint32_t w = 160 + (uint32_t)(fx_mix(i) % 900), h = 120 + (uint32_t)(fx_mix(i + 7) % 700);
-        unsigned long jl = 0;
-        jp[i] = i == 5 ? NULL : fx_jpeg_bytes(w, h, i, 0, 80 + i, &jl);
-        data[i] = jp[i] ? jp[i] : garbage;
-        len[i] = jp[i] ? jl : sizeof garbage;
-        sl_image_info info = jpeg_info(w, h);
-        sl__plan p;
-        CHECK_OK(plan(&info, i % 2 ? SL_PRESET_VAL : SL_PRESET_TRAIN, i, 0, &p));
-        CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
         CHECK_EQ(items[i].hw, SL_GPU_HW_ASK);
         asked[i] = items[i];
         asked[i].hw = sl__gpu_ask(a, data[i], len[i], &items[i]);
@@ -539,22 +550,11 @@ TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
 TEST(gpu_hardware_modes_decode_the_same) {
     NEED_GPU();
     enum { N = 16, CALLS = 20 };
-    static const uint8_t garbage[64] = {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3};
     unsigned char *jp[N];
     const uint8_t *data[N];
     size_t len[N];
     sl__gpu_item items[N];
-    for (uint32_t i = 0; i < N; i++) {
-        uint32_t w = 160 + (uint32_t)(fx_mix(i + 3) % 900), h = 120 + (uint32_t)(fx_mix(i + 17) % 700);
-        unsigned long jl = 0;
-        jp[i] = i == 6 ? NULL : fx_jpeg_bytes(w, h, i, 0, 75 + i, &jl);
-        data[i] = jp[i] ? jp[i] : garbage;
-        len[i] = jp[i] ? jl : sizeof garbage;
-        sl_image_info info = jpeg_info(w, h);
-        sl__plan p;
-        CHECK_OK(plan(&info, i % 3 ? SL_PRESET_TRAIN : SL_PRESET_VAL, i, 0, &p));
-        CHECK_OK(sl__gpu_item_from_plan(&p, &info, i, &items[i], NULL, 0));
-    }
+    assorted_call(N, 6, jp, data, len, items);
     const uint32_t modes[3] = {SL_GPU_HW_PIPELINED, SL_GPU_HW_UNPIPELINED, 0};
     const char *names[3] = {"(pipelined)", "(unpipelined)", "(both modes)"};
     int st[3][N], st2[N];
