@@ -556,7 +556,7 @@ typedef struct sl_stats {
      * of a GPU thread's wall, it waited for samples to decode. */
     double gpu_thread_route_s, gpu_thread_hybrid_s, gpu_thread_hw_s, gpu_thread_launch_s, gpu_thread_wait_s;
     /* GPU decode (appended, 0.2): of gpu_hw_calls, those made without nvJPEG's pipeline, and the
-     * times the engines moved their calls to the other mode, the one measured faster now
+     * times the engines moved their calls to the other mode, as their measure chose
      * (docs/gpu.md "The hardware's two modes") */
     uint64_t gpu_hw_calls_unpipelined, gpu_hw_mode_switches;
     /* ... and the last measure's hardware time a sample in each mode, microseconds (the slowest

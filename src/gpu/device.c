@@ -244,8 +244,8 @@ static uint32_t hybrid_flag(void) {
 }
 
 /* SLUICE_GPU_HW_PIPELINE=1 or 0: only nvJPEG's pipelined hardware mode,
- * or only the one without; unset, both, each call on the one measured
- * faster (batch.c). An experiment's knob: the same bytes either way. */
+ * or only the one without; unset, both, the calls on the one the engine's
+ * measure chose (batch.c). An experiment's knob: the same bytes either way. */
 static uint32_t hw_mode_flag(void) {
     const char *env = getenv("SLUICE_GPU_HW_PIPELINE");
     if (!env) return 0;

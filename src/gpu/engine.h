@@ -96,7 +96,7 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
 /* nvJPEG's hardware backend buffers images ahead in its batched calls (its pipeline) unless told not
  * to (NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE). Alone on a GPU the pipeline decodes faster; beside a
  * training loop, without it (docs/gpu.md "The hardware's two modes"). By default the engine opens
- * both and each call takes the one measured faster (batch.c); these flags keep one of them. */
+ * both and the calls take the one its measure chose (batch.c); these flags keep one of them. */
 #define SL_GPU_HW_PIPELINED (1u << 5) /* only the pipelined mode (the engine until now) */
 #define SL_GPU_HW_UNPIPELINED (1u << 6) /* only the one without (over PIPELINED) */
 
