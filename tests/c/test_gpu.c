@@ -544,9 +544,9 @@ TEST(gpu_asked_before_the_call_routes_and_decodes_the_same) {
 
 /* nvJPEG's hardware backend with its pipeline (SL_GPU_HW_PIPELINED),
  * without (SL_GPU_HW_UNPIPELINED), and both with the calls moving between
- * them (the default: the first window of a cycle on one, the next on the
- * other) decode every sample the same: the same statuses, the same bytes,
- * a corrupt JPEG bisected out alone in each. */
+ * them (the default: calls 3, 7, 11 and 15 on the second mode, then every
+ * other call from 16 on; batch.c) decode every sample the same: the same
+ * statuses, the same bytes, a corrupt JPEG bisected out alone in each. */
 TEST(gpu_hardware_modes_decode_the_same) {
     NEED_GPU();
     enum { N = 16, CALLS = 20 };
@@ -578,7 +578,7 @@ TEST(gpu_hardware_modes_decode_the_same) {
         }
         CHECK_STR_CONTAINS(s.backends, names[m]);
         hw[m] = decode_back(&r, N, data, len, items, st[m], out[m]);
-        for (int c = 1; c < CALLS; c++) { /* on to the second window: with both, the other mode's calls */
+        for (int c = 1; c < CALLS; c++) { /* with both, six of these calls take the second mode */
             CHECK_EQ(decode_back(&r, N, data, len, items, st2, again), hw[m]);
             for (uint32_t i = 0; i < N; i++) {
                 CHECK_EQ(st2[i], st[m][i]);
@@ -655,8 +655,8 @@ TEST(gpu_memory_flat_over_100_epochs) {
         data[i] = jp[i], len[i] = l;
         CHECK_OK(sl_image_probe(data[i], len[i], &info[i]));
     }
-    uint64_t used_after_1 = 0;
-    size_t free_after_1 = 0;
+    uint64_t used_base = 0;
+    size_t free_base = 0;
     for (uint64_t epoch = 0; epoch < 100; epoch++) {
         for (int b = 0; b < N / B; b++) {
             sl__gpu_item items[B];
@@ -677,12 +677,13 @@ TEST(gpu_memory_flat_over_100_epochs) {
         sl__gpu_engine_stats(r.e, &st);
         /* between batches only the fixed part stays (descriptors, nvJPEG's
          * buffers), and nothing is allocated outside the pool: flat once
-         * both hardware modes have decoded every batch (by call 16, epoch 5:
-         * batch.c's warm-up of the second mode) */
-        if (epoch == 6) used_after_1 = st.device_used, free_after_1 = device_free(r.cu);
+         * both hardware modes have decoded every batch (the second mode
+         * takes calls 3, 7 and 11, one of each batch, in epochs 1-3:
+         * batch.c's warm-up of it) */
+        if (epoch == 6) used_base = st.device_used, free_base = device_free(r.cu);
         if (epoch > 6) {
-            CHECK_EQ(st.device_used, used_after_1);
-            CHECK_EQ(device_free(r.cu), free_after_1);
+            CHECK_EQ(st.device_used, used_base);
+            CHECK_EQ(device_free(r.cu), free_base);
         }
         CHECK_LE(st.device_peak, st.device_pool_bytes);
         if (epoch == 99) {
