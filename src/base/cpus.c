@@ -18,9 +18,17 @@ uint32_t sl__cpu_share(uint32_t cpus, uint32_t quota, uint32_t local_ranks) {
     return share ? share : 1;
 }
 
-static uint32_t affinity_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return (uint32_t)CPU_COUNT(&set);
+/* This process's affinity mask's CPUs; *inherited set when its parent's
+ * mask is the same set (the launcher's, as `taskset -c 0-15 torchrun`
+ * gives every rank), clear when the parent's differs (a rank bound by
+ * itself or by a wrapper the launcher ran) or cannot be read. */
+static uint32_t affinity_cpus(int *inherited) {
+    cpu_set_t set, parent;
+    *inherited = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        *inherited = sched_getaffinity(getppid(), sizeof parent, &parent) == 0 && CPU_EQUAL(&set, &parent);
+        return (uint32_t)CPU_COUNT(&set);
+    }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (uint32_t)n : 1;
 }
@@ -101,5 +109,8 @@ static uint32_t job_cpus(void) {
 }
 
 void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node) {
-    sl__cpu_plan(affinity_cpus(), job_cpus(), quota_cpus(), ranks ? ranks : sl__local_ranks(), cores, node);
+    int inherited;
+    uint32_t mask = affinity_cpus(&inherited), all = job_cpus();
+    if (inherited && mask < all) all = mask; /* the launcher's mask: every rank runs anywhere in it */
+    sl__cpu_plan(mask, all, quota_cpus(), ranks ? ranks : sl__local_ranks(), cores, node);
 }

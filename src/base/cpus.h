@@ -30,7 +30,10 @@ void sl__cpu_plan(uint32_t mask, uint32_t all, uint32_t quota, uint32_t ranks, u
 
 /* sl__cpu_plan for this process: its affinity mask, its cgroup's cpuset
  * (cpuset.cpus.effective, v2 or v1; else the online CPUs), the least CPU
- * quota on its cgroup's path, and ranks local ranks (0: sl__local_ranks()). */
+ * quota on its cgroup's path, and ranks local ranks (0: sl__local_ranks()).
+ * A mask its parent has too is the launcher's, which every rank inherited
+ * (`taskset -c 0-15 torchrun ...`): the ranks run anywhere in it, so it
+ * stands for the job's CPUs. */
 void sl__rank_cpus(uint32_t ranks, uint32_t *cores, uint32_t *node);
 
 #endif
