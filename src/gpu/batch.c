@@ -311,60 +311,28 @@ static void run_hybrid(sl__gpu_engine *e, uint32_t n, const uint8_t *const *data
 /* ---- the hardware's two modes ------------------------------------------------ */
 
 /* With both hardware handles open (engine_impl.h: nvJPEG's pipelined
- * batched decode and the one without), the calls take the chosen handle,
- * first the pipelined one, and the measure may move them to the other:
- *   - the first MODE_WARM calls: every fourth on the other handle, so its
- *     buffers have grown to the images before it is measured;
- *   - then MODE_WINDOW calls alternating between the two, each one's
- *     hardware seconds (the batched call and the wait for the batch's GPU
- *     work, host clock) a hardware sample summed per handle; alternating,
- *     so a change around the window (a training loop starting beside the
- *     loader) weighs on both alike;
- *   - the pipelined mode is chosen where it was PIPELINE_GAIN faster a
- *     sample, else the other; then the chosen one, to the cycle's end
- *     (MODE_CYCLE calls), and a window again.
- * Alone on the GPU the pipeline is faster (one H100: 59 against 73 us a
- * sample), beside a training loop the other (137 against 101, or even:
- * 112 against 114): what the pipeline costs there lies partly outside
- * this measure (its driver calls slow the training thread's launches: the
- * loop ran 9 % faster without it where the engine's time differed by 4 %),
- * so it must win by a margin (docs/gpu.md "The hardware's two modes").
- * Both decode the same bytes (test_gpu): only the speed moves. */
-#define MODE_WARM 16u
-#define MODE_WINDOW 32u
-#define MODE_CYCLE 512u
-#define PIPELINE_GAIN 0.10
+ * batched decode and the one without) the calls take the handle the
+ * measure picks (split.h, sl__hw_modes). Alone on the GPU the pipeline is
+ * faster (one H100: 59 against 73 us a sample), beside a training loop the
+ * other (137 against 101, 156 against 79, or even: 112 against 114). Both
+ * decode the same bytes (test_gpu): only the speed moves. */
 
 /* Whether the next call takes hw2. */
 static int pick_hw2(const sl__gpu_engine *e) {
     if (!e->hw2) return 0;
-    if (e->force_hw2) return 1;
-    uint32_t p = e->mode_pos;
-    int other = p < MODE_WARM ? p % 4 == 3 : p < MODE_WARM + MODE_WINDOW ? (int)(p & 1) : 0;
-    return e->use_hw2 ^ other;
+    return e->force_hw2 || sl__hw_modes_pick(&e->modes);
 }
 
 /* After a batch's wait: its hardware seconds s over its n hardware
- * samples. The cycle counts the calls that decoded on the hardware. */
+ * samples. */
 static void mode_account(sl__gpu_engine *e, double s, uint64_t n) {
-    if (!e->hw2 || !n) return;
-    uint32_t p = e->mode_pos;
-    if (p >= MODE_WARM && p < MODE_WARM + MODE_WINDOW) e->mode_s[e->call_hw2] += s, e->mode_n[e->call_hw2] += n;
-    if ((p = ++e->mode_pos) == MODE_WARM + MODE_WINDOW) {
-        double a = e->mode_s[0] / (double)e->mode_n[0], b = e->mode_s[1] / (double)e->mode_n[1];
-        double piped = e->hw_unpipelined ? b : a, unpiped = e->hw_unpipelined ? a : b;
-        int want_piped = piped < (1 - PIPELINE_GAIN) * unpiped;
-        int use_hw2 = want_piped == e->hw_unpipelined; /* hw is the pipelined one unless hw_unpipelined */
-        int moved = use_hw2 != e->use_hw2;
-        e->use_hw2 = use_hw2;
-        pthread_mutex_lock(&e->stats_mu);
-        e->st.hw_mode_switches += moved;
-        e->st.hw_us_pipelined = 1e6 * piped; /* the window's, a sample */
-        e->st.hw_us_unpipelined = 1e6 * unpiped;
-        pthread_mutex_unlock(&e->stats_mu);
-        e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
-    }
-    if (p >= MODE_CYCLE) e->mode_pos = MODE_WARM;
+    sl__hw_verdict v;
+    if (!e->hw2 || !sl__hw_modes_account(&e->modes, e->call_hw2, s, n, &v)) return;
+    pthread_mutex_lock(&e->stats_mu);
+    e->st.hw_mode_switches += v.moved;
+    e->st.hw_us_pipelined = v.us_piped; /* the window's, a sample */
+    e->st.hw_us_unpipelined = v.us_unpiped;
+    pthread_mutex_unlock(&e->stats_mu);
 }
 
 /* One batched hardware call over the samples idx[0, m) of the batch, on
@@ -704,8 +672,7 @@ int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen) {
             rc = sl__gpu_wait(e, err, errlen);
     }
     e->force_hybrid = e->force_hw2 = 0;
-    e->mode_pos = 0, e->use_hw2 = 0; /* the warm-up is no measure */
-    e->mode_s[0] = e->mode_s[1] = 0, e->mode_n[0] = e->mode_n[1] = 0;
+    sl__hw_modes_init(&e->modes, e->hw_unpipelined); /* the warm-up is no measure */
     sl__pool_free(&e->dpool, dst);
     pthread_mutex_lock(&e->stats_mu);
     e->st = saved; /* the warm-up is no sample */

@@ -225,6 +225,7 @@ static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
     e->hw_unpipelined = (e->cfg.flags & SL_GPU_HW_UNPIPELINED) != 0;
+    sl__hw_modes_init(&e->modes, e->hw_unpipelined);
     sl_nvjStatus s = open_hw_handle(e, e->hw_unpipelined, &e->hw, &e->hw_state);
     if (!e->hw) return 0; /* no JPEG engines on this GPU */
     if (s) return nvj_fail(s, "hardware state or preallocation (the pools are too small for a batch)", err, errlen);

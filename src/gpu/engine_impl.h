@@ -21,6 +21,7 @@
 #include "gpu/engine.h"
 #include "gpu/kernels.h"
 #include "gpu/pool.h"
+#include "gpu/split.h"
 
 /* Where a sample goes (batch.c). */
 enum { ROUTE_CPU = 0, ROUTE_HW, ROUTE_HYBRID };
@@ -88,13 +89,9 @@ struct sl__gpu_engine {
     uint32_t held;              /* blocks the batch being routed holds */
     uint32_t inflight_gpu;      /* samples the batch in flight writes */
     uint32_t hw_calls, hw_failed_calls; /* of the batch in flight */
-    /* the hardware's mode (batch.c, "the hardware's two modes"): which handle calls take, where the
-     * cycle is, and the measured window's seconds and samples per handle (0: hw, 1: hw2) */
-    int use_hw2;                /* the chosen handle */
+    /* the hardware's mode with both handles open (split.h, sl__hw_modes: handle 0 hw, 1 hw2) */
+    sl__hw_modes modes;
     int call_hw2;               /* the handle the batch in flight took */
-    uint32_t mode_pos;          /* calls into the cycle */
-    double mode_s[2];
-    uint64_t mode_n[2];
     uint64_t t_issue_ns, issue_ns;
     /* stats */
     pthread_mutex_t stats_mu;

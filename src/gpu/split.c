@@ -1,4 +1,5 @@
-/* The GPU/CPU split of a batch and the bisection of failed batched calls. See split.h. */
+/* The GPU/CPU split of a batch, the bisection of failed batched calls and
+ * the measure of the hardware's two modes. See split.h. */
 #include "gpu/split.h"
 
 #include <math.h>
@@ -42,4 +43,34 @@ uint32_t sl__gpu_bisect(const uint32_t *idx, uint32_t n, sl__bisect_run run, voi
         stack[top].lo = lo, stack[top++].n = half;
     }
     return calls;
+}
+
+void sl__hw_modes_init(sl__hw_modes *m, int unpiped_first) {
+    *m = (sl__hw_modes){.unpiped_first = unpiped_first != 0, .cycle = SL_HWM_CYCLE};
+}
+
+int sl__hw_modes_pick(const sl__hw_modes *m) {
+    uint32_t p = m->pos;
+    int other = p < SL_HWM_WARM ? p % 4 == 3 : p < SL_HWM_WARM + SL_HWM_WINDOW ? (int)(p & 1) : 0;
+    return m->use ^ other;
+}
+
+int sl__hw_modes_account(sl__hw_modes *m, int took, double s, uint64_t n, sl__hw_verdict *v) {
+    if (!n) return 0;
+    int ended = 0;
+    uint32_t p = m->pos;
+    if (p >= SL_HWM_WARM && p < SL_HWM_WARM + SL_HWM_WINDOW) m->s[took != 0] += s, m->n[took != 0] += n;
+    if ((p = ++m->pos) == SL_HWM_WARM + SL_HWM_WINDOW) {
+        double a = m->n[0] ? m->s[0] / (double)m->n[0] : 0, b = m->n[1] ? m->s[1] / (double)m->n[1] : 0;
+        double piped = m->unpiped_first ? b : a, unpiped = m->unpiped_first ? a : b;
+        int want_piped = piped < (1 - SL_HWM_GAIN) * unpiped;
+        int use = want_piped == m->unpiped_first; /* handle 0 is the pipelined one unless unpiped_first */
+        *v = (sl__hw_verdict){.moved = use != m->use, .us_piped = 1e6 * piped, .us_unpiped = 1e6 * unpiped};
+        m->cycle = v->moved ? SL_HWM_CYCLE : m->cycle * 2 > SL_HWM_CYCLE_MAX ? SL_HWM_CYCLE_MAX : m->cycle * 2;
+        m->use = use;
+        m->s[0] = m->s[1] = 0, m->n[0] = m->n[1] = 0;
+        ended = 1;
+    }
+    if (p >= m->cycle) m->pos = SL_HWM_WARM;
+    return ended;
 }

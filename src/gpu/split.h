@@ -54,4 +54,54 @@ enum { SL_BISECT_OK = 0, SL_BISECT_FAILED = 1, SL_BISECT_LATER = 2 };
 typedef int (*sl__bisect_run)(void *ctx, const uint32_t *idx, uint32_t m);
 uint32_t sl__gpu_bisect(const uint32_t *idx, uint32_t n, sl__bisect_run run, void *ctx, uint8_t *bad);
 
+/*
+ * Which of nvJPEG's two hardware modes a batched call takes, where the
+ * engine holds a handle in each (0 and 1: the pipelined batched decode and
+ * the one without, in the order unpiped_first says), measured on the calls
+ * themselves (docs/gpu.md "The hardware's two modes"):
+ *   - the first SL_HWM_WARM calls take the chosen handle (first handle 0),
+ *     every fourth the other, so that its buffers have grown to the images
+ *     before it is measured;
+ *   - then SL_HWM_WINDOW calls alternate between the two, each call's
+ *     hardware seconds (the batched call and the wait for its GPU work)
+ *     summed per handle with its hardware samples; alternating, so that a
+ *     change around the window (a training loop starting) weighs on both;
+ *   - the pipelined mode is chosen where it was SL_HWM_GAIN faster a
+ *     sample, else the other: beside a training loop part of the
+ *     pipeline's cost lies outside this measure (its driver calls slow the
+ *     loop's own launches), so it must win by a margin;
+ *   - the chosen one to the cycle's end, then a window again. A cycle is
+ *     SL_HWM_CYCLE calls after a window that moved the calls, twice the
+ *     last after one that kept them, at most SL_HWM_CYCLE_MAX: a mode that
+ *     keeps winning is measured less often, as every window spends half its
+ *     calls on the loser.
+ * Calls with no hardware sample are not counted. Pure: tested without a GPU.
+ */
+#define SL_HWM_WARM 16u
+#define SL_HWM_WINDOW 32u
+#define SL_HWM_CYCLE 512u
+#define SL_HWM_CYCLE_MAX 8192u
+#define SL_HWM_GAIN 0.10
+
+typedef struct sl__hw_modes {
+    int unpiped_first; /* handle 0 is the mode without the pipeline */
+    int use;           /* the chosen handle */
+    uint32_t pos;      /* calls into the cycle */
+    uint32_t cycle;    /* this cycle's calls */
+    double s[2];       /* the window's hardware seconds per handle */
+    uint64_t n[2];     /* and its hardware samples */
+} sl__hw_modes;
+
+typedef struct sl__hw_verdict {
+    int moved;                  /* the calls go to the other handle from now */
+    double us_piped, us_unpiped; /* the window's microseconds a sample in each mode */
+} sl__hw_verdict;
+
+void sl__hw_modes_init(sl__hw_modes *m, int unpiped_first);
+/* The handle the next call takes. */
+int sl__hw_modes_pick(const sl__hw_modes *m);
+/* After a call on handle took: its hardware seconds s over n hardware
+ * samples. Returns 1 where a window ended, its verdict in *v. */
+int sl__hw_modes_account(sl__hw_modes *m, int took, double s, uint64_t n, sl__hw_verdict *v);
+
 #endif
