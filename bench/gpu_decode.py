@@ -56,6 +56,9 @@ import torch
 import sluice
 from sluice import _gpu
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_threads import cores_used, thread_cpu  # noqa: E402
+
 SEED = 0
 
 
@@ -77,35 +80,6 @@ def read(path):
 
 def emit(d):
     print(json.dumps(d), flush=True)
-
-
-def thread_cpu():
-    """CPU seconds of this process's threads, summed by name (the loader's are sl-worker-N, sl-gpu-N)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        name = st[st.index("(") + 1:st.rindex(")")]
-        rest = st[st.rindex(")") + 2:].split()
-        cpu = (int(rest[11]) + int(rest[12])) / tick
-        grp = "main" if int(tid) == os.getpid() else name.rstrip("0123456789").rstrip("-") or name
-        out[grp] = out.get(grp, 0.0) + cpu
-        try:  # run-queue wait: runnable, not running (ns)
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out["runq:" + grp] = out.get("runq:" + grp, 0.0) + int(f.read().split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-def cores_used(before, after, dt):
-    """Cores each thread group kept busy between two thread_cpu() readings, over dt seconds."""
-    return {k: round((v - before.get(k, 0.0)) / dt, 2) for k, v in sorted(after.items())
-            if (v - before.get(k, 0.0)) / dt >= 0.01}
 
 
 # ---- the engine alone ------------------------------------------------------------

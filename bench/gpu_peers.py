@@ -67,6 +67,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ray_bench import tree, tree_pss_mb  # noqa: E402  (a process tree's pids, their PSS; no Ray needed)
+from proc_threads import ClockSampler, cores_used, thread_cpu  # noqa: E402
 
 SEED = 0
 HERE = os.path.abspath(__file__)
@@ -621,6 +622,21 @@ def _sync(dev):
         dist.barrier()
 
 
+class ThreadWatch:
+    """Over a row's timed part: the cores each thread group of this process kept busy ("main" the
+    loop's, "sl-gpu" the GPU engine's, "sl-worker" the CPU workers') and how long each waited
+    runnable ("runq:NAME", seconds a second), and the mean clock of the CPUs it may run on
+    (bench/proc_threads.py). Where the engine's thread is on a CPU for most of its hardware call,
+    the call is CPU-bound and the clock (lower with more cores busy on the host) sets its speed."""
+
+    def __init__(self):
+        self.c0, self.clock = thread_cpu(), ClockSampler().start()
+
+    def stop(self, dt):
+        mhz = self.clock.stop()
+        return {"cores": cores_used(self.c0, thread_cpu(), dt), "cpu_mhz": mhz}
+
+
 def loader_only(a, name, opts, info, dev):
     import torch
 
@@ -629,6 +645,7 @@ def loader_only(a, name, opts, info, dev):
         x, y = next(it)
         x = normalize(x, dev)
     _sync(dev)
+    watch = ThreadWatch()
     t0 = time.perf_counter()
     for _ in range(a.batches):
         x, y = next(it)
@@ -637,7 +654,8 @@ def loader_only(a, name, opts, info, dev):
     _sync(dev)
     dt = time.perf_counter() - t0
     n = a.batches * a.batch
-    return {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "out_dtype": str(x.dtype)}
+    return {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "out_dtype": str(x.dtype),
+            **watch.stop(dt)}
 
 
 def make_model(arch):
@@ -697,6 +715,7 @@ def train(a, name, opts, info, dev):
         step()
     _sync(dev)
     wait[0] = 0.0
+    watch = ThreadWatch()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
@@ -704,7 +723,7 @@ def train(a, name, opts, info, dev):
     dt = time.perf_counter() - t0
     n = a.steps * a.batch
     r = {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "steps": a.steps,
-         "data_wait_fraction": round(wait[0] / dt, 3)}
+         "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt)}
     if dev.type == "cuda":
         r["torch_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2**20, 1)
     return r
@@ -824,7 +843,9 @@ def summary(results, a):
                     note = "error: " + x["error"].strip().splitlines()[-1][:80]
             if m is not None and row.startswith("sluice"):
                 s = rs[-1]
+                cores = s.get("cores") or {}
                 note = (note + " " if note else "") + f"decode={s.get('decode')} gpu_share={s.get('gpu_share')} " \
+                    f"sl-gpu={cores.get('sl-gpu')} cores mhz={s.get('cpu_mhz')} " \
                     f"workers={s.get('workers')}" + "".join(f" {k}={v}" for k, v in s.items() if k.startswith(
                         ("workers_active", "tuner")))
                 name, opts = parse_row(row)

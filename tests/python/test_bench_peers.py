@@ -99,6 +99,9 @@ def test_a_row_in_its_own_process(tmp_path):
     assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
     r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1")
     assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1
+    # the timed part's cores by thread group (the loop's thread among them) and the CPUs' clock
+    assert isinstance(r["cores"], dict) and all(v >= 0.01 for v in r["cores"].values())
+    assert r["cpu_mhz"] is None or r["cpu_mhz"] > 0
     r = _row(tmp_path, "--mode", "loaders", "--row", "nosuch")  # an error is the row's, not the table's
     assert "no row named 'nosuch'" in r["error"] and "Traceback" in r["error"]
     r = _row(tmp_path, "--mode", "loaders", "--row", "synthetic")
