@@ -219,14 +219,20 @@ static sl_nvjStatus open_hw_handle(sl__gpu_engine *e, int unpipelined, sl_nvjHan
 }
 
 /* The hardware backend: absent on GPUs without JPEG engines (then 0,
- * e->hw NULL). The second mode's handle is an option: where it cannot be
- * opened (the pools too small for both) the engine runs on the first. */
+ * e->hw NULL). The first handle is the mode without nvJPEG's pipeline
+ * unless SL_GPU_HW_PIPELINED: beside a training loop it is the faster (the
+ * measure starts on it, docs/gpu.md "The hardware's two modes"); an nvJPEG
+ * that will not make it gets the pipelined one. The second mode's handle
+ * is an option: where it cannot be opened (the pools too small for both)
+ * the engine runs on the first. */
 static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
-    e->hw_unpipelined = (e->cfg.flags & SL_GPU_HW_UNPIPELINED) != 0;
-    sl__hw_modes_init(&e->modes, e->hw_unpipelined);
+    int one_mode = (e->cfg.flags & (SL_GPU_HW_PIPELINED | SL_GPU_HW_UNPIPELINED)) != 0;
+    e->hw_unpipelined = !(e->cfg.flags & SL_GPU_HW_PIPELINED);
     sl_nvjStatus s = open_hw_handle(e, e->hw_unpipelined, &e->hw, &e->hw_state);
+    if (!e->hw && !one_mode) s = open_hw_handle(e, e->hw_unpipelined = 0, &e->hw, &e->hw_state);
+    sl__hw_modes_init(&e->modes, e->hw_unpipelined);
     if (!e->hw) return 0; /* no JPEG engines on this GPU */
     if (s) return nvj_fail(s, "hardware state or preallocation (the pools are too small for a batch)", err, errlen);
     for (uint32_t i = 0; i < e->cfg.max_batch; i++) {
@@ -237,8 +243,7 @@ static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     }
     if (cu->nvjpegGetHardwareDecoderInfo)
         cu->nvjpegGetHardwareDecoderInfo(e->hw, &e->st.hw_engines, &e->st.hw_cores);
-    if (!(e->cfg.flags & (SL_GPU_HW_PIPELINED | SL_GPU_HW_UNPIPELINED)) &&
-        open_hw_handle(e, !e->hw_unpipelined, &e->hw2, &e->hw2_state)) {
+    if (!one_mode && open_hw_handle(e, !e->hw_unpipelined, &e->hw2, &e->hw2_state)) {
         if (e->hw2_state) cu->nvjpegJpegStateDestroy(e->hw2_state);
         if (e->hw2) cu->nvjpegDestroy(e->hw2);
         e->hw2 = NULL, e->hw2_state = NULL;
