@@ -220,7 +220,7 @@ static sl_nvjStatus open_hw_handle(sl__gpu_engine *e, int unpipelined, sl_nvjHan
 
 /* The hardware backend: absent on GPUs without JPEG engines (then 0,
  * e->hw NULL). The first handle is the mode without nvJPEG's pipeline
- * unless SL_GPU_HW_PIPELINED: beside a training loop it is the faster (the
+ * unless SL_GPU_HW_PIPELINED alone: beside a training loop it is the faster (the
  * measure starts on it, docs/gpu.md "The hardware's two modes"); an nvJPEG
  * that will not make it gets the pipelined one. The second mode's handle
  * is an option: where it cannot be opened (the pools too small for both)
@@ -229,7 +229,7 @@ static int open_hardware(sl__gpu_engine *e, char *err, size_t errlen) {
     const sl__cuda_api *cu = e->cu;
     if (e->cfg.flags & SL_GPU_NO_HARDWARE) return 0;
     int one_mode = (e->cfg.flags & (SL_GPU_HW_PIPELINED | SL_GPU_HW_UNPIPELINED)) != 0;
-    e->hw_unpipelined = !(e->cfg.flags & SL_GPU_HW_PIPELINED);
+    e->hw_unpipelined = (e->cfg.flags & SL_GPU_HW_UNPIPELINED) || !(e->cfg.flags & SL_GPU_HW_PIPELINED);
     sl_nvjStatus s = open_hw_handle(e, e->hw_unpipelined, &e->hw, &e->hw_state);
     if (!e->hw && !one_mode) s = open_hw_handle(e, e->hw_unpipelined = 0, &e->hw, &e->hw_state);
     sl__hw_modes_init(&e->modes, e->hw_unpipelined);

@@ -57,9 +57,9 @@ struct sl__gpu_engine {
     /* host tables: one block (tables) of max_batch entries each */
     void *tables;
     sl__gpu_work *work;
-    /* hardware backend (NULL where none): hw in the first mode the flags allow (pipelined unless
-     * SL_GPU_HW_UNPIPELINED), hw2 in the other where both are allowed and open (else NULL); the
-     * streams and params are hw's and serve both */
+    /* hardware backend (NULL where none): hw in the first mode the flags allow (without the pipeline
+     * unless SL_GPU_HW_PIPELINED alone, or an nvJPEG that will not make that handle), hw2 in the other
+     * where both are allowed and open (else NULL); the streams and params are hw's and serve both */
     sl_nvjHandle hw, hw2;
     sl_nvjState hw_state, hw2_state;
     int hw_unpipelined;         /* hw's mode; hw2's is the other */
