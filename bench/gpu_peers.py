@@ -23,7 +23,10 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
                          those budgets); any other key=value goes to the Loader as it is (a number
                          as an int): sluice:gpu_engines=2 is the defaults with two engines
   any row:env.NAME=VALUE  the row's process runs with NAME=VALUE in its environment, e.g.
-                         sluice:env.SLUICE_GPU_PIN_SLOTS=0 (the defaults, slots pageable)
+                         sluice:env.SLUICE_GPU_PIN_SLOTS=0 (the defaults, slots pageable);
+                         env.PEERS_DDP=0 in --mode ddp: the ranks train apart, the model not
+                         wrapped in DistributedDataParallel (no gradient all-reduce, no step
+                         in lockstep): the same host, GPUs and loaders without DDP's coupling
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
                          + flip, pin_memory
   tvcuda:workers=W       DataLoader reading bytes (W processes, pin_memory), then per batch
@@ -540,7 +543,7 @@ def run_row(a):
     if a.mode != "loaders":
         r["arch"] = a.arch
     if a._world > 1:
-        r["world"] = a._world
+        r["world"], r["ddp"] = a._world, os.environ.get("PEERS_DDP", "1") != "0"
     sampler = a._sampler = Sampler(dev if cuda else None)
     sampler.start()
     try:
@@ -680,7 +683,7 @@ def train(a, name, opts, info, dev):
     torch.manual_seed(SEED)
     torch.backends.cudnn.benchmark = True
     model = make_model(a.arch).to(dev).to(memory_format=torch.channels_last)
-    if a._world > 1:
+    if a._world > 1 and os.environ.get("PEERS_DDP", "1") != "0":  # PEERS_DDP=0: each rank alone (docstring)
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 

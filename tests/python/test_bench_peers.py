@@ -77,9 +77,10 @@ def test_list_is_sluices_manifest_and_dalis_file_list(tmp_path):
     assert everything["images"] == 6 and everything["left_out"] == {}
 
 
-def _row(tmp_path, *args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_peers.py"), str(tmp_path / "set"), "row",
+def _row(tmp_path, *args, launcher=(), **env_items):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
+               **env_items)
+    p = subprocess.run([sys.executable, *launcher, os.path.join(ROOT, "bench", "gpu_peers.py"), str(tmp_path / "set"), "row",
                         "--work", str(tmp_path / "work"), "--device", "cpu", "--batch", "2", "--size", "32",
                         "--warmup", "1", "--batches", "2", "--steps", "2"] + list(args),
                        capture_output=True, text=True, timeout=240, env=env)
@@ -106,6 +107,21 @@ def test_a_row_in_its_own_process(tmp_path):
     assert "no row named 'nosuch'" in r["error"] and "Traceback" in r["error"]
     r = _row(tmp_path, "--mode", "loaders", "--row", "synthetic")
     assert r["skipped"] == "the synthetic ceiling is a training row"
+
+
+def test_ddp_rows_with_and_without_the_all_reduce(tmp_path):
+    """--mode ddp's rows under torchrun (gloo on the CPU): rank 0's line holds the node's images;
+    PEERS_DDP=0 trains the same ranks apart (no DistributedDataParallel), which the line says."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sluice")
+    _folder(str(tmp_path / "set"))
+    gpu_peers.write_list(str(tmp_path / "set"), str(tmp_path / "work"), "clean")
+    run = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    for ddp in ("1", "0"):
+        r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1",
+                 launcher=run, PEERS_DDP=ddp, OMP_NUM_THREADS="1")
+        assert "error" not in r, r.get("error")
+        assert r["world"] == 2 and r["ddp"] is (ddp == "1") and r["images"] == 2 * 2 * 2  # ranks x steps x batch
 
 
 def test_wheel_members_dropped_with_their_record_lines(tmp_path):
