@@ -26,7 +26,9 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
                          sluice:env.SLUICE_GPU_PIN_SLOTS=0 (the defaults, slots pageable);
                          env.PEERS_DDP=0 in --mode ddp: the ranks train apart, the model not
                          wrapped in DistributedDataParallel (no gradient all-reduce, no step
-                         in lockstep): the same host, GPUs and loaders without DDP's coupling
+                         in lockstep): the same host, GPUs and loaders without DDP's coupling;
+                         env.PEERS_STREAM=side (train, ddp): the loop's kernels on a CUDA stream
+                         of its own rather than the legacy default stream
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
                          + flip, pin_memory
   tvcuda:workers=W       DataLoader reading bytes (W processes, pin_memory), then per batch
@@ -57,6 +59,7 @@ the tuner's fields where present). A row that cannot run prints {"skipped": why}
 {"error": traceback} and the table goes on.
 """
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -677,24 +680,8 @@ def make_model(arch):
     return getattr(torchvision.models, arch)(num_classes=1000)
 
 
-def train(a, name, opts, info, dev):
-    import torch
-
-    torch.manual_seed(SEED)
-    torch.backends.cudnn.benchmark = True
-    model = make_model(a.arch).to(dev).to(memory_format=torch.channels_last)
-    if a._world > 1 and os.environ.get("PEERS_DDP", "1") != "0":  # PEERS_DDP=0: each rank alone (docstring)
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-
-    def fit(x, y):
-        x = normalize(x, dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
+def _timed_steps(a, name, opts, info, dev, fit):
+    """train's measured part: the base, the warm-up, the timed steps."""
     # The model's own memory goes into the base: a few steps on one synthetic batch load the
     # kernels CUDA, cuDNN and cuBLAS bring in lazily (hundreds of MB of host memory: the synthetic
     # row measured 629-693 MB above a base taken before any step) and make the optimizer's state,
@@ -727,6 +714,34 @@ def train(a, name, opts, info, dev):
     n = a.steps * a.batch
     r = {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "steps": a.steps,
          "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt)}
+    return r
+
+
+def train(a, name, opts, info, dev):
+    import torch
+
+    torch.manual_seed(SEED)
+    torch.backends.cudnn.benchmark = True
+    model = make_model(a.arch).to(dev).to(memory_format=torch.channels_last)
+    if a._world > 1 and os.environ.get("PEERS_DDP", "1") != "0":  # PEERS_DDP=0: each rank alone (docstring)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    def fit(x, y):
+        x = normalize(x, dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    # PEERS_STREAM=side: the loop's kernels on a stream of their own, not the legacy default stream
+    # (which orders itself against every blocking stream of the context); the loaders' batches
+    # arrive on whichever stream is current (sluice waits there on its copy's event)
+    side = torch.cuda.Stream(dev) if dev.type == "cuda" and os.environ.get("PEERS_STREAM") == "side" else None
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        r = _timed_steps(a, name, opts, info, dev, fit)
+    r["stream"] = "side" if side is not None else "default"
     if dev.type == "cuda":
         r["torch_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(dev) / 2**20, 1)
     return r

@@ -99,7 +99,7 @@ def test_a_row_in_its_own_process(tmp_path):
         "index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host", "io"}
     assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
     r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1")
-    assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1
+    assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1 and r["stream"] == "default"
     # the timed part's cores by thread group (the loop's thread among them) and the CPUs' clock
     assert isinstance(r["cores"], dict) and all(v >= 0.01 for v in r["cores"].values())
     assert r["cpu_mhz"] is None or r["cpu_mhz"] > 0
