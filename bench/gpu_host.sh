@@ -56,6 +56,9 @@
 #                               alternating; DALI and nvImageCodec from the parts of
 #                               tools/host_gpu_peers.sh stashed in PEERS_PARTS (/tmp/gpupeers-parts);
 #                               sizes and rows: the PEERS_* variables of gpu_peers.py
+#   bench/gpu_host.sh syncprobe issue 20: bench/gpu_sync_probe.py, the engine alone in each hardware mode
+#                               while other work is queued on the GPU (a spinning kernel or matmuls, on
+#                               the legacy default stream or a stream of their own): what its call waits for
 #   bench/gpu_host.sh remote    issue 21: REMOTE_IMAGES of DATA as tar shards over http:// from loopback,
 #                               20-50 ms added per request, --io-requests REMOTE_REQUESTS, beside the
 #                               same shards local (bench/remote_bench.py; stdlib servers, no network)
@@ -444,6 +447,10 @@ peers)
     PYTHONPATH=$site:$PYTHONPATH $PY bench/gpu_peers.py "$DATA" table --mode "$m" --work "$WORK/peers" \
       --jsonl "$OUT/peers_$m.jsonl" 2> >(quiet) | tee "$OUT/peers_$m.txt" | keep "peers_$m"
   done
+  ;;
+syncprobe)
+  # issue 20: what nvJPEG's hardware call waits for, each mode, other work queued on the GPU
+  $PY bench/gpu_sync_probe.py "$DATA" 2> >(quiet) | tee "$OUT/syncprobe.jsonl" | keep syncprobe
   ;;
 remote)
   # issue 21: remote shards as requests in flight grow, with latency injected, beside local ones

@@ -5,7 +5,8 @@
  *
  *   available()                    -> (bool, reason)
  *   Engine(device=0, gpu_budget=512M, pinned_bytes=96M, max_batch=256, flags=0, hint_w=0, hint_h=0,
- *          max_pixels=0)           flags: NO_HARDWARE, NO_HYBRID, NO_ROI, LOW_PRIORITY, HIGH_PRIORITY
+ *          max_pixels=0)           flags: NO_HARDWARE, NO_HYBRID, NO_ROI, LOW_PRIORITY, HIGH_PRIORITY,
+ *                                  HW_PIPELINED, HW_UNPIPELINED (one of nvJPEG's hardware modes alone)
  *   Engine.submit(blobs, indices, positions, dst, stride, preset, size, seed, epoch)
  *       plans every sample with the CPU path's code (probe, limits, plan),
  *       issues the ones the GPU can take; returns [(status, reason)]:
@@ -654,7 +655,9 @@ PyMODINIT_FUNC PyInit__gpu(void) {
         PyModule_AddIntConstant(m, "HIGH_PRIORITY", SL_GPU_HIGH_PRIORITY) < 0 ||
         PyModule_AddIntConstant(m, "NO_HARDWARE", SL_GPU_NO_HARDWARE) < 0 ||
         PyModule_AddIntConstant(m, "NO_HYBRID", SL_GPU_NO_HYBRID) < 0 ||
-        PyModule_AddIntConstant(m, "NO_ROI", SL_GPU_NO_ROI) < 0) {
+        PyModule_AddIntConstant(m, "NO_ROI", SL_GPU_NO_ROI) < 0 ||
+        PyModule_AddIntConstant(m, "HW_PIPELINED", SL_GPU_HW_PIPELINED) < 0 ||
+        PyModule_AddIntConstant(m, "HW_UNPIPELINED", SL_GPU_HW_UNPIPELINED) < 0) {
         Py_DECREF(m);
         return NULL;
     }

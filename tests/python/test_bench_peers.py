@@ -162,3 +162,20 @@ def test_a_row_without_decode_or_workers_keeps_the_librarys_defaults():
         "workers": 8, "decode": "gpu", "budget": "4G", "gpu_budget": "512M", "gpu_engines": 2}
     assert gpu_peers.sluice_kwargs(a, {"workers": "auto", "budget": "1G"}, False) == {
         "workers": "auto", "decode": "auto", "budget": "1G"}
+
+
+def test_sync_probe_without_a_gpu_says_why(tmp_path):
+    """bench/gpu_sync_probe.py on a machine without CUDA: one line saying why, nothing measured;
+    the engine's mode flags it passes are the module's."""
+    pytest.importorskip("torch")
+    _gpu = pytest.importorskip("sluice._gpu")
+    assert _gpu.HW_PIPELINED != _gpu.HW_UNPIPELINED and _gpu.HW_PIPELINED & _gpu.HW_UNPIPELINED == 0
+    ok, _ = _gpu.available()
+    if ok:
+        pytest.skip("a GPU is here: the probe measures (bench/gpu_host.sh syncprobe)")
+    _folder(str(tmp_path / "set"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_sync_probe.py"), str(tmp_path / "set")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "skipped" in json.loads(p.stdout.strip().splitlines()[-1])
