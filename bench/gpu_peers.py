@@ -518,6 +518,8 @@ def normalize(x, dev, _c={}):
 
 # ---- one row --------------------------------------------------------------------------------
 def run_row(a):
+    if parse_row(a.row)[0] == "sluice":
+        import sluice  # noqa: F401  (first, as a script imports it: before CUDA starts, for its hardware queues)
     import torch
 
     a._rank, a._world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))

@@ -18,6 +18,7 @@ import json
 import numbers
 import os
 import stat
+import sys
 import warnings
 
 from . import _dataloader_names, _sluice
@@ -50,6 +51,54 @@ _CACHE_WHAT = {"encoded": _sluice.CACHE_ENCODED, "decoded": _sluice.CACHE_DECODE
 _DECODE = {"cpu": 0, "auto": 1, "gpu": 2, "prefer-gpu": 3}  # SL_DECODE_*
 
 
+# ---- the GPU's hardware queues, before CUDA starts ----------------------------------------------
+#: The hardware queues sluice asks CUDA for (CUDA_DEVICE_MAX_CONNECTIONS, 1-32, CUDA's default 8).
+#: CUDA spreads a process's streams over them, so two streams may share one, and then the work of
+#: one waits behind the other's. Under DDP, NCCL's all-reduce kernel sits in its queue until every
+#: rank has reached it: the GPU decode's stream behind it waited for the other ranks, which fed two
+#: ranks at 65-68 % of their rate (two H200s, ResNet-18), 80.7 % with 32 queues (docs/gpu.md, "DDP").
+CUDA_CONNECTIONS = 32
+
+
+def _set_cuda_connections():
+    """CUDA_DEVICE_MAX_CONNECTIONS=CUDA_CONNECTIONS in this process's environment, where it is unset
+    and CUDA has not started (CUDA reads it when it starts: `import sluice` before the model goes to
+    the GPU, as scripts import). Returns what was done: "sluice", "user" (a value of yours is kept),
+    or "late" (torch started CUDA before sluice was imported: the queues stay as CUDA chose)."""
+    if "CUDA_DEVICE_MAX_CONNECTIONS" in os.environ:
+        return "user"
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return "late"
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(CUDA_CONNECTIONS)
+    return "sluice"
+
+
+_CUDA_CONNECTIONS_BY = _set_cuda_connections()
+
+
+def _queues_hint(world):
+    """The advice for a DDP rank (world: ranks in its group) whose GPU decode shares CUDA's default
+    hardware queues with NCCL, or ""."""
+    v = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
+    if world < 2 or (_CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS):
+        return ""
+    now = f"CUDA_DEVICE_MAX_CONNECTIONS={v}" if _CUDA_CONNECTIONS_BY == "user" else \
+        "CUDA started before `import sluice`, with CUDA's 8 hardware queues"
+    return (f" Under DDP ({now}), the decode's streams share hardware queues with NCCL's all-reduce and wait "
+            f"for the other ranks: set CUDA_DEVICE_MAX_CONNECTIONS={CUDA_CONNECTIONS} before CUDA starts (importing "
+            "sluice before the model goes to the GPU does it). See docs/gpu.md, \"DDP\".")
+
+
+def _world():
+    """Ranks in torch.distributed's default group, or 1 (none started, or no torch imported)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist.get_world_size() if dist is not None and dist.is_available() and dist.is_initialized() else 1
+    except Exception:
+        return 1
+
+
 class PerformanceWarning(UserWarning):
     """A pass ran slower than the machine allows, for a reason the loader measured and you can
     change (the message says which setting). Issued once a loader; the bytes delivered are the
@@ -67,9 +116,9 @@ GPU_HELD_SECONDS = 2.0
 GPU_HELD_FIRST_SECONDS = 60.0
 
 
-def _gpu_held_hint(stats, first=False):
+def _gpu_held_hint(stats, first=False, world=1):
     """The PerformanceWarning for a pass whose loop the GPU decode held up, or None (first: the
-    loader's first pass)."""
+    loader's first pass; world: the DDP ranks, _world())."""
     held = stats.get("pass_consumer_wait_gpu_fraction", 0.0)
     least = GPU_HELD_FIRST_SECONDS if first else GPU_HELD_SECONDS
     if stats.get("decode") != "gpu" or held < GPU_HELD_HINT or stats.get("pass_seconds", 0.0) < least:
@@ -83,7 +132,7 @@ def _gpu_held_hint(stats, first=False):
             f"model leaves the GPU too little to decode with. The loop took about {demand:,.0f} images/s while it "
             f"did not wait{seen}; where the CPU workers decode that many (`sluice bench DATA --decode cpu` "
             "measures them), decode='cpu' feeds it without the GPU (one H100, 16 cores, ResNet-50: 99.7 % of its "
-            "synthetic rate against 91.5 %). See docs/gpu.md, \"Which decode for which model\".")
+            "synthetic rate against 91.5 %). See docs/gpu.md, \"Which decode for which model\"." + _queues_hint(world))
 
 
 # ---- argument checks -------------------------------------------------------
@@ -682,7 +731,7 @@ class Loader:
             raise
         if raw is None:  # the pass ended: what it measured
             if not self._hinted:
-                hint = _gpu_held_hint(self.stats(), first=self._passes_ended == 0)
+                hint = _gpu_held_hint(self.stats(), first=self._passes_ended == 0, world=_world())
                 if hint:
                     self._hinted = True
                     warnings.warn(hint, PerformanceWarning, stacklevel=3)

@@ -1,8 +1,8 @@
 /*
  * The CUDA device behind the loader's GPU stage (device.h): the engines,
- * one stream per copy lane, the batch slots' region. Every call makes the
- * engines' context (the device's primary context) current on the calling
- * thread first: worker threads never had it. Engine 0 holds the staging
+ * the copy lanes' streams (shared: copy_streams), the batch slots' region.
+ * Every call makes the engines' context (the device's primary context)
+ * current on the calling thread first: worker threads never had it. Engine 0 holds the staging
  * pool; every engine reads staged samples from it (host memory). For a
  * video field the video engine (NVDEC sessions) stands in for the
  * engines, on the same context.
@@ -22,11 +22,12 @@ typedef struct cuda_dev {
     sl__gpu_engine *e;  /* engine 0: the staging */
     sl__gpu_engine *engines[SL_GPU_MAX_ENGINES];
     uint32_t nengines;
-    sl_CUstream *lanes; /* nlanes streams, counted in host */
+    sl_CUstream *lanes; /* nlanes entries, counted in host: lane i copies on stream i % nstreams, the
+                           first nstreams entries the streams it owns */
     sl_CUevent *lane_ev; /* one blocking event per lane: a copy's end, slept on */
     sl__gpu_asker **askers; /* one per lane on engine 0's handle (NULL: no hardware backend; an entry
                                NULL: the engine asks about that lane's samples) */
-    uint32_t nlanes;
+    uint32_t nlanes, nstreams;
     sl_CUdeviceptr region;
     void *pinned;       /* the host memory pin page-locked, or NULL */
     sl__gpu_video *v;   /* or video: the NVDEC sessions */
@@ -206,7 +207,7 @@ static void dev_close(void *ctx) {
     if (!d) return;
     const sl__cuda_api *cu = d->cu;
     if (d->ctx) cu->cuCtxSetCurrent(d->ctx);
-    for (uint32_t i = 0; d->lanes && i < d->nlanes; i++) {
+    for (uint32_t i = 0; d->lanes && i < d->nstreams; i++) {
         if (!d->lanes[i]) continue;
         cu->cuStreamSynchronize(d->lanes[i]);
         cu->cuStreamDestroy(d->lanes[i]);
@@ -269,7 +270,24 @@ static void open_askers(cuda_dev *d) {
     for (uint32_t i = 0; d->askers && i < d->nlanes; i++) sl__gpu_asker_new(d->e, &d->askers[i]); /* NULL on failure */
 }
 
-/* One stream per lane, at the engines' priority (prio_flag). */
+/* How many streams the n copy lanes share: SLUICE_GPU_COPY_STREAMS=N (at
+ * most n) or "lanes" (one each); unset, COPY_STREAMS. A lane's copy waits
+ * on its own event, so sharing a stream adds at most the other lanes'
+ * copies queued before it (microseconds: they share the copy engine
+ * anyway). Every stream takes one of the device's hardware queues
+ * (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set): a stream that lands on the
+ * queue of NCCL's all-reduce waits behind it for the other ranks, which
+ * held DDP's ranks at 65 % of their rate (docs/gpu.md, "DDP"). */
+enum { COPY_STREAMS = 1 };
+static uint32_t copy_streams(uint32_t n) {
+    const char *env = getenv("SLUICE_GPU_COPY_STREAMS");
+    if (env && strcmp(env, "lanes") == 0) return n;
+    long v = env ? strtol(env, NULL, 10) : 0;
+    return SL_MIN(n, v > 0 && v <= (long)n ? (uint32_t)v : (uint32_t)COPY_STREAMS);
+}
+
+/* The lanes' streams (copy_streams of them), at the engines' priority
+ * (prio_flag), and one event per lane. */
 static int open_lanes(cuda_dev *d, uint32_t n, uint32_t prio_flag, char *err, size_t errlen) {
     d->lanes = sl__calloc(d->host, n, sizeof *d->lanes, SL_MEM_OTHER);
     d->lane_ev = sl__calloc(d->host, n, sizeof *d->lane_ev, SL_MEM_OTHER);
@@ -278,15 +296,20 @@ static int open_lanes(cuda_dev *d, uint32_t n, uint32_t prio_flag, char *err, si
         return SL_EBUDGET;
     }
     d->nlanes = n;
+    d->nstreams = copy_streams(n);
     int prio = sl__cu_priority(d->cu, prio_flag == SL_GPU_HIGH_PRIORITY);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < d->nstreams; i++) {
         sl_CUresult r = d->cu->cuStreamCreateWithPriority(&d->lanes[i], SL_CU_STREAM_NON_BLOCKING, prio);
         if (r) {
             d->lanes[i] = NULL;
             sl__msg(err, errlen, "cuStreamCreateWithPriority: %s", sl__cu_errname(d->cu, r));
             return SL_EIO;
         }
-        if ((r = d->cu->cuEventCreate(&d->lane_ev[i], SL_CU_EVENT_BLOCKING_SYNC | SL_CU_EVENT_DISABLE_TIMING))) {
+    }
+    for (uint32_t i = d->nstreams; i < n; i++) d->lanes[i] = d->lanes[i % d->nstreams];
+    for (uint32_t i = 0; i < n; i++) {
+        sl_CUresult r = d->cu->cuEventCreate(&d->lane_ev[i], SL_CU_EVENT_BLOCKING_SYNC | SL_CU_EVENT_DISABLE_TIMING);
+        if (r) {
             d->lane_ev[i] = NULL;
             sl__msg(err, errlen, "cuEventCreate: %s", sl__cu_errname(d->cu, r));
             return SL_EIO;
