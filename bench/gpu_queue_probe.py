@@ -43,7 +43,7 @@ def child(variant, n, sleep_ms):
 
         by = sluice._CUDA_CONNECTIONS_BY
     x = torch.zeros(n + 1, device="cuda")
-    x.add_(1)  # the add kernel loaded before any stream waits on it
+    x[0:1].add_(1)  # the very kernel the streams run, loaded now: CUDA's lazy loading would wait for the spinner
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     torch.cuda._sleep(1_000_000)

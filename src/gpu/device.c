@@ -1,6 +1,6 @@
 /*
  * The CUDA device behind the loader's GPU stage (device.h): the engines,
- * the copy lanes' streams (shared: copy_streams), the batch slots' region.
+ * the copy lanes' streams (copy_streams), the batch slots' region.
  * Every call makes the engines' context (the device's primary context)
  * current on the calling thread first: worker threads never had it. Engine 0 holds the staging
  * pool; every engine reads staged samples from it (host memory). For a
@@ -270,20 +270,17 @@ static void open_askers(cuda_dev *d) {
     for (uint32_t i = 0; d->askers && i < d->nlanes; i++) sl__gpu_asker_new(d->e, &d->askers[i]); /* NULL on failure */
 }
 
-/* How many streams the n copy lanes share: SLUICE_GPU_COPY_STREAMS=N (at
- * most n) or "lanes" (one each); unset, COPY_STREAMS. A lane's copy waits
- * on its own event, so sharing a stream adds at most the other lanes'
- * copies queued before it (microseconds: they share the copy engine
- * anyway). Every stream takes one of the device's hardware queues
- * (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set): a stream that lands on the
- * queue of NCCL's all-reduce waits behind it for the other ranks, which
- * held DDP's ranks at 65 % of their rate (docs/gpu.md, "DDP"). */
-enum { COPY_STREAMS = 1 };
+/* How many streams the n copy lanes share: one each, or N with
+ * SLUICE_GPU_COPY_STREAMS=N (1..n; an experiment's knob: the same bytes).
+ * A lane's copy waits on its own event, so a shared stream adds at most the
+ * other lanes' copies queued before it. Each stream takes a place in one
+ * of the device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): fewer
+ * streams share fewer queues with NCCL's all-reduce, but under DDP on two
+ * H200s one stream fed no faster than 17 (docs/gpu.md, "DDP"). */
 static uint32_t copy_streams(uint32_t n) {
     const char *env = getenv("SLUICE_GPU_COPY_STREAMS");
-    if (env && strcmp(env, "lanes") == 0) return n;
     long v = env ? strtol(env, NULL, 10) : 0;
-    return SL_MIN(n, v > 0 && v <= (long)n ? (uint32_t)v : (uint32_t)COPY_STREAMS);
+    return v > 0 && v <= (long)n ? (uint32_t)v : n;
 }
 
 /* The lanes' streams (copy_streams of them), at the engines' priority
