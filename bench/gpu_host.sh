@@ -58,9 +58,7 @@
 #                               sizes and rows: the PEERS_* variables of gpu_peers.py
 #   bench/gpu_host.sh syncprobe issue 20: bench/gpu_sync_probe.py, the engine alone in each hardware mode
 #                               while other work is queued on the GPU (a spinning kernel or matmuls, on
-#                               the legacy default stream or a stream of their own): what its call waits for;
-#                               bench/gpu_queue_probe.py: which streams share a hardware queue with a
-#                               spinning kernel, with CUDA_DEVICE_MAX_CONNECTIONS unset, 32, or set by sluice
+#                               the legacy default stream or a stream of their own): what its call waits for
 #   bench/gpu_host.sh remote    issue 21: REMOTE_IMAGES of DATA as tar shards over http:// from loopback,
 #                               20-50 ms added per request, --io-requests REMOTE_REQUESTS, beside the
 #                               same shards local (bench/remote_bench.py; stdlib servers, no network)
@@ -453,8 +451,6 @@ peers)
 syncprobe)
   # issue 20: what nvJPEG's hardware call waits for, each mode, other work queued on the GPU
   $PY bench/gpu_sync_probe.py "$DATA" 2> >(quiet) | tee "$OUT/syncprobe.jsonl" | keep syncprobe
-  # which streams wait behind another's kernel (CUDA's hardware queues), and whether importing sluice sets 32 in time
-  $PY bench/gpu_queue_probe.py 2> >(quiet) | tee "$OUT/queueprobe.jsonl" | keep queueprobe
   ;;
 remote)
   # issue 21: remote shards as requests in flight grow, with latency injected, beside local ones

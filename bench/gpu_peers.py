@@ -305,6 +305,10 @@ def sluice_report(ld):
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}
     # the tuner's choice (stats fields workers_active*, tuner*), where the library has one
     r.update({k: v for k, v in s.items() if k.startswith(("workers_active", "tuner", "prefetch_active"))})
+    # CUDA's hardware queues in this process, and who chose them (sluice at import, the user, or late: CUDA first)
+    import sluice
+
+    r["cuda_connections"] = [os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), getattr(sluice, "_CUDA_CONNECTIONS_BY", None)]
     return r
 
 

@@ -78,7 +78,8 @@ def test_list_is_sluices_manifest_and_dalis_file_list(tmp_path):
 
 
 def _row(tmp_path, *args, launcher=(), **env_items):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}  # a fresh script's
+    env.update(PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
                **env_items)
     p = subprocess.run([sys.executable, *launcher, os.path.join(ROOT, "bench", "gpu_peers.py"), str(tmp_path / "set"), "row",
                         "--work", str(tmp_path / "work"), "--device", "cpu", "--batch", "2", "--size", "32",
@@ -98,8 +99,11 @@ def test_a_row_in_its_own_process(tmp_path):
     assert r["memory_peak_mb"]["batches"] >= 0 and set(r["memory_peak_mb"]) <= {  # the accounted peak by category
         "index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host", "io"}
     assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
-    r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1")
+    assert r["cuda_connections"] == [None, "single"]  # one process: CUDA's own number of queues
+    r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1",
+             CUDA_DEVICE_MAX_CONNECTIONS="8")
     assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1 and r["stream"] == "default"
+    assert r["cuda_connections"] == ["8", "user"]
     # the timed part's cores by thread group (the loop's thread among them) and the CPUs' clock
     assert isinstance(r["cores"], dict) and all(v >= 0.01 for v in r["cores"].values())
     assert r["cpu_mhz"] is None or r["cpu_mhz"] > 0
@@ -122,6 +126,7 @@ def test_ddp_rows_with_and_without_the_all_reduce(tmp_path):
                  launcher=run, PEERS_DDP=ddp, OMP_NUM_THREADS="1")
         assert "error" not in r, r.get("error")
         assert r["world"] == 2 and r["ddp"] is (ddp == "1") and r["images"] == 2 * 2 * 2  # ranks x steps x batch
+        assert r["cuda_connections"] == ["32", "sluice"]  # a rank imports sluice first, as a torchrun script does
 
 
 def test_wheel_members_dropped_with_their_record_lines(tmp_path):
