@@ -58,7 +58,8 @@
 #                               sizes and rows: the PEERS_* variables of gpu_peers.py
 #   bench/gpu_host.sh syncprobe issue 20: bench/gpu_sync_probe.py, the engine alone in each hardware mode
 #                               while other work is queued on the GPU (a spinning kernel or matmuls, on
-#                               the legacy default stream or a stream of their own): what its call waits for
+#                               the legacy default stream or a stream of their own): what its call waits for,
+#                               with CUDA's 8 hardware queues and with 32
 #   bench/gpu_host.sh remote    issue 21: REMOTE_IMAGES of DATA as tar shards over http:// from loopback,
 #                               20-50 ms added per request, --io-requests REMOTE_REQUESTS, beside the
 #                               same shards local (bench/remote_bench.py; stdlib servers, no network)
@@ -450,7 +451,10 @@ peers)
   ;;
 syncprobe)
   # issue 20: what nvJPEG's hardware call waits for, each mode, other work queued on the GPU
-  $PY bench/gpu_sync_probe.py "$DATA" 2> >(quiet) | tee "$OUT/syncprobe.jsonl" | keep syncprobe
+  for q in 8 32; do # CUDA's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), its default and the most
+    CUDA_DEVICE_MAX_CONNECTIONS=$q $PY bench/gpu_sync_probe.py "$DATA" 2> >(quiet) | tee -a "$OUT/syncprobe.jsonl" |
+      keep "syncprobe_q$q"
+  done
   ;;
 remote)
   # issue 21: remote shards as requests in flight grow, with latency injected, beside local ones

@@ -16,8 +16,12 @@ engine's wait:
   mm-side       the same on a non-blocking stream
 each about --busy-ms long. A call that grows by about --busy-ms a batch under sleep-default but not
 sleep-side orders itself after the legacy default stream; one that grows under both waits for the
-whole device; one that grows only under the matmuls competes for SMs. One JSON line per mode and
-condition: the call and the wait in µs a GPU sample (host clock), the engine's own counters.
+whole device; one that grows only under the matmuls competes for SMs, or shares a hardware queue
+with their stream. CUDA's hardware queues are the environment's CUDA_DEVICE_MAX_CONNECTIONS (8
+unset; `import sluice` sets none in a process that is not a DDP rank): with 8 the pipelined call
+beside matmuls cost 2.5 times as much, with 32 the same as idle (bench/README.md, thirteenth
+session; `bench/gpu_host.sh syncprobe` runs both). One JSON line per mode and condition: the call
+and the wait in µs a GPU sample (host clock), the engine's own counters, the queues.
 """
 import argparse
 import json
@@ -125,7 +129,7 @@ def probe(a, blobs, mode, flag, cycles, mm, side, dst):
             "engine_gpu_hw_s": round(s1["gpu_hw_s"] - s0["gpu_hw_s"], 4),
             "hw_calls": s1["hw_calls"] - s0["hw_calls"],
             "hw_calls_unpipelined": s1["hw_calls_unpipelined"] - s0["hw_calls_unpipelined"],
-            "device": s1["device_name"]}), flush=True)
+            "cuda_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), "device": s1["device_name"]}), flush=True)
     e.close()
 
 
