@@ -1,11 +1,11 @@
 /*
  * The CUDA device behind the loader's GPU stage (device.h): the engines,
- * the copy lanes' streams (copy_streams), the batch slots' region.
- * Every call makes the engines' context (the device's primary context)
- * current on the calling thread first: worker threads never had it. Engine 0 holds the staging
- * pool; every engine reads staged samples from it (host memory). For a
- * video field the video engine (NVDEC sessions) stands in for the
- * engines, on the same context.
+ * the copy lanes' streams (copy_streams), the batch slots' region. Every
+ * call makes the engines' context (the device's primary context) current
+ * on the calling thread first: worker threads never had it. Engine 0 holds
+ * the staging pool; every engine reads staged samples from it (host
+ * memory). For a video field the video engine (NVDEC sessions) stands in
+ * for the engines, on the same context.
  */
 #include "gpu/device.h"
 
