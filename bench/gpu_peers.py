@@ -552,7 +552,7 @@ def run_row(a):
     if a.mode != "loaders":
         r["arch"] = a.arch
     if a._world > 1:
-        r["world"], r["ddp"] = a._world, os.environ.get("PEERS_DDP", "1") != "0"
+        r["world"], r["ddp"] = a._world, ddp_wrapped(a)
     sampler = a._sampler = Sampler(dev if cuda else None)
     sampler.start()
     try:
@@ -595,6 +595,12 @@ def run_row(a):
         dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)  # DataLoader workers and DALI's threads: no slow teardown in the measured row's process
+
+
+def ddp_wrapped(a):
+    """Whether this rank trains inside DistributedDataParallel: under torchrun, unless PEERS_DDP=0
+    (each rank alone: the docstring's env.PEERS_DDP)."""
+    return a._world > 1 and os.environ.get("PEERS_DDP", "1") != "0"
 
 
 def gather_ranks(r):
@@ -729,7 +735,7 @@ def train(a, name, opts, info, dev):
     torch.manual_seed(SEED)
     torch.backends.cudnn.benchmark = True
     model = make_model(a.arch).to(dev).to(memory_format=torch.channels_last)
-    if a._world > 1 and os.environ.get("PEERS_DDP", "1") != "0":  # PEERS_DDP=0: each rank alone (docstring)
+    if ddp_wrapped(a):
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 

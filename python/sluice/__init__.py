@@ -51,72 +51,6 @@ _CACHE_WHAT = {"encoded": _sluice.CACHE_ENCODED, "decoded": _sluice.CACHE_DECODE
 _DECODE = {"cpu": 0, "auto": 1, "gpu": 2, "prefer-gpu": 3}  # SL_DECODE_*
 
 
-# ---- the GPU's hardware queues, before CUDA starts ----------------------------------------------
-#: The hardware queues sluice asks CUDA for in a DDP rank (CUDA_DEVICE_MAX_CONNECTIONS, 1-32; CUDA's
-#: default is 8). CUDA spreads a context's streams over them, and a kernel queued behind another
-#: stream's on the same queue waits for it. The GPU decode has a stream per engine and per worker;
-#: under DDP, NCCL's all-reduce kernel waits in its queue for the other ranks. On two H200s
-#: (ResNet-18 DDP) 32 queues fed the ranks at 72-81 % of their synthetic rate against 56-68 % with 8,
-#: the loop waiting 6-8 % of its time against 19-29 %. They cost the process about 240 MB of host
-#: memory (PSS, the CUDA context's), so a process that is not a rank keeps CUDA's 8: one H200 alone
-#: was fed at 92.6 % with 32 against 91.0 % with 8 (docs/gpu.md, "DDP: CUDA's hardware queues").
-CUDA_CONNECTIONS = 32
-
-
-def _launched_ranks():
-    """The ranks a launcher told this process it is one of before it started (WORLD_SIZE, as torchrun
-    sets it); 1 where there is none."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-
-
-def _set_cuda_connections():
-    """CUDA_DEVICE_MAX_CONNECTIONS=CUDA_CONNECTIONS in this process's environment, where it is unset,
-    the process is a DDP rank (_launched_ranks() > 1) and torch has not started CUDA (CUDA reads it
-    when it makes the context, which torch does when the first tensor goes to the GPU: `import sluice`
-    at a script's top is in time). Returns what was done: "sluice"; "user" (a value of yours is
-    kept); "single" (not a rank: CUDA's 8, and its memory, kept); or "late" (torch started CUDA
-    before sluice was imported)."""
-    if "CUDA_DEVICE_MAX_CONNECTIONS" in os.environ:
-        return "user"
-    if _launched_ranks() < 2:
-        return "single"
-    cuda = getattr(sys.modules.get("torch"), "cuda", None)
-    if cuda is not None and cuda.is_initialized():
-        return "late"
-    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(CUDA_CONNECTIONS)
-    return "sluice"
-
-
-_CUDA_CONNECTIONS_BY = _set_cuda_connections()
-
-
-def _queues_hint(world):
-    """The advice for a DDP rank (world: ranks in its group) whose GPU decode shares CUDA's default
-    hardware queues with NCCL, or ""."""
-    v = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
-    if world < 2 or (_CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS):
-        return ""
-    now = {"user": f"CUDA_DEVICE_MAX_CONNECTIONS={v}",
-           "late": "CUDA started before `import sluice`, with CUDA's 8 hardware queues",
-           "single": "CUDA's 8 hardware queues: WORLD_SIZE was not set when sluice was imported"}
-    return (f" Under DDP ({now.get(_CUDA_CONNECTIONS_BY, v)}), the decode's streams may share a hardware queue "
-            f"with NCCL's all-reduce and then wait for the other ranks: set CUDA_DEVICE_MAX_CONNECTIONS="
-            f"{CUDA_CONNECTIONS} before CUDA starts (importing sluice at the top of a torchrun script does it). See "
-            "docs/gpu.md, \"DDP: CUDA's hardware queues\".")
-
-
-def _world():
-    """Ranks in torch.distributed's default group, or 1 (none started, or no torch imported)."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        return dist.get_world_size() if dist is not None and dist.is_available() and dist.is_initialized() else 1
-    except Exception:
-        return 1
-
-
 class PerformanceWarning(UserWarning):
     """A pass ran slower than the machine allows, for a reason the loader measured and you can
     change (the message says which setting). Issued once a loader; the bytes delivered are the
@@ -355,6 +289,73 @@ def _schema_json(fields):
         return json.dumps(fields)
     except (TypeError, ValueError) as e:
         raise TypeError(f"fields: not JSON-serialisable: {e}") from None
+
+
+# ---- the GPU's hardware queues, before CUDA starts ----------------------------------------------
+#: The hardware queues sluice asks CUDA for in a DDP rank (CUDA_DEVICE_MAX_CONNECTIONS, 1-32; CUDA's
+#: default is 8). CUDA spreads a context's streams over them, and a kernel queued behind another
+#: stream's on the same queue waits for it. The GPU decode has a stream per engine and per worker;
+#: under DDP, NCCL's all-reduce kernel waits in its queue for the other ranks. On two H200s
+#: (ResNet-18 DDP) 32 queues fed the ranks at 72-81 % of their synthetic rate against 56-68 % with 8,
+#: the loop waiting 6-8 % of its time against 19-29 %. They cost the process about 240 MB of host
+#: memory (PSS, the CUDA context's), so a process that is not a rank keeps CUDA's 8: one H200 alone
+#: was fed at 92.6 % with 32 against 91.0 % with 8 (docs/gpu.md, "DDP: CUDA's hardware queues").
+CUDA_CONNECTIONS = 32
+
+
+def _launched_ranks():
+    """The ranks a launcher told this process it is one of before it started (WORLD_SIZE, as torchrun
+    sets it, read as _rank_world reads it); 1 where there is none or it is no integer (the loader
+    says so when it is made, not the import)."""
+    try:
+        return _env_int("WORLD_SIZE") or 1
+    except ValueError:
+        return 1
+
+
+def _set_cuda_connections():
+    """CUDA_DEVICE_MAX_CONNECTIONS=CUDA_CONNECTIONS in this process's environment, where it is unset,
+    the process is a DDP rank (_launched_ranks() > 1) and torch has not started CUDA (CUDA reads it
+    when it makes the context, which torch does when the first tensor goes to the GPU: `import sluice`
+    at a script's top is in time). Returns what was done: "sluice"; "user" (a value of yours is
+    kept); "single" (not a rank: CUDA's 8, and its memory, kept); or "late" (torch started CUDA
+    before sluice was imported)."""
+    if "CUDA_DEVICE_MAX_CONNECTIONS" in os.environ:
+        return "user"
+    if _launched_ranks() < 2:
+        return "single"
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return "late"
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(CUDA_CONNECTIONS)
+    return "sluice"
+
+
+_CUDA_CONNECTIONS_BY = _set_cuda_connections()
+
+
+def _queues_hint(world):
+    """The advice for a DDP rank (world: ranks in its group) whose GPU decode shares CUDA's default
+    hardware queues with NCCL, or ""."""
+    v = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
+    if world < 2 or (_CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS):
+        return ""
+    now = {"user": f"CUDA_DEVICE_MAX_CONNECTIONS={v}",
+           "late": "CUDA started before `import sluice`, with CUDA's 8 hardware queues",
+           "single": "CUDA's 8 hardware queues: WORLD_SIZE was not set when sluice was imported"}
+    return (f" Under DDP ({now.get(_CUDA_CONNECTIONS_BY, v)}), the decode's streams may share a hardware queue "
+            f"with NCCL's all-reduce and then wait for the other ranks: set CUDA_DEVICE_MAX_CONNECTIONS="
+            f"{CUDA_CONNECTIONS} before CUDA starts (importing sluice at the top of a torchrun script does it). See "
+            "docs/gpu.md, \"DDP: CUDA's hardware queues\".")
+
+
+def _world():
+    """Ranks in torch.distributed's default group, or 1 (none started, or no torch imported)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist.get_world_size() if dist is not None and dist.is_available() and dist.is_initialized() else 1
+    except Exception:
+        return 1
 
 
 # ---- shared budgets ----------------------------------------------------------

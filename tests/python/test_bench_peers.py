@@ -77,10 +77,16 @@ def test_list_is_sluices_manifest_and_dalis_file_list(tmp_path):
     assert everything["images"] == 6 and everything["left_out"] == {}
 
 
+def _script_env(**items):
+    """A bench script's environment: this tree's package first, no CUDA_DEVICE_MAX_CONNECTIONS (a
+    fresh script's, which this process's `import sluice` may have set), then items."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    env.update(PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]), **items)
+    return env
+
+
 def _row(tmp_path, *args, launcher=(), **env_items):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}  # a fresh script's
-    env.update(PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]),
-               **env_items)
+    env = _script_env(**env_items)
     p = subprocess.run([sys.executable, *launcher, os.path.join(ROOT, "bench", "gpu_peers.py"), str(tmp_path / "set"), "row",
                         "--work", str(tmp_path / "work"), "--device", "cpu", "--batch", "2", "--size", "32",
                         "--warmup", "1", "--batches", "2", "--steps", "2"] + list(args),
@@ -179,8 +185,7 @@ def test_sync_probe_without_a_gpu_says_why(tmp_path):
     if ok:
         pytest.skip("a GPU is here: the probe measures (bench/gpu_host.sh syncprobe)")
     _folder(str(tmp_path / "set"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_sync_probe.py"), str(tmp_path / "set")],
-                       capture_output=True, text=True, timeout=120, env=env)
+                       capture_output=True, text=True, timeout=120, env=_script_env())
     assert p.returncode == 0, p.stderr[-2000:]
     assert "skipped" in json.loads(p.stdout.strip().splitlines()[-1])
