@@ -54,7 +54,11 @@ Each row prints one JSON line: images_per_s over --batches (--steps) after --war
 tree's PSS (smaps_rollup, sampled every 0.5 s): base before the loader, peak, and loader_pss_mb the
 difference; the device memory in use above the base (device-wide, torch.cuda.mem_get_info, sampled
 likewise: the loader's and, in training, the model's); train: data_wait_fraction, the share of
-the timed loop spent in next(loader); sluice rows: the library's stats (decode, GPU share, workers,
+the timed loop spent in next(loader), and step_ms, the steps' periods on the device (CUDA events at
+each step's start: mean, p50, p90, p99, max); ddp: each rank's step_ms and wait, and
+lockstep_images_per_s, what the node would make were every step as long as its slowest rank's,
+drawn from each rank's own steps (with env.PEERS_DDP=0 the lockstep's cost apart from DDP's
+all-reduce; the summary's note "lockstep="); sluice rows: the library's stats (decode, GPU share, workers,
 the tuner's fields where present). A row that cannot run prints {"skipped": why} or
 {"error": traceback} and the table goes on.
 """
@@ -617,6 +621,16 @@ def gather_ranks(r):
         out["seconds"] = dt
         out["images"] = sum(x["images"] for x in rows)
         out["rank_images_per_s"] = [x.get("images_per_s") for x in rows]
+    steps = [x.pop("_step_ms", None) for x in rows]
+    out.pop("_step_ms", None)
+    if all(steps):
+        out["rank_step_ms"] = [x.get("step_ms") for x in rows]
+        out["rank_data_wait_fraction"] = [x.get("data_wait_fraction") for x in rows]
+        # the ranks' steps in lockstep, from each rank's own step times (lockstep_mean_ms): with the
+        # ranks apart (env.PEERS_DDP=0) what DDP's lockstep alone would cost them
+        est = lockstep_mean_ms(steps)
+        out["lockstep_step_ms"] = round(est, 2)
+        out["lockstep_images_per_s"] = round(len(rows) * out["batch"] / (est / 1e3), 1) if est else None
     for k in ("tree_pss_base_mb", "tree_pss_peak_mb", "loader_pss_mb"):
         out[k] = round(sum(x.get(k, 0) for x in rows), 1)
     if "device_used_above_base_mb" in out:
@@ -717,16 +731,76 @@ def _timed_steps(a, name, opts, info, dev, fit):
         step()
     _sync(dev)
     wait[0] = 0.0
-    watch = ThreadWatch()
+    watch, clock = ThreadWatch(), StepClock(dev)
     t0 = time.perf_counter()
     for _ in range(a.steps):
+        clock.mark()
         step()
+    clock.mark()
     _sync(dev)
     dt = time.perf_counter() - t0
     n = a.steps * a.batch
     r = {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "steps": a.steps,
-         "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt)}
+         "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt), "step_ms": step_summary(clock.ms())}
+    if a._world > 1:
+        r["_step_ms"] = clock.ms()  # for gather_ranks, which takes it out of the line
     return r
+
+
+class StepClock:
+    """Each timed step's period as the device saw it: on CUDA an event recorded on the current
+    stream at each step's start (the interval holds the step's kernels, the stream's idle while the
+    loop waited for data and, under DDP, NCCL's wait for the other ranks); elsewhere the host's
+    clock. Read after the loop's last synchronisation."""
+
+    def __init__(self, dev):
+        import torch
+
+        self.cuda, self.marks = dev.type == "cuda", []
+        self._event = (lambda: torch.cuda.Event(enable_timing=True)) if self.cuda else None
+
+    def mark(self):
+        if self.cuda:
+            e = self._event()
+            e.record()
+            self.marks.append(e)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def ms(self):
+        m = self.marks
+        if self.cuda:
+            return [m[i].elapsed_time(m[i + 1]) for i in range(len(m) - 1)]
+        return [(m[i + 1] - m[i]) * 1e3 for i in range(len(m) - 1)]
+
+
+def step_summary(ms):
+    if not ms:
+        return {}
+    v = sorted(ms)
+    q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
+    return {"mean": round(sum(v) / len(v), 2), "p50": round(q(0.5), 2), "p90": round(q(0.9), 2),
+            "p99": round(q(0.99), 2), "max": round(v[-1], 2)}
+
+
+def lockstep_mean_ms(per_rank):
+    """The mean step of ranks in lockstep, each step as long as the slowest rank's, if each rank's
+    step times were drawn apart from its own measured ones: E[max] over the ranks' empirical
+    distributions (P(max <= t) is the product of each rank's share of steps <= t). Beside a DDP
+    row's measured steps this tells the lockstep's cost from what DDP adds inside a step."""
+    import bisect
+
+    ranks = [sorted(x) for x in per_rank if x]
+    if not ranks:
+        return None
+    prev, mean = 0.0, 0.0
+    for t in sorted(set(v for r in ranks for v in r)):
+        p = 1.0
+        for r in ranks:
+            p *= bisect.bisect_right(r, t) / len(r)
+        mean += t * (p - prev)
+        prev = p
+    return mean
 
 
 def train(a, name, opts, info, dev):
@@ -883,6 +957,9 @@ def summary(results, a):
                     d = opts.get("decode")
                     if d not in best or m > best[d][1]:
                         best[d] = (row, m)
+            lock = med([x["lockstep_images_per_s"] for x in rs if x.get("lockstep_images_per_s")])
+            if lock and not rs[-1].get("ddp", True):  # the ranks apart: what their lockstep would make
+                note = (note + " " if note else "") + f"lockstep={lock:.0f}"
             pss = med([x["loader_pss_mb"] for x in rs if "loader_pss_mb" in x and "images_per_s" in x])
             devm = med([x["device_used_above_base_mb"] for x in rs if "device_used_above_base_mb" in x and
                         "images_per_s" in x])

@@ -109,6 +109,7 @@ def test_a_row_in_its_own_process(tmp_path):
     r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1",
              CUDA_DEVICE_MAX_CONNECTIONS="8")
     assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1 and r["stream"] == "default"
+    assert r["step_ms"]["max"] >= r["step_ms"]["mean"] > 0 and "_step_ms" not in r  # the steps' periods
     assert r["cuda_connections"] == ["8", "user"]
     # the timed part's cores by thread group (the loop's thread among them) and the CPUs' clock
     assert isinstance(r["cores"], dict) and all(v >= 0.01 for v in r["cores"].values())
@@ -133,6 +134,17 @@ def test_ddp_rows_with_and_without_the_all_reduce(tmp_path):
         assert "error" not in r, r.get("error")
         assert r["world"] == 2 and r["ddp"] is (ddp == "1") and r["images"] == 2 * 2 * 2  # ranks x steps x batch
         assert r["cuda_connections"] == ["32", "sluice"]  # a rank imports sluice first, as a torchrun script does
+        # each rank's steps, and what they would make in lockstep (never more than the slower rank allows)
+        assert len(r["rank_step_ms"]) == 2 and all(x["max"] >= x["p50"] > 0 for x in r["rank_step_ms"])
+        assert len(r["rank_data_wait_fraction"]) == 2 and "_step_ms" not in r
+        assert r["lockstep_step_ms"] >= max(x["mean"] for x in r["rank_step_ms"]) * 0.999
+
+
+def test_lockstep_is_the_mean_of_the_slowest_ranks_step():
+    assert gpu_peers.lockstep_mean_ms([[1, 2], [1, 2]]) == pytest.approx(1.75)  # max of two draws of each
+    assert gpu_peers.lockstep_mean_ms([[3, 5]]) == pytest.approx(4)  # one rank: its own mean
+    assert gpu_peers.lockstep_mean_ms([[10] * 9 + [30]] * 2) == pytest.approx(13.8)  # a rare slow step, twice as often
+    assert gpu_peers.lockstep_mean_ms([]) is None
 
 
 def test_wheel_members_dropped_with_their_record_lines(tmp_path):
