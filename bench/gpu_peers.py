@@ -28,7 +28,9 @@ Rows (SPEC is NAME[:key=value...]; the default set is made from --sweep-workers 
                          wrapped in DistributedDataParallel (no gradient all-reduce, no step
                          in lockstep): the same host, GPUs and loaders without DDP's coupling;
                          env.PEERS_STREAM=side (train, ddp): the loop's kernels on a CUDA stream
-                         of its own rather than the legacy default stream
+                         of its own rather than the legacy default stream; env.PEERS_FEED=synthetic
+                         (train, ddp): the row's loader runs and its batches are taken, the model
+                         trains on the synthetic batch (the loader's cost beside the model)
   tvio:workers=W         DataLoader, W processes, torchvision.io.decode_image + v2.RandomResizedCrop
                          + flip, pin_memory
   tvcuda:workers=W       DataLoader reading bytes (W processes, pin_memory), then per batch
@@ -716,7 +718,11 @@ def _timed_steps(a, name, opts, info, dev, fit):
     for _ in range(3):
         fit(xs, ys)
     _sync(dev)
-    del xs, ys
+    # PEERS_FEED=synthetic: the loader runs and its batches are taken, but the model trains on the
+    # synthetic batch: a step's cost of the loader's work beside the model, apart from its batch's
+    synthetic_feed = os.environ.get("PEERS_FEED") == "synthetic"
+    if not synthetic_feed:
+        del xs, ys
     a._sampler.rebase()
     it = LOADERS[name](a, info, opts, dev)
     wait = [0.0]
@@ -725,6 +731,8 @@ def _timed_steps(a, name, opts, info, dev, fit):
         t = time.perf_counter()
         x, y = next(it)
         wait[0] += time.perf_counter() - t
+        if synthetic_feed:
+            x, y = xs, ys
         fit(x, y)
 
     for _ in range(a.warmup):
@@ -742,6 +750,8 @@ def _timed_steps(a, name, opts, info, dev, fit):
     n = a.steps * a.batch
     r = {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "steps": a.steps,
          "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt), "step_ms": step_summary(clock.ms())}
+    if synthetic_feed:
+        r["feed"] = "synthetic"
     if a._world > 1:
         r["_step_ms"] = clock.ms()  # for gather_ranks, which takes it out of the line
     return r
