@@ -8,7 +8,8 @@
 #       JPEG training does not need (the extensions of other Pythons, C headers, nvImageCodec's DICOM
 #       tools; nvcomp, nvJPEG2000 and nvTIFF are not fetched), rewrites each wheel with its members
 #       stored (tools/wheel_lzma.py --stored --drop), packs them into one tar.xz and splits it into
-#       parts of at most PART_MB (60) MiB, as a call to the device machine carries 64 MiB at most:
+#       parts of at most PART_MB (40) MiB, as a call to the device machine carries 64 MiB at most,
+#       the tree's files counted by the blocks they take (about 15 MiB):
 #       OUT/part-aa, part-ab, ... and OUT/MANIFEST (each wheel's size, each part's and the whole
 #       bundle's size and sha256).
 #   tools/host_gpu_peers.sh stash [--out .devcarry/gpupeers] [--parts /tmp/gpupeers-parts]
@@ -39,7 +40,7 @@ NVIMGCODEC_SPEC=${NVIMGCODEC_SPEC:-nvidia-nvimgcodec-cu13==0.9.0.20}
 # packaging, numpy, pyyaml, typing-extensions); nvidia-nvjpeg: nvImageCodec's nvJPEG extension
 # loads libnvjpeg.so.13 from it where the system's CUDA has none on the loader's path
 EXTRA=${EXTRA:-"astunparse==1.6.3 gast==0.7.0 optree==0.20.0 nvtx==0.2.17 makefun==1.16.0 libcst==1.9.0 nvidia-nvjpeg==13.3.2.43"}
-PART_MB=${PART_MB:-56}
+PART_MB=${PART_MB:-40}
 DROP=(--drop '*.cpython-310-*' --drop '*.cpython-311-*' --drop '*.cpython-313*' --drop '*.cpython-314*'
       --drop '*.cpython-315*' --drop '*.cpython-39-*' --drop 'nvidia/dali/include/*'
       --drop 'nvidia/nvimgcodec/include/*' --drop 'nvidia/nvimgcodec/tools/dicom/*' --drop '*/tests/*'

@@ -296,10 +296,11 @@ def _schema_json(fields):
 #: default is 8). CUDA spreads a context's streams over them, and a kernel queued behind another
 #: stream's on the same queue waits for it. The GPU decode has a stream per engine and per worker;
 #: under DDP, NCCL's all-reduce kernel waits in its queue for the other ranks. On two H200s
-#: (ResNet-18 DDP) 32 queues fed the ranks at 72-81 % of their synthetic rate against 56-68 % with 8,
-#: the loop waiting 6-8 % of its time against 19-29 %. They cost the process about 240 MB of host
-#: memory (PSS, the CUDA context's), so a process that is not a rank keeps CUDA's 8: one H200 alone
-#: was fed at 92.6 % with 32 against 91.0 % with 8 (docs/gpu.md, "DDP: CUDA's hardware queues").
+#: (ResNet-18 DDP) 32 queues fed the ranks at 72-88 % of their synthetic rate against 56-68 % with 8,
+#: the loop waiting 5-8 % of its time against 19-29 %. They cost the process about 240 MB of host
+#: memory (PSS, the CUDA context's; a context per GPU the process drives), so a process that is not
+#: a rank keeps CUDA's 8 and the GPU-held warning says what 32 did: one H200 alone was fed at
+#: 92.2-92.6 % with 32 against 88.2-91.0 % with 8 (docs/gpu.md, "CUDA's hardware queues").
 CUDA_CONNECTIONS = 32
 
 
@@ -335,18 +336,23 @@ _CUDA_CONNECTIONS_BY = _set_cuda_connections()
 
 
 def _queues_hint(world):
-    """The advice for a DDP rank (world: ranks in its group) whose GPU decode shares CUDA's default
-    hardware queues with NCCL, or ""."""
+    """The advice for a loop the GPU decode held up whose decode shares CUDA's few hardware queues
+    with the model's kernels (world: ranks in its group; under DDP, with NCCL's all-reduce), or ""."""
     v = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
-    if world < 2 or (_CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS):
+    if _CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS:
         return ""
+    fix = f"set CUDA_DEVICE_MAX_CONNECTIONS={CUDA_CONNECTIONS} before CUDA starts"
+    if world < 2:  # a single process keeps CUDA's 8 unless told (their memory): what 32 did, to choose
+        return (f" The decode's streams share CUDA's {v or 8} hardware queues with the model's kernels, and a "
+                f"kernel queued behind another waits for it: {fix} (one H200, ResNet-18: 92.2-92.6 % of its "
+                "synthetic rate against 88.2-91.0 % with 8, for about 240 MB more host memory, the CUDA "
+                "context's). See docs/gpu.md, \"CUDA's hardware queues\".")
     now = {"user": f"CUDA_DEVICE_MAX_CONNECTIONS={v}",
            "late": "CUDA started before `import sluice`, with CUDA's 8 hardware queues",
            "single": "CUDA's 8 hardware queues: WORLD_SIZE was not set when sluice was imported"}
     return (f" Under DDP ({now.get(_CUDA_CONNECTIONS_BY, v)}), the decode's streams may share a hardware queue "
-            f"with NCCL's all-reduce and then wait for the other ranks: set CUDA_DEVICE_MAX_CONNECTIONS="
-            f"{CUDA_CONNECTIONS} before CUDA starts (importing sluice at the top of a torchrun script does it). See "
-            "docs/gpu.md, \"DDP: CUDA's hardware queues\".")
+            f"with NCCL's all-reduce and then wait for the other ranks: {fix} (importing sluice at the top of a "
+            "torchrun script does it). See docs/gpu.md, \"CUDA's hardware queues\".")
 
 
 def _world():

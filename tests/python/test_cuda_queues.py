@@ -1,7 +1,7 @@
 """CUDA's hardware queues: `import sluice` in a DDP rank (WORLD_SIZE > 1) asks for 32 where
 CUDA_DEVICE_MAX_CONNECTIONS is unset and CUDA has not started, leaves a single process at CUDA's 8
-(their memory), keeps a value of yours, and the GPU-held warning says what to set under DDP when
-the queues stayed few (docs/gpu.md, "DDP: CUDA's hardware queues"). What the queues do is measured on a GPU
+(their memory), keeps a value of yours, and the GPU-held warning says what to set when the queues
+stayed few, and in a single process what 32 did (docs/gpu.md, "CUDA's hardware queues"). What the queues do is measured on a GPU
 (bench/README.md, thirteenth session); here, what the import and the warning decide."""
 import json
 import os
@@ -46,14 +46,13 @@ def test_import_after_torch_without_cuda_started_still_sets_them():
     assert _import_in_child(None, before="import torch; ", world="4") == ("sluice", str(sluice.CUDA_CONNECTIONS))
 
 
-def test_the_held_warning_names_the_queues_only_under_ddp_with_few(monkeypatch):
+def test_the_held_warning_names_the_queues_where_they_stayed_few(monkeypatch):
     monkeypatch.setattr(sluice, "_CUDA_CONNECTIONS_BY", "sluice")
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
     for world in (1, 2):
         assert "CUDA_DEVICE_MAX_CONNECTIONS" not in sluice._gpu_held_hint(HELD, world=world)
     monkeypatch.setattr(sluice, "_CUDA_CONNECTIONS_BY", "user")
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in sluice._gpu_held_hint(HELD, world=1)
     hint = sluice._gpu_held_hint(HELD, world=2)
     assert "(CUDA_DEVICE_MAX_CONNECTIONS=8)" in hint and "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts" in hint
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS")
@@ -61,7 +60,12 @@ def test_the_held_warning_names_the_queues_only_under_ddp_with_few(monkeypatch):
     assert "CUDA started before `import sluice`" in sluice._gpu_held_hint(HELD, world=4)
     monkeypatch.setattr(sluice, "_CUDA_CONNECTIONS_BY", "single")  # a group started without WORLD_SIZE (mp.spawn)
     assert "WORLD_SIZE was not set" in sluice._gpu_held_hint(HELD, world=2)
+    # a single process keeps CUDA's 8 (their memory): the warning says what 32 did and costs, to choose
+    hint = sluice._gpu_held_hint(HELD, world=1)
+    assert "share CUDA's 8 hardware queues" in hint and "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts" in hint
+    assert "240 MB" in hint and "DDP" not in hint
     assert sluice._gpu_held_hint({**HELD, "pass_consumer_wait_gpu_fraction": 0.01}, world=2) is None
+    assert sluice._gpu_held_hint({**HELD, "pass_consumer_wait_gpu_fraction": 0.01}, world=1) is None
 
 
 def test_world_is_one_without_torch_distributed_started():
