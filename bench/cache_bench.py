@@ -46,6 +46,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from image_folder import walk  # noqa: E402
+
 
 def tree_pids(root):
     kids = collections.defaultdict(list)
@@ -116,16 +119,6 @@ class PeakPss(threading.Thread):
         while not self.stop:
             self.peak = max(self.peak, tree_pss(self.pid))
             time.sleep(0.5)
-
-
-def files_of(data):
-    root = os.path.join(data, "train") if os.path.isdir(os.path.join(data, "train")) else data
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    items = []
-    for label, c in enumerate(classes):
-        for name in sorted(os.listdir(os.path.join(root, c))):
-            items.append((os.path.join(root, c, name), label))
-    return root, items
 
 
 # ---- the torch peer: the incident's Dataset ----------------------------------
@@ -202,7 +195,7 @@ def run_torch(a, rank, world):
     import torch
     from torch.utils.data import DataLoader, DistributedSampler
     torch.set_num_threads(1)
-    _, items = files_of(a.data)
+    _, items = walk(a.data)
     # the same total memory as the node cache: cache / (workers x ranks) each
     per_worker = a.lru_per_worker or (a.cache // (a.workers * world) if a.loader == "torch-lru" else 0)
     ds = FolderDataset(items, a.size, per_worker, a.drop)

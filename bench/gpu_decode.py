@@ -58,19 +58,15 @@ from sluice import _gpu
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proc_threads import cores_used, thread_cpu  # noqa: E402
+from image_folder import walk  # noqa: E402
 
 SEED = 0
 
 
 def files_of(data):
-    root = os.path.join(data, "train") if os.path.isdir(os.path.join(data, "train")) else data
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    files, labels = [], []
-    for ci, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            files.append(os.path.join(root, c, f))
-            labels.append(ci)
-    return root, files, np.array(labels, dtype=np.int64)
+    """(root, paths, labels as int64) of the ImageFolder set (image_folder.walk)."""
+    root, items = walk(data)
+    return root, [p for p, _ in items], np.array([l for _, l in items], dtype=np.int64)
 
 
 def read(path):

@@ -80,6 +80,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ray_bench import tree, tree_pss_mb  # noqa: E402  (a process tree's pids, their PSS; no Ray needed)
 from proc_threads import ClockSampler, cores_used, thread_cpu  # noqa: E402
+from image_folder import walk  # noqa: E402
 
 SEED = 0
 HERE = os.path.abspath(__file__)
@@ -124,13 +125,8 @@ def jpeg_components(path):
 
 def set_files(data):
     """(root, [(relative path, label)]) of an ImageFolder set (DATA or DATA/train)."""
-    root = os.path.join(data, "train") if os.path.isdir(os.path.join(data, "train")) else data
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    out = []
-    for ci, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            out.append((os.path.join(c, f), ci))
-    return os.path.abspath(root), out
+    root, items = walk(data)
+    return os.path.abspath(root), [(os.path.relpath(p, root), label) for p, label in items]
 
 
 def write_list(data, work, which):
