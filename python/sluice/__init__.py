@@ -343,7 +343,7 @@ def _queues_hint(world):
         return ""
     fix = f"set CUDA_DEVICE_MAX_CONNECTIONS={CUDA_CONNECTIONS} before CUDA starts"
     if world < 2:  # a single process keeps CUDA's 8 unless told (their memory): what 32 did, to choose
-        return (f" The decode's streams share CUDA's {v or 8} hardware queues with the model's kernels, and a "
+        return (f" The decode's streams share CUDA's {v if v.isdigit() else 8} hardware queues with the model's kernels, and a "
                 f"kernel queued behind another waits for it: {fix} (one H200, ResNet-18: 92.2-92.6 % of its "
                 "synthetic rate against 88.2-91.0 % with 8, for about 240 MB more host memory, the CUDA "
                 "context's). See docs/gpu.md, \"CUDA's hardware queues\".")
