@@ -9,7 +9,7 @@
 #       tools; nvcomp, nvJPEG2000 and nvTIFF are not fetched), rewrites each wheel with its members
 #       stored (tools/wheel_lzma.py --stored --drop), packs them into one tar.xz and splits it into
 #       parts of at most PART_MB (40) MiB, as a call to the device machine carries 64 MiB at most,
-#       the tree's files counted by the blocks they take (about 15 MiB):
+#       the tree's files counted, it seems, by the blocks they take (about 15 MiB):
 #       OUT/part-aa, part-ab, ... and OUT/MANIFEST (each wheel's size, each part's and the whole
 #       bundle's size and sha256).
 #   tools/host_gpu_peers.sh stash [--out .devcarry/gpupeers] [--parts /tmp/gpupeers-parts]
