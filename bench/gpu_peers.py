@@ -920,7 +920,8 @@ def med(v):
 
 def summary(results, a):
     """The table: per row the median img/s over the rounds (each round's in brackets), ratios to the
-    peers, memory; per decode mode the tuner beside the sweep's best static setting."""
+    peers, the loop's wait, the median step (ms, step50), memory; per decode mode the tuner beside
+    the sweep's best static setting."""
     lines = [f"== {a.mode}: {len(results)} runs, batch {a.batch}, list {a.set}; median of rounds [each round]"]
     groups = {}
     for r in results:
@@ -930,14 +931,18 @@ def summary(results, a):
         v = [x["images_per_s"] for x in groups.get((arch, row), []) if isinstance(x.get("images_per_s"), (int, float))]
         return med(v)
 
+    def apart(row):  # the ranks trained apart: measured against the synthetic rows trained apart too
+        return ("env.PEERS_DDP", "0") in row_items(row)
+
     for arch in sorted(set(k[0] for k in groups)):
         synth = rate(arch, "synthetic")
+        synth_apart = rate(arch, "synthetic:env.PEERS_DDP=0") or synth
         tv = rate(arch, f"tvio:workers={a.peer_workers}")
         dali = rate(arch, f"dali:threads={a.peer_workers}")
         if arch != "-":
             lines.append(f"-- {arch}" + (f", {a.nproc} GPUs DDP (img/s per node)" if a.mode == "ddp" else ""))
         hdr = f"{'row':<34} {'img/s':>9} {'rounds':<22} {'%synth':>7} {'x tvio':>7} {'x DALI':>7} " \
-              f"{'wait':>5} {'PSS MB':>7} {'dev MB':>7}  note"
+              f"{'wait':>5} {'step50':>6} {'PSS MB':>7} {'dev MB':>7}  note"
         lines.append(hdr)
         best = {}
         for (ar, row), rs in groups.items():
@@ -970,11 +975,13 @@ def summary(results, a):
             devm = med([x["device_used_above_base_mb"] for x in rs if "device_used_above_base_mb" in x and
                         "images_per_s" in x])
             wait = med([x["data_wait_fraction"] for x in rs if "data_wait_fraction" in x])
+            step50 = med([x["step_ms"]["p50"] for x in rs if x.get("step_ms")])  # the median step, ms (rank 0's)
             f = lambda v, fmt, w: (fmt % v) if v is not None else "-".rjust(w)
+            ceil = synth_apart if apart(row) else synth
             lines.append(f"{row:<34} {f(m, '%9.0f', 9)} {'[' + ' '.join('%.0f' % v if v else '-' for v in vals) + ']':<22} "
-                         f"{f(m / synth * 100 if m and synth else None, '%6.1f%%', 7)} "
+                         f"{f(m / ceil * 100 if m and ceil else None, '%6.1f%%', 7)} "
                          f"{f(m / tv if m and tv else None, '%6.2fx', 7)} {f(m / dali if m and dali else None, '%6.2fx', 7)} "
-                         f"{f(wait, '%5.2f', 5)} {f(pss, '%7.0f', 7)} {f(devm, '%7.0f', 7)}  {note}")
+                         f"{f(wait, '%5.2f', 5)} {f(step50, '%6.2f', 6)} {f(pss, '%7.0f', 7)} {f(devm, '%7.0f', 7)}  {note}")
         for d, (row, m) in sorted(best.items()):
             auto = f"sluice:decode={d}:workers=auto"
             am = rate(arch, auto)
@@ -983,7 +990,7 @@ def summary(results, a):
             lines.append(f"   decode={d}: tuner (workers=auto) {('%.0f' % am) if am else 'n/a'} img/s beside the "
                          f"sweep's best static {row} {m:.0f} img/s" +
                          (f" ({am / m * 100:.0f} %)" if am else ""))
-        sl = [(rate(arch, row), row) for (ar, row) in groups if ar == arch and row.startswith("sluice")]
+        sl = [(rate(arch, row), row) for (ar, row) in groups if ar == arch and row.startswith("sluice") and not apart(row)]
         sl = [x for x in sl if x[0]]
         if sl:  # the issue's targets, for the best sluice row and the default
             for m, row in [max(sl)] + [(rate(arch, "sluice"), "sluice")] * (rate(arch, "sluice") is not None):

@@ -150,6 +150,22 @@ def test_lockstep_is_the_mean_of_the_slowest_ranks_step():
     assert gpu_peers.lockstep_mean_ms([]) is None
 
 
+def test_the_summary_shows_the_median_step_and_the_lockstep():
+    a = gpu_peers.argparse.Namespace(mode="ddp", batch=256, set="clean", peer_workers="16", nproc=2)
+    base = {"arch": "resnet18", "world": 2, "data_wait_fraction": 0.0, "loader_pss_mb": 10.0}
+    rows = [{**base, "row": "synthetic", "ddp": True, "images_per_s": 25000.0, "step_ms": {"p50": 20.0}},
+            {**base, "row": "sluice:env.PEERS_DDP=0", "ddp": False, "images_per_s": 24000.0,
+             "step_ms": {"p50": 20.75}, "lockstep_images_per_s": 23200.0}]
+    text = gpu_peers.summary(rows, a)
+    assert "step50" in text and " 20.00 " in text and " 20.75 " in text
+    assert "lockstep=23200" in text  # only on the row whose ranks trained apart
+    assert text.count("lockstep=") == 1
+    rows.append({**base, "row": "synthetic:env.PEERS_DDP=0", "ddp": False, "images_per_s": 26000.0})
+    text = gpu_peers.summary(rows, a)
+    assert " 92.3%" in text  # the ranks apart against the synthetic ranks apart (24,000 / 26,000), not DDP's
+    assert "sluice:env.PEERS_DDP=0 24000 img/s" not in text  # nor held to the DDP target
+
+
 def test_wheel_members_dropped_with_their_record_lines(tmp_path):
     src, dst = str(tmp_path / "w-1.0-py3-none-any.whl"), str(tmp_path / "out.whl")
     members = {"w/__init__.py": b"x = 1\n", "w/_impl.cpython-311-x86_64-linux-gnu.so": b"\0" * 100,
