@@ -981,7 +981,8 @@ def summary(results, a):
             lines.append(f"{row:<34} {f(m, '%9.0f', 9)} {'[' + ' '.join('%.0f' % v if v else '-' for v in vals) + ']':<22} "
                          f"{f(m / ceil * 100 if m and ceil else None, '%6.1f%%', 7)} "
                          f"{f(m / tv if m and tv else None, '%6.2fx', 7)} {f(m / dali if m and dali else None, '%6.2fx', 7)} "
-                         f"{f(wait, '%5.2f', 5)} {f(step50, '%6.2f', 6)} {f(pss, '%7.0f', 7)} {f(devm, '%7.0f', 7)}  {note}")
+                         f"{f(wait, '%5.2f', 5)} {f(step50, '%6.2f', 6)} {f(pss, '%7.0f', 7)} "
+                         f"{f(devm, '%7.0f', 7)}  {note}")
         for d, (row, m) in sorted(best.items()):
             auto = f"sluice:decode={d}:workers=auto"
             am = rate(arch, auto)
@@ -990,7 +991,8 @@ def summary(results, a):
             lines.append(f"   decode={d}: tuner (workers=auto) {('%.0f' % am) if am else 'n/a'} img/s beside the "
                          f"sweep's best static {row} {m:.0f} img/s" +
                          (f" ({am / m * 100:.0f} %)" if am else ""))
-        sl = [(rate(arch, row), row) for (ar, row) in groups if ar == arch and row.startswith("sluice") and not apart(row)]
+        sl = [(rate(arch, row), row) for (ar, row) in groups
+              if ar == arch and row.startswith("sluice") and not apart(row)]
         sl = [x for x in sl if x[0]]
         if sl:  # the issue's targets, for the best sluice row and the default
             for m, row in [max(sl)] + [(rate(arch, "sluice"), "sluice")] * (rate(arch, "sluice") is not None):

@@ -343,10 +343,10 @@ def _queues_hint(world):
         return ""
     fix = f"set CUDA_DEVICE_MAX_CONNECTIONS={CUDA_CONNECTIONS} before CUDA starts"
     if world < 2:  # a single process keeps CUDA's 8 unless told (their memory): what 32 did, to choose
-        return (f" The decode's streams share CUDA's {v if v.isdigit() else 8} hardware queues with the model's kernels, and a "
-                f"kernel queued behind another waits for it: {fix} (one H200, ResNet-18: 92.2-92.6 % of its "
-                "synthetic rate against 88.2-91.0 % with 8, for about 240 MB more host memory, the CUDA "
-                "context's). See docs/gpu.md, \"CUDA's hardware queues\".")
+        return (f" The decode's streams share CUDA's {v if v.isdigit() else 8} hardware queues with the model's "
+                f"kernels, and a kernel queued behind another waits for it: {fix} (one H200, ResNet-18: "
+                "92.2-92.6 % of its synthetic rate against 88.2-91.0 % with 8, for about 240 MB more host memory, "
+                "the CUDA context's). See docs/gpu.md, \"CUDA's hardware queues\".")
     now = {"user": f"CUDA_DEVICE_MAX_CONNECTIONS={v}",
            "late": "CUDA started before `import sluice`, with CUDA's 8 hardware queues",
            "single": "CUDA's 8 hardware queues: WORLD_SIZE was not set when sluice was imported"}

@@ -112,8 +112,9 @@ def test_a_row_in_its_own_process(tmp_path):
     assert r["step_ms"]["max"] >= r["step_ms"]["mean"] > 0 and "_step_ms" not in r  # the steps' periods
     assert "feed" not in r
     assert r["cuda_connections"] == ["8", "user"]
-    r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1", PEERS_FEED="synthetic")
-    assert r["feed"] == "synthetic" and r["steps"] == 2 and r["images"] == 4  # the loader ran, the model took the synthetic batch
+    r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1",
+             PEERS_FEED="synthetic")
+    assert r["feed"] == "synthetic" and r["steps"] == 2 and r["images"] == 4  # the loader ran; the model took synthetic
     # the timed part's cores by thread group (the loop's thread among them) and the CPUs' clock
     assert isinstance(r["cores"], dict) and all(v >= 0.01 for v in r["cores"].values())
     assert r["cpu_mhz"] is None or r["cpu_mhz"] > 0

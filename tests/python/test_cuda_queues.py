@@ -1,8 +1,9 @@
 """CUDA's hardware queues: `import sluice` in a DDP rank (WORLD_SIZE > 1) asks for 32 where
 CUDA_DEVICE_MAX_CONNECTIONS is unset and CUDA has not started, leaves a single process at CUDA's 8
 (their memory), keeps a value of yours, and the GPU-held warning says what to set when the queues
-stayed few, and in a single process what 32 did (docs/gpu.md, "CUDA's hardware queues"). What the queues do is measured on a GPU
-(bench/README.md, thirteenth session); here, what the import and the warning decide."""
+stayed few, and in a single process what 32 did (docs/gpu.md, "CUDA's hardware queues"). What the
+queues do is measured on a GPU (bench/README.md, thirteenth and fourteenth sessions); here, what the
+import and the warning decide."""
 import json
 import os
 import subprocess
