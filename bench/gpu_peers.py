@@ -310,7 +310,8 @@ def sluice_report(ld):
     # CUDA's hardware queues in this process, and who chose them (sluice at import, the user, or late: CUDA first)
     import sluice
 
-    r["cuda_connections"] = [os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), getattr(sluice, "_CUDA_CONNECTIONS_BY", None)]
+    r["cuda_connections"] = [os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+                             getattr(sluice, "_CUDA_CONNECTIONS_BY", None)]
     return r
 
 
@@ -745,11 +746,13 @@ def _timed_steps(a, name, opts, info, dev, fit):
     dt = time.perf_counter() - t0
     n = a.steps * a.batch
     r = {"images_per_s": round(n / dt, 1), "images": n, "seconds": round(dt, 3), "steps": a.steps,
-         "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt), "step_ms": step_summary(clock.ms())}
+         "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt)}
+    steps = clock.ms()
+    r["step_ms"] = step_summary(steps)
     if synthetic_feed:
         r["feed"] = "synthetic"
     if a._world > 1:
-        r["_step_ms"] = clock.ms()  # for gather_ranks, which takes it out of the line
+        r["_step_ms"] = steps  # for gather_ranks, which takes it out of the line
     return r
 
 
@@ -969,7 +972,7 @@ def summary(results, a):
                     if d not in best or m > best[d][1]:
                         best[d] = (row, m)
             lock = med([x["lockstep_images_per_s"] for x in rs if x.get("lockstep_images_per_s")])
-            if lock and not rs[-1].get("ddp", True):  # the ranks apart: what their lockstep would make
+            if lock and apart(row):  # the ranks apart: what their lockstep would make
                 note = (note + " " if note else "") + f"lockstep={lock:.0f}"
             pss = med([x["loader_pss_mb"] for x in rs if "loader_pss_mb" in x and "images_per_s" in x])
             devm = med([x["device_used_above_base_mb"] for x in rs if "device_used_above_base_mb" in x and

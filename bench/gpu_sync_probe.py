@@ -129,7 +129,8 @@ def probe(a, blobs, mode, flag, cycles, mm, side, dst):
             "engine_gpu_hw_s": round(s1["gpu_hw_s"] - s0["gpu_hw_s"], 4),
             "hw_calls": s1["hw_calls"] - s0["hw_calls"],
             "hw_calls_unpipelined": s1["hw_calls_unpipelined"] - s0["hw_calls_unpipelined"],
-            "cuda_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"), "device": s1["device_name"]}), flush=True)
+            "cuda_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+            "device": s1["device_name"]}), flush=True)
     e.close()
 
 

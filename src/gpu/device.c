@@ -276,8 +276,8 @@ static void open_askers(cuda_dev *d) {
  * other lanes' copies queued before it. Each stream takes a place in one
  * of the device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): fewer
  * streams share fewer queues with NCCL's all-reduce, but under DDP on two
- * H200s one stream fed no faster than 17 (docs/gpu.md, "DDP: CUDA's
- * hardware queues"). */
+ * H200s one stream fed no faster than 17 (docs/gpu.md, "CUDA's hardware
+ * queues"). */
 static uint32_t copy_streams(uint32_t n) {
     const char *env = getenv("SLUICE_GPU_COPY_STREAMS");
     long v = env ? strtol(env, NULL, 10) : 0;
