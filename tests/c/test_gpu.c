@@ -136,8 +136,10 @@ TEST(hw_modes_beside_a_model_go_without_the_pipeline) {
     CHECK(!v.moved && sl__hw_modes_pick(&m) == 1);
 }
 
-/* The pipeline is kept only where it was 10 % faster a sample: alone on the
- * GPU (59 against 73 us) it is; 5 % faster is not enough. */
+/* The pipeline is kept only where it was 5 % faster a sample: alone on the
+ * GPU (one H100: 59 against 73 us; one H200: 55.8 against 60.7) it is;
+ * beside a model the windows have read 112 against 114 and slower, and 3 %
+ * faster is not enough. */
 TEST(hw_modes_keep_the_pipeline_only_with_a_lead) {
     sl__hw_modes m;
     uint32_t ends[2];
@@ -146,10 +148,16 @@ TEST(hw_modes_keep_the_pipeline_only_with_a_lead) {
     CHECK_EQ(run_modes(&m, 48, 59, 73, NULL, ends, 2, &v), 1);
     CHECK(!v.moved && sl__hw_modes_pick(&m) == 0);
     sl__hw_modes_init(&m, 0);
-    CHECK_EQ(run_modes(&m, 48, 95, 100, NULL, ends, 2, &v), 1);
+    CHECK_EQ(run_modes(&m, 48, 55.8, 60.7, NULL, ends, 2, &v), 1);
+    CHECK(!v.moved && sl__hw_modes_pick(&m) == 0);
+    sl__hw_modes_init(&m, 0);
+    CHECK_EQ(run_modes(&m, 48, 97, 100, NULL, ends, 2, &v), 1);
+    CHECK(v.moved && sl__hw_modes_pick(&m) == 1);
+    sl__hw_modes_init(&m, 0);
+    CHECK_EQ(run_modes(&m, 48, 112, 114, NULL, ends, 2, &v), 1);
     CHECK(v.moved && sl__hw_modes_pick(&m) == 1);
     sl__hw_modes_init(&m, 1); /* and from the other side: to the pipelined handle 1 */
-    CHECK_EQ(run_modes(&m, 48, 59, 73, NULL, ends, 2, &v), 1);
+    CHECK_EQ(run_modes(&m, 48, 55.8, 60.7, NULL, ends, 2, &v), 1);
     CHECK(v.moved && sl__hw_modes_pick(&m) == 1);
 }
 
