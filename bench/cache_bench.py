@@ -48,23 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from image_folder import walk  # noqa: E402
-
-
-def tree_pids(root):
-    kids = collections.defaultdict(list)
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    kids[int(f.read().rsplit(")", 1)[1].split()[1])].append(int(d))
-            except OSError:
-                pass
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
+from proc_tree import pids as tree_pids  # noqa: E402
 
 
 def proc_field(pid, name, key):

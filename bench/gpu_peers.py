@@ -78,7 +78,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ray_bench import tree, tree_pss_mb  # noqa: E402  (a process tree's pids, their PSS; no Ray needed)
+from proc_tree import pids as tree, pss_mb as tree_pss_mb  # noqa: E402
 from proc_threads import ClockSampler, cores_used, thread_cpu  # noqa: E402
 from image_folder import walk  # noqa: E402
 

@@ -27,38 +27,10 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_tree import pids as tree, pss_mb as tree_pss_mb  # noqa: E402
+
 ROWS = ("sluice_ray", "ray_data", "sluice")
-
-
-def tree(root):
-    """root and its descendants' pids."""
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                kids.setdefault(ppid, []).append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += kids.get(pid, [])
-    return out
-
-
-def tree_pss_mb(pids):
-    """PSS of the processes, MiB (smaps_rollup)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-        except OSError:
-            pass
-    return total / 1024
 
 
 def object_store_mb(pids):

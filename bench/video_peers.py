@@ -55,27 +55,10 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_tree import pids as tree_pids  # noqa: E402
+
 VIDEO_EXT = (".mp4", ".avi", ".mkv", ".webm", ".mov")
-
-
-def tree_pids(root_pid):
-    """root_pid and its descendants."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root_pid]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 def tree_pss_bytes(root_pid):

@@ -17,6 +17,15 @@ PER_CLASS = 16
 SIZES = [(64, 48), (80, 80), (120, 90), (50, 100), (300, 200)]
 
 
+def child_env(drop=(), **items):
+    """A child process's environment: this one's less the names in drop, this tree's package first
+    on PYTHONPATH, then items (each a string)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])
+    env.update(items)
+    return env
+
+
 def skip_without_ffmpeg(clip):
     """Skip the calling fixture's tests where this build has no FFmpeg (probing clip says so)."""
     import sluice

@@ -12,6 +12,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -80,9 +81,7 @@ def test_list_is_sluices_manifest_and_dalis_file_list(tmp_path):
 def _script_env(**items):
     """A bench script's environment: this tree's package first, no CUDA_DEVICE_MAX_CONNECTIONS (a
     fresh script's, which this process's `import sluice` may have set), then items."""
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
-    env.update(PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]), **items)
-    return env
+    return child_env(drop=("CUDA_DEVICE_MAX_CONNECTIONS",), **items)
 
 
 def _row(tmp_path, *args, launcher=(), **env_items):

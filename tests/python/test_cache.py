@@ -2,7 +2,6 @@
 batches with and without it, a shared Budget holding it, and two torchrun
 ranks (gloo, CPU) sharing one node cache with disjoint, complete shards."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,9 +9,8 @@ import textwrap
 import pytest
 
 import sluice
-from conftest import torch_gloo_teardown_abort
+from conftest import child_env, torch_gloo_teardown_abort
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE_KEYS = ("cache_hits", "cache_misses", "cache_hit_rate", "cache_bytes", "cache_capacity", "cache_entries",
               "cache_evictions", "cache_shared", "cache_processes", "storage_bytes_read")
 
@@ -109,8 +107,7 @@ def test_torchrun_two_ranks_one_node_cache(dataset, tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
            dataset, "8M"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)

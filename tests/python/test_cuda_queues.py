@@ -5,27 +5,25 @@ stayed few, and in a single process what 32 did (docs/gpu.md, "CUDA's hardware q
 queues do is measured on a GPU (bench/README.md, thirteenth and fourteenth sessions); here, what the
 import and the warning decide."""
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from conftest import child_env
 
 import sluice
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HELD = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0,
         "pass_consumer_wait_s": 6.0, "pass_gpu_samples": 90000, "pass_cpu_samples": 6000}
 
 
 def _import_in_child(env_value, before="", world=None):
     """What a fresh process's `import sluice` did: (its verdict, the variable after)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_DEVICE_MAX_CONNECTIONS", "WORLD_SIZE")}
+    env = child_env(drop=("CUDA_DEVICE_MAX_CONNECTIONS", "WORLD_SIZE"))
     if env_value is not None:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = env_value
     if world is not None:
         env["WORLD_SIZE"] = world
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])
     code = (before + "import os, json, sluice; print(json.dumps([sluice._CUDA_CONNECTIONS_BY, "
             "os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

@@ -8,16 +8,13 @@ import sys
 
 import pytest
 
-from conftest import CLASSES, PER_CLASS, ROOT, torch_gloo_teardown_abort
+from conftest import CLASSES, PER_CLASS, ROOT, child_env, torch_gloo_teardown_abort
 
 EX = os.path.join(ROOT, "examples")
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    env["CUDA_VISIBLE_DEVICES"] = env.get("SLUICE_TEST_CUDA_DEVICES", "")  # CPU unless asked
-    return env
+    return child_env(CUDA_VISIBLE_DEVICES=os.environ.get("SLUICE_TEST_CUDA_DEVICES", ""))  # CPU unless asked
 
 
 def test_lightning_datamodule(dataset):
