@@ -81,7 +81,7 @@ uint32_t sl__gpu_bisect(const uint32_t *idx, uint32_t n, sl__bisect_run run, voi
 #define SL_HWM_WINDOW 32u
 #define SL_HWM_CYCLE 512u
 #define SL_HWM_CYCLE_MAX 8192u
-#define SL_HWM_GAIN 0.05 /* alone the pipeline reads 0.81-0.92 of the other, beside a model 0.98-1.6 */
+#define SL_HWM_GAIN 0.05 /* alone the pipeline has read 0.81-0.94 of the other, beside a model 0.98-2.9 */
 
 typedef struct sl__hw_modes {
     int unpiped_first; /* handle 0 is the mode without the pipeline */

@@ -12,6 +12,7 @@ import zipfile
 
 import numpy as np
 import pytest
+
 from conftest import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

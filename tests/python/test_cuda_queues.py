@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import child_env
 
 import sluice
+from conftest import child_env
 
 HELD = {"decode": "gpu", "pass_consumer_wait_gpu_fraction": 0.17, "pass_seconds": 30.0,
         "pass_consumer_wait_s": 6.0, "pass_gpu_samples": 90000, "pass_cpu_samples": 6000}
