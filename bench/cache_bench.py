@@ -48,7 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from image_folder import walk  # noqa: E402
-from proc_tree import pids as tree_pids  # noqa: E402
+from proc_tree import pids as tree_pids, pss_kb  # noqa: E402
 
 
 def proc_field(pid, name, key):
@@ -81,7 +81,7 @@ def evict(paths):
 
 
 def tree_pss(root):
-    return sum(proc_field(p, "smaps_rollup", "Pss:") * 1024 for p in tree_pids(root))
+    return pss_kb(tree_pids(root)) * 1024
 
 
 def cgroup_read_bytes(cg):

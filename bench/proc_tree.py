@@ -21,8 +21,8 @@ def pids(root):
     return out
 
 
-def pss_mb(pid_list):
-    """PSS of the processes, MiB (smaps_rollup)."""
+def pss_kb(pid_list):
+    """PSS of the processes, kB (smaps_rollup's Pss line; a process gone meanwhile counts 0)."""
     total = 0
     for pid in pid_list:
         try:
@@ -30,4 +30,9 @@ def pss_mb(pid_list):
                 total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
         except OSError:
             pass
-    return total / 1024
+    return total
+
+
+def pss_mb(pid_list):
+    """PSS of the processes, MiB."""
+    return pss_kb(pid_list) / 1024

@@ -56,24 +56,14 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_tree import pids as tree_pids  # noqa: E402
+from proc_tree import pids as tree_pids, pss_kb  # noqa: E402
 
 VIDEO_EXT = (".mp4", ".avi", ".mkv", ".webm", ".mov")
 
 
 def tree_pss_bytes(root_pid):
     """Sum of Pss over root_pid and its descendants (as /work/shared/bench/peer_torch.py)."""
-    total = 0
-    for pid in tree_pids(root_pid):
-        try:
-            with open("/proc/%d/smaps_rollup" % pid) as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
+    return pss_kb(tree_pids(root_pid)) * 1024
 
 
 def tree_cpu_s(root_pid):
