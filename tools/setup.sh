@@ -69,6 +69,8 @@ need_deb libswscale-dev /usr/include/x86_64-linux-gnu/libswscale/swscale.h
 need_deb libavutil-dev /usr/include/x86_64-linux-gnu/libavutil/avutil.h
 # the video tests make their clips with the ffmpeg CLI
 [ $want_py = test ] && need_deb ffmpeg ffmpeg
+# the C harness's watchdog prints a hung case's stacks with gdb (tests/c/check.h)
+[ $want_py = test ] && need_deb gdb gdb
 need_deb libwebp-dev /usr/include/webp/decode.h
 # s3:// and http(s):// sources (optional in the build, used when found): libcurl with OpenSSL
 need_deb libcurl4-openssl-dev /usr/include/x86_64-linux-gnu/curl/curl.h
