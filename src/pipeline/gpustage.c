@@ -89,7 +89,7 @@
 #define DEFAULT_STAGING ((uint64_t)64 << 20)
 #define MIN_STAGING ((uint64_t)1 << 20)
 #define BOUNCE_MAX ((uint64_t)8 << 20) /* the flush's bounce block: at most this, a quarter of the staging */
-#define GATHER_NS 1000000u /* a call waits at most this long for more samples */
+#define GATHER_NS 1000000u /* a call waits at most this long for more samples (SLUICE_GPU_GATHER) */
 /* Counted at least, whatever the measurement says (a process where torch made the context): the
  * driver's per-thread state of the workers that copy, nvJPEG's host buffers growing with the
  * first large images after open. What plan counts, which opens nothing. */
@@ -159,6 +159,25 @@ static uint32_t slots_bound(const sl__conf *conf) {
     return (uint32_t)SL_MAX(cap, min_slots);
 }
 
+/* SLUICE_GPU_GATHER=N[:MS] (an experiment's knob): a call waits up to MS
+ * milliseconds (default 1, at most 100) after its oldest sample was queued
+ * for N samples (default a quarter of a full call, at most a full one).
+ * Timing only: which engine call decodes a sample never changes its bytes. */
+static void gather_conf(sl__gstage *g) {
+    g->gather_min = g->max_batch / 4;
+    g->gather_ns = GATHER_NS;
+    const char *env = getenv("SLUICE_GPU_GATHER");
+    if (!env) return;
+    char *end;
+    unsigned long n = strtoul(env, &end, 10);
+    if (end == env || n < 1) return;
+    g->gather_min = (uint32_t)SL_MIN(n, (unsigned long)g->max_batch);
+    if (*end == ':') {
+        double ms = strtod(end + 1, &end);
+        if (ms >= 0.0 && ms <= 100.0) g->gather_ns = (uint64_t)(ms * 1e6);
+    }
+}
+
 /* Device and pinned sizes; 0, or a fall-back reason in why. */
 static int size_stage(sl__gstage *g, uint64_t *budget, char *why, size_t wlen) {
     const sl__conf *conf = g->conf;
@@ -167,6 +186,7 @@ static int size_stage(sl__gstage *g, uint64_t *budget, char *why, size_t wlen) {
     g->out = conf->layout.field_out[g->field];
     g->sample_bytes = conf->layout.out[g->out].sample_bytes;
     g->max_batch = SL_MIN(SL_MAX(conf->B, 32u), 256u);
+    gather_conf(g);
     g->slots_max = slots_bound(conf);
     uint64_t batches, need, positions;
     *budget = c->gpu_budget ? c->gpu_budget : DEFAULT_GPU_BUDGET;
@@ -821,9 +841,9 @@ uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int 
 /* ---- the GPU threads' steps (engine.c runs the loop) ----------------------------- */
 
 uint64_t sl__gstage_gather_ns(const sl__gstage *g) {
-    if (!g->qlen || g->qlen >= g->max_batch / 4) return 0;
+    if (!g->qlen || g->qlen >= g->gather_min) return 0;
     uint64_t age = sl__now_ns() - g->q[g->qhead].t_ns;
-    return age >= GATHER_NS ? 0 : GATHER_NS - age;
+    return age >= g->gather_ns ? 0 : g->gather_ns - age;
 }
 
 /* The rank up to which a call of max_batch takes the queue's samples of

@@ -96,6 +96,8 @@ typedef struct sl__gstage {
     uint32_t sessions;       /* video: NVDEC sessions */
     char back_reason[120];   /* video: why the last clip handed to the CPU went there (smu) */
     uint32_t max_batch, slots_max;
+    uint32_t gather_min;     /* a call waits up to gather_ns for this many samples (SLUICE_GPU_GATHER) */
+    uint64_t gather_ns;
     uint64_t planned_pinned; /* plan only: pinned bytes reserved in the budget */
     /* the host memory the engine's libraries took (SL_MEM_GPU_HOST): measured at open as the
      * process's resident growth from rss0 less what the budget counted meanwhile (from used0);
@@ -282,7 +284,8 @@ uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int 
 
 /* A GPU thread's steps on its call c, under the engine's lock but run: */
 /* ns to wait for more samples before a call (0: call now): up to a
- * millisecond after the oldest was queued, for a quarter of a full call. */
+ * millisecond after the oldest was queued, for a quarter of a full call
+ * (SLUICE_GPU_GATHER=N[:MS] sets N samples and MS milliseconds). */
 uint64_t sl__gstage_gather_ns(const sl__gstage *g);
 /* The next call from the queue: up to max_batch samples of generation gen
  * (stale ones dropped), those of the lowest ranks first (in the order
