@@ -302,6 +302,11 @@ def sluice_report(ld):
          # nvJPEG's hardware calls, those without its pipeline, and the engines' moves between the modes
          "gpu_hw_calls": [s.get("gpu_hw_calls"), s.get("gpu_hw_calls_unpipelined"), s.get("gpu_hw_mode_switches")],
          "gpu_hw_us": [round(s.get("gpu_hw_us_pipelined", 0.0), 1), round(s.get("gpu_hw_us_unpipelined", 0.0), 1)],
+         # GPU samples (warm-up, hybrid ones and any decoded ahead included) over the hardware calls:
+         # a call's mean size (SLUICE_GPU_GATHER sets how long a call waits for more)
+         "gpu_samples": s.get("gpu_samples", 0),
+         "gpu_samples_per_call": (round(s.get("gpu_samples", 0) / s["gpu_hw_calls"], 1)
+                                  if s.get("gpu_hw_calls") else None),
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}

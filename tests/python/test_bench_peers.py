@@ -106,6 +106,7 @@ def test_a_row_in_its_own_process(tmp_path):
         "index", "batches", "scratch", "decoder", "other", "pinned", "cache", "gpu_host", "io"}
     assert r["tree_pss_peak_mb"] >= r["tree_pss_base_mb"] > 0
     assert r["cuda_connections"] == [None, "single"]  # one process: CUDA's own number of queues
+    assert r["gpu_samples"] == 0 and r["gpu_samples_per_call"] is None  # decode=cpu: no hardware call
     r = _row(tmp_path, "--mode", "train", "--arch", "tiny", "--row", "sluice:decode=cpu:workers=1",
              CUDA_DEVICE_MAX_CONNECTIONS="8")
     assert r["steps"] == 2 and 0 <= r["data_wait_fraction"] <= 1 and r["stream"] == "default"
