@@ -303,7 +303,7 @@ def sluice_report(ld):
          "gpu_hw_calls": [s.get("gpu_hw_calls"), s.get("gpu_hw_calls_unpipelined"), s.get("gpu_hw_mode_switches")],
          "gpu_hw_us": [round(s.get("gpu_hw_us_pipelined", 0.0), 1), round(s.get("gpu_hw_us_unpipelined", 0.0), 1)],
          # GPU samples (warm-up, hybrid ones and any decoded ahead included) over the hardware calls:
-         # a call's mean size (SLUICE_GPU_GATHER sets how long a call waits for more)
+         # a call's mean size (SLUICE_GPU_GATHER, _MS: how many a call waits for, how long)
          "gpu_samples": s.get("gpu_samples", 0),
          "gpu_samples_per_call": (round(s.get("gpu_samples", 0) / s["gpu_hw_calls"], 1)
                                   if s.get("gpu_hw_calls") else None),

@@ -159,23 +159,21 @@ static uint32_t slots_bound(const sl__conf *conf) {
     return (uint32_t)SL_MAX(cap, min_slots);
 }
 
-/* SLUICE_GPU_GATHER=N[:MS] (an experiment's knob): a call waits up to MS
- * milliseconds (default 1, at most 100) after its oldest sample was queued
- * for N samples (default a quarter of a full call, at most a full one).
- * Timing only: which engine call decodes a sample never changes its bytes. */
+/* SLUICE_GPU_GATHER=N and SLUICE_GPU_GATHER_MS=MS (an experiment's knobs):
+ * a call waits up to MS milliseconds (default 1, at most 100) after its
+ * oldest sample was queued for N samples (default a quarter of a full
+ * call, at most a full one); a value out of range is ignored. Timing only:
+ * which engine call decodes a sample never changes its bytes. */
 static void gather_conf(sl__gstage *g) {
     g->gather_min = g->max_batch / 4;
     g->gather_ns = GATHER_NS;
     const char *env = getenv("SLUICE_GPU_GATHER");
-    if (!env) return;
     char *end;
-    unsigned long n = strtoul(env, &end, 10);
-    if (end == env || n < 1) return;
-    g->gather_min = (uint32_t)SL_MIN(n, (unsigned long)g->max_batch);
-    if (*end == ':') {
-        double ms = strtod(end + 1, &end);
-        if (ms >= 0.0 && ms <= 100.0) g->gather_ns = (uint64_t)(ms * 1e6);
-    }
+    unsigned long n = env ? strtoul(env, &end, 10) : 0;
+    if (env && end != env && !*end && n >= 1) g->gather_min = (uint32_t)SL_MIN(n, (unsigned long)g->max_batch);
+    env = getenv("SLUICE_GPU_GATHER_MS");
+    double ms = env ? strtod(env, &end) : -1.0;
+    if (env && end != env && !*end && ms >= 0.0 && ms <= 100.0) g->gather_ns = (uint64_t)(ms * 1e6);
 }
 
 /* Device and pinned sizes; 0, or a fall-back reason in why. */

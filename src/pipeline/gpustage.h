@@ -285,7 +285,7 @@ uint64_t sl__gstage_data(const sl__gstage *g, uint32_t slot_id, uint32_t k, int 
 /* A GPU thread's steps on its call c, under the engine's lock but run: */
 /* ns to wait for more samples before a call (0: call now): up to a
  * millisecond after the oldest was queued, for a quarter of a full call
- * (SLUICE_GPU_GATHER=N[:MS] sets N samples and MS milliseconds). */
+ * (SLUICE_GPU_GATHER=N samples, SLUICE_GPU_GATHER_MS=MS milliseconds). */
 uint64_t sl__gstage_gather_ns(const sl__gstage *g);
 /* The next call from the queue: up to max_batch samples of generation gen
  * (stale ones dropped), those of the lowest ranks first (in the order

@@ -110,6 +110,19 @@ static void sl_wd_fire(int sig) {
     abort();
 }
 
+/* The program name found first on PATH, executable, into out: 1, or 0 (out empty). */
+static int sl_on_path(const char *name, char *out, size_t len) {
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(out, len, "%.*s/%s", (int)n, path, name);
+        if (!access(out, X_OK)) return 1;
+        path += n + (path[n] == ':');
+    }
+    out[0] = 0;
+    return 0;
+}
+
 /* Arm the watchdog for case name if SL_TEST_WATCHDOG asks. */
 static void sl_wd_arm(const char *name) {
     const char *v = getenv("SL_TEST_WATCHDOG");
@@ -117,13 +130,7 @@ static void sl_wd_arm(const char *name) {
     if (secs <= 0) return;
     sl_wd_case = name;
     snprintf(sl_wd_pid, sizeof sl_wd_pid, "%ld", (long)getpid());
-    const char *path = getenv("PATH");
-    while (path && *path && !sl_wd_gdb[0]) {
-        size_t n = strcspn(path, ":");
-        snprintf(sl_wd_gdb, sizeof sl_wd_gdb, "%.*s/gdb", (int)n, path);
-        if (access(sl_wd_gdb, X_OK)) sl_wd_gdb[0] = 0;
-        path += n + (path[n] == ':');
-    }
+    sl_on_path("gdb", sl_wd_gdb, sizeof sl_wd_gdb);
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* Yama: gdb is our child, not our parent */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -984,26 +984,29 @@ TEST(gpu_loader_checksums_cover_the_device_field) {
  * engine in the item; the bytes are those of a run where the engine asks.
  * The host device checks the plumbing (every item it gets carries its
  * worker's answer); a GPU's askers are held to SLUICE_GPU_ASK=engine. */
-/* SLUICE_GPU_GATHER=N:MS: a call waits up to MS ms for N samples. Which
- * call decodes a sample is timing, never its bytes. */
+/* SLUICE_GPU_GATHER=N, SLUICE_GPU_GATHER_MS=MS: a call waits up to MS ms
+ * for N samples. Which call decodes a sample is timing, never its bytes. */
 TEST(gpu_loader_gather_changes_the_calls_not_the_bytes) {
     fx_dataset *d = fx_new(60, 3, 64, 360);
     sl_config c = base_config(d, SL_DECODE_GPU, 4);
-    const char *gathers[] = {NULL, "1:0", "32:20"}; /* the default (8 samples, 1 ms), never wait, a full call */
+    /* the default (8 samples, 1 ms), never wait, a full call */
+    const char *gathers[][2] = {{NULL, NULL}, {"1", "0"}, {"32", "20"}};
     uint64_t ref[40], got[40];
     int nref = 0, n;
     for (int k = 0; k < 3; k++) {
-        if (gathers[k]) setenv("SLUICE_GPU_GATHER", gathers[k], 1);
+        if (gathers[k][0]) setenv("SLUICE_GPU_GATHER", gathers[k][0], 1);
+        if (gathers[k][1]) setenv("SLUICE_GPU_GATHER_MS", gathers[k][1], 1);
         use_host((host_opts){.mark = 1});
         checksums(c, 2, k ? got : ref, 40, k ? &n : &nref);
         sl_stats st;
         sl_loader *ld = open_drained(c, &st);
         host_counts hc = host_read();
-        printf("SLUICE_GPU_GATHER=%s: %llu GPU samples in %llu calls\n", gathers[k] ? gathers[k] : "(default)",
-               (unsigned long long)st.gpu_samples, (unsigned long long)hc.calls);
+        printf("SLUICE_GPU_GATHER=%s, _MS=%s: %llu GPU samples in %llu calls\n", k ? gathers[k][0] : "(default)",
+               k ? gathers[k][1] : "(default)", (unsigned long long)st.gpu_samples, (unsigned long long)hc.calls);
         CHECK(st.gpu_samples >= 57 && st.cpu_samples == 0); /* every good JPEG, none moved to the CPU */
         sl_loader_destroy(ld);
         unsetenv("SLUICE_GPU_GATHER");
+        unsetenv("SLUICE_GPU_GATHER_MS");
         if (!k) continue;
         CHECK_EQ(n, nref);
         for (int i = 0; i < n; i++) CHECK_EQ(got[i], ref[i]);

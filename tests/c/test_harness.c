@@ -33,19 +33,6 @@ TEST(hangs_when_asked) {
     pthread_join(t, NULL);
 }
 
-/* Is there an executable gdb on PATH? */
-static int gdb_on_path(void) {
-    const char *path = getenv("PATH");
-    char buf[512];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(buf, sizeof buf, "%.*s/gdb", (int)n, path);
-        if (!access(buf, X_OK)) return 1;
-        path += n + (path[n] == ':');
-    }
-    return 0;
-}
-
 TEST(watchdog_names_a_hung_case_and_prints_its_stacks) {
     char out[] = "/tmp/sl-watchdog-XXXXXX";
     int fd = mkstemp(out);
@@ -87,7 +74,8 @@ TEST(watchdog_names_a_hung_case_and_prints_its_stacks) {
     CHECK(WIFSIGNALED(status));
     CHECK_EQ(WTERMSIG(status), SIGABRT);
     CHECK_STR_CONTAINS(text, "watchdog: test case hangs_when_asked is still running");
-    if (!gdb_on_path()) {
+    char gdb[512];
+    if (!sl_on_path("gdb", gdb, sizeof gdb)) {
         CHECK_STR_CONTAINS(text, "no gdb on PATH");
     } else if (strstr(text, "ptrace: Operation not permitted")) {
         printf("gdb may not attach here (ptrace refused): the stacks are not checked\n");
