@@ -979,11 +979,6 @@ TEST(gpu_loader_checksums_cover_the_device_field) {
 
 /* ---- reproducible: which engine decodes a sample is a rule of the sample ---------- */
 
-/* The workers ask nvJPEG whether the hardware takes each sample they stage
- * (sl__gpu_dev.ask, off the engine's thread), and the answer reaches the
- * engine in the item; the bytes are those of a run where the engine asks.
- * The host device checks the plumbing (every item it gets carries its
- * worker's answer); a GPU's askers are held to SLUICE_GPU_ASK=engine. */
 /* SLUICE_GPU_GATHER=N, SLUICE_GPU_GATHER_MS=MS: a call waits up to MS ms
  * for N samples. Which call decodes a sample is timing, never its bytes. */
 TEST(gpu_loader_gather_changes_the_calls_not_the_bytes) {
@@ -1014,6 +1009,11 @@ TEST(gpu_loader_gather_changes_the_calls_not_the_bytes) {
     free(d);
 }
 
+/* The workers ask nvJPEG whether the hardware takes each sample they stage
+ * (sl__gpu_dev.ask, off the engine's thread), and the answer reaches the
+ * engine in the item; the bytes are those of a run where the engine asks.
+ * The host device checks the plumbing (every item it gets carries its
+ * worker's answer); a GPU's askers are held to SLUICE_GPU_ASK=engine. */
 TEST(gpu_loader_workers_ask_before_the_engine) {
     fx_dataset *d = fx_new(60, 3, 64, 360);
     sl_config c = base_config(d, SL_DECODE_GPU, 3);

@@ -9,7 +9,6 @@
  */
 #include "fixture.h" /* first: it defines _GNU_SOURCE */
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
