@@ -1,5 +1,6 @@
 /*
- * Helpers for tests that run parts in other processes: one byte at a time
+ * Helpers for tests that run parts in other processes: a bounded wait for a
+ * child, one byte at a time
  * through a pipe (a child's "ready", a parent's "go"), and a PID namespace
  * of a child's own (`unshare --pid --fork --mount-proc`). Include after
  * defining _GNU_SOURCE.
@@ -13,7 +14,31 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "check.h"
+
+/* Wait for pid at most secs; a child still running then is killed and the
+ * case fails: a hang. Returns its wait status. */
+static inline int wait_child_status(pid_t pid, int secs) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < secs * 100; i++) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return st;
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    SL_FAIL("the child hung for %d s", secs);
+}
+
+/* The same, as its exit code, or 128 + the signal that ended it. */
+static inline int wait_child(pid_t pid, int secs) {
+    int st = wait_child_status(pid, secs);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 static inline void put_byte(int fd, char x) {
     if (write(fd, &x, 1) != 1) _exit(90);

@@ -15,23 +15,9 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "procs.h"
 #include "sluice.h"
 #include "threads.h"
-
-/* Wait for pid at most secs; a child still running then is killed and the
- * test fails: a hang is the bug this file looks for. */
-static int wait_child(pid_t pid, int secs) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    for (int i = 0; i < secs * 100; i++) {
-        int st;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        nanosleep(&ts, NULL);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    SL_FAIL("the child hung for %d s", secs);
-}
 
 /* GCC 12's libasan has no fork handler for its allocator: a child that
  * allocates deadlocks in malloc when a parent thread was inside malloc at

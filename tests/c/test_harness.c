@@ -12,9 +12,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 
 #include "base/thread.h"
+#include "procs.h"
 
 static void *wait_forever(void *arg) {
     (void)arg;
@@ -48,21 +48,7 @@ TEST(watchdog_names_a_hung_case_and_prints_its_stacks) {
     }
     /* gdb attaches and walks every thread in a few seconds; 120 s bounds a
      * watchdog that never fires (the case would hang this one too) */
-    int status = 0;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        CHECK(r >= 0);
-        if (r == pid) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - t0.tv_sec > 120) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            SL_FAIL("the hung case was still running after 120 s: the watchdog did not fire");
-        }
-        usleep(20 * 1000);
-    }
+    int status = wait_child_status(pid, 120);
     char text[65536];
     ssize_t n = pread(fd, text, sizeof text - 1, 0);
     close(fd);
