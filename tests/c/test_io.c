@@ -17,6 +17,7 @@
 
 #include "base/util.h"
 #include "check.h"
+#include "dataset.h" /* fx_empty_dir */
 #include "httpd.h"
 #include "io/aws.h"
 #include "io/engine.h"
@@ -211,10 +212,10 @@ static void aws_env_clean(void) {
                           "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
                           "AWS_ENDPOINT_URL_S3", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
-    snprintf(home, sizeof home, "/tmp/sl-io-home-%d", (int)getpid());
+    /* a new folder, removed at exit: one named by the pid could be an earlier run's, files and all */
+    fx_empty_dir(home, sizeof home);
     char aws[300];
     snprintf(aws, sizeof aws, "%s/.aws", home);
-    mkdir(home, 0700);
     mkdir(aws, 0700);
     setenv("HOME", home, 1);
 }
