@@ -307,6 +307,9 @@ def sluice_report(ld):
          "gpu_samples": s.get("gpu_samples", 0),
          "gpu_samples_per_call": (round(s.get("gpu_samples", 0) / s["gpu_hw_calls"], 1)
                                   if s.get("gpu_hw_calls") else None),
+         # the resize's GPU time (stream events around its kernels) a GPU sample, microseconds
+         "gpu_resize_us": (round(s.get("gpu_resize_s", 0.0) / s["gpu_samples"] * 1e6, 2)
+                           if s.get("gpu_samples") else None),
          "peak_accounted_bytes": s.get("peak_accounted_bytes"),
          # what the accounted peak is made of, per category, each at its own peak (MB)
          "memory_peak_mb": {k: round(v / 1e6, 1) for k, v in (s.get("memory_peak") or {}).items() if v}}

@@ -92,8 +92,9 @@ int sl__gpu_layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
     uint64_t W = it->ax.n, H = it->ay.n, off = 0, part;
     uint64_t ksx = sl__axis_ksize(it->ax.in0, it->ax.in1, it->ax.total, SL_INTERP_BILINEAR);
     uint64_t ksy = sl__axis_ksize(it->ay.in0, it->ay.in1, it->ay.total, SL_INTERP_BILINEAR);
-    d->vfirst = (uint32_t)sl__resample_vertical_first(&it->ax, &it->ay);
-    uint64_t tmp_w = d->vfirst ? d->reg_w : W, tmp_h = d->vfirst ? H : d->reg_h; /* one pass's planes */
+    d->how = sl__resample_vertical_first(&it->ax, &it->ay) ? SL_GPU_VFIRST : 0;
+    int vfirst = (d->how & SL_GPU_VFIRST) != 0;
+    uint64_t tmp_w = vfirst ? d->reg_w : W, tmp_h = vfirst ? H : d->reg_h; /* one pass's planes */
     uint64_t parts[8][2] = {{(uint64_t)w->dw * 3, w->dh}, {3 * tmp_w, tmp_h}, {W * 4, ksx}, {W, 4}, {W, 4},
                             {H * 4, ksy},                 {H, 4},             {H, 4}};
     uint64_t *fields[8] = {&d->src, &d->tmp, &d->kx, &d->minx, &d->cntx, &d->ky, &d->miny, &d->cnty};
@@ -106,6 +107,7 @@ int sl__gpu_layout(sl__gpu_work *w, const sl__gpu_item *it, uint64_t *size) {
                            (uint32_t)ksx};
     d->ay = (sl__gpu_axis){it->ay.in0, it->ay.in1, it->ay.lo, it->ay.hi, it->ay.total, it->ay.first, it->ay.n,
                            (uint32_t)ksy};
+    if (sl__gpu_tile_bytes(d) != UINT32_MAX) d->how |= SL_GPU_TILED; /* tmp stays: SLUICE_GPU_RESIZE=passes */
     *size = off;
     return 0;
 }
@@ -153,6 +155,7 @@ static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it
         return TAKE_CPU;
     }
     e->held++;
+    if (e->cfg.flags & SL_GPU_RESIZE_PASSES) w->desc.how &= ~SL_GPU_TILED;
     sl__gpu_desc_place(w, dst);
     return TAKE_OK;
 }
@@ -461,7 +464,11 @@ int sl__gpu_decode_batch(sl__gpu_engine *e, uint32_t n, const uint8_t *const *da
     run_hw(e, n, data, len, status, reasons);
     cu->cuEventRecord(e->ev_hw, e->stream);
     uint64_t t_hw = sl__now_ns();
-    if ((rc = launch(e, n, status, &m, NULL, 0)) == 0 && cu->cuEventRecord(e->ev1, e->stream)) rc = SL_EIO;
+    sl_CUresult r;
+    if ((rc = launch(e, n, status, &m, e->fault, sizeof e->fault)) == 0 && (r = cu->cuEventRecord(e->ev1, e->stream))) {
+        sl__msg(e->fault, sizeof e->fault, "recording the call's event: %s", sl__cu_errname(cu, r));
+        rc = SL_EIO;
+    }
     e->ev1_set = rc == 0;
     uint64_t hw = 0, hyb = 0, again = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -667,7 +674,7 @@ int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen) {
         size_t len = sizeof tiny_jpeg;
         int status;
         if ((rc = sl__gpu_decode_batch(e, 1, &d, &len, &it, dst, stride, &status, NULL)))
-            sl__msg(err, errlen, "the first decode failed: %s", sl_strerror(rc));
+            sl__msg(err, errlen, "the first decode failed: %s (%s)", sl_strerror(rc), e->fault);
         else
             rc = sl__gpu_wait(e, err, errlen);
     }

@@ -253,6 +253,14 @@ static uint32_t hw_mode_flag(void) {
     return strcmp(env, "1") == 0 ? SL_GPU_HW_PIPELINED : strcmp(env, "0") == 0 ? SL_GPU_HW_UNPIPELINED : 0;
 }
 
+/* SLUICE_GPU_RESIZE=passes: the resize's two-pass kernels for every
+ * sample, as before the tiled kernel (an experiment's knob, to measure
+ * that kernel against them: the same bytes). */
+static uint32_t resize_flag(void) {
+    const char *env = getenv("SLUICE_GPU_RESIZE");
+    return env && strcmp(env, "passes") == 0 ? SL_GPU_RESIZE_PASSES : 0;
+}
+
 /* SLUICE_GPU_ASK=engine: the engine's thread asks nvJPEG about every
  * sample in its call, as before askers (an experiment's knob: the same
  * answers, the same bytes). */
@@ -340,9 +348,9 @@ int sl__gpu_dev_open(const sl__gpu_dev_config *cfg, sl__budget *host, sl__gpu_de
     }
     /* the pool shared equally; the staging on engine 0 */
     for (uint32_t k = 0; !cfg->video && k < cfg->engines && !rc; k++) {
+        uint32_t flags = prio_flag | hybrid_flag() | hw_mode_flag() | resize_flag();
         sl__gpu_config ec = {cfg->device, cfg->pool_bytes / cfg->engines, sl__gpu_min_pinned(cfg->max_batch),
-                             cfg->max_batch, 0, 0, prio_flag | hybrid_flag() | hw_mode_flag(), cfg->max_pixels,
-                             k ? 0 : cfg->staging_bytes};
+                             cfg->max_batch, 0, 0, flags, cfg->max_pixels, k ? 0 : cfg->staging_bytes};
         if (!(rc = sl__gpu_engine_new(&ec, host, &d->engines[k], err, errlen))) d->nengines++;
     }
     if ((d->e = d->engines[0])) d->ctx = d->e->ctx;

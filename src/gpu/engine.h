@@ -99,6 +99,8 @@ int sl__gpu_item_from_plan(const sl__plan *p, const sl_image_info *info, uint32_
  * both and the calls take the one its measure chose (batch.c); these flags keep one of them. */
 #define SL_GPU_HW_PIPELINED (1u << 5) /* only the pipelined mode (the engine until now) */
 #define SL_GPU_HW_UNPIPELINED (1u << 6) /* only the one without (over PIPELINED) */
+#define SL_GPU_RESIZE_PASSES (1u << 7) /* every sample through the resize's two-pass kernels, none through
+                                          the tiled one (kernels.h; an experiment's knob: the same bytes) */
 
 typedef struct sl__gpu_config {
     int device;              /* CUDA device ordinal */

@@ -83,6 +83,7 @@ struct sl__gpu_engine {
     sl__gpu_desc *pin_desc;     /* pinned staging of the descriptors (ppool) */
     sl_CUdeviceptr dev_desc;    /* device copy (dpool) */
     int inflight, poisoned;
+    char fault[SL_GPU_REASON];  /* why the last call that poisoned the engine failed (the driver's words) */
     int force_hybrid;           /* the warm-up's second decode: the hybrid backend */
     int force_hw2;              /* its third: the hardware's second mode */
     uint64_t call_hw_ns, call_hw_n; /* the batch in flight's batched hardware call: its time, its samples */

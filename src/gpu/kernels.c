@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,18 +16,26 @@
 #include "base/hash.h"
 #include "base/util.h"
 
+#define SL_STR_(x) #x
+#define SL_STR(x) SL_STR_(x)
+
 /* CUDA C++ source. Mirrors axis_build / hpass / the vertical pass and the
  * vertical-first order (vfirst_*) of src/ops/resize.c line for line; keep
  * them together. Each pass kernel runs over every descriptor and returns
- * at once for the samples of the other order. */
+ * at once for the samples it does not resize (the tiled kernel's, the
+ * other order's). */
 static const char kernel_src[] =
     "#define PRECISION_BITS 22\n"
+    "#define VFIRST 1u\n"
+    "#define TILED 2u\n"
+    "#define TW " SL_STR(SL_GPU_TILE_W) "u\n"
+    "#define TH " SL_STR(SL_GPU_TILE_H) "u\n"
     "struct sl_axis { double in0, in1, lo, hi; unsigned total, first, n, ksize; };\n"
     "struct sl_desc {\n"
     "  unsigned long long src, pitch, tmp, dst, kx, minx, cntx, ky, miny, cnty;\n"
     "  sl_axis ax, ay;\n"
     "  unsigned reg_x, reg_y, reg_w, reg_h, full_w, full_h;\n"
-    "  int flip; unsigned vfirst;\n"
+    "  int flip; unsigned how;\n"
     "};\n"
     "static_assert(sizeof(sl_desc) == 208, \"descriptor layout\");\n"
     "__device__ double tri(double x) { if (x < 0.0) x = -x; return x < 1.0 ? 1.0 - x : 0.0; }\n"
@@ -79,12 +88,86 @@ static const char kernel_src[] =
     "    if (i < d.ay.n) axis_one(d.ay, d.full_h, d.reg_y, d.reg_h, i, (int *)d.ky, (unsigned *)d.miny, (unsigned *)d.cnty);\n"
     "  }\n"
     "}\n"
+    /* one output tile of sample blockIdx.z, both passes in one block: the
+     * first pass's values the tile reads (uint8, as the two-pass kernels
+     * keep them in tmp) go to shared memory, C planes; then the second
+     * pass from there to dst. cap: the shared bytes of this launch. A
+     * span over cap (the host's bound is an upper one: not expected)
+     * takes the direct path, which recomputes each first-pass value. */
+    "__device__ void hsum(const sl_desc &d, unsigned r, unsigned i, int *s) {\n"
+    "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
+    "  const unsigned char *p = (const unsigned char *)d.src + r * d.pitch + 3ull * ((const unsigned *)d.minx)[i];\n"
+    "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
+    "  s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
+    "  for (unsigned t = 0; t < cnt; t++, p += 3) { int kt = k[t]; s[0] += p[0] * kt; s[1] += p[1] * kt; s[2] += p[2] * kt; }\n"
+    "}\n"
+    "__device__ void vsum(const sl_desc &d, unsigned c, unsigned j, int *s) {\n"
+    "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
+    "  const unsigned char *p = (const unsigned char *)d.src + ((const unsigned *)d.miny)[j] * d.pitch + 3ull * c;\n"
+    "  unsigned cnt = ((const unsigned *)d.cnty)[j];\n"
+    "  s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
+    "  for (unsigned t = 0; t < cnt; t++, p += d.pitch) { int kt = k[t]; s[0] += p[0] * kt; s[1] += p[1] * kt; s[2] += p[2] * kt; }\n"
+    "}\n"
+    "extern \"C\" __global__ void sl_tiled(const sl_desc *descs, unsigned cap) {\n"
+    "  extern __shared__ unsigned char sh[];\n"
+    "  __shared__ unsigned lo, hi;\n"
+    "  const sl_desc &d = descs[blockIdx.z];\n"
+    "  unsigned W = d.ax.n, H = d.ay.n, i0 = blockIdx.x * TW, j0 = blockIdx.y * TH;\n"
+    "  if (!(d.how & TILED) || i0 >= W || j0 >= H) return;\n"
+    "  unsigned tw = min(TW, W - i0), th = min(TH, H - j0), tid = threadIdx.x, nt = blockDim.x;\n"
+    "  int vfirst = (d.how & VFIRST) != 0;\n"
+    "  const unsigned *mins = (const unsigned *)(vfirst ? d.minx : d.miny);\n"
+    "  const unsigned *cnts = (const unsigned *)(vfirst ? d.cntx : d.cnty);\n"
+    "  unsigned q0 = vfirst ? i0 : j0, qn = vfirst ? tw : th;\n"
+    "  if (tid == 0) {\n"
+    "    unsigned a = mins[q0], b = mins[q0] + cnts[q0];\n"
+    "    for (unsigned q = q0 + 1; q < q0 + qn; q++) { a = min(a, mins[q]); b = max(b, mins[q] + cnts[q]); }\n"
+    "    lo = a; hi = b;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  unsigned L = lo, S = hi - lo, other = vfirst ? th : tw;\n"
+    "  unsigned long long plane = (unsigned long long)S * other;\n"
+    "  int staged = 3 * plane <= cap, s[3], f[3];\n"
+    /* first pass: horizontal first, region rows L.. x tile columns; vertical
+     * first, tile rows x region columns L.. */
+    "  for (unsigned e = tid; staged && e < S * other; e += nt) {\n"
+    "    unsigned a = e / other, b = e % other;\n"
+    "    if (vfirst) vsum(d, L + a, j0 + b, f); else hsum(d, L + a, i0 + b, f);\n"
+    "    unsigned long long at = vfirst ? (unsigned long long)b * S + a : (unsigned long long)a * tw + b;\n"
+    "    sh[at] = clip8(f[0]); sh[plane + at] = clip8(f[1]); sh[2 * plane + at] = clip8(f[2]);\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    /* second pass: output (j, i) of the tile -> dst (CHW; flip here) */
+    "  unsigned long long oplane = (unsigned long long)W * H;\n"
+    "  for (unsigned e = tid; e < th * tw; e += nt) {\n"
+    "    unsigned jj = e / tw, ii = e % tw, j = j0 + jj, i = i0 + ii;\n"
+    "    const int *k = vfirst ? (const int *)d.kx + (unsigned long long)i * d.ax.ksize\n"
+    "                          : (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
+    "    unsigned m = vfirst ? ((const unsigned *)d.minx)[i] : ((const unsigned *)d.miny)[j];\n"
+    "    unsigned cnt = vfirst ? ((const unsigned *)d.cntx)[i] : ((const unsigned *)d.cnty)[j];\n"
+    "    s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
+    "    if (staged) {\n"
+    "      const unsigned char *t0 = sh + (vfirst ? (unsigned long long)jj * S + (m - L) : (unsigned long long)(m - L) * tw + ii);\n"
+    "      unsigned step = vfirst ? 1 : tw;\n"
+    "      for (unsigned t = 0; t < cnt; t++, t0 += step) {\n"
+    "        int kt = k[t]; s[0] += t0[0] * kt; s[1] += t0[plane] * kt; s[2] += t0[2 * plane] * kt;\n"
+    "      }\n"
+    "    } else {\n"
+    "      for (unsigned t = 0; t < cnt; t++) {\n"
+    "        if (vfirst) vsum(d, m + t, j, f); else hsum(d, m + t, i, f);\n"
+    "        int kt = k[t]; s[0] += clip8(f[0]) * kt; s[1] += clip8(f[1]) * kt; s[2] += clip8(f[2]) * kt;\n"
+    "      }\n"
+    "    }\n"
+    "    unsigned char *o = (unsigned char *)d.dst + (unsigned long long)j * W + (d.flip ? W - 1 - i : i);\n"
+    "    o[0] = clip8(s[0]); o[oplane] = clip8(s[1]); o[2 * oplane] = clip8(s[2]);\n"
+    "  }\n"
+    "}\n"
     /* horizontal: region row r, output column i -> tmp planes (flip here) */
     "extern \"C\" __global__ void sl_hpass(const sl_desc *descs) {\n"
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n;\n"
-    "  if (d.vfirst || i >= W || r >= d.reg_h) return;\n"
+    "  if ((d.how & (VFIRST | TILED)) || i >= W || r >= d.reg_h) return;\n"
     "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
     "  const unsigned char *p = (const unsigned char *)d.src + r * d.pitch + 3ull * ((const unsigned *)d.minx)[i];\n"
     "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
@@ -100,7 +183,7 @@ static const char kernel_src[] =
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned x = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n, H = d.ay.n;\n"
-    "  if (d.vfirst || x >= W || j >= H) return;\n"
+    "  if ((d.how & (VFIRST | TILED)) || x >= W || j >= H) return;\n"
     "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
     "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
     "  unsigned long long tplane = (unsigned long long)W * d.reg_h, oplane = (unsigned long long)W * H;\n"
@@ -119,7 +202,7 @@ static const char kernel_src[] =
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned c = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned H = d.ay.n, RW = d.reg_w;\n"
-    "  if (!d.vfirst || c >= RW || j >= H) return;\n"
+    "  if ((d.how & (VFIRST | TILED)) != VFIRST || c >= RW || j >= H) return;\n"
     "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
     "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
     "  const unsigned char *p = (const unsigned char *)d.src + (unsigned long long)m * d.pitch + 3ull * c;\n"
@@ -134,7 +217,7 @@ static const char kernel_src[] =
     "  const sl_desc &d = descs[blockIdx.z];\n"
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n, H = d.ay.n, RW = d.reg_w;\n"
-    "  if (!d.vfirst || i >= W || j >= H) return;\n"
+    "  if ((d.how & (VFIRST | TILED)) != VFIRST || i >= W || j >= H) return;\n"
     "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
     "  unsigned long long tplane = (unsigned long long)RW * H, oplane = (unsigned long long)W * H;\n"
     "  const unsigned char *t0 = (const unsigned char *)d.tmp + (unsigned long long)j * RW + ((const unsigned *)d.minx)[i];\n"
@@ -391,6 +474,7 @@ int sl__gpu_kernels_load(const sl__cuda_api *cu, sl_CUdevice dev, sl__budget *ho
     if (rc) return rc;
     sl_CUresult r;
     if ((r = cu->cuModuleGetFunction(&k->coeffs, k->mod, "sl_coeffs")) ||
+        (r = cu->cuModuleGetFunction(&k->tiled, k->mod, "sl_tiled")) ||
         (r = cu->cuModuleGetFunction(&k->hpass, k->mod, "sl_hpass")) ||
         (r = cu->cuModuleGetFunction(&k->vpass, k->mod, "sl_vpass")) ||
         (r = cu->cuModuleGetFunction(&k->vfirst_v, k->mod, "sl_vfirst_v")) ||
@@ -407,21 +491,43 @@ void sl__gpu_kernels_unload(const sl__cuda_api *cu, sl__gpu_kernels *k) {
     memset(k, 0, sizeof *k);
 }
 
+uint32_t sl__gpu_tile_bytes(const sl__gpu_desc *d) {
+    int vfirst = (d->how & SL_GPU_VFIRST) != 0;
+    const sl__gpu_axis *a = vfirst ? &d->ax : &d->ay;
+    uint32_t tile = vfirst ? SL_GPU_TILE_W : SL_GPU_TILE_H, other = vfirst ? SL_GPU_TILE_H : SL_GPU_TILE_W;
+    uint32_t region = vfirst ? d->reg_w : d->reg_h;
+    if (!a->total || !(a->in1 >= a->in0)) return UINT32_MAX;
+    /* a tap window starts at most scale + 1 further each step and holds at
+     * most ksize taps, all inside the region (axis_one) */
+    double span = (tile - 1) * ((a->in1 - a->in0) / a->total) + 1.0 + a->ksize + 1.0;
+    if (span > region) span = region;
+    double bytes = 3.0 * ceil(span) * other;
+    return bytes <= SL_GPU_TILE_SHARED_MAX ? (uint32_t)bytes : UINT32_MAX;
+}
+
 static uint32_t blocks(uint32_t n, uint32_t per) { return n ? (n + per - 1) / per : 1; }
 
 int sl__gpu_kernels_run(const sl__cuda_api *cu, const sl__gpu_kernels *k, sl_CUstream stream, sl_CUdeviceptr descs,
                         const sl__gpu_desc *host, uint32_t n, char *err, size_t errlen) {
-    /* grids from the largest sample of each pass order; a pair of pass
-     * kernels no sample of the batch needs is not launched */
-    uint32_t max_w = 0, max_h = 0, hfirst_reg_h = 0, vfirst_reg_w = 0;
+    /* grids from the largest sample each kernel resizes; a kernel no
+     * sample of the batch needs is not launched */
+    uint32_t max_w = 0, max_h = 0, tiled_w = 0, tiled_h = 0, shared = 0, hfirst_reg_h = 0, vfirst_reg_w = 0;
     for (uint32_t i = 0; i < n; i++) {
-        max_w = SL_MAX(max_w, host[i].ax.n), max_h = SL_MAX(max_h, host[i].ay.n);
-        if (host[i].vfirst) vfirst_reg_w = SL_MAX(vfirst_reg_w, host[i].reg_w);
-        else hfirst_reg_h = SL_MAX(hfirst_reg_h, host[i].reg_h);
+        const sl__gpu_desc *d = &host[i];
+        max_w = SL_MAX(max_w, d->ax.n), max_h = SL_MAX(max_h, d->ay.n);
+        if (d->how & SL_GPU_TILED) {
+            tiled_w = SL_MAX(tiled_w, d->ax.n), tiled_h = SL_MAX(tiled_h, d->ay.n);
+            uint32_t b = sl__gpu_tile_bytes(d);
+            shared = SL_MAX(shared, b == UINT32_MAX ? SL_GPU_TILE_SHARED_MAX : b);
+        } else if (d->how & SL_GPU_VFIRST) vfirst_reg_w = SL_MAX(vfirst_reg_w, d->reg_w);
+        else hfirst_reg_h = SL_MAX(hfirst_reg_h, d->reg_h);
     }
-    void *args[] = {&descs};
+    void *args[] = {&descs}, *targs[] = {&descs, &shared};
     uint32_t axis_n = SL_MAX(max_w, max_h);
     sl_CUresult r = cu->cuLaunchKernel(k->coeffs, blocks(axis_n, 128), 2, n, 128, 1, 1, 0, stream, args, NULL);
+    if (!r && tiled_w)
+        r = cu->cuLaunchKernel(k->tiled, blocks(tiled_w, SL_GPU_TILE_W), blocks(tiled_h, SL_GPU_TILE_H), n, 256, 1, 1,
+                               shared, stream, targs, NULL);
     if (!r && hfirst_reg_h) {
         r = cu->cuLaunchKernel(k->hpass, blocks(max_w, 32), blocks(hfirst_reg_h, 8), n, 32, 8, 1, 0, stream, args, NULL);
         if (!r) r = cu->cuLaunchKernel(k->vpass, blocks(max_w, 32), blocks(max_h, 8), n, 32, 8, 1, 0, stream, args, NULL);

@@ -1,6 +1,6 @@
 /*
  * The GPU half of the resampler: crop + antialiased resize + flip from a
- * decoded RGB region into a CHW uint8 batch slot, as three kernels built
+ * decoded RGB region into a CHW uint8 batch slot, as kernels built
  * at run time with NVRTC (see docs/gpu.md for why NVRTC).
  *
  * The arithmetic is the CPU resampler's (src/ops/resize.c): Pillow's
@@ -13,6 +13,12 @@
  * rounds as the CPU's does: on the same pixels the bytes are equal (tested).
  *
  *   sl_coeffs     one thread per output coordinate per axis: taps, weights
+ *   sl_tiled      one block per output tile of SL_GPU_TILE_W x SL_GPU_TILE_H:
+ *                 the first pass's rows (or columns) the tile reads, into
+ *                 shared memory, then the second pass from there into dst.
+ *                 Every sample whose tile fits (SL_GPU_TILED); one launch.
+ *   the two-pass kernels, for a sample whose first pass a tile cannot hold
+ *   (a downscale of about 28x or more) or with SLUICE_GPU_RESIZE=passes:
  *   sl_hpass      one thread per (output column, region row): planes in tmp
  *   sl_vpass      one thread per (output column, output row): CHW in dst
  *   sl_vfirst_v   vertical first: one thread per (region column, output row)
@@ -44,14 +50,29 @@ typedef struct sl__gpu_desc {
     uint32_t reg_x, reg_y, reg_w, reg_h; /* decoded region, image pixels */
     uint32_t full_w, full_h;        /* the image */
     int32_t flip;
-    uint32_t vfirst;                /* 1: vertical pass first (tmp: C planes of ay.n x reg_w) */
+    uint32_t how;                   /* SL_GPU_VFIRST | SL_GPU_TILED */
 } sl__gpu_desc;
 #define SL_GPU_DESC_SIZE 208
 _Static_assert(sizeof(sl__gpu_desc) == SL_GPU_DESC_SIZE, "descriptor layout");
 
+#define SL_GPU_VFIRST 1u /* vertical pass first (tmp: C planes of ay.n x reg_w) */
+#define SL_GPU_TILED 2u  /* sl_tiled resizes it (tmp unused); else the two-pass kernels */
+
+/* sl_tiled's output tile and the most dynamic shared memory a block may
+ * take (CUDA's 48 KiB without opting in, less room for the kernel's own
+ * static shared words); the kernel source has the tile's sides. */
+#define SL_GPU_TILE_W 32
+#define SL_GPU_TILE_H 16
+#define SL_GPU_TILE_SHARED_MAX ((48u << 10) - 256)
+
+/* Shared bytes sl_tiled may need for a tile of d (an upper bound: the
+ * first pass's span over a tile, C planes), or UINT32_MAX where that
+ * exceeds SL_GPU_TILE_SHARED_MAX. ax, ay, how set. */
+uint32_t sl__gpu_tile_bytes(const sl__gpu_desc *d);
+
 typedef struct sl__gpu_kernels {
     sl_CUmodule mod;
-    sl_CUfunction coeffs, hpass, vpass, vfirst_v, vfirst_h;
+    sl_CUfunction coeffs, tiled, hpass, vpass, vfirst_v, vfirst_h;
 } sl__gpu_kernels;
 
 /* Load the kernels into the current context (device dev): the image kept

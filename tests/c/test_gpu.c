@@ -438,37 +438,55 @@ static void cpu_resize(const uint8_t *rgb, uint32_t w, uint32_t h, const sl__pla
     sl__resampler_fini(&rs);
 }
 
+/* Byte for byte, both kernels: the tiled one (the default) and the two-pass
+ * ones (SL_GPU_RESIZE_PASSES, as SLUICE_GPU_RESIZE=passes sets), each
+ * sample alone and then 32 of them in one call (both pass orders, flips,
+ * train and val presets side by side in one launch). */
 TEST(gpu_resize_equals_the_cpu_resampler) {
     NEED_GPU();
-    gpu_rig r;
-    rig_open(&r, 32, 256ull << 20);
     const uint32_t sizes[4][2] = {{500, 375}, {224, 224}, {1200, 90}, {97, 613}};
-    uint8_t *cpu = malloc(r.stride), *gpu = malloc(r.stride);
-    for (int s = 0; s < 4; s++) {
-        uint32_t w = sizes[s][0], h = sizes[s][1];
-        uint8_t *rgb = fx_texture(w, h, 40 + s, s == 1);
-        sl_image_info info = jpeg_info(w, h);
-        for (uint64_t index = 0; index < 40; index++) {
-            sl__plan p;
-            int preset = index % 4 == 3 ? SL_PRESET_VAL : SL_PRESET_TRAIN;
-            if (plan(&info, preset, index, 0, &p)) continue; /* too thin for val */
-            sl__gpu_item it;
-            CHECK_OK(sl__gpu_item_from_plan(&p, &info, 0, &it, NULL, 0));
-            const uint8_t *src = rgb;
-            char err[200] = "";
-            int rc = sl__gpu_resize_host(r.e, 1, &src, &it, r.dst, r.stride, err, sizeof err);
-            if (rc) SL_FAIL("resize: %s: %s", sl_strerror(rc), err);
-            CHECK_OK(r.cu->cuMemcpyDtoH(gpu, r.dst, 3 * 224 * 224));
-            cpu_resize(rgb, w, h, &p, cpu);
-            for (uint32_t i = 0; i < 3 * 224 * 224; i++)
-                if (cpu[i] != gpu[i])
-                    SL_FAIL("%ux%u index %llu byte %u: cpu %u gpu %u", w, h, (unsigned long long)index, i, cpu[i], gpu[i]);
+    enum { N = 40, CALL = 32 };
+    const uint32_t flags[2] = {0, SL_GPU_RESIZE_PASSES};
+    for (int f = 0; f < 2; f++) {
+        gpu_rig r;
+        rig_open_with(&r, CALL, 256ull << 20, 0, flags[f]);
+        uint8_t *cpu = malloc(r.stride), *gpu = malloc(r.stride * CALL);
+        for (int s = 0; s < 4; s++) {
+            uint32_t w = sizes[s][0], h = sizes[s][1];
+            uint8_t *rgb = fx_texture(w, h, 40 + s, s == 1);
+            sl_image_info info = jpeg_info(w, h);
+            sl__plan plans[N];
+            sl__gpu_item items[N];
+            const uint8_t *srcs[N];
+            uint32_t n = 0;
+            for (uint64_t index = 0; index < N; index++) {
+                int preset = index % 4 == 3 ? SL_PRESET_VAL : SL_PRESET_TRAIN;
+                if (plan(&info, preset, index, 0, &plans[n])) continue; /* too thin for val */
+                CHECK_OK(sl__gpu_item_from_plan(&plans[n], &info, 0, &items[n], NULL, 0));
+                srcs[n++] = rgb;
+            }
+            for (int batched = 0; batched < 2; batched++)
+                for (uint32_t i0 = 0; i0 < n; i0 += batched ? CALL : 1) {
+                    uint32_t m = !batched ? 1 : n - i0 < CALL ? n - i0 : CALL;
+                    for (uint32_t i = 0; i < m; i++) items[i0 + i].pos = i;
+                    char err[200] = "";
+                    int rc = sl__gpu_resize_host(r.e, m, srcs + i0, items + i0, r.dst, r.stride, err, sizeof err);
+                    if (rc) SL_FAIL("resize: %s: %s", sl_strerror(rc), err);
+                    CHECK_OK(r.cu->cuMemcpyDtoH(gpu, r.dst, r.stride * m));
+                    for (uint32_t i = 0; i < m; i++) {
+                        cpu_resize(rgb, w, h, &plans[i0 + i], cpu);
+                        for (uint32_t b = 0; b < 3 * 224 * 224; b++)
+                            if (cpu[b] != gpu[i * r.stride + b])
+                                SL_FAIL("flags %u, %ux%u, sample %u of %u in the call, byte %u: cpu %u gpu %u",
+                                        flags[f], w, h, i0 + i, m, b, cpu[b], gpu[i * r.stride + b]);
+                    }
+                }
+            free(rgb);
         }
-        free(rgb);
+        free(cpu);
+        free(gpu);
+        rig_close(&r);
     }
-    free(cpu);
-    free(gpu);
-    rig_close(&r);
 }
 
 /* Decode n fixture JPEGs on the GPU and on the CPU path; per image mean
