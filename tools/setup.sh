@@ -56,6 +56,7 @@ need_deb() { # package, and a file or command that proves it present
 }
 py_has() { "$1" -c "import $2" >/dev/null 2>&1; }
 need_deb gcc gcc
+need_deb g++ g++ # tests/gpu/resize_emu.cpp: the GPU resize kernels built for the host
 need_deb make make
 need_deb cmake cmake
 need_deb pkg-config pkg-config

@@ -162,9 +162,7 @@ static int take_block(sl__gpu_engine *e, sl__gpu_work *w, const sl__gpu_item *it
 
 /* ---- routing ------------------------------------------------------------------ */
 
-/* The window of it (the rectangle its taps reach) into d: 0, or SL_EINVAL
- * for an item outside its image. */
-static int window_of(const sl__gpu_item *it, sl__gpu_desc *d) {
+int sl__gpu_window(const sl__gpu_item *it, sl__gpu_desc *d) {
     if (tap_range(&it->ax, it->full_w, &d->reg_x, &d->reg_w) || tap_range(&it->ay, it->full_h, &d->reg_y, &d->reg_h))
         return SL_EINVAL;
     d->full_w = it->full_w, d->full_h = it->full_h;
@@ -201,7 +199,7 @@ static uint64_t pixel_cap(const sl__gpu_engine *e) { return e->cfg.max_pixels ? 
 
 int sl__gpu_ask(sl__gpu_asker *a, const uint8_t *data, size_t len, const sl__gpu_item *it) {
     sl__gpu_desc d;
-    if (!a || !data || !len || window_of(it, &d) || (uint64_t)it->full_w * it->full_h > pixel_cap(a->e))
+    if (!a || !data || !len || sl__gpu_window(it, &d) || (uint64_t)it->full_w * it->full_h > pixel_cap(a->e))
         return SL_GPU_HW_ASK; /* the engine's route says why it is the CPU's */
     return ask_hw(a->e, a->js, a->jp, data, len, &d);
 }
@@ -227,7 +225,7 @@ static int route(sl__gpu_engine *e, uint32_t i, const uint8_t *data, size_t len,
         say(reasons, i, "for the CPU: item larger than the batch stride");
         return TAKE_CPU;
     }
-    if (window_of(it, d)) {
+    if (sl__gpu_window(it, d)) {
         say(reasons, i, "for the CPU: item outside its image");
         return TAKE_CPU;
     }
@@ -571,12 +569,11 @@ int sl__gpu_resize_host(sl__gpu_engine *e, uint32_t n, const uint8_t *const *rgb
         sl__gpu_work *w = &e->work[i];
         memset(w, 0, sizeof *w);
         sl__gpu_desc *d = &w->desc;
-        if (tap_range(&items[i].ax, items[i].full_w, &d->reg_x, &d->reg_w) ||
-            tap_range(&items[i].ay, items[i].full_h, &d->reg_y, &d->reg_h)) {
+        if (sl__gpu_window(&items[i], d)) {
             rc = SL_EINVAL;
             break;
         }
-        d->full_w = items[i].full_w, d->full_h = items[i].full_h, d->flip = items[i].flip != 0;
+        d->flip = items[i].flip != 0;
         w->dx = d->reg_x, w->dy = d->reg_y, w->dw = d->reg_w, w->dh = d->reg_h;
         if (take_block(e, w, &items[i], dst + (uint64_t)items[i].pos * stride, NULL, i)) rc = SL_EBUDGET;
         else if (upload_window(e, rgb[i], &items[i], w)) rc = SL_EIO;

@@ -115,6 +115,10 @@ void sl__gpu_work_release(sl__gpu_engine *e, sl__gpu_work *w);
  * SL_EIO with the driver's reason (the engine is unusable). */
 int sl__gpu_warm_up(sl__gpu_engine *e, char *err, size_t errlen);
 
+/* The window of it (the rectangle its taps reach, image pixels) into
+ * d's reg_* and full_*: 0, or SL_EINVAL for an item outside its image. */
+int sl__gpu_window(const sl__gpu_item *it, sl__gpu_desc *d);
+
 /* A sample's buffers inside one pool block (batch.c): their offsets in
  * w->desc's fields, made from w's decoded region (dx..) and regions
  * (desc.reg_*) and the item's resize; *size the block's bytes. 0 or
