@@ -15,6 +15,7 @@
 #include "gpu/split.h"
 #include "ops/ops.h"
 #include "ops/resize.h"
+#include "resample.h"
 
 /* ---- the split policy ------------------------------------------------------ */
 
@@ -422,22 +423,6 @@ static void rig_close(gpu_rig *r) {
     CHECK_EQ(atomic_load(&r->host.used), 0);
 }
 
-/* The CPU resampler over a whole HWC image in memory (as sl__run does
- * after EXIF orientation). */
-static void cpu_resize(const uint8_t *rgb, uint32_t w, uint32_t h, const sl__plan *p, uint8_t *out) {
-    sl__quota q = {1ull << 28, 0, 0, 0};
-    sl__resampler rs;
-    sl__resampler_init(&rs, &p->ax, &p->ay, w, h, p->flip, &q, out);
-    sl__region reg = {8, w, h, 0, 0, w, h, 3, 3};
-    CHECK_OK(rs.sink.begin(&rs.sink, &reg));
-    for (uint32_t y = 0; y < h; y++) {
-        const uint8_t *row = rgb + (uint64_t)y * w * 3;
-        CHECK_OK(rs.sink.rows(&rs.sink, &row, y, 1));
-    }
-    CHECK_OK(sl__resampler_finish(&rs));
-    sl__resampler_fini(&rs);
-}
-
 /* Byte for byte, both kernels: the tiled one (the default) and the two-pass
  * ones (SL_GPU_RESIZE_PASSES, as SLUICE_GPU_RESIZE=passes sets), each
  * sample alone and then 32 of them in one call (both pass orders, flips,
@@ -474,7 +459,8 @@ TEST(gpu_resize_equals_the_cpu_resampler) {
                     if (rc) SL_FAIL("resize: %s: %s", sl_strerror(rc), err);
                     CHECK_OK(r.cu->cuMemcpyDtoH(gpu, r.dst, r.stride * m));
                     for (uint32_t i = 0; i < m; i++) {
-                        cpu_resize(rgb, w, h, &plans[i0 + i], cpu);
+                        const sl__plan *p = &plans[i0 + i];
+                        CHECK_OK(fx_resample(rgb, w, h, &p->ax, &p->ay, p->flip, 1ull << 28, cpu));
                         for (uint32_t b = 0; b < 3 * 224 * 224; b++)
                             if (cpu[b] != gpu[i * r.stride + b])
                                 SL_FAIL("flags %u, %ux%u, sample %u of %u in the call, byte %u: cpu %u gpu %u",

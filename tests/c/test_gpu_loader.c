@@ -29,6 +29,7 @@
 #include "host_device.h"
 #include "ops/ops.h"
 #include "ops/resize.h"
+#include "resample.h"
 
 /* ---- the host device ----------------------------------------------------------- */
 
@@ -108,19 +109,7 @@ static int host_one(const uint8_t *data, size_t len, const sl__gpu_item *it, uin
     uint8_t *rgb = malloc((size_t)w * h * 3);
     CHECK(rgb != NULL);
     int rc = sl_image_decode(data, len, &o, rgb, (size_t)w * h * 3, NULL, 0);
-    if (!rc) {
-        sl__quota q = {1ull << 28, 0, 0, 0};
-        sl__resampler rs;
-        sl__resampler_init(&rs, &it->ax, &it->ay, w, h, it->flip, &q, dst);
-        sl__region reg = {8, w, h, 0, 0, w, h, 3, 3};
-        rc = rs.sink.begin(&rs.sink, &reg);
-        for (uint32_t y = 0; y < h && !rc; y++) {
-            const uint8_t *row = rgb + (uint64_t)y * w * 3;
-            rc = rs.sink.rows(&rs.sink, &row, y, 1);
-        }
-        if (!rc) rc = sl__resampler_finish(&rs);
-        sl__resampler_fini(&rs);
-    }
+    if (!rc) rc = fx_resample(rgb, w, h, &it->ax, &it->ay, it->flip, 1ull << 28, dst);
     free(rgb);
     return rc != 0;
 }

@@ -24,6 +24,7 @@
 #include "format/decode.h"
 #include "ops/ops.h"
 #include "ops/resize.h"
+#include "resample.h"
 
 enum { L444, L422, L420, L440, L411, GREY, PROG420, CMYK, NLAYOUTS };
 static const char *layout_name[] = {"4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1", "grey", "progressive 4:2:0", "CMYK"};
@@ -201,17 +202,7 @@ TEST(train_crops_equal_decode_then_crop) {
         CHECK_OK(sl__decoder_quota(d, SL_DECODER_SELF + p.mem, &q, why, sizeof why));
         CHECK_OK(sl__run(d, data, len, &info, &p, &q, a, why, sizeof why));
         /* the same box and resize over the full decode's pixels */
-        sl__quota q2 = {.cap = p.mem};
-        sl__resampler rs;
-        sl__resampler_init(&rs, &p.ax, &p.ay, 500, 375, p.flip, &q2, b);
-        sl__region reg = {8, 500, 375, 0, 0, 500, 375, 3, 3};
-        CHECK_OK(rs.sink.begin(&rs.sink, &reg));
-        for (uint32_t y = 0; y < 375; y++) {
-            const uint8_t *row = full.px + (size_t)y * 500 * 3;
-            CHECK_OK(rs.sink.rows(&rs.sink, &row, y, 1));
-        }
-        CHECK_OK(sl__resampler_finish(&rs));
-        sl__resampler_fini(&rs);
+        CHECK_OK(fx_resample(full.px, 500, 375, &p.ax, &p.ay, p.flip, p.mem, b));
         if (memcmp(a, b, 3 * 224 * 224)) {
             int worst = 0;
             for (size_t k = 0; k < 3 * 224 * 224; k++) worst = SL_MAX(worst, abs(a[k] - b[k]));

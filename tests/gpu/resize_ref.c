@@ -8,6 +8,7 @@
 #include "gpu/engine_impl.h"
 #include "gpu/kernels.h"
 #include "ops/resize.h"
+#include "resample.h"
 
 int emu_sample(const uint8_t *rgb, uint32_t w, uint32_t h, int val, uint64_t index, uint32_t out, void *desc,
                uint32_t *tile_bytes, uint8_t *cpu);
@@ -34,16 +35,5 @@ int emu_sample(const uint8_t *rgb, uint32_t w, uint32_t h, int val, uint64_t ind
     if (sl__gpu_layout(&wk, &it, &size)) return -1;
     memcpy(desc, &wk.desc, sizeof wk.desc);
     *tile_bytes = sl__gpu_tile_bytes(&wk.desc);
-    sl__quota q = {1ull << 30, 0, 0, 0};
-    sl__resampler rs;
-    sl__resampler_init(&rs, &p.ax, &p.ay, w, h, p.flip, &q, cpu);
-    sl__region reg = {8, w, h, 0, 0, w, h, 3, 3};
-    int rc = rs.sink.begin(&rs.sink, &reg);
-    for (uint32_t y = 0; y < h && !rc; y++) {
-        const uint8_t *row = rgb + (uint64_t)y * w * 3;
-        rc = rs.sink.rows(&rs.sink, &row, y, 1);
-    }
-    if (!rc) rc = sl__resampler_finish(&rs);
-    sl__resampler_fini(&rs);
-    return rc ? -1 : 0;
+    return fx_resample(rgb, w, h, &p.ax, &p.ay, p.flip, 1ull << 30, cpu) ? -1 : 0;
 }
