@@ -297,11 +297,14 @@ def _schema_json(fields):
 #: stream's on the same queue waits for it. The GPU decode has a stream per engine and per worker;
 #: under DDP, NCCL's all-reduce kernel waits in its queue for the other ranks. On two H200s
 #: (ResNet-18 DDP) 32 queues fed the ranks at 72-88 % of their synthetic rate against 56-68 % with 8,
-#: the loop waiting 5-8 % of its time against 19-29 %. They cost the process about 240 MB of host
-#: memory (PSS, the CUDA context's; a context per GPU the process drives), so a process that is not
-#: a rank keeps CUDA's 8 and the GPU-held warning says what 32 did: one H200 alone was fed at
-#: 92.2-92.6 % with 32 against 88.2-91.0 % with 8 (docs/gpu.md, "CUDA's hardware queues").
+#: the loop waiting 5-8 % of its time against 19-29 %. The queues cost host memory, the CUDA
+#: context's (a context per GPU the process drives): about 105 MB of PSS with 16 and 270 MB with 32,
+#: over 8's. So a process that is not a rank keeps CUDA's 8, and the GPU-held warning says what
+#: CUDA_CONNECTIONS_SINGLE did there, for you to choose: one H200 alone was fed at 92.5-93.2 % with 16
+#: against 90.8-91.1 % with 8, one step in ten 20.7-20.9 ms against 23.5-23.8 (32: 92.9 %; docs/gpu.md,
+#: "CUDA's hardware queues").
 CUDA_CONNECTIONS = 32
+CUDA_CONNECTIONS_SINGLE = 16
 
 
 def _launched_ranks():
@@ -339,14 +342,15 @@ def _queues_hint(world):
     """The advice for a loop the GPU decode held up whose decode shares CUDA's few hardware queues
     with the model's kernels (world: ranks in its group; under DDP, with NCCL's all-reduce), or ""."""
     v = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")
-    if _CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= CUDA_CONNECTIONS:
+    want = CUDA_CONNECTIONS if world > 1 else CUDA_CONNECTIONS_SINGLE
+    if _CUDA_CONNECTIONS_BY != "late" and v.isdigit() and int(v) >= want:
         return ""
-    fix = f"set CUDA_DEVICE_MAX_CONNECTIONS={CUDA_CONNECTIONS} before CUDA starts"
-    if world < 2:  # a single process keeps CUDA's 8 unless told (their memory): what 32 did, to choose
+    fix = f"set CUDA_DEVICE_MAX_CONNECTIONS={want} before CUDA starts"
+    if world < 2:  # a single process keeps CUDA's 8 unless told (their memory): what 16 did, to choose
         return (f" The decode's streams share CUDA's {v if v.isdigit() else 8} hardware queues with the model's "
                 f"kernels, and a kernel queued behind another waits for it: {fix} (one H200, ResNet-18: "
-                "92.2-92.6 % of its synthetic rate against 88.2-91.0 % with 8, for about 240 MB more host memory, "
-                "the CUDA context's). See docs/gpu.md, \"CUDA's hardware queues\".")
+                "92.5-93.2 % of its synthetic rate against 90.8-91.1 % with 8, for about 105 MB more host memory, "
+                "the CUDA context's; 32: 92.9 %, 270 MB). See docs/gpu.md, \"CUDA's hardware queues\".")
     now = {"user": f"CUDA_DEVICE_MAX_CONNECTIONS={v}",
            "late": "CUDA started before `import sluice`, with CUDA's 8 hardware queues",
            "single": "CUDA's 8 hardware queues: WORLD_SIZE was not set when sluice was imported"}

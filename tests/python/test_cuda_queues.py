@@ -1,9 +1,9 @@
 """CUDA's hardware queues: `import sluice` in a DDP rank (WORLD_SIZE > 1) asks for 32 where
 CUDA_DEVICE_MAX_CONNECTIONS is unset and CUDA has not started, leaves a single process at CUDA's 8
 (their memory), keeps a value of yours, and the GPU-held warning says what to set when the queues
-stayed few, and in a single process what 32 did (docs/gpu.md, "CUDA's hardware queues"). What the
-queues do is measured on a GPU (bench/README.md, thirteenth and fourteenth sessions); here, what the
-import and the warning decide."""
+stayed few, and in a single process what 16 did (docs/gpu.md, "CUDA's hardware queues"). What the
+queues do is measured on a GPU (bench/README.md, thirteenth, fourteenth and eighteenth sessions);
+here, what the import and the warning decide."""
 import json
 import subprocess
 import sys
@@ -59,10 +59,14 @@ def test_the_held_warning_names_the_queues_where_they_stayed_few(monkeypatch):
     assert "CUDA started before `import sluice`" in sluice._gpu_held_hint(HELD, world=4)
     monkeypatch.setattr(sluice, "_CUDA_CONNECTIONS_BY", "single")  # a group started without WORLD_SIZE (mp.spawn)
     assert "WORLD_SIZE was not set" in sluice._gpu_held_hint(HELD, world=2)
-    # a single process keeps CUDA's 8 (their memory): the warning says what 32 did and costs, to choose
+    # a single process keeps CUDA's 8 (their memory): the warning says what 16 did and costs, to choose
     hint = sluice._gpu_held_hint(HELD, world=1)
-    assert "share CUDA's 8 hardware queues" in hint and "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts" in hint
-    assert "240 MB" in hint and "DDP" not in hint
+    assert "share CUDA's 8 hardware queues" in hint and "CUDA_DEVICE_MAX_CONNECTIONS=16 before CUDA starts" in hint
+    assert "105 MB" in hint and "DDP" not in hint
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16")  # set by you: enough for one process, not for a rank
+    monkeypatch.setattr(sluice, "_CUDA_CONNECTIONS_BY", "user")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in sluice._gpu_held_hint(HELD, world=1)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts" in sluice._gpu_held_hint(HELD, world=2)
     assert sluice._gpu_held_hint({**HELD, "pass_consumer_wait_gpu_fraction": 0.01}, world=2) is None
     assert sluice._gpu_held_hint({**HELD, "pass_consumer_wait_gpu_fraction": 0.01}, world=1) is None
 
