@@ -802,6 +802,9 @@ void *sl__engine_gpu_main(void *arg) {
             if (dl.tv_nsec >= 1000000000) dl.tv_sec++, dl.tv_nsec -= 1000000000;
             wait_until(e, &e->cv_gpu, &dl);
         }
+        /* the stop's broadcast may have come during that wait: waiting on
+         * cv_gpu below without looking would wait for ever */
+        if (e->stop) break;
         uint32_t n = sl__gstage_take(g, c, e->gen);
         if (!n) {
             wait_on(e, &e->cv_gpu);

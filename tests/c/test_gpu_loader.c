@@ -509,6 +509,22 @@ TEST(gpu_loader_thread_blocks_async_signals) {
     free(d);
 }
 
+/* A stop that comes while a GPU thread waits out its gather (a quarter of
+ * a call not yet queued) ends that thread: it once went on to wait for
+ * work with the stop's broadcast already gone, and the destroy joined it
+ * for ever (about one open in twenty with two engines). */
+TEST(gpu_loader_destroy_ends_the_gpu_threads_mid_gather) {
+    use_host((host_opts){0});
+    fx_dataset *d = fx_new(12, 0, 64, 200);
+    for (int i = 0; i < 200; i++) {
+        sl_config c = base_config(d, SL_DECODE_GPU, 2);
+        c.gpu_engines = 2;
+        sl_loader_destroy(fx_open(&c));
+    }
+    CHECK_EQ(tx_check_named("sl-gpu-"), 0);
+    free(d);
+}
+
 TEST(gpu_loader_refusals_name_the_numbers) {
     use_device();
     fx_dataset *d = fx_new(12, 0, 64, 200);
