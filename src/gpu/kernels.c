@@ -88,12 +88,10 @@ static const char kernel_src[] =
     "    if (i < d.ay.n) axis_one(d.ay, d.full_h, d.reg_y, d.reg_h, i, (int *)d.ky, (unsigned *)d.miny, (unsigned *)d.cnty);\n"
     "  }\n"
     "}\n"
-    /* one output tile of sample blockIdx.z, both passes in one block: the
-     * first pass's values the tile reads (uint8, as the two-pass kernels
-     * keep them in tmp) go to shared memory, C planes; then the second
-     * pass from there to dst. cap: the shared bytes of this launch. A
-     * span over cap (the host's bound is an upper one: not expected)
-     * takes the direct path, which recomputes each first-pass value. */
+    /* a first-pass value before clipping, its three channels in s: hsum the
+     * horizontal taps of region row r for output column i, vsum the vertical
+     * taps of region column c for output row j (sl_tiled and the two-pass
+     * kernels both sum through these) */
     "__device__ void hsum(const sl_desc &d, unsigned r, unsigned i, int *s) {\n"
     "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
     "  const unsigned char *p = (const unsigned char *)d.src + r * d.pitch + 3ull * ((const unsigned *)d.minx)[i];\n"
@@ -108,6 +106,12 @@ static const char kernel_src[] =
     "  s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
     "  for (unsigned t = 0; t < cnt; t++, p += d.pitch) { int kt = k[t]; s[0] += p[0] * kt; s[1] += p[1] * kt; s[2] += p[2] * kt; }\n"
     "}\n"
+    /* one output tile of sample blockIdx.z, both passes in one block: the
+     * first pass's values the tile reads (uint8, as the two-pass kernels
+     * keep them in tmp) go to shared memory, C planes; then the second
+     * pass from there to dst. cap: the shared bytes of this launch. A
+     * span over cap (the host's bound is an upper one: not expected)
+     * takes the direct path, which recomputes each first-pass value. */
     "extern \"C\" __global__ void sl_tiled(const sl_desc *descs, unsigned cap) {\n"
     "  extern __shared__ unsigned char sh[];\n"
     "  __shared__ unsigned lo, hi;\n"
@@ -168,15 +172,12 @@ static const char kernel_src[] =
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned W = d.ax.n;\n"
     "  if ((d.how & (VFIRST | TILED)) || i >= W || r >= d.reg_h) return;\n"
-    "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
-    "  const unsigned char *p = (const unsigned char *)d.src + r * d.pitch + 3ull * ((const unsigned *)d.minx)[i];\n"
-    "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
-    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
-    "  for (unsigned t = 0; t < cnt; t++, p += 3) { int kt = k[t]; s0 += p[0] * kt; s1 += p[1] * kt; s2 += p[2] * kt; }\n"
+    "  int s[3];\n"
+    "  hsum(d, r, i, s);\n"
     "  unsigned xo = d.flip ? W - 1 - i : i;\n"
     "  unsigned long long plane = (unsigned long long)W * d.reg_h;\n"
     "  unsigned char *o = (unsigned char *)d.tmp + (unsigned long long)r * W + xo;\n"
-    "  o[0] = clip8(s0); o[plane] = clip8(s1); o[2 * plane] = clip8(s2);\n"
+    "  o[0] = clip8(s[0]); o[plane] = clip8(s[1]); o[2 * plane] = clip8(s[2]);\n"
     "}\n"
     /* vertical: output row j, column x, every channel -> dst (CHW) */
     "extern \"C\" __global__ void sl_vpass(const sl_desc *descs) {\n"
@@ -203,14 +204,11 @@ static const char kernel_src[] =
     "  unsigned c = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  unsigned H = d.ay.n, RW = d.reg_w;\n"
     "  if ((d.how & (VFIRST | TILED)) != VFIRST || c >= RW || j >= H) return;\n"
-    "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
-    "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
-    "  const unsigned char *p = (const unsigned char *)d.src + (unsigned long long)m * d.pitch + 3ull * c;\n"
-    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
-    "  for (unsigned t = 0; t < cnt; t++, p += d.pitch) { int kt = k[t]; s0 += p[0] * kt; s1 += p[1] * kt; s2 += p[2] * kt; }\n"
+    "  int s[3];\n"
+    "  vsum(d, c, j, s);\n"
     "  unsigned long long plane = (unsigned long long)RW * H;\n"
     "  unsigned char *o = (unsigned char *)d.tmp + (unsigned long long)j * RW + c;\n"
-    "  o[0] = clip8(s0); o[plane] = clip8(s1); o[2 * plane] = clip8(s2);\n"
+    "  o[0] = clip8(s[0]); o[plane] = clip8(s[1]); o[2 * plane] = clip8(s[2]);\n"
     "}\n"
     /* then horizontal: output column i, row j -> dst (CHW; flip here) */
     "extern \"C\" __global__ void sl_vfirst_h(const sl_desc *descs) {\n"
