@@ -757,6 +757,7 @@ def _timed_steps(a, name, opts, info, dev, fit):
          "data_wait_fraction": round(wait[0] / dt, 3), **watch.stop(dt)}
     steps = clock.ms()
     r["step_ms"] = step_summary(steps)
+    r["slow_steps"] = slow_steps(steps, a.warmup)
     if synthetic_feed:
         r["feed"] = "synthetic"
     if a._world > 1:
@@ -798,6 +799,16 @@ def step_summary(ms):
     q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
     return {"mean": round(sum(v) / len(v), 2), "p50": round(q(0.5), 2), "p90": round(q(0.9), 2),
             "p99": round(q(0.99), 2), "max": round(v[-1], 2)}
+
+
+def slow_steps(ms, first):
+    """The steps over 1.2x the median, as [index counted from the loader's first batch (the warm-up's
+    included), ms], at most 40: where the tail falls against the epochs (each epoch is
+    images_in_list // batch batches: every loader here drops the last partial one)."""
+    if not ms:
+        return []
+    limit = 1.2 * sorted(ms)[len(ms) // 2]
+    return [[first + i, round(v, 1)] for i, v in enumerate(ms) if v > limit][:40]
 
 
 def lockstep_mean_ms(per_rank):
