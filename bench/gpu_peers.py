@@ -57,7 +57,9 @@ tree's PSS (smaps_rollup, sampled every 0.5 s): base before the loader, peak, an
 difference; the device memory in use above the base (device-wide, torch.cuda.mem_get_info, sampled
 likewise: the loader's and, in training, the model's); train: data_wait_fraction, the share of
 the timed loop spent in next(loader), and step_ms, the steps' periods on the device (CUDA events at
-each step's start: mean, p50, p90, p99, max); ddp: each rank's step_ms and wait, and
+each step's start: mean, p50, p90, p99, max) and slow_steps, [batch index, ms] of the steps over 1.2x
+the median (the warm-up's batches counted in the index, so index % (images_in_list // batch) is the
+step's place in its epoch); ddp: each rank's step_ms and wait, and
 lockstep_images_per_s, what the node would make were every step as long as its slowest rank's,
 drawn from each rank's own steps (with env.PEERS_DDP=0 the lockstep's cost apart from DDP's
 all-reduce; the summary's note "lockstep="); sluice rows: the library's stats (decode, GPU share, workers,
