@@ -106,6 +106,16 @@ static const char kernel_src[] =
     "  s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
     "  for (unsigned t = 0; t < cnt; t++, p += d.pitch) { int kt = k[t]; s[0] += p[0] * kt; s[1] += p[1] * kt; s[2] += p[2] * kt; }\n"
     "}\n"
+    /* a second-pass value before clipping, from first-pass values kept in
+     * three planes plane bytes apart (tmp, or sl_tiled's shared memory):
+     * cnt taps of k from t0, step bytes apart */
+    "__device__ void psum(const unsigned char *t0, unsigned step, unsigned long long plane, const int *k, unsigned cnt,\n"
+    "                     int *s) {\n"
+    "  s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
+    "  for (unsigned t = 0; t < cnt; t++, t0 += step) {\n"
+    "    int kt = k[t]; s[0] += t0[0] * kt; s[1] += t0[plane] * kt; s[2] += t0[2 * plane] * kt;\n"
+    "  }\n"
+    "}\n"
     /* one output tile of sample blockIdx.z, both passes in one block: the
      * first pass's values the tile reads (uint8, as the two-pass kernels
      * keep them in tmp) go to shared memory, C planes; then the second
@@ -149,14 +159,11 @@ static const char kernel_src[] =
     "                          : (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
     "    unsigned m = vfirst ? ((const unsigned *)d.minx)[i] : ((const unsigned *)d.miny)[j];\n"
     "    unsigned cnt = vfirst ? ((const unsigned *)d.cntx)[i] : ((const unsigned *)d.cnty)[j];\n"
-    "    s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
     "    if (staged) {\n"
-    "      const unsigned char *t0 = sh + (vfirst ? (unsigned long long)jj * S + (m - L) : (unsigned long long)(m - L) * tw + ii);\n"
-    "      unsigned step = vfirst ? 1 : tw;\n"
-    "      for (unsigned t = 0; t < cnt; t++, t0 += step) {\n"
-    "        int kt = k[t]; s[0] += t0[0] * kt; s[1] += t0[plane] * kt; s[2] += t0[2 * plane] * kt;\n"
-    "      }\n"
+    "      psum(sh + (vfirst ? (unsigned long long)jj * S + (m - L) : (unsigned long long)(m - L) * tw + ii),\n"
+    "           vfirst ? 1 : tw, plane, k, cnt, s);\n"
     "    } else {\n"
+    "      s[0] = s[1] = s[2] = 1 << (PRECISION_BITS - 1);\n"
     "      for (unsigned t = 0; t < cnt; t++) {\n"
     "        if (vfirst) vsum(d, m + t, j, f); else hsum(d, m + t, i, f);\n"
     "        int kt = k[t]; s[0] += clip8(f[0]) * kt; s[1] += clip8(f[1]) * kt; s[2] += clip8(f[2]) * kt;\n"
@@ -188,13 +195,10 @@ static const char kernel_src[] =
     "  const int *k = (const int *)d.ky + (unsigned long long)j * d.ay.ksize;\n"
     "  unsigned m = ((const unsigned *)d.miny)[j], cnt = ((const unsigned *)d.cnty)[j];\n"
     "  unsigned long long tplane = (unsigned long long)W * d.reg_h, oplane = (unsigned long long)W * H;\n"
-    "  const unsigned char *t0 = (const unsigned char *)d.tmp + (unsigned long long)m * W + x;\n"
-    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
-    "  for (unsigned t = 0; t < cnt; t++, t0 += W) {\n"
-    "    int kt = k[t]; s0 += t0[0] * kt; s1 += t0[tplane] * kt; s2 += t0[2 * tplane] * kt;\n"
-    "  }\n"
+    "  int s[3];\n"
+    "  psum((const unsigned char *)d.tmp + (unsigned long long)m * W + x, W, tplane, k, cnt, s);\n"
     "  unsigned char *o = (unsigned char *)d.dst + (unsigned long long)j * W + x;\n"
-    "  o[0] = clip8(s0); o[oplane] = clip8(s1); o[2 * oplane] = clip8(s2);\n"
+    "  o[0] = clip8(s[0]); o[oplane] = clip8(s[1]); o[2 * oplane] = clip8(s[2]);\n"
     "}\n"
     /* vertical first (the height shrinks much more than the width, as Pillow
      * orders the passes): region column c, output row j -> tmp planes of
@@ -218,15 +222,12 @@ static const char kernel_src[] =
     "  if ((d.how & (VFIRST | TILED)) != VFIRST || i >= W || j >= H) return;\n"
     "  const int *k = (const int *)d.kx + (unsigned long long)i * d.ax.ksize;\n"
     "  unsigned long long tplane = (unsigned long long)RW * H, oplane = (unsigned long long)W * H;\n"
-    "  const unsigned char *t0 = (const unsigned char *)d.tmp + (unsigned long long)j * RW + ((const unsigned *)d.minx)[i];\n"
-    "  unsigned cnt = ((const unsigned *)d.cntx)[i];\n"
-    "  int half = 1 << (PRECISION_BITS - 1), s0 = half, s1 = half, s2 = half;\n"
-    "  for (unsigned t = 0; t < cnt; t++, t0++) {\n"
-    "    int kt = k[t]; s0 += t0[0] * kt; s1 += t0[tplane] * kt; s2 += t0[2 * tplane] * kt;\n"
-    "  }\n"
+    "  int s[3];\n"
+    "  psum((const unsigned char *)d.tmp + (unsigned long long)j * RW + ((const unsigned *)d.minx)[i], 1, tplane, k,\n"
+    "       ((const unsigned *)d.cntx)[i], s);\n"
     "  unsigned xo = d.flip ? W - 1 - i : i;\n"
     "  unsigned char *o = (unsigned char *)d.dst + (unsigned long long)j * W + xo;\n"
-    "  o[0] = clip8(s0); o[oplane] = clip8(s1); o[2 * oplane] = clip8(s2);\n"
+    "  o[0] = clip8(s[0]); o[oplane] = clip8(s[1]); o[2 * oplane] = clip8(s[2]);\n"
     "}\n";
 
 /* ---- the kernel cache ------------------------------------------------------
